@@ -1,0 +1,64 @@
+"""The backend interface and registry. A backend is a folder under lowering/ with a `backend.py`
+defining a `Backend` subclass; adding one means adding the folder and its name to BACKEND_MODULES."""
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+
+from .ir.core import KernelIR
+from .spec import Spec
+
+BACKEND_MODULES = {
+    "triton": "tle.lowering.triton.backend",
+    "tilelang": "tle.lowering.tilelang.backend",
+}
+
+
+class Compiled(ABC):
+    """A lowered kernel: generated source, compiled on first need, launchable, with its stages."""
+
+    source: str
+    notes: list[str]
+
+    @abstractmethod
+    def launch(self, grid: tuple[int, ...], args: list) -> None: ...
+
+    @abstractmethod
+    def stage(self, name: str) -> str: ...
+
+    stages: tuple[str, ...] = ()
+
+
+class Backend(ABC):
+    name: str
+    # int scalar arguments compiled in as constants (TileLang compiles per shape anyway)
+    specializes_ints: bool = False
+    # tensor shapes and strides are part of the specialization key
+    specializes_shapes: bool = False
+
+    @abstractmethod
+    def unavailable_reason(self) -> str | None:
+        """None when the backend can lower and compile here; otherwise why not."""
+
+    def launch_unavailable_reason(self, device) -> str | None:
+        """None when kernels can run on `device` (a torch.device) here."""
+        return None
+
+    @abstractmethod
+    def lower(self, ir: KernelIR, spec: Spec, cache_dir: str) -> Compiled: ...
+
+
+_instances: dict[str, Backend] = {}
+
+
+def get_backend(name: str) -> Backend:
+    if name not in BACKEND_MODULES:
+        raise KeyError(name)
+    if name not in _instances:
+        mod = importlib.import_module(BACKEND_MODULES[name])
+        _instances[name] = mod.Backend()
+    return _instances[name]
+
+
+def backend_names() -> list[str]:
+    return list(BACKEND_MODULES)

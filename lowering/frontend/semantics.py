@@ -1,0 +1,359 @@
+"""Triton's value semantics over the tile IR: the traced-value wrapper, implicit conversions,
+broadcasting, and the arithmetic that Python operators map to.
+
+A kernel is traced with real Python evaluation: constexprs and Python numbers stay Python values (so
+they fold), and anything that depends on runtime data is a `TV`, whose operators emit IR.
+"""
+from __future__ import annotations
+
+import numbers
+
+from ..errors import LoweringError
+from ..ir import types as T
+from ..ir.builder import Builder
+from ..ir.core import Value
+
+
+class TV:
+    """A traced value: an IR value plus the builder that emits ops on it."""
+
+    __slots__ = ("v", "b")
+
+    def __init__(self, v: Value, b: Builder):
+        self.v = v
+        self.b = b
+
+    # -- introspection used by kernels ------------------------------------------------------------
+    @property
+    def dtype(self):
+        return self.v.type.elem
+
+    @property
+    def type(self):
+        return self.v.type
+
+    @property
+    def shape(self):
+        return list(self.v.type.shape)
+
+    @property
+    def numel(self):
+        return self.v.type.numel
+
+    @property
+    def T(self):
+        return trans(self)
+
+    def __repr__(self):
+        return f"TV({self.v!r}: {self.v.type})"
+
+    def __bool__(self):
+        raise LoweringError("a runtime value was used as a Python bool (use an `if` on a scalar, or tl.where)",
+                            self.b.loc)
+
+    def __iter__(self):
+        raise LoweringError("a tile cannot be iterated in Python", self.b.loc)
+
+    # -- operators --------------------------------------------------------------------------------
+    def __add__(self, o): return binary("add", self, o)
+    def __radd__(self, o): return binary("add", o, self)
+    def __sub__(self, o): return binary("sub", self, o)
+    def __rsub__(self, o): return binary("sub", o, self)
+    def __mul__(self, o): return binary("mul", self, o)
+    def __rmul__(self, o): return binary("mul", o, self)
+    def __truediv__(self, o): return truediv(self, o)
+    def __rtruediv__(self, o): return truediv(o, self)
+    def __floordiv__(self, o): return floordiv(self, o)
+    def __rfloordiv__(self, o): return floordiv(o, self)
+    def __mod__(self, o): return mod(self, o)
+    def __rmod__(self, o): return mod(o, self)
+    def __and__(self, o): return bitwise("and", self, o)
+    def __rand__(self, o): return bitwise("and", o, self)
+    def __or__(self, o): return bitwise("or", self, o)
+    def __ror__(self, o): return bitwise("or", o, self)
+    def __xor__(self, o): return bitwise("xor", self, o)
+    def __rxor__(self, o): return bitwise("xor", o, self)
+    def __lshift__(self, o): return bitwise("shl", self, o)
+    def __rlshift__(self, o): return bitwise("shl", o, self)
+    def __rshift__(self, o): return bitwise("shr", self, o)
+    def __rrshift__(self, o): return bitwise("shr", o, self)
+    def __lt__(self, o): return compare("lt", self, o)
+    def __le__(self, o): return compare("le", self, o)
+    def __gt__(self, o): return compare("gt", self, o)
+    def __ge__(self, o): return compare("ge", self, o)
+    def __eq__(self, o): return compare("eq", self, o)
+    def __ne__(self, o): return compare("ne", self, o)
+    __hash__ = object.__hash__
+
+    def __neg__(self):
+        if self.dtype.is_bool:
+            raise LoweringError("negation of a boolean tile", self.b.loc)
+        return self._wrap(self.b.unary("neg", self.v))
+
+    def __pos__(self):
+        return self
+
+    def __invert__(self):
+        if not self.dtype.is_int:
+            raise LoweringError(f"~ needs an integer or boolean value, got {self.dtype}", self.b.loc)
+        return self._wrap(self.b.unary("invert", self.v))
+
+    def __getitem__(self, idx):
+        return subscript(self, idx)
+
+    # -- methods Triton tensors have ---------------------------------------------------------------
+    def to(self, dtype, bitcast=False, fp_downcast_rounding=None):
+        return cast(self, dtype, bitcast)
+
+    def trans(self, *dims):
+        return trans(self, *dims)
+
+    def _wrap(self, v: Value) -> "TV":
+        return TV(v, self.b)
+
+
+def is_num(x) -> bool:
+    return isinstance(x, numbers.Number) and not isinstance(x, TV)
+
+
+def to_dtype(x) -> T.DType:
+    """Our DType from ours, Triton's (tl.float32), torch's, or a name."""
+    if isinstance(x, T.DType):
+        return x
+    name = getattr(x, "name", None)
+    if isinstance(x, str):
+        name = x
+    if name is None:
+        try:
+            import torch
+            if isinstance(x, torch.dtype):
+                from tle.dtypes import from_torch
+                return from_torch(x)
+        except ImportError:
+            pass
+        raise TypeError(f"not a dtype: {x!r}")
+    return T.dtype_from_name(name)
+
+
+def num_dtype(x) -> T.DType:
+    """The dtype Triton gives a Python number used as an operand."""
+    if isinstance(x, bool):
+        return T.i1
+    if isinstance(x, int):
+        if -2**31 <= x < 2**31:
+            return T.i32
+        if -2**63 <= x < 2**63:
+            return T.i64
+        return T.u64
+    return T.fp32
+
+
+_KIND_RANK = {"bool": 0, "uint": 1, "int": 2, "float": 3}
+
+
+def computation_type(a: T.DType, a_num: bool, b: T.DType, b_num: bool, div_or_mod: bool) -> T.DType:
+    """Triton's implicit type of a binary operation (python numbers don't promote tensors of their
+    own kind or above; half types compute / and % in fp32)."""
+    if a_num != b_num:
+        s, t = (a, b) if a_num else (b, a)
+        if _KIND_RANK[s.kind] <= _KIND_RANK[t.kind]:
+            if div_or_mod and t.name in ("fp16", "bf16"):
+                return T.fp32
+            return t
+    if "fp64" in (a.name, b.name):
+        return T.fp64
+    if "fp32" in (a.name, b.name):
+        return T.fp32
+    if "fp16" in (a.name, b.name):
+        return T.fp32 if div_or_mod else T.fp16
+    if a.name == "bf16" and b.name == "bf16":
+        return T.fp32 if div_or_mod else T.bf16
+    if "bf16" in (a.name, b.name):
+        return T.fp32
+    if div_or_mod and a.is_int and b.is_int and a.is_signed != b.is_signed and not (a.is_bool or b.is_bool):
+        raise TypeError(f"cannot use /, // or % with {a} and {b}: they differ in signedness")
+    return T.promote(a, b)
+
+
+def _builder(*xs) -> Builder:
+    for x in xs:
+        if isinstance(x, TV):
+            return x.b
+    raise AssertionError("no traced value among operands")
+
+
+def const(b: Builder, x, dtype: T.DType) -> TV:
+    if dtype.is_int and not dtype.is_bool and isinstance(x, numbers.Number):
+        lo, hi = (-(2 ** (dtype.bits - 1)), 2 ** (dtype.bits - 1) - 1) if dtype.is_signed else (0, 2 ** dtype.bits - 1)
+        if isinstance(x, float):
+            x = int(x)
+        if not (lo <= x <= hi):
+            raise LoweringError(f"scalar {x} is out of range for type {dtype}", b.loc)
+    return TV(b.const(x, dtype), b)
+
+
+def as_tv(b: Builder, x, dtype: T.DType | None = None) -> TV:
+    if isinstance(x, TV):
+        return x
+    if is_num(x):
+        return const(b, x, dtype or num_dtype(x))
+    raise LoweringError(f"expected a number or a tile, got {type(x).__name__} {x!r}", b.loc)
+
+
+def cast(x, dtype, bitcast=False) -> TV:
+    dtype = to_dtype(dtype)
+    if not isinstance(x, TV):
+        raise LoweringError(".to() on a Python value", None)
+    if x.type.is_pointer:
+        raise LoweringError("casting pointers is not supported", x.b.loc)
+    if bitcast and dtype.bits != x.dtype.bits:
+        raise LoweringError(f"bitcast from {x.dtype} to {dtype} changes the bit width", x.b.loc)
+    return TV(x.b.cast(x.v, dtype, bitcast), x.b)
+
+
+def broadcast_to(x: TV, shape) -> TV:
+    shape = tuple(shape)
+    if x.type.shape == shape:
+        return x
+    b = x.b
+    v = x.v
+    if not v.type.is_scalar and len(v.type.shape) < len(shape):
+        for _ in range(len(shape) - len(v.type.shape)):
+            v = b.expand_dims(v, 0)
+    return TV(b.broadcast(v, shape), b)
+
+
+def broadcast_pair(a: TV, b_: TV) -> tuple[TV, TV]:
+    try:
+        shape = T.broadcast_shapes(a.type.shape, b_.type.shape)
+    except ValueError as e:
+        raise LoweringError(str(e), a.b.loc)
+    return broadcast_to(a, shape), broadcast_to(b_, shape)
+
+
+def _operands(x, y, div_or_mod=False) -> tuple[TV, TV]:
+    b = _builder(x, y)
+    xd = num_dtype(x) if is_num(x) else x.dtype
+    yd = num_dtype(y) if is_num(y) else y.dtype
+    if isinstance(xd, T.PointerType) or isinstance(yd, T.PointerType):
+        raise LoweringError("invalid operation on pointers", b.loc)
+    try:
+        ct = computation_type(xd, is_num(x), yd, is_num(y), div_or_mod)
+    except TypeError as e:
+        raise LoweringError(str(e), b.loc)
+    x = const(b, x, ct) if is_num(x) else cast(x, ct)
+    y = const(b, y, ct) if is_num(y) else cast(y, ct)
+    return broadcast_pair(x, y)
+
+
+def binary(op: str, x, y) -> TV:
+    b = _builder(x, y)
+    xp = isinstance(x, TV) and x.type.is_pointer
+    yp = isinstance(y, TV) and y.type.is_pointer
+    if xp or yp:
+        if op == "add" or (op == "sub" and xp and not yp):
+            ptr, off = (x, y) if xp else (y, x)
+            if yp and xp:
+                raise LoweringError("adding two pointers", b.loc)
+            off = as_tv(b, off)
+            if not off.dtype.is_int:
+                raise LoweringError(f"pointer offset must be an integer, got {off.dtype}", b.loc)
+            if op == "sub":
+                off = TV(b.unary("neg", off.v), b)
+            ptr, off = broadcast_pair(ptr, off)
+            return TV(b.addptr(ptr.v, off.v), b)
+        raise LoweringError(f"operation '{op}' on pointers is not supported", b.loc)
+    x, y = _operands(x, y)
+    if op in ("add", "sub", "mul") and x.dtype.is_bool:
+        raise LoweringError(f"arithmetic '{op}' on booleans", b.loc)
+    return TV(b.binary(op, x.v, y.v), b)
+
+
+def truediv(x, y) -> TV:
+    b = _builder(x, y)
+    xd = num_dtype(x) if is_num(x) else x.dtype
+    yd = num_dtype(y) if is_num(y) else y.dtype
+    if xd.is_int and yd.is_int:
+        x = float(x) if is_num(x) else cast(x, T.fp32)
+        y = float(y) if is_num(y) else cast(y, T.fp32)
+    x, y = _operands(x, y, div_or_mod=True)
+    return TV(b.binary("fdiv", x.v, y.v), b)
+
+
+def floordiv(x, y) -> TV:
+    b = _builder(x, y)
+    x, y = _operands(x, y, div_or_mod=True)
+    if not x.dtype.is_int:
+        raise LoweringError(f"// needs integers, got {x.dtype} (Triton semantics)", b.loc)
+    return TV(b.binary("div", x.v, y.v), b)   # truncating, like Triton and C
+
+
+def mod(x, y) -> TV:
+    b = _builder(x, y)
+    x, y = _operands(x, y, div_or_mod=True)
+    return TV(b.binary("rem", x.v, y.v), b)   # remainder with the dividend's sign
+
+
+def bitwise(op: str, x, y) -> TV:
+    b = _builder(x, y)
+    x, y = _operands(x, y)
+    if not x.dtype.is_int:
+        raise LoweringError(f"bitwise '{op}' needs integer or boolean operands, got {x.dtype}", b.loc)
+    return TV(b.binary(op, x.v, y.v), b)
+
+
+def compare(pred: str, x, y) -> TV:
+    b = _builder(x, y)
+    x, y = _operands(x, y)
+    return TV(b.cmp(pred, x.v, y.v), b)
+
+
+def minmax(op: str, x, y) -> TV:
+    b = _builder(x, y)
+    x, y = _operands(x, y)
+    return TV(b.binary(op, x.v, y.v), b)
+
+
+def where(cond, x, y) -> TV:
+    b = _builder(cond, x, y)
+    cond = as_tv(b, cond)
+    if not cond.dtype.is_bool:
+        cond = compare("ne", cond, 0)
+    if is_num(x) and is_num(y):
+        x = as_tv(b, x)
+    if isinstance(x, TV) or isinstance(y, TV):
+        x, y = _operands(x, y)
+    shape = T.broadcast_shapes(cond.type.shape, x.type.shape)
+    cond, x, y = broadcast_to(cond, shape), broadcast_to(x, shape), broadcast_to(y, shape)
+    return TV(b.where(cond.v, x.v, y.v), b)
+
+
+def trans(x: TV, *dims) -> TV:
+    if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
+        dims = tuple(dims[0])
+    rank = x.type.rank
+    if not dims:
+        if rank != 2:
+            raise LoweringError(f"trans() without dims needs a 2-D tile, got rank {rank}", x.b.loc)
+        dims = (1, 0)
+    if sorted(dims) != list(range(rank)):
+        raise LoweringError(f"trans dims {dims} are not a permutation of 0..{rank - 1}", x.b.loc)
+    return TV(x.b.trans(x.v, dims), x.b)
+
+
+def subscript(x: TV, idx) -> TV:
+    """Triton tile indexing: only `None` (new axis) and `:` are allowed."""
+    if not isinstance(idx, tuple):
+        idx = (idx,)
+    b = x.b
+    v = x.v
+    dim = 0
+    for item in idx:
+        if item is None:
+            v = b.expand_dims(v, dim)
+            dim += 1
+        elif isinstance(item, slice) and item == slice(None):
+            dim += 1
+        else:
+            raise LoweringError(f"tile index {item!r}: only None and ':' are supported (Triton semantics)", b.loc)
+    return TV(v, b)

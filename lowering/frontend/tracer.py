@@ -1,0 +1,630 @@
+"""Python AST -> tile IR.
+
+The kernel's AST is interpreted: Python values (constexprs, numbers, dtypes, modules) are evaluated by
+Python itself, so constexpr arithmetic and `tl.static_range` unrolling fold away; runtime values are
+`TV`s that emit IR. Calls to other `@tle.jit` (or `@triton.jit`) functions are inlined. `for` over
+`range`/`tl.range` and `if` on a runtime scalar become structured ops with explicit carried values.
+"""
+from __future__ import annotations
+
+import ast
+import builtins as py_builtins
+import inspect
+import operator
+import textwrap
+from dataclasses import dataclass
+
+import triton
+import triton.language as tl
+
+from ..errors import LoweringError
+from ..ir import types as T
+from ..ir.builder import Builder
+from ..ir.core import KernelIR, Loc, Param
+from . import semantics as S
+from .builtins import BUILTINS, TENSOR_METHODS, tle_load
+from .semantics import TV, as_tv, is_num
+
+_BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+           ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.BitAnd: operator.and_,
+           ast.BitOr: operator.or_, ast.BitXor: operator.xor, ast.LShift: operator.lshift,
+           ast.RShift: operator.rshift, ast.Pow: operator.pow}
+_CMPOPS = {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
+           ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Is: operator.is_, ast.IsNot: operator.is_not,
+           ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b}
+# Python builtins a kernel may call on constexprs.
+_PY_CALLABLE_OK = {min, max, int, float, bool, len, abs, range, isinstance, tuple, list, str, print, round,
+                   getattr, hasattr, divmod, pow, enumerate, zip}
+
+
+class _Return(Exception):
+    def __init__(self, value):
+        self.value = value
+
+
+@dataclass
+class FunctionSource:
+    fn: object
+    tree: ast.FunctionDef
+    file: str
+    globals: dict
+
+
+_SOURCE_CACHE: dict = {}
+
+
+def function_source(fn) -> FunctionSource:
+    key = fn
+    if key in _SOURCE_CACHE:
+        return _SOURCE_CACHE[key]
+    try:
+        lines, first = inspect.getsourcelines(fn)
+        file = inspect.getsourcefile(fn) or "<unknown>"
+    except (OSError, TypeError) as e:
+        raise LoweringError(f"cannot read the source of {getattr(fn, '__name__', fn)}: {e}")
+    tree = ast.parse(textwrap.dedent("".join(lines)))
+    ast.increment_lineno(tree, first - 1)
+    fdef = tree.body[0]
+    if not isinstance(fdef, ast.FunctionDef):
+        raise LoweringError(f"{fn} is not a function definition")
+    g = dict(fn.__globals__)
+    if fn.__closure__:
+        for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):
+            try:
+                g[name] = cell.cell_contents
+            except ValueError:
+                pass
+    src = FunctionSource(fn, fdef, file, g)
+    _SOURCE_CACHE[key] = src
+    return src
+
+
+def unwrap_jit(obj):
+    """The Python function behind a @tle.jit kernel or a @triton.jit function, else None."""
+    inner = getattr(obj, "__tle_fn__", None)
+    if inner is not None:
+        return inner
+    if isinstance(obj, triton.runtime.jit.JITFunction):
+        return obj.fn
+    return None
+
+
+def _assigned_names(stmts) -> list[str]:
+    """Names stored to anywhere in `stmts` (nested blocks included), in first-seen order."""
+    seen = []
+    for st in stmts:
+        for node in ast.walk(st):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) and node.id not in seen:
+                seen.append(node.id)
+    return seen
+
+
+def _is_constexpr_annotation(ann, g) -> bool:
+    if ann is None:
+        return False
+    if isinstance(ann, ast.Constant) and isinstance(ann.value, str):
+        return "constexpr" in ann.value
+    try:
+        val = eval(compile(ast.Expression(ann), "<ann>", "eval"), g)
+    except Exception:
+        return "constexpr" in ast.unparse(ann)
+    return val is tl.constexpr or getattr(val, "__name__", "") == "constexpr"
+
+
+def constexpr_params(fn) -> list[str]:
+    src = function_source(fn)
+    return [a.arg for a in src.tree.args.args if _is_constexpr_annotation(a.annotation, src.globals)]
+
+
+class Tracer:
+    def __init__(self, extra_builtins: dict | None = None):
+        self.b = Builder()
+        self.notes: list[str] = []
+        self.builtins = dict(BUILTINS)
+        if extra_builtins:
+            self.builtins.update(extra_builtins)
+        self._src: FunctionSource | None = None
+        self._depth = 0
+
+    # -- entry --------------------------------------------------------------------------------------
+    def trace_kernel(self, fn, runtime: dict, constexprs: dict, num_warps: int, num_stages: int) -> KernelIR:
+        """`runtime`: parameter name -> its IR type (pointer or scalar); `constexprs`: name -> Python value."""
+        src = function_source(fn)
+        self._src = src
+        names = [a.arg for a in src.tree.args.args]
+        body = self.b.new_block([])
+        params, env = [], {}
+        for i, name in enumerate(names):
+            if name in runtime:
+                v = self.b.ids.value(runtime[name], body, name)
+                body.args.append(v)
+                params.append(Param(name, v, i))
+                env[name] = TV(v, self.b)
+            else:
+                env[name] = constexprs[name]
+        self.b.loc = Loc(src.file, src.tree.lineno, src.tree.name)
+        with self.b.insert_into(body):
+            try:
+                self._exec_body(src.tree.body, env)
+            except _Return as r:
+                if r.value is not None:
+                    raise LoweringError("a kernel cannot return a value", self.b.loc)
+        ir = KernelIR(src.tree.name, params, body, dict(constexprs),
+                      Loc(src.file, src.tree.lineno, src.tree.name), num_warps, num_stages, self.notes)
+        body.args = []   # params are referenced through KernelIR.params
+        return ir
+
+    # -- helpers ------------------------------------------------------------------------------------
+    def _loc(self, node):
+        if hasattr(node, "lineno"):
+            self.b.loc = Loc(self._src.file, node.lineno, self._src.tree.name)
+
+    def _err(self, msg, node=None) -> LoweringError:
+        if node is not None:
+            self._loc(node)
+        return LoweringError(msg, self.b.loc)
+
+    # -- statements ---------------------------------------------------------------------------------
+    def _exec_body(self, stmts, env):
+        for st in stmts:
+            self._exec(st, env)
+
+    def _exec(self, st, env):
+        self._loc(st)
+        m = getattr(self, "_st_" + type(st).__name__, None)
+        if m is None:
+            raise self._err(f"statement '{type(st).__name__}' is not supported in kernels", st)
+        m(st, env)
+
+    def _st_Expr(self, st, env):
+        if isinstance(st.value, ast.Constant) and isinstance(st.value.value, str):
+            return  # docstring
+        self._eval(st.value, env)
+
+    def _st_Pass(self, st, env):
+        pass
+
+    def _st_Assign(self, st, env):
+        value = self._eval(st.value, env)
+        for target in st.targets:
+            self._assign(target, value, env)
+
+    def _st_AnnAssign(self, st, env):
+        if st.value is not None:
+            self._assign(st.target, self._eval(st.value, env), env)
+
+    def _st_AugAssign(self, st, env):
+        if not isinstance(st.target, ast.Name):
+            raise self._err("augmented assignment is supported on names only", st)
+        cur = self._lookup(st.target.id, env, st)
+        rhs = self._eval(st.value, env)
+        self._assign(st.target, self._binop(type(st.op), cur, rhs, st), env)
+
+    def _assign(self, target, value, env):
+        if isinstance(target, ast.Name):
+            if isinstance(value, TV) and value.v.name is None and value.v.defining_op is not None:
+                value.v.name = target.id
+            env[target.id] = value
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            values = list(value) if not isinstance(value, TV) else None
+            if values is None or len(values) != len(target.elts):
+                raise self._err("cannot unpack this value into the assignment targets", target)
+            for t, v in zip(target.elts, values):
+                self._assign(t, v, env)
+        else:
+            raise self._err(f"assignment to {ast.unparse(target)} is not supported (tiles are values)", target)
+
+    def _st_Return(self, st, env):
+        raise _Return(self._eval(st.value, env) if st.value is not None else None)
+
+    def _st_Assert(self, st, env):
+        cond = self._eval(st.test, env)
+        if isinstance(cond, TV):
+            raise self._err("assert on a runtime value is not supported (use tl.static_assert on constexprs)", st)
+        if not cond:
+            msg = self._eval(st.msg, env) if st.msg is not None else ""
+            raise self._err(f"assertion failed: {msg}", st)
+
+    def _st_While(self, st, env):
+        raise self._err("while loops are not supported; use `for ... in range(...)`", st)
+
+    def _st_Break(self, st, env):
+        raise self._err("break is not supported in kernels", st)
+
+    def _st_Continue(self, st, env):
+        raise self._err("continue is not supported in kernels", st)
+
+    # -- if ----------------------------------------------------------------------------------------
+    def _st_If(self, st, env):
+        cond = self._eval(st.test, env)
+        if not isinstance(cond, TV):
+            self._exec_body(st.body if cond else st.orelse, env)
+            return
+        if not cond.type.is_scalar:
+            raise self._err("`if` on a tile condition: use tl.where for element-wise selection", st)
+        if not cond.dtype.is_bool:
+            cond = S.compare("ne", cond, 0)
+        then_env, else_env = dict(env), dict(env)
+        then_blk, else_blk = self.b.new_block([]), self.b.new_block([])
+        for blk, body, e in ((then_blk, st.body, then_env), (else_blk, st.orelse, else_env)):
+            with self.b.insert_into(blk):
+                try:
+                    self._exec_body(body, e)
+                except _Return:
+                    raise self._err("`return` inside an `if` on a runtime condition is not supported", st)
+        names = [n for n in _assigned_names(st.body + st.orelse)
+                 if (n in then_env and n in else_env)]
+        results, then_vals, else_vals = [], [], []
+        for n in names:
+            a, c = then_env[n], else_env[n]
+            if a is c or (not isinstance(a, TV) and not isinstance(c, TV) and _same_py(a, c)):
+                env[n] = a
+                continue
+            if not isinstance(a, (TV,)) and not is_num(a) or not isinstance(c, TV) and not is_num(c):
+                raise self._err(f"variable '{n}' is bound to different Python objects in the two branches", st)
+            a, c = self._unify(n, a, c, then_blk, else_blk, st)
+            results.append(n)
+            then_vals.append(a)
+            else_vals.append(c)
+        for blk, vals in ((then_blk, then_vals), (else_blk, else_vals)):
+            with self.b.insert_into(blk):
+                self.b.yield_([v.v for v in vals])
+        self._loc(st)
+        op = self.b.if_op(cond.v, then_blk, else_blk, [v.type for v in then_vals])
+        for n, r in zip(results, op.results):
+            r.name = n
+            env[n] = TV(r, self.b)
+        for n in _assigned_names(st.body + st.orelse):   # defined in one branch only: not usable after
+            if n not in names and n in env and (n not in then_env or n not in else_env):
+                env.pop(n, None)
+
+    def _unify(self, name, a, c, blk_a, blk_c, node):
+        """Make the two branch values of `name` one IR type (numbers become constants of the other's type)."""
+        if is_num(a) and is_num(c):
+            dt = S.num_dtype(a) if S.num_dtype(a) == S.num_dtype(c) else T.fp32
+            with self.b.insert_into(blk_a):
+                a = S.const(self.b, a, dt)
+            with self.b.insert_into(blk_c):
+                c = S.const(self.b, c, dt)
+        elif is_num(a):
+            with self.b.insert_into(blk_a):
+                a = S.broadcast_to(S.const(self.b, a, c.dtype), c.shape)
+        elif is_num(c):
+            with self.b.insert_into(blk_c):
+                c = S.broadcast_to(S.const(self.b, c, a.dtype), a.shape)
+        if a.type != c.type:
+            raise self._err(f"variable '{name}' has type {a.type} in one branch and {c.type} in the other", node)
+        return a, c
+
+    # -- for ---------------------------------------------------------------------------------------
+    def _st_For(self, st, env):
+        if st.orelse:
+            raise self._err("for ... else is not supported", st)
+        it = st.iter
+        if not isinstance(it, ast.Call):
+            raise self._err("kernels loop over range(), tl.range() or tl.static_range() only", st)
+        fn = self._eval(it.func, env)
+        args = [self._eval(a, env) for a in it.args]
+        kwargs = {k.arg: self._eval(k.value, env) for k in it.keywords}
+        if fn is tl.static_range:
+            self._static_for(st, env, args, kwargs)
+        elif fn is py_builtins.range or fn is tl.range:
+            attrs = {"kind": "tl.range" if fn is tl.range else "range"}
+            if fn is tl.range:
+                for key in ("num_stages", "loop_unroll_factor", "warp_specialize", "flatten",
+                            "disallow_acc_multi_buffer", "disable_licm"):
+                    if kwargs.get(key) not in (None, False):
+                        attrs[key] = kwargs.pop(key)
+                    else:
+                        kwargs.pop(key, None)
+            if kwargs:
+                raise self._err(f"unsupported loop arguments {sorted(kwargs)}", st)
+            self._dynamic_for(st, env, args, attrs)
+        else:
+            raise self._err(f"kernels loop over range(), tl.range() or tl.static_range(), not {fn!r}", st)
+
+    def _static_for(self, st, env, args, kwargs):
+        if any(isinstance(a, TV) for a in args):
+            raise self._err("tl.static_range bounds must be constexprs", st)
+        if not isinstance(st.target, ast.Name):
+            raise self._err("loop target must be a name", st)
+        for i in range(*[int(a) for a in args]):
+            env[st.target.id] = i
+            self._exec_body(st.body, env)
+
+    def _dynamic_for(self, st, env, args, attrs):
+        if not isinstance(st.target, ast.Name):
+            raise self._err("loop target must be a name", st)
+        if len(args) == 1:
+            lo, hi, step = 0, args[0], 1
+        elif len(args) == 2:
+            lo, hi, step = args[0], args[1], 1
+        else:
+            lo, hi, step = args
+        if isinstance(step, TV):
+            raise self._err("a loop step must be a constexpr", st)
+        if step == 0:
+            raise self._err("a loop step of 0", st)
+        ivt = T.i32
+        for x in (lo, hi):
+            if isinstance(x, TV):
+                if not x.type.is_scalar or not x.dtype.is_int:
+                    raise self._err(f"loop bounds must be integer scalars, got {x.type}", st)
+                ivt = T.promote(ivt, x.dtype)
+        lo_v, hi_v, st_v = (S.cast(as_tv(self.b, x, ivt), ivt) for x in (lo, hi, step))
+        assigned = [n for n in _assigned_names(st.body) if n != st.target.id]
+        carried = [n for n in assigned if n in env and (isinstance(env[n], TV) or is_num(env[n]))]
+        inits = {}
+        for n in carried:
+            v = env[n]
+            inits[n] = v if isinstance(v, TV) else S.const(self.b, v, S.num_dtype(v))
+        types = {n: inits[n].type for n in carried}
+        for _attempt in range(3):
+            body = self.b.new_block([T.scalar(ivt)] + [types[n] for n in carried], [st.target.id] + carried)
+            benv = dict(env)
+            benv[st.target.id] = TV(body.args[0], self.b)
+            for n, a in zip(carried, body.args[1:]):
+                benv[n] = TV(a, self.b)
+            with self.b.insert_into(body):
+                try:
+                    self._exec_body(st.body, benv)
+                except _Return:
+                    raise self._err("`return` inside a loop is not supported", st)
+                outs, retry = [], False
+                for n in carried:
+                    v = benv[n]
+                    if is_num(v):
+                        v = S.broadcast_to(S.const(self.b, v, types[n].elem), types[n].shape)
+                    if v.type != types[n]:
+                        if not isinstance(env[n], TV) and v.type.is_scalar:
+                            types[n] = v.type   # a Python number became a runtime value: retrace with its type
+                            retry = True
+                            continue
+                        raise self._err(f"loop-carried variable '{n}' has type {types[n]} before the loop "
+                                        f"and {v.type} at the end of the body", st)
+                    outs.append(v)
+                if retry:
+                    continue
+                self._loc(st)
+                self.b.yield_([v.v for v in outs])
+            break
+        else:
+            raise self._err("could not settle the types of loop-carried variables", st)
+        self._loc(st)
+        init_vals = [S.cast(inits[n], types[n].elem) if inits[n].type != types[n] else inits[n] for n in carried]
+        op = self.b.for_op(lo_v.v, hi_v.v, st_v.v, [v.v for v in init_vals], body, attrs)
+        for n, r in zip(carried, op.results):
+            r.name = n
+            env[n] = TV(r, self.b)
+        for n in assigned:     # values local to the body are not visible after the loop
+            if n not in carried:
+                env.pop(n, None)
+        env.pop(st.target.id, None)
+
+    # -- expressions --------------------------------------------------------------------------------
+    def _eval(self, node, env):
+        m = getattr(self, "_ex_" + type(node).__name__, None)
+        if m is None:
+            raise self._err(f"expression '{type(node).__name__}' is not supported in kernels", node)
+        return m(node, env)
+
+    def _lookup(self, name, env, node):
+        if name in env:
+            return env[name]
+        g = self._src.globals
+        if name in g:
+            return g[name]
+        if hasattr(py_builtins, name):
+            return getattr(py_builtins, name)
+        raise self._err(f"name '{name}' is not defined", node)
+
+    def _ex_Name(self, node, env):
+        return self._lookup(node.id, env, node)
+
+    def _ex_Constant(self, node, env):
+        return node.value
+
+    def _ex_Tuple(self, node, env):
+        return tuple(self._eval(e, env) for e in node.elts)
+
+    def _ex_List(self, node, env):
+        return [self._eval(e, env) for e in node.elts]
+
+    def _ex_Slice(self, node, env):
+        parts = [self._eval(p, env) if p is not None else None for p in (node.lower, node.upper, node.step)]
+        return slice(*parts)
+
+    def _ex_JoinedStr(self, node, env):
+        out = []
+        for v in node.values:
+            if isinstance(v, ast.Constant):
+                out.append(str(v.value))
+            else:
+                out.append(format(self._eval(v.value, env)))
+        return "".join(out)
+
+    def _ex_Attribute(self, node, env):
+        obj = self._eval(node.value, env)
+        if isinstance(obj, TV) and node.attr in TENSOR_METHODS:
+            return _TileMethod(self, TENSOR_METHODS[node.attr], obj)
+        try:
+            return getattr(obj, node.attr)
+        except AttributeError:
+            raise self._err(f"{type(obj).__name__} has no attribute '{node.attr}'", node)
+
+    def _ex_Subscript(self, node, env):
+        obj = self._eval(node.value, env)
+        idx = self._eval(node.slice, env)
+        return obj[idx]
+
+    def _ex_BinOp(self, node, env):
+        return self._binop(type(node.op), self._eval(node.left, env), self._eval(node.right, env), node)
+
+    def _binop(self, optype, a, b, node):
+        self._loc(node)
+        if optype is ast.Pow and (isinstance(a, TV) or isinstance(b, TV)):
+            raise self._err("** on runtime values is not supported (Triton semantics)", node)
+        if optype is ast.MatMult:
+            raise self._err("use tl.dot for matrix products", node)
+        return _BINOPS[optype](a, b)
+
+    def _ex_UnaryOp(self, node, env):
+        x = self._eval(node.operand, env)
+        self._loc(node)
+        if isinstance(node.op, ast.Not):
+            if isinstance(x, TV):
+                return S.compare("eq", x, 0) if not x.dtype.is_bool else ~x
+            return not x
+        return {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Invert: operator.invert}[type(node.op)](x)
+
+    def _ex_Compare(self, node, env):
+        left = self._eval(node.left, env)
+        result = None
+        for op, comp in zip(node.ops, node.comparators):
+            right = self._eval(comp, env)
+            self._loc(node)
+            r = _CMPOPS[type(op)](left, right)
+            result = r if result is None else self._logical("and", result, r)
+            left = right
+        return result
+
+    def _ex_BoolOp(self, node, env):
+        kind = "and" if isinstance(node.op, ast.And) else "or"
+        result = self._eval(node.values[0], env)
+        for v in node.values[1:]:
+            if not isinstance(result, TV):     # Python short-circuit on constexprs
+                if (kind == "and" and not result) or (kind == "or" and result):
+                    return result
+                result = self._eval(v, env)
+                continue
+            result = self._logical(kind, result, self._eval(v, env))
+        return result
+
+    def _logical(self, kind, a, b):
+        if not isinstance(a, TV) and not isinstance(b, TV):
+            return (a and b) if kind == "and" else (a or b)
+        tv = a if isinstance(a, TV) else b
+        a = as_tv(tv.b, a)
+        b = as_tv(tv.b, b)
+        a = a if a.dtype.is_bool else S.compare("ne", a, 0)
+        b = b if b.dtype.is_bool else S.compare("ne", b, 0)
+        return S.bitwise(kind, a, b)
+
+    def _ex_IfExp(self, node, env):
+        cond = self._eval(node.test, env)
+        if isinstance(cond, TV):
+            return S.where(cond, self._eval(node.body, env), self._eval(node.orelse, env))
+        return self._eval(node.body if cond else node.orelse, env)
+
+    def _ex_Call(self, node, env):
+        fn = self._eval(node.func, env)
+        args = []
+        for a in node.args:
+            if isinstance(a, ast.Starred):
+                args.extend(self._eval(a.value, env))
+            else:
+                args.append(self._eval(a, env))
+        kwargs = {}
+        for k in node.keywords:
+            if k.arg is None:
+                kwargs.update(self._eval(k.value, env))
+            else:
+                kwargs[k.arg] = self._eval(k.value, env)
+        self._loc(node)
+        return self.call(fn, args, kwargs, node)
+
+    def call(self, fn, args, kwargs, node=None):
+        impl = self.builtins.get(fn) if _hashable(fn) else None
+        if impl is not None:
+            try:
+                return impl(self, *args, **kwargs)
+            except TypeError as e:
+                raise self._err(f"bad arguments to {getattr(fn, '__name__', fn)}: {e}", node)
+        inner = unwrap_jit(fn)
+        if inner is not None:
+            return self._inline(inner, args, kwargs, node)
+        if getattr(fn, "__self__", None) is not None and isinstance(fn.__self__, TV):
+            return fn(*args, **kwargs)
+        if isinstance(fn, _TileMethod):
+            return fn(*args, **kwargs)
+        if fn is tl.range or fn is tl.static_range:
+            raise self._err(f"{fn.__name__} can only be used as the iterable of a for loop", node)
+        if any(isinstance(a, TV) for a in list(args) + list(kwargs.values())):
+            name = getattr(fn, "__qualname__", None) or repr(fn)
+            mod = getattr(fn, "__module__", "") or ""
+            if mod.startswith("triton"):
+                raise self._err(f"Triton builtin '{mod}.{name}' is not supported by tle yet", node)
+            raise self._err(f"call to '{name}' on runtime values: only tle/Triton builtins and "
+                            f"@tle.jit functions can take tiles", node)
+        if fn in _PY_CALLABLE_OK or _is_plain_python(fn):
+            return fn(*args, **kwargs)
+        raise self._err(f"call to {fn!r} is not supported in kernels", node)
+
+    def _inline(self, fn, args, kwargs, node):
+        if self._depth > 32:
+            raise self._err("call depth over 32: recursive @jit functions are not supported", node)
+        src = function_source(fn)
+        sig = inspect.signature(fn)
+        try:
+            bound = sig.bind(*args, **kwargs)
+        except TypeError as e:
+            raise self._err(f"calling {fn.__name__}: {e}", node)
+        bound.apply_defaults()
+        saved, saved_loc = self._src, self.b.loc
+        self._src = src
+        self._depth += 1
+        try:
+            self._exec_body(src.tree.body, dict(bound.arguments))
+            result = None
+        except _Return as r:
+            result = r.value
+        finally:
+            self._src = saved
+            self._depth -= 1
+            self.b.loc = saved_loc
+        return result
+
+
+class _TileMethod:
+    """`x.sum(axis)` and friends: a Triton builtin bound to the tile it was looked up on."""
+
+    def __init__(self, tracer, impl, tile):
+        self.tracer, self.impl, self.tile = tracer, impl, tile
+
+    def __call__(self, *args, **kwargs):
+        return self.impl(self.tracer, self.tile, *args, **kwargs)
+
+
+def _hashable(x) -> bool:
+    try:
+        hash(x)
+        return True
+    except TypeError:
+        return False
+
+
+def _same_py(a, b) -> bool:
+    try:
+        return a is b or bool(a == b)
+    except Exception:
+        return False
+
+
+def _is_plain_python(fn) -> bool:
+    """Pure-Python helpers on constexprs (math.log2, triton.next_power_of_2, user functions...)."""
+    mod = getattr(fn, "__module__", "") or ""
+    return callable(fn) and not mod.startswith("triton.language")
+
+
+TLE_BUILTINS = {}
+
+
+def register_tle_builtin(fn, impl):
+    TLE_BUILTINS[fn] = impl
+
+
+def make_tracer() -> Tracer:
+    return Tracer(TLE_BUILTINS)
+
+
+__all__ = ["Tracer", "make_tracer", "constexpr_params", "function_source", "tle_load", "register_tle_builtin"]

@@ -1,0 +1,120 @@
+"""Textual form of the tile IR: one op per line, nested regions indented, source line at the right.
+
+Value names come from the source variables they were assigned to; unnamed values are numbered. The
+form is deterministic, so golden tests can compare it.
+"""
+from __future__ import annotations
+
+from .core import Block, KernelIR, Op, Value
+
+
+class _Namer:
+    def __init__(self):
+        self.names: dict[int, str] = {}
+        self.used: set[str] = set()
+        self.counter = 0
+
+    def define(self, v: Value) -> str:
+        if v.name:
+            base = v.name
+            name = base
+            k = 1
+            while name in self.used:
+                name = f"{base}.{k}"
+                k += 1
+        else:
+            while str(self.counter) in self.used:
+                self.counter += 1
+            name = str(self.counter)
+            self.counter += 1
+        self.used.add(name)
+        self.names[v.id] = name
+        return "%" + name
+
+    def __call__(self, v: Value | None) -> str:
+        if v is None:
+            return "none"
+        return "%" + self.names.get(v.id, f"?{v.id}")
+
+
+def _fmt_attr(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return repr(v)
+    if isinstance(v, tuple):
+        return "[" + ", ".join(_fmt_attr(x) for x in v) + "]"
+    return str(v)
+
+
+def _attrs(op: Op, skip=()) -> str:
+    items = [(k, v) for k, v in op.attrs.items() if k not in skip and v is not None and v is not False
+             and v != ""]
+    if not items:
+        return ""
+    return " {" + ", ".join(f"{k}={_fmt_attr(v)}" for k, v in items) + "}"
+
+
+def _print_block(block: Block, namer: _Namer, indent: int, out: list[str]):
+    pad = "  " * indent
+    for op in block.ops:
+        _print_op(op, namer, indent, pad, out)
+
+
+def _print_op(op: Op, namer: _Namer, indent: int, pad: str, out: list[str]):
+    loc = f"  # line {op.loc.line}" if op.loc.line else ""
+    if op.name == "for":
+        lo, hi, st, *inits = op.operands
+        iv, *carried = op.body.args
+        head = f"{pad}"
+        if op.results:
+            head += ", ".join(namer.define(r) for r in op.results) + " = "
+        head += f"for {namer.define(iv)} = {namer(lo)} to {namer(hi)} step {namer(st)}"
+        if carried:
+            pairs = ", ".join(f"{namer.define(c)} = {namer(i)}" for c, i in zip(carried, inits))
+            head += f" iter_args({pairs})"
+        out.append(head + _attrs(op) + " {" + loc)
+        _print_block(op.body, namer, indent + 1, out)
+        out.append(pad + "}")
+        return
+    if op.name == "if":
+        head = pad
+        if op.results:
+            head += ", ".join(namer.define(r) for r in op.results) + " = "
+        out.append(f"{head}if {namer(op.operands[0])} {{{loc}")
+        _print_block(op.regions[0], namer, indent + 1, out)
+        out.append(pad + "} else {")
+        _print_block(op.regions[1], namer, indent + 1, out)
+        out.append(pad + "}")
+        return
+    args = []
+    from .core import OPERANDS
+    names = OPERANDS.get(op.name)
+    for i, v in enumerate(op.operands):
+        if v is None:
+            continue
+        if names and i > 0 and names[i] in ("mask", "other", "acc"):
+            args.append(f"{names[i]}={namer(v)}")
+        else:
+            args.append(namer(v))
+    kind = op.attrs.get("op") or op.attrs.get("pred") or op.attrs.get("kind")
+    opname = f"{op.name}.{kind}" if kind else op.name
+    lhs = ", ".join(namer.define(r) for r in op.results)
+    lhs = f"{lhs} = " if lhs else ""
+    rtype = f" : {op.results[0].type}" if op.results else ""
+    text = f"{pad}{lhs}{opname} {', '.join(args)}".rstrip()
+    text += _attrs(op, skip=("op", "pred", "kind")) + rtype
+    out.append(text + loc)
+
+
+def print_kernel(k: KernelIR) -> str:
+    namer = _Namer()
+    params = ", ".join(f"{namer.define(p.value)}: {p.value.type}" for p in k.params)
+    out = [f"kernel {k.name}({params})"]
+    if k.constexprs:
+        out.append("  constexprs {" + ", ".join(f"{n}={v!r}" for n, v in k.constexprs.items()) + "}")
+    out.append(f"  launch {{num_warps={k.num_warps}, num_stages={k.num_stages}}}")
+    out.append("{")
+    _print_block(k.body, namer, 1, out)
+    out.append("}")
+    return "\n".join(out)

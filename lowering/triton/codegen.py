@@ -1,0 +1,288 @@
+"""Tile IR -> the source of a `@triton.jit` kernel.
+
+The output reads like a hand-written Triton kernel: constexprs are folded in, each named source
+variable is a statement, and single-use pure values are written inline where they are used.
+"""
+from __future__ import annotations
+
+from ..errors import UnsupportedConstruct
+from ..ir import types as T
+from ..ir.core import Block, KernelIR, Op, Value
+from ..ir.uses import Identifiers, users
+
+BACKEND = "triton"
+_TL_DTYPE = {"i1": "tl.int1", "i8": "tl.int8", "i16": "tl.int16", "i32": "tl.int32", "i64": "tl.int64",
+             "u8": "tl.uint8", "u16": "tl.uint16", "u32": "tl.uint32", "u64": "tl.uint64",
+             "fp16": "tl.float16", "bf16": "tl.bfloat16", "fp32": "tl.float32", "fp64": "tl.float64"}
+_BIN = {"add": "+", "sub": "-", "mul": "*", "fdiv": "/", "div": "//", "rem": "%", "and": "&", "or": "|",
+        "xor": "^", "shl": "<<", "shr": ">>"}
+_CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
+_MATH = {"exp": "tl.exp", "exp2": "tl.exp2", "log": "tl.log", "log2": "tl.log2", "sqrt": "tl.sqrt",
+         "rsqrt": "tl.rsqrt", "sigmoid": "tl.sigmoid", "abs": "tl.abs", "erf": "tl.erf", "sin": "tl.sin",
+         "cos": "tl.cos", "floor": "tl.floor", "ceil": "tl.ceil"}
+_PURE = {"const", "program_id", "num_programs", "arange", "splat", "broadcast", "expand_dims", "reshape",
+         "trans", "binary", "cmp", "unary", "cast", "where", "addptr"}
+_IMPLICIT_BROADCAST_USERS = {"binary", "cmp", "where", "addptr"}
+
+
+def tl_dtype(d: T.DType) -> str:
+    return _TL_DTYPE[d.name]
+
+
+def _literal(value, dtype: T.DType) -> str:
+    if dtype.is_bool:
+        return "True" if value else "False"
+    if dtype.is_float:
+        if value != value:
+            return "float('nan')"
+        if value in (float("inf"), float("-inf")):
+            return f"float('{'-' if value < 0 else ''}inf')"
+        return repr(float(value))
+    return repr(int(value))
+
+
+class TritonCodegen:
+    def __init__(self, k: KernelIR, source_note: str = ""):
+        self.k = k
+        self.ids = Identifiers(reserved={"tl", "triton"})
+        self.users = users(k)
+        self.lines: list[str] = []
+        self.source_note = source_note
+
+    # -- which values become expressions instead of statements ------------------------------------
+    def _inline(self, op: Op) -> bool:
+        if op.name not in _PURE or len(op.results) != 1:
+            return False
+        v = op.result
+        us = self.users.get(v.id, [])
+        if op.name == "const":
+            return True
+        if op.name in ("splat", "broadcast") and all(u.name in _IMPLICIT_BROADCAST_USERS for u in us):
+            return True  # Triton broadcasts implicitly in these users
+        if v.name and op.name not in ("expand_dims",):
+            return False
+        return len(us) == 1 and us[0].parent is op.parent
+
+    def expr(self, v: Value) -> str:
+        if v in self.ids:
+            return self.ids[v]
+        op = v.defining_op
+        assert op is not None, f"value {v} has no name and no defining op"
+        return self._render(op)
+
+    def _paren(self, v: Value) -> str:
+        e = self.expr(v)
+        if e.isidentifier() or e.replace(".", "").replace("-", "").isdigit() or e.endswith(")") and e.startswith("tl."):
+            return e
+        if e.endswith("]") and e.split("[")[0].isidentifier():
+            return e
+        return f"({e})"
+
+    def _render(self, op: Op) -> str:
+        a = op.attrs
+        ops = op.operands
+        n = op.name
+        if n == "const":
+            return _literal(a["value"], op.result.type.elem) if op.result.type.elem.name in ("i32", "fp32", "i1") \
+                or self._typed_by_context(op) else \
+                f"tl.full([], {_literal(a['value'], op.result.type.elem)}, {tl_dtype(op.result.type.elem)})"
+        if n == "program_id":
+            return f"tl.program_id({a['axis']})"
+        if n == "num_programs":
+            return f"tl.num_programs({a['axis']})"
+        if n == "arange":
+            return f"tl.arange({a['start']}, {a['end']})"
+        if n in ("splat", "broadcast"):
+            if self._inline(op):
+                return self.expr(ops[0])
+            if n == "splat":
+                return f"tl.full({list(a['shape'])}, {self.expr(ops[0])}, {tl_dtype(op.result.type.elem)})" \
+                    if not op.result.type.is_pointer else f"tl.broadcast_to({self.expr(ops[0])}, {list(a['shape'])})"
+            return f"tl.broadcast_to({self.expr(ops[0])}, {list(a['shape'])})"
+        if n == "expand_dims":
+            rank = op.result.type.rank
+            idx = [":"] * rank
+            idx[a["axis"]] = "None"
+            return f"{self._paren(ops[0])}[{', '.join(idx)}]"
+        if n == "reshape":
+            return f"tl.reshape({self.expr(ops[0])}, {list(a['shape'])})"
+        if n == "trans":
+            if tuple(a["perm"]) == (1, 0):
+                return f"tl.trans({self.expr(ops[0])})"
+            return f"tl.permute({self.expr(ops[0])}, {tuple(a['perm'])})"
+        if n == "binary":
+            o = a["op"]
+            if o in ("maximum", "minimum"):
+                return f"tl.{o}({self.expr(ops[0])}, {self.expr(ops[1])})"
+            if o == "pow":
+                raise UnsupportedConstruct("pow", BACKEND, op.loc)
+            return f"{self._paren(ops[0])} {_BIN[o]} {self._paren(ops[1])}"
+        if n == "cmp":
+            return f"{self._paren(ops[0])} {_CMP[a['pred']]} {self._paren(ops[1])}"
+        if n == "unary":
+            o = a["op"]
+            if o == "neg":
+                return f"-{self._paren(ops[0])}"
+            if o in ("invert", "not"):
+                return f"~{self._paren(ops[0])}"
+            return f"{_MATH[o]}({self.expr(ops[0])})"
+        if n == "cast":
+            extra = ", bitcast=True" if a.get("bitcast") else ""
+            return f"{self._paren(ops[0])}.to({tl_dtype(a['dtype'])}{extra})"
+        if n == "where":
+            return f"tl.where({self.expr(ops[0])}, {self.expr(ops[1])}, {self.expr(ops[2])})"
+        if n == "addptr":
+            return f"{self._paren(ops[0])} + {self._paren(ops[1])}"
+        if n == "load":
+            args = [self.expr(ops[0])]
+            if ops[1] is not None:
+                args.append(f"mask={self.expr(ops[1])}")
+            if ops[2] is not None:
+                args.append(f"other={self.expr(ops[2])}")
+            for key in ("cache_modifier", "eviction_policy"):
+                if a.get(key):
+                    args.append(f"{key}={a[key]!r}")
+            if a.get("volatile"):
+                args.append("volatile=True")
+            return f"tl.load({', '.join(args)})"
+        if n == "atomic":
+            args = [self.expr(ops[0]), self.expr(ops[1])]
+            if ops[2] is not None:
+                args.append(f"mask={self.expr(ops[2])}")
+            for key in ("sem", "scope"):
+                if a.get(key):
+                    args.append(f"{key}={a[key]!r}")
+            return f"tl.atomic_{a['kind']}({', '.join(args)})"
+        if n == "reduce":
+            kd = ", keep_dims=True" if a["keep_dims"] else ""
+            return f"tl.{a['kind']}({self.expr(ops[0])}, axis={a['axis']}{kd})"
+        if n == "dot":
+            args = [self.expr(ops[0]), self.expr(ops[1]), self.expr(ops[2])]
+            if a.get("input_precision"):
+                args.append(f"input_precision={a['input_precision']!r}")
+            if a.get("max_num_imprecise_acc"):
+                args.append(f"max_num_imprecise_acc={a['max_num_imprecise_acc']}")
+            args.append(f"out_dtype={tl_dtype(a['out_dtype'])}")
+            return f"tl.dot({', '.join(args)})"
+        raise UnsupportedConstruct(f"op '{n}'", BACKEND, op.loc)
+
+    def _typed_by_context(self, op: Op) -> bool:
+        """A literal takes the dtype of the tile it meets in these users (Triton's scalar rule)."""
+        us = self.users.get(op.result.id, [])
+        if not us:
+            return False
+        for u in us:
+            if u.name not in ("binary", "cmp", "where"):
+                return False
+            others = [o for o in u.operands if o is not None and o is not op.result and
+                      o.type.elem == op.result.type.elem]
+            if not others or all((o.defining_op is not None and o.defining_op.name == "const") for o in others):
+                return False
+        return True
+
+    # -- statements -----------------------------------------------------------------------------------
+    def emit(self, line: str, indent: int):
+        self.lines.append("    " * indent + line)
+
+    def block(self, blk: Block, indent: int):
+        for op in blk.ops:
+            self.statement(op, indent)
+
+    def statement(self, op: Op, indent: int):
+        n = op.name
+        if n == "yield":
+            return  # handled by the parent op
+        if n == "store":
+            ptr, val, mask = op.operands
+            args = [self.expr(ptr), self.expr(val)]
+            if mask is not None:
+                args.append(f"mask={self.expr(mask)}")
+            for key in ("cache_modifier", "eviction_policy"):
+                if op.attrs.get(key):
+                    args.append(f"{key}={op.attrs[key]!r}")
+            self.emit(f"tl.store({', '.join(args)})", indent)
+            return
+        if n == "for":
+            self._for(op, indent)
+            return
+        if n == "if":
+            self._if(op, indent)
+            return
+        if self._inline(op):
+            return
+        name = self.ids.define(op.result)
+        note = "  # tle.load(is_async=True): hint kept in the IR; issued as a plain load" \
+            if n == "load" and op.attrs.get("is_async") else ""
+        self.emit(f"{name} = {self._render(op)}{note}", indent)
+
+    def _assign_many(self, names: list[str], values: list[Value], indent: int):
+        pairs = [(nm, self.expr(v)) for nm, v in zip(names, values) if self.expr(v) != nm]
+        if not pairs:
+            return
+        if len(pairs) == 1:
+            self.emit(f"{pairs[0][0]} = {pairs[0][1]}", indent)
+        else:
+            self.emit(f"{', '.join(p[0] for p in pairs)} = {', '.join(p[1] for p in pairs)}", indent)
+
+    def _for(self, op: Op, indent: int):
+        lo, hi, st, *inits = op.operands
+        iv, *carried = op.body.args
+        names = []
+        for c, r in zip(carried, op.results):
+            nm = self.ids.define(c)
+            self.ids.alias(r, nm)
+            names.append(nm)
+        self._assign_many(names, inits, indent)
+        ivn = self.ids.define(iv)
+        bounds = [self.expr(lo), self.expr(hi)]
+        if not (st.defining_op is not None and st.defining_op.name == "const" and st.defining_op.attrs["value"] == 1):
+            bounds.append(self.expr(st))
+        elif bounds[0] == "0":
+            bounds = bounds[1:]
+        kw = []
+        for key in ("num_stages", "loop_unroll_factor", "warp_specialize", "flatten", "disallow_acc_multi_buffer",
+                    "disable_licm"):
+            if key in op.attrs:
+                kw.append(f"{key}={op.attrs[key]!r}")
+        it = "tl.range" if op.attrs.get("kind") == "tl.range" or kw else "range"
+        self.emit(f"for {ivn} in {it}({', '.join(bounds + kw)}):", indent)
+        self.block(op.body, indent + 1)
+        y = op.body.terminator
+        self._assign_many(names, y.operands if y else [], indent + 1)
+        if len(op.body.ops) == 0 or (len(op.body.ops) == 1 and y is not None and not names):
+            self.emit("pass", indent + 1)
+
+    def _if(self, op: Op, indent: int):
+        names = [self.ids.define(r) for r in op.results]
+        self.emit(f"if {self.expr(op.operands[0])}:", indent)
+        for i, blk in enumerate(op.regions):
+            if i == 1:
+                self.emit("else:", indent)
+            before = len(self.lines)
+            self.block(blk, indent + 1)
+            y = blk.terminator
+            self._assign_many(names, y.operands if y else [], indent + 1)
+            if len(self.lines) == before:
+                self.emit("pass", indent + 1)
+
+    def generate(self) -> str:
+        k = self.k
+        params = [self.ids.define(p.value, p.name) for p in k.params]
+        body_start = len(self.lines)
+        self.block(k.body, 1)
+        body = self.lines[body_start:] or ["    pass"]
+        head = [f"# Generated by tle from {k.loc} ({k.name}); edit the source kernel, not this file.",
+                "import triton",
+                "import triton.language as tl",
+                "",
+                ""]
+        if k.constexprs:
+            head.append("# constexprs: " + ", ".join(f"{n}={v!r}" for n, v in k.constexprs.items()))
+        head.append(f"# launch: num_warps={k.num_warps}, num_stages={k.num_stages}")
+        head.append("@triton.jit")
+        head.append(f"def {k.name}({', '.join(params)}):")
+        return "\n".join(head + body) + "\n"
+
+
+def generate(k: KernelIR) -> str:
+    return TritonCodegen(k).generate()

@@ -1,0 +1,15 @@
+"""tle: write a kernel once in Triton syntax plus the TLE extensions; lower it to Triton or TileLang."""
+import os as _os
+
+# tle.lowering and tle.kernels live in top-level folders of the source tree (lowering/, kernels/) and are
+# installed under tle.* by pyproject's package-dir; on a bare source tree (PYTHONPATH=.) map them here.
+_root = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
+if _os.path.isdir(_os.path.join(_root, "lowering")) and _root not in __path__:
+    __path__.append(_root)
+
+from tle.jit import Kernel, Lowered, jit  # noqa: E402,F401
+from tle.language import load  # noqa: E402,F401
+from tle.errors import BackendUnavailable, LaunchError, LoweringError, UnsupportedConstruct  # noqa: E402,F401
+from tle.select import available_backends  # noqa: E402,F401
+
+__version__ = "0.1.0"

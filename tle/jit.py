@@ -1,0 +1,236 @@
+"""`@tle.jit`: a kernel written once in Triton syntax, lowered to the backend chosen at launch.
+
+    @tle.jit
+    def add(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr): ...
+
+    add[grid](x, y, out, n, BLOCK=1024, backend="tilelang", num_warps=4)
+    add.lower(x, y, out, n, BLOCK=1024, grid=grid, backend="tilelang").source
+"""
+from __future__ import annotations
+
+import inspect
+import numbers
+from dataclasses import dataclass
+
+import torch
+
+from tle import select
+from tle.cache import cache_dir
+from tle.dtypes import from_torch
+from tle.errors import LaunchError
+from tle.lowering.backend import Compiled
+from tle.lowering.frontend import constexpr_params, make_tracer
+from tle.lowering.ir import types as T
+from tle.lowering.ir.core import KernelIR
+from tle.lowering.spec import ArgSpec, Spec
+
+_LAUNCH_KEYS = ("backend", "num_warps", "num_stages")
+
+
+def _scalar_type(name, x) -> T.Type:
+    if isinstance(x, bool):
+        return T.scalar(T.i1)
+    if isinstance(x, numbers.Integral):
+        x = int(x)
+        if -2**31 <= x < 2**31:
+            return T.scalar(T.i32)
+        if -2**63 <= x < 2**63:
+            return T.scalar(T.i64)
+        raise LaunchError(f"argument '{name}': integer {x} does not fit in 64 bits")
+    if isinstance(x, numbers.Real):
+        return T.scalar(T.fp32)
+    raise LaunchError(f"argument '{name}': expected a torch.Tensor, int, float or bool, got {type(x).__name__}")
+
+
+def check_grid(grid) -> tuple[int, ...]:
+    if isinstance(grid, numbers.Integral) and not isinstance(grid, bool):
+        grid = (grid,)
+    if not isinstance(grid, (tuple, list)) or not 1 <= len(grid) <= 3:
+        raise LaunchError(f"grid must be one to three positive ints, got {grid!r}")
+    out = []
+    for g in grid:
+        if isinstance(g, bool) or not isinstance(g, numbers.Integral) or int(g) <= 0:
+            raise LaunchError(f"grid must be one to three positive ints, got {tuple(grid)!r}")
+        out.append(int(g))
+    return tuple(out)
+
+
+@dataclass
+class Lowered:
+    """What one lowering produced: the IR text, the generated source, and the backend's stages."""
+    backend: str
+    kernel: KernelIR
+    compiled: Compiled
+
+    @property
+    def ir(self) -> str:
+        return str(self.kernel)
+
+    @property
+    def source(self) -> str:
+        return self.compiled.source
+
+    @property
+    def notes(self) -> list[str]:
+        return self.compiled.notes
+
+    @property
+    def stages(self) -> tuple[str, ...]:
+        return self.compiled.stages
+
+    def stage(self, name: str) -> str:
+        return self.compiled.stage(name)
+
+
+class Kernel:
+    def __init__(self, fn, backend: str | None = None, do_not_specialize: tuple[str, ...] = ()):
+        self.fn = fn
+        self.__tle_fn__ = fn          # lets the frontend inline this kernel when it is called from another
+        self.__name__ = fn.__name__
+        self.__doc__ = fn.__doc__
+        self.backend = backend
+        self.do_not_specialize = tuple(do_not_specialize)
+        self.signature = inspect.signature(fn)
+        self.param_names = list(self.signature.parameters)
+        self.constexpr_names = set(constexpr_params(fn))
+        for n in self.do_not_specialize:
+            if n not in self.param_names:
+                raise ValueError(f"do_not_specialize names '{n}', which is not a parameter of {fn.__name__}")
+        self._cache: dict = {}
+
+    def __repr__(self):
+        return f"<tle kernel {self.__name__}>"
+
+    def __call__(self, *args, **kwargs):
+        raise TypeError(f"launch a tle kernel with a grid: {self.__name__}[grid](...)")
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.run(grid, args, kwargs)
+
+    # -- binding ------------------------------------------------------------------------------------
+    def _bind(self, args, kwargs):
+        launch = {k: kwargs.pop(k) for k in _LAUNCH_KEYS if k in kwargs}
+        try:
+            bound = self.signature.bind(*args, **kwargs)
+        except TypeError as e:
+            msg = str(e)
+            if "missing a required argument" in msg:
+                name = msg.split("'")[1]
+                kind = "constexpr" if name in self.constexpr_names else "argument"
+                raise LaunchError(f"{self.__name__}: missing {kind} '{name}'") from None
+            raise LaunchError(f"{self.__name__}: {msg}") from None
+        bound.apply_defaults()
+        values = bound.arguments
+        constexprs, runtime = {}, []
+        for name in self.param_names:
+            v = values[name]
+            if name in self.constexpr_names or v is None:
+                constexprs[name] = v
+            else:
+                runtime.append((name, v))
+        return constexprs, runtime, launch
+
+    def _spec(self, runtime, backend, num_warps, num_stages) -> tuple[Spec, tuple]:
+        arg_specs, key, specialized = [], [], []
+        device = None
+        for name, v in runtime:
+            if isinstance(v, torch.Tensor):
+                if device is None:
+                    device = v.device
+                elif v.device != device and v.device.type != "meta":
+                    raise LaunchError(f"argument '{name}' is on {v.device}, other tensors are on {device}")
+                try:
+                    dt = from_torch(v.dtype)
+                except TypeError as e:
+                    raise LaunchError(f"argument '{name}': {e}") from None
+                aligned = (v.data_ptr() % 16 == 0) if v.device.type != "meta" else True
+                a = ArgSpec(name, T.scalar(T.PointerType(dt)), tuple(v.shape), tuple(v.stride()),
+                            aligned16=aligned)
+                key.append((dt.name, aligned) + ((a.shape, a.strides) if backend.specializes_shapes else ()))
+            else:
+                t = _scalar_type(name, v)
+                spec_it = backend.specializes_ints and t.elem.is_int and not t.elem.is_bool \
+                    and name not in self.do_not_specialize
+                a = ArgSpec(name, t, value=int(v) if spec_it else None)
+                if spec_it:
+                    specialized.append(name)
+                key.append((t.elem.name, a.value))
+            arg_specs.append(a)
+        spec = Spec(tuple(arg_specs), num_warps, num_stages, tuple(specialized))
+        return spec, tuple(key), device
+
+    # -- lowering -----------------------------------------------------------------------------------
+    def _lower(self, backend, constexprs, spec: Spec) -> Lowered:
+        runtime_types = {a.name: a.type for a in spec.args if a.name not in spec.specialized}
+        values = dict(constexprs)
+        for a in spec.args:
+            if a.name in spec.specialized:
+                values[a.name] = a.value
+        tracer = make_tracer()
+        ir = tracer.trace_kernel(self.fn, runtime_types, values, spec.num_warps, spec.num_stages)
+        ir.constexprs = {k: v for k, v in values.items() if k not in spec.specialized}
+        ir.specialized = {n: values[n] for n in spec.specialized}
+        runtime_spec = Spec(tuple(a for a in spec.args if a.name not in spec.specialized), spec.num_warps,
+                            spec.num_stages, spec.specialized)
+        compiled = backend.lower(ir, runtime_spec, cache_dir())
+        return Lowered(backend.name, ir, compiled)
+
+    def _get(self, backend, constexprs, spec, key) -> Lowered:
+        full_key = (backend.name, key, _freeze(constexprs), spec.num_warps, spec.num_stages)
+        hit = self._cache.get(full_key)
+        if hit is None:
+            hit = self._lower(backend, constexprs, spec)
+            self._cache[full_key] = hit
+        return hit
+
+    def lower(self, *args, grid=None, backend: str | None = None, num_warps: int = 4, num_stages: int = 3,
+              **kwargs) -> Lowered:
+        """Lower for these arguments (tensors may be on the 'meta' device) without launching."""
+        constexprs, runtime, _ = self._bind(args, kwargs)
+        if grid is not None:
+            check_grid(grid(dict(constexprs, **dict(runtime))) if callable(grid) else grid)
+        b = select.resolve(select.choose(backend, self.backend))
+        spec, key, _ = self._spec(runtime, b, int(num_warps), int(num_stages))
+        return self._get(b, constexprs, spec, key)
+
+    # -- launch -------------------------------------------------------------------------------------
+    def run(self, grid, args, kwargs):
+        constexprs, runtime, launch = self._bind(args, dict(kwargs))
+        b = select.resolve(select.choose(launch.get("backend"), self.backend))
+        num_warps, num_stages = int(launch.get("num_warps", 4)), int(launch.get("num_stages", 3))
+        if num_warps <= 0 or num_warps & (num_warps - 1):
+            raise LaunchError(f"num_warps must be a power of two, got {num_warps}")
+        if callable(grid):
+            grid = grid(dict(constexprs, **dict(runtime)))
+        grid = check_grid(grid)
+        spec, key, device = self._spec(runtime, b, num_warps, num_stages)
+        if device is None:
+            raise LaunchError(f"{self.__name__}: a launch needs at least one tensor argument")
+        why = b.launch_unavailable_reason(device)
+        if why is not None:
+            tensors = [n for n, v in runtime if isinstance(v, torch.Tensor)]
+            raise LaunchError(f"{self.__name__}: cannot launch on backend '{b.name}' with tensors "
+                              f"{', '.join(tensors)} on {device}: {why}")
+        lowered = self._get(b, constexprs, spec, key)
+        values = [v for (n, v) in runtime if n not in spec.specialized]
+        lowered.compiled.launch(grid, values)
+        return lowered
+
+
+def _freeze(d: dict):
+    return tuple((k, _hashable(v)) for k, v in d.items())
+
+
+def _hashable(v):
+    try:
+        hash(v)
+        return v
+    except TypeError:
+        return repr(v)
+
+
+def jit(fn=None, *, backend: str | None = None, do_not_specialize: tuple[str, ...] = ()):
+    """Decorate a Triton-syntax kernel. `backend` sets this kernel's default backend."""
+    if fn is None:
+        return lambda f: Kernel(f, backend=backend, do_not_specialize=do_not_specialize)
+    return Kernel(fn, backend=backend, do_not_specialize=do_not_specialize)
