@@ -70,6 +70,10 @@ class PointerType:
     def name(self) -> str:
         return f"ptr<{self.elem}>"
 
+    @property
+    def element_ty(self) -> DType:     # Triton's spelling: x_ptr.dtype.element_ty
+        return self.elem
+
     def __str__(self) -> str:
         return self.name
 

@@ -20,6 +20,8 @@ _CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 _MATH = {"exp": "tl.exp", "exp2": "tl.exp2", "log": "tl.log", "log2": "tl.log2", "sqrt": "tl.sqrt",
          "rsqrt": "tl.rsqrt", "sigmoid": "tl.sigmoid", "abs": "tl.abs", "erf": "tl.erf", "sin": "tl.sin",
          "cos": "tl.cos", "floor": "tl.floor", "ceil": "tl.ceil"}
+_PREC = {"|": 1, "^": 2, "&": 3, "<<": 4, ">>": 4, "+": 5, "-": 5, "*": 6, "/": 6, "//": 6, "%": 6,
+         "unary": 7, "<": 0.5, "<=": 0.5, ">": 0.5, ">=": 0.5, "==": 0.5, "!=": 0.5}
 _PURE = {"const", "program_id", "num_programs", "arange", "splat", "broadcast", "expand_dims", "reshape",
          "trans", "binary", "cmp", "unary", "cast", "where", "addptr"}
 _IMPLICIT_BROADCAST_USERS = {"binary", "cmp", "where", "addptr"}
@@ -70,13 +72,37 @@ class TritonCodegen:
         assert op is not None, f"value {v} has no name and no defining op"
         return self._render(op)
 
-    def _paren(self, v: Value) -> str:
+    def _prec(self, v: Value) -> int:
+        """Python precedence of the expression `v` renders to (higher binds tighter)."""
+        if v in self.ids:
+            return 100
+        op = v.defining_op
+        if op.name == "binary" and op.attrs["op"] in _BIN:
+            return _PREC[_BIN[op.attrs["op"]]]
+        if op.name == "cmp":
+            return _PREC["<"]
+        if op.name == "addptr":
+            return _PREC["+"]
+        if op.name == "unary" and op.attrs["op"] in ("neg", "invert", "not"):
+            return _PREC["unary"]
+        if op.name == "const" and isinstance(op.attrs["value"], (int, float)) and op.attrs["value"] < 0:
+            return _PREC["unary"]
+        if op.name in ("splat", "broadcast") and self._inline(op):
+            return self._prec(op.operands[0])
+        return 100
+
+    def _paren(self, v: Value, need: int = 100, right: bool = False) -> str:
+        """`v` as an operand that needs precedence `need` (a right operand of equal precedence is
+        parenthesized: a - (b - c))."""
         e = self.expr(v)
-        if e.isidentifier() or e.replace(".", "").replace("-", "").isdigit() or e.endswith(")") and e.startswith("tl."):
-            return e
-        if e.endswith("]") and e.split("[")[0].isidentifier():
+        p = self._prec(v)
+        if p > need or (p == need and not right):
             return e
         return f"({e})"
+
+    def _binop(self, sym: str, a: Value, b: Value) -> str:
+        p = _PREC[sym]
+        return f"{self._paren(a, p)} {sym} {self._paren(b, p, right=True)}"
 
     def _render(self, op: Op) -> str:
         a = op.attrs
@@ -116,15 +142,15 @@ class TritonCodegen:
                 return f"tl.{o}({self.expr(ops[0])}, {self.expr(ops[1])})"
             if o == "pow":
                 raise UnsupportedConstruct("pow", BACKEND, op.loc)
-            return f"{self._paren(ops[0])} {_BIN[o]} {self._paren(ops[1])}"
+            return self._binop(_BIN[o], ops[0], ops[1])
         if n == "cmp":
-            return f"{self._paren(ops[0])} {_CMP[a['pred']]} {self._paren(ops[1])}"
+            return self._binop(_CMP[a["pred"]], ops[0], ops[1])
         if n == "unary":
             o = a["op"]
             if o == "neg":
-                return f"-{self._paren(ops[0])}"
+                return f"-{self._paren(ops[0], _PREC['unary'], right=True)}"
             if o in ("invert", "not"):
-                return f"~{self._paren(ops[0])}"
+                return f"~{self._paren(ops[0], _PREC['unary'], right=True)}"
             return f"{_MATH[o]}({self.expr(ops[0])})"
         if n == "cast":
             extra = ", bitcast=True" if a.get("bitcast") else ""
@@ -132,13 +158,13 @@ class TritonCodegen:
         if n == "where":
             return f"tl.where({self.expr(ops[0])}, {self.expr(ops[1])}, {self.expr(ops[2])})"
         if n == "addptr":
-            return f"{self._paren(ops[0])} + {self._paren(ops[1])}"
+            return self._binop("+", ops[0], ops[1])
         if n == "load":
             args = [self.expr(ops[0])]
             if ops[1] is not None:
                 args.append(f"mask={self.expr(ops[1])}")
             if ops[2] is not None:
-                args.append(f"other={self.expr(ops[2])}")
+                args.append(f"other={self._other(ops[2])}")
             for key in ("cache_modifier", "eviction_policy"):
                 if a.get(key):
                     args.append(f"{key}={a[key]!r}")
@@ -165,6 +191,16 @@ class TritonCodegen:
             args.append(f"out_dtype={tl_dtype(a['out_dtype'])}")
             return f"tl.dot({', '.join(args)})"
         raise UnsupportedConstruct(f"op '{n}'", BACKEND, op.loc)
+
+    def _other(self, v: Value) -> str:
+        """tl.load casts `other` to the pointee type, so a constant can be written as a plain literal."""
+        op = v.defining_op
+        while op is not None and op.name in ("splat", "broadcast") and v not in self.ids:
+            v = op.operands[0]
+            op = v.defining_op
+        if op is not None and op.name == "const" and v not in self.ids:
+            return _literal(op.attrs["value"], v.type.elem)
+        return self.expr(v)
 
     def _typed_by_context(self, op: Op) -> bool:
         """A literal takes the dtype of the tile it meets in these users (Triton's scalar rule)."""
@@ -210,7 +246,7 @@ class TritonCodegen:
             return
         if self._inline(op):
             return
-        name = self.ids.define(op.result)
+        name = self.ids[op.result] if op.result in self.ids else self.ids.define(op.result)
         note = "  # tle.load(is_async=True): hint kept in the IR; issued as a plain load" \
             if n == "load" and op.attrs.get("is_async") else ""
         self.emit(f"{name} = {self._render(op)}{note}", indent)
@@ -227,11 +263,22 @@ class TritonCodegen:
     def _for(self, op: Op, indent: int):
         lo, hi, st, *inits = op.operands
         iv, *carried = op.body.args
+        y = op.body.terminator
+        yields = y.operands if y else []
+        order = {id(o): i for i, o in enumerate(op.body.ops)}
         names = []
-        for c, r in zip(carried, op.results):
-            nm = self.ids.define(c)
+        for c, r, init, out in zip(carried, op.results, inits, yields):
+            # keep the source's variable name across the loop where nothing else needs the value
+            if init in self.ids and all(u is op for u in self.users.get(init.id, [])) and \
+                    self.ids[init].split("_")[0] == (c.name or "").split("_")[0]:
+                nm = self.ids[init]
+                self.ids.alias(c, nm)
+            else:
+                nm = self.ids.define(c)
             self.ids.alias(r, nm)
             names.append(nm)
+            if self._can_write_in_place(c, out, op.body, order):
+                self.ids.alias(out, nm)
         self._assign_many(names, inits, indent)
         ivn = self.ids.define(iv)
         bounds = [self.expr(lo), self.expr(hi)]
@@ -251,6 +298,23 @@ class TritonCodegen:
         self._assign_many(names, y.operands if y else [], indent + 1)
         if len(op.body.ops) == 0 or (len(op.body.ops) == 1 and y is not None and not names):
             self.emit("pass", indent + 1)
+
+    def _can_write_in_place(self, carried: Value, out: Value, body: Block, order) -> bool:
+        """Can the body's new value of a carried variable be assigned to the variable itself? Yes when it
+        is a statement of the body's own block that comes after every use of the old value."""
+        d = out.defining_op
+        if d is None or d.parent is not body or out in self.ids or d.name in ("for", "if") or self._inline(d):
+            return False
+        if [u for u in self.users.get(out.id, []) if u is not body.terminator]:
+            return False
+        pos = order[id(d)]
+        for u in self.users.get(carried.id, []):
+            top = u
+            while top.parent is not body:
+                top = top.parent.parent_op
+            if order[id(top)] >= pos and top is not d:
+                return False
+        return True
 
     def _if(self, op: Op, indent: int):
         names = [self.ids.define(r) for r in op.results]

@@ -1,0 +1,220 @@
+"""Classification of every load, store and atomic, shared by the backends.
+
+    box      offsets affine in the tile's index vectors, unit stride on the innermost axis: a
+             rectangular region of the argument
+    strided  affine, but the innermost axis does not have unit stride
+    gather   an axis indexed through loaded values (or a scatter, for stores)
+    general  anything else (arbitrary pointer arithmetic)
+    scalar   a single element
+
+`plan_box` goes further for a backend that knows the argument's shape and strides: it maps tile axes
+to tensor dimensions and checks that the mask is exactly "in bounds" there, so that a bounds-predicated
+bulk copy (TileLang's T.copy) means the same as the masked load or store.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..ir.core import KernelIR, Op, Param, Value
+from .affine import Affine, AffineAnalysis
+
+
+@dataclass
+class Access:
+    op: Op
+    kind: str
+    param: Param | None
+    offset: Affine | None
+    reason: str = ""
+
+    @property
+    def line(self) -> int:
+        return self.op.loc.line
+
+
+def root_param(v: Value, params_by_id: dict[int, Param]) -> Param | None:
+    while True:
+        if v.id in params_by_id:
+            return params_by_id[v.id]
+        op = v.defining_op
+        if op is None:
+            return None
+        if op.name in ("addptr", "splat", "broadcast", "expand_dims", "trans"):
+            v = op.operands[0]
+        else:
+            return None
+
+
+def classify(op: Op, aff: AffineAnalysis, params_by_id) -> Access:
+    ptr = op.operands[0]
+    param = root_param(ptr, params_by_id)
+    off = aff.of(ptr)
+    if param is None:
+        return Access(op, "general", None, off, "the pointer does not come from one kernel argument")
+    if off is None:
+        return Access(op, "general", param, None, "the offsets are not affine in the tile indices")
+    if off.data:
+        return Access(op, "gather", param, off, "an axis is indexed through loaded values")
+    rank = ptr.type.rank
+    if rank == 0:
+        return Access(op, "scalar", param, off)
+    inner = off.axis_coef(rank - 1)
+    if inner == 1:
+        return Access(op, "box", param, off)
+    if inner == 0:
+        return Access(op, "strided", param, off, "the innermost axis does not move the address (a broadcast)")
+    return Access(op, "strided", param, off, f"the innermost axis has stride {inner}, not 1")
+
+
+def classify_accesses(k: KernelIR, known: dict[int, int] | None = None) -> dict[int, Access]:
+    """id(op) -> Access, for every load, store and atomic of the kernel."""
+    aff = AffineAnalysis(k, known)
+    params = {p.value.id: p for p in k.params}
+    out = {}
+    for op in k.walk():
+        if op.name in ("load", "store", "atomic"):
+            out[id(op)] = classify(op, aff, params)
+    return out
+
+
+# -- masks as per-axis bounds -----------------------------------------------------------------------
+def mask_conjuncts(mask: Value | None, aff: AffineAnalysis) -> list[Affine] | None:
+    """The mask as a list of affine forms D, each meaning "D < 0", in the mask's own axes;
+    None if some conjunct is not such a comparison."""
+    if mask is None:
+        return []
+    op = mask.defining_op
+    if op is None:
+        return None
+    if op.name == "binary" and op.attrs["op"] == "and":
+        a, b = mask_conjuncts(op.operands[0], aff), mask_conjuncts(op.operands[1], aff)
+        return None if a is None or b is None else a + b
+    if op.name in ("broadcast", "splat"):
+        return mask_conjuncts(op.operands[0], aff)
+    if op.name == "expand_dims":
+        inner = mask_conjuncts(op.operands[0], aff)
+        ax = op.attrs["axis"]
+        return None if inner is None else [c.map_axes(lambda i: i + 1 if i >= ax else i) for c in inner]
+    if op.name == "cmp":
+        lhs, rhs = aff.of(op.operands[0]), aff.of(op.operands[1])
+        if lhs is None or rhs is None:
+            return None
+        pred = op.attrs["pred"]
+        if pred == "lt":
+            return [lhs - rhs]
+        if pred == "le":
+            return [lhs - rhs - Affine(1)]
+        if pred == "gt":
+            return [rhs - lhs]
+        if pred == "ge":
+            return [rhs - lhs - Affine(1)]
+        return None
+    if op.name == "const" and op.attrs["value"]:
+        return []
+    return None
+
+
+def _max_over_tile(d: Affine, shape) -> int | None:
+    """The largest value of a form with no symbols over the tile's index space."""
+    if d.syms or d.data:
+        return None
+    m = d.const
+    for a, c in d.axes:
+        m += c * (shape[a] - 1) if c > 0 else 0
+    return m
+
+
+@dataclass
+class DimRange:
+    """The part of one tensor dimension a box covers."""
+    start: Affine          # scalar form: index of the first element along this dim
+    extent: int            # 1 for a dimension the tile does not span
+    axis: int | None       # the tile axis spanning it, if any
+
+
+@dataclass
+class BoxPlan:
+    dims: list[DimRange]
+
+
+def plan_box(access: Access, mask: Value | None, tile_shape: tuple[int, ...], tensor_shape, tensor_strides,
+             aff: AffineAnalysis) -> tuple[BoxPlan | None, str]:
+    """Map a box access onto the argument's dimensions; (plan, "") or (None, reason)."""
+    off = access.offset
+    if access.kind != "box":
+        return None, access.reason or f"a {access.kind} access"
+    rank = len(tile_shape)
+    ndim = len(tensor_shape)
+    axis_dim: dict[int, int] = {}
+    for a in range(rank):
+        c = off.axis_coef(a)
+        if c == 0:
+            return None, f"tile axis {a} does not move the address (a broadcast load)"
+        dims = [d for d in range(ndim) if tensor_strides[d] == c and tensor_shape[d] > 1 and d not in axis_dim.values()]
+        if len(dims) != 1:
+            return None, f"tile axis {a} (stride {c}) matches {len(dims)} dimensions of the argument"
+        axis_dim[a] = dims[0]
+    order = [axis_dim[a] for a in range(rank)]
+    if order != sorted(order):
+        return None, "the tile's axes run in a different order than the argument's dimensions"
+    conj = mask_conjuncts(mask, aff)
+    if conj is None:
+        return None, "the mask is not a conjunction of affine bounds"
+    starts: dict[int, Affine] = {}
+    for d_form in conj:
+        if _max_over_tile(d_form, tile_shape) is not None and _max_over_tile(d_form, tile_shape) < 0:
+            continue                                   # statically true
+        if d_form.data or len(d_form.axes) != 1 or d_form.axes[0][1] != 1:
+            return None, "a mask term is not of the form index < bound on a single tile axis"
+        a = d_form.axes[0][0]
+        d = axis_dim[a]
+        start = Affine(d_form.const + tensor_shape[d], d_form.syms)   # mask: start + i < dim size
+        if a in starts and starts[a] != start:
+            return None, f"two different bounds on tile axis {a}"
+        starts[a] = start
+    for a in range(rank):
+        d = axis_dim[a]
+        if a not in starts:
+            if d != 0:
+                return None, (f"tile axis {a} has no mask term; only the outermost dimension may be left "
+                              f"unmasked (a bulk copy would predicate it)")
+    # the base address must split over the dims: sum(start_d * stride_d)
+    base = off.at_origin()
+    residual = base
+    dim_start: dict[int, Affine] = {}
+    for a, st in starts.items():
+        d = axis_dim[a]
+        dim_start[d] = st
+        residual = residual - st.scale(tensor_strides[d])
+    free = [d for d in range(ndim) if d not in dim_start]
+    free.sort(key=lambda d: -tensor_strides[d])
+    parts = {d: Affine() for d in free}
+    for sym, c in residual.syms:
+        for d in free:
+            if tensor_strides[d] != 0 and c % tensor_strides[d] == 0:
+                parts[d] = parts[d] + Affine(0, ((sym, c // tensor_strides[d]),))
+                break
+        else:
+            return None, "the base address does not split over the argument's dimensions"
+    rest = residual.const
+    for d in free:
+        if tensor_strides[d] > 0:
+            q = rest // tensor_strides[d] if rest >= 0 else -((-rest) // tensor_strides[d])
+            parts[d] = parts[d] + Affine(q)
+            rest -= q * tensor_strides[d]
+    if rest != 0:
+        return None, "the base address does not split over the argument's dimensions"
+    dim_start.update(parts)
+    for d, st in dim_start.items():
+        # a bulk copy predicates 0 <= index < size per dimension; program ids and loop counters are
+        # non-negative, so a start with no negative part keeps the lower bound as the program had it
+        if st.const < 0 or any(c < 0 for _, c in st.syms):
+            return None, f"the start along dimension {d} may be negative"
+        if not st.syms and st.const >= tensor_shape[d]:
+            return None, f"the start along dimension {d} is past its end"
+    dims = []
+    dim_axis = {d: a for a, d in axis_dim.items()}
+    for d in range(ndim):
+        a = dim_axis.get(d)
+        dims.append(DimRange(dim_start[d], tile_shape[a] if a is not None else 1, a))
+    return BoxPlan(dims), ""

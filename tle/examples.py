@@ -1,0 +1,68 @@
+"""Example launches that kernels declare, so that `tle show/compare`, the tests and the benchmarks
+need no shape flags.
+
+    @tle.example(rmsnorm_fwd_kernel)
+    def _(device, size):          # size: "small" (CPU interpreter) or "large" (GPU timing)
+        ...
+        return tle.Launch(grid=(M,), args=(x, w, y, ...), kwargs=dict(BLOCK_N=...),
+                          outputs={"y": y}, reference=lambda: {"y": ref(x, w)}, bytes=...)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+SIZES = ("small", "large")
+
+
+@dataclass
+class Launch:
+    grid: tuple
+    args: tuple
+    kwargs: dict
+    outputs: dict[str, torch.Tensor]                       # tensors the kernel writes
+    reference: Callable[[], dict[str, torch.Tensor]]       # the torch reference, computed in fp32
+    bytes: int = 0                                         # bytes moved, for TB/s
+    flops: int = 0                                         # floating-point operations, for TFLOP/s
+    label: str = ""
+    tolerances: dict = field(default_factory=dict)         # output name -> (atol, rtol), overriding dtype defaults
+
+
+def example(kernel):
+    """Register `fn(device, size) -> Launch` as the example launch of `kernel`."""
+    def deco(fn):
+        kernel.example = fn
+        return fn
+    return deco
+
+
+# Tolerances by output dtype, for outputs computed in fp32 and rounded once (reference in fp32).
+TOLERANCES = {torch.float32: (1e-5, 1e-5), torch.float16: (1e-3, 2e-3), torch.bfloat16: (1e-2, 1.6e-2),
+              torch.float64: (1e-10, 1e-10)}
+
+
+def tolerance(launch: Launch, name: str, t: torch.Tensor):
+    if name in launch.tolerances:
+        return launch.tolerances[name]
+    return TOLERANCES.get(t.dtype, (0, 0))
+
+
+def compare_outputs(launch: Launch, outputs: dict[str, torch.Tensor] | None = None) -> dict[str, float]:
+    """Max abs error per output against the reference; raises AssertionError past tolerance."""
+    outputs = outputs or launch.outputs
+    ref = launch.reference()
+    errs = {}
+    for name, out in outputs.items():
+        r = ref[name].to(out.device)
+        o = out.float() if out.is_floating_point() else out
+        r = r.float() if r.is_floating_point() else r
+        if o.is_floating_point():
+            errs[name] = (o - r).abs().max().item() if o.numel() else 0.0
+            atol, rtol = tolerance(launch, name, out)
+            torch.testing.assert_close(o, r, atol=atol, rtol=rtol, msg=lambda m: f"output '{name}': {m}")
+        else:
+            errs[name] = float((o != r).sum().item())
+            torch.testing.assert_close(o, r, msg=lambda m: f"output '{name}': {m}")
+    return errs
