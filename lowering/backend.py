@@ -35,6 +35,8 @@ class Backend(ABC):
     specializes_ints: bool = False
     # tensor shapes and strides are part of the specialization key
     specializes_shapes: bool = False
+    # the launch grid is part of the specialization key (TileLang's grid is in the kernel)
+    specializes_grid: bool = False
 
     @abstractmethod
     def unavailable_reason(self) -> str | None:

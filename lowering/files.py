@@ -7,6 +7,11 @@ import sys
 import tempfile
 
 
+def default_cache_dir() -> str:
+    """TLE_CACHE_DIR, else ~/.cache/tle."""
+    return os.environ.get("TLE_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "tle")
+
+
 def atomic_write(path: str, text: str) -> None:
     """Write via a temporary file in the same folder and rename: readers see the old or the new file."""
     folder = os.path.dirname(path)

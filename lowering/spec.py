@@ -34,6 +34,7 @@ class Spec:
     num_warps: int
     num_stages: int
     specialized: tuple[str, ...] = field(default=())   # names of int args compiled in as constants
+    grid: tuple[int, ...] | None = None                # for backends that compile per grid
 
     def arg(self, name: str) -> ArgSpec:
         for a in self.args:

@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import os
 
+from tle.lowering.files import default_cache_dir
+
 
 def cache_dir() -> str:
-    d = os.environ.get("TLE_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "tle")
+    d = default_cache_dir()
     os.makedirs(d, exist_ok=True)
     return d

@@ -61,10 +61,11 @@ class Lowered:
     backend: str
     kernel: KernelIR
     compiled: Compiled
+    ir_text: str
 
     @property
     def ir(self) -> str:
-        return str(self.kernel)
+        return self.ir_text
 
     @property
     def source(self) -> str:
@@ -130,7 +131,7 @@ class Kernel:
                 runtime.append((name, v))
         return constexprs, runtime, launch
 
-    def _spec(self, runtime, backend, num_warps, num_stages) -> tuple[Spec, tuple]:
+    def _spec(self, runtime, backend, num_warps, num_stages, grid=None) -> tuple[Spec, tuple]:
         arg_specs, key, specialized = [], [], []
         device = None
         for name, v in runtime:
@@ -156,7 +157,12 @@ class Kernel:
                     specialized.append(name)
                 key.append((t.elem.name, a.value))
             arg_specs.append(a)
-        spec = Spec(tuple(arg_specs), num_warps, num_stages, tuple(specialized))
+        if backend.specializes_grid:
+            if grid is None:
+                raise LaunchError(f"{self.__name__}: backend '{backend.name}' compiles for a grid; pass grid=")
+            key.append(("grid", grid))
+        spec = Spec(tuple(arg_specs), num_warps, num_stages, tuple(specialized),
+                    grid if backend.specializes_grid else None)
         return spec, tuple(key), device
 
     # -- lowering -----------------------------------------------------------------------------------
@@ -171,9 +177,10 @@ class Kernel:
         ir.constexprs = {k: v for k, v in values.items() if k not in spec.specialized}
         ir.specialized = {n: values[n] for n in spec.specialized}
         runtime_spec = Spec(tuple(a for a in spec.args if a.name not in spec.specialized), spec.num_warps,
-                            spec.num_stages, spec.specialized)
+                            spec.num_stages, spec.specialized, spec.grid)
+        ir_text = str(ir)      # the frontend's IR, before any backend rewrites it
         compiled = backend.lower(ir, runtime_spec, cache_dir())
-        return Lowered(backend.name, ir, compiled)
+        return Lowered(backend.name, ir, compiled, ir_text)
 
     def _get(self, backend, constexprs, spec, key) -> Lowered:
         full_key = (backend.name, key, _freeze(constexprs), spec.num_warps, spec.num_stages)
@@ -188,9 +195,9 @@ class Kernel:
         """Lower for these arguments (tensors may be on the 'meta' device) without launching."""
         constexprs, runtime, _ = self._bind(args, kwargs)
         if grid is not None:
-            check_grid(grid(dict(constexprs, **dict(runtime))) if callable(grid) else grid)
+            grid = check_grid(grid(dict(constexprs, **dict(runtime))) if callable(grid) else grid)
         b = select.resolve(select.choose(backend, self.backend))
-        spec, key, _ = self._spec(runtime, b, int(num_warps), int(num_stages))
+        spec, key, _ = self._spec(runtime, b, int(num_warps), int(num_stages), grid)
         return self._get(b, constexprs, spec, key)
 
     # -- launch -------------------------------------------------------------------------------------
@@ -203,7 +210,7 @@ class Kernel:
         if callable(grid):
             grid = grid(dict(constexprs, **dict(runtime)))
         grid = check_grid(grid)
-        spec, key, device = self._spec(runtime, b, num_warps, num_stages)
+        spec, key, device = self._spec(runtime, b, num_warps, num_stages, grid)
         if device is None:
             raise LaunchError(f"{self.__name__}: a launch needs at least one tensor argument")
         why = b.launch_unavailable_reason(device)

@@ -1,0 +1,120 @@
+"""The TileLang backend: generated `@T.prim_func` source, compiled by TileLang (nvcc), launched through
+TileLang's runtime. TileLang compiles per shape: tensor shapes and strides, integer scalars and the grid
+are part of what a kernel is compiled for.
+
+Without a GPU it compiles for sm_90a (CUDA source and PTX); kernels run only on CUDA tensors.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+
+from .. import backend as api
+from ..files import default_cache_dir, load_module, write_once
+from ..ir.core import KernelIR
+from ..spec import Spec
+from ..transforms import rewrite_inductions
+from .codegen import generate
+
+STAGES = ("cuda", "ptx")
+
+
+def _target():
+    try:
+        import torch
+        if torch.cuda.is_available():
+            major, minor = torch.cuda.get_device_capability()
+            arch = f"sm_{major}{minor}" + ("a" if major == 9 else "")
+            return {"kind": "cuda", "arch": arch}
+    except Exception:
+        pass
+    return {"kind": "cuda", "arch": "sm_90a"}
+
+
+def _import_tilelang():
+    # keep TileLang's own disk cache beside ours unless the user chose a place
+    os.environ.setdefault("TILELANG_CACHE_DIR", os.path.join(default_cache_dir(), "tilelang"))
+    import logging
+
+    import tilelang
+    logging.getLogger("TileLang").setLevel(logging.WARNING)   # it logs every compile at INFO
+    return tilelang
+
+
+class TileLangCompiled(api.Compiled):
+    stages = STAGES
+
+    def __init__(self, ir: KernelIR, spec: Spec, source: str, path: str, notes: list[str]):
+        self.ir = ir
+        self.spec = spec
+        self.source = source
+        self.path = path
+        self.notes = notes
+        self._kernel = None
+        self._tensor_args = [a.is_tensor for a in spec.args]
+        self._extents = [a.extent for a in spec.args]
+
+    @property
+    def kernel(self):
+        if self._kernel is None:
+            tilelang = _import_tilelang()
+            mod = load_module(self.path, f"tle_gen_tilelang_{os.path.basename(self.path)[:-3]}")
+            self._kernel = tilelang.compile(getattr(mod, self.ir.name), out_idx=None, target=_target())
+        return self._kernel
+
+    def launch(self, grid, args):
+        import torch
+        flat = []
+        for is_t, extent, a in zip(self._tensor_args, self._extents, args):
+            if is_t:
+                # the kernel takes every tensor as the flat storage span it addresses
+                flat.append(a.view(-1) if a.is_contiguous() else torch.as_strided(a, (extent,), (1,)))
+            else:
+                flat.append(a)
+        self.kernel(*flat)
+
+    def stage(self, name: str) -> str:
+        if name == "source":
+            return self.source
+        if name == "cuda":
+            return self.kernel.get_kernel_source()
+        if name == "ptx":
+            with tempfile.TemporaryDirectory() as d:
+                path = os.path.join(d, "kernel.ptx")
+                self.kernel.export_ptx(path)
+                with open(path) as f:
+                    return f.read()
+        raise KeyError(f"tilelang stages are source, {', '.join(STAGES)}; got '{name}'")
+
+
+class Backend(api.Backend):
+    name = "tilelang"
+    specializes_ints = True
+    specializes_shapes = True
+    specializes_grid = True
+
+    def unavailable_reason(self):
+        try:
+            _import_tilelang()
+        except Exception as e:  # noqa: BLE001 - any import failure makes the backend unusable
+            return f"tilelang cannot be imported: {e}"
+        if shutil.which("nvcc") is None and not os.path.exists(os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc")):
+            return "TileLang needs nvcc (CUDA toolkit) to compile, and none was found"
+        return None
+
+    def launch_unavailable_reason(self, device):
+        import torch
+        if device.type != "cuda" or not torch.cuda.is_available():
+            return "TileLang kernels run on CUDA tensors only (no CPU execution)"
+        return None
+
+    def lower(self, ir: KernelIR, spec: Spec, cache_dir: str) -> TileLangCompiled:
+        rewrite_inductions(ir)
+        source, notes = generate(ir, spec, spec.grid)
+        import tilelang
+        digest = hashlib.sha256((source + tilelang.__version__).encode()).hexdigest()[:20]
+        path = os.path.join(cache_dir, "tilelang-src", f"{ir.name}_{digest}.py")
+        write_once(path, source)
+        return TileLangCompiled(ir, spec, source, path, list(ir.notes) + notes)

@@ -1,0 +1,796 @@
+"""Tile IR -> the source of a TileLang `@T.prim_func`.
+
+Mapping (docs/lowering.md has the table):
+- the kernel takes each tensor as a flat 1-D buffer; box accesses go through a view with the tensor's
+  shape and strides (T.view / T.StridedTensor) and become `T.copy` of a region (bounds-predicated);
+  gathers and general accesses are `T.Parallel` loops indexing the flat buffer, masked with
+  `T.if_then_else` (loads) or `if` (stores);
+- element-wise chains are written inline, one T.Parallel loop per materialized tile; loads, reductions,
+  dot results and loop-carried tiles live in fragments (registers), dot operands in shared memory;
+- `tl.dot` is `T.gemm` into a fragment accumulator (`trans` becomes transpose_A/B);
+- `tl.sum/max/min` are `T.reduce_*`; argmax/argmin are a max/min reduction then a min over indices;
+- a loop with num_stages (or one that stages dot operands through shared memory) is `T.Pipelined`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..analysis.access import Access, BoxPlan, classify, plan_box
+from ..analysis.affine import Affine, AffineAnalysis
+from ..errors import UnsupportedConstruct
+from ..ir import types as T
+from ..ir.core import Block, KernelIR, Op, Value
+from ..ir.uses import Identifiers, users
+from ..spec import Spec
+
+BACKEND = "tilelang"
+TL_DTYPE = {"i1": "bool", "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64", "u8": "uint8",
+            "u16": "uint16", "u32": "uint32", "u64": "uint64", "fp16": "float16", "bf16": "bfloat16",
+            "fp32": "float32", "fp64": "float64"}
+_BIN = {"add": "+", "sub": "-", "mul": "*", "and": "&", "or": "|", "xor": "^", "shl": "<<", "shr": ">>"}
+_CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
+_MATH = {"exp": "T.exp", "exp2": "T.exp2", "log": "T.log", "log2": "T.log2", "sqrt": "T.sqrt",
+         "rsqrt": "T.rsqrt", "sigmoid": "T.sigmoid", "abs": "T.abs", "erf": "T.erf", "sin": "T.sin",
+         "cos": "T.cos", "floor": "T.floor", "ceil": "T.ceil"}
+_EXPENSIVE = {"exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sigmoid", "erf", "sin", "cos", "fdiv", "div", "rem"}
+_ELEMENTWISE = {"const", "arange", "splat", "broadcast", "expand_dims", "reshape", "trans", "binary", "cmp",
+                "unary", "cast", "where", "addptr", "program_id", "num_programs"}
+_GRID_VARS = ("bx", "by", "bz")
+_PY_BUILTINS = {"sum", "max", "min", "abs", "range", "len", "int", "float", "bool", "pow", "round", "all", "any"}
+
+
+def tl_dtype(d: T.DType) -> str:
+    return TL_DTYPE[d.name]
+
+
+def literal(value, dtype: T.DType) -> str:
+    name = tl_dtype(dtype)
+    if dtype.is_bool:
+        return "True" if value else "False"
+    if dtype.is_float:
+        if value in (float("inf"), float("-inf")):
+            return f"{'-' if value < 0 else ''}T.infinity({name!r})"
+        if value != value:
+            return f"T.cast(T.float32(float('nan')), {name!r})" if name != "float32" else "T.float32(float('nan'))"
+        text = repr(float(value))
+        return text if name == "float32" else f"T.{name}({text})"
+    return repr(int(value)) if name == "int32" else f"T.{name}({int(value)})"
+
+
+@dataclass
+class Buffer:
+    name: str
+    shape: tuple[int, ...]
+    dtype: T.DType
+    scope: str            # "fragment" | "shared"
+    block: Block          # where it was filled (its contents are valid there and in nested blocks)
+
+
+class TileLangCodegen:
+    def __init__(self, k: KernelIR, spec: Spec, grid: tuple[int, ...]):
+        self.k = k
+        self.spec = spec
+        self.grid = tuple(grid)
+        self.ids = Identifiers(reserved={"T", "tilelang", *_GRID_VARS, *_PY_BUILTINS})
+        self.users = users(k)
+        self.aff = AffineAnalysis(k)
+        self.params = {p.value.id: p for p in k.params}
+        self.arg = {p.value.id: spec.arg(p.name) for p in k.params}
+        self.allocs: list[str] = []
+        self.views: dict[str, str] = {}         # param name -> view name
+        self.view_lines: list[str] = []
+        self.lines: list[str] = []
+        self.buffers: dict[int, Buffer] = {}
+        self.scalars: dict[int, str] = {}      # value id -> identifier of a let or alloc_var
+        self.notes: list[str] = []
+        self.accesses: dict[int, Access] = {}
+        self.blocks: list[Block] = []
+        self.loop_depth = 0
+
+    # -- naming and allocation --------------------------------------------------------------------------
+    def alloc(self, base: str, shape, dtype: T.DType, scope: str) -> str:
+        name = self.ids.fresh(base)
+        shape = tuple(shape) or (1,)
+        fn = "T.alloc_shared" if scope == "shared" else "T.alloc_fragment"
+        self.allocs.append(f"{name} = {fn}({shape!r}, {tl_dtype(dtype)!r})")
+        return name
+
+    def emit(self, line: str, indent: int):
+        self.lines.append("    " * indent + line)
+
+    def error(self, construct: str, op: Op, detail: str = ""):
+        raise UnsupportedConstruct(construct, BACKEND, op.loc, detail)
+
+    # -- element expressions ------------------------------------------------------------------------------
+    def scalar(self, v: Value) -> str:
+        assert v.type.is_scalar, v
+        return self.elem(v, [])
+
+    def elem(self, v: Value, idx: list[str]) -> str:
+        """A TIR expression for element `idx` of value `v` (idx is [] for scalars)."""
+        if v.id in self.scalars:
+            return self.scalars[v.id]
+        if v.id in self.buffers:
+            b = self.buffers[v.id]
+            if v.id in self._keepdims:          # a keep_dims reduction: its buffer has no unit axis
+                ax = self._keepdims[v.id]
+                idx = idx[:ax] + idx[ax + 1:]
+            ix = idx if idx else ["0"]
+            return f"{b.name}[{', '.join(ix)}]"
+        op = v.defining_op
+        if op is None:
+            raise AssertionError(f"value {v} has no expression")
+        return self._render(op, idx)
+
+    def _render(self, op: Op, idx: list[str]) -> str:
+        a, o, n = op.attrs, op.operands, op.name
+        if n == "const":
+            return literal(a["value"], op.result.type.elem)
+        if n == "program_id":
+            return _GRID_VARS[a["axis"]]
+        if n == "num_programs":
+            return str(self.grid[a["axis"]] if a["axis"] < len(self.grid) else 1)
+        if n == "arange":
+            return idx[0] if a["start"] == 0 else f"({idx[0]} + {a['start']})"
+        if n == "splat":
+            return self.elem(o[0], [])
+        if n == "broadcast":
+            src = o[0].type.shape
+            off = len(idx) - len(src)
+            return self.elem(o[0], [("0" if s == 1 else idx[off + i]) for i, s in enumerate(src)])
+        if n == "expand_dims":
+            return self.elem(o[0], idx[:a["axis"]] + idx[a["axis"] + 1:])
+        if n == "trans":
+            perm = a["perm"]
+            src = [None] * len(perm)
+            for i, p in enumerate(perm):
+                src[p] = idx[i]
+            return self.elem(o[0], src)
+        if n == "reshape":
+            return self.elem(o[0], _reindex(idx, op.result.type.shape, o[0].type.shape))
+        if n == "binary":
+            x, y = self.elem(o[0], idx), self.elem(o[1], idx)
+            k = a["op"]
+            if k in _BIN:
+                return f"({x} {_BIN[k]} {y})"
+            if k == "fdiv":
+                return f"({x} / {y})"
+            if k == "div":
+                return f"T.truncdiv({x}, {y})"    # Triton's integer division truncates, like C
+            if k == "rem":
+                return f"T.truncmod({x}, {y})" if o[0].type.elem.is_int else f"T.fmod({x}, {y})"
+            if k == "maximum":
+                return f"T.max({x}, {y})"
+            if k == "minimum":
+                return f"T.min({x}, {y})"
+            self.error(f"binary op '{k}'", op)
+        if n == "cmp":
+            return f"({self.elem(o[0], idx)} {_CMP[a['pred']]} {self.elem(o[1], idx)})"
+        if n == "unary":
+            k = a["op"]
+            x = self.elem(o[0], idx)
+            if k == "neg":
+                return f"(-{x})"
+            if k in ("invert", "not"):
+                return f"T.Not({x})" if o[0].type.elem.is_bool else f"(~{x})"
+            return f"{_MATH[k]}({x})"
+        if n == "cast":
+            if a.get("bitcast"):
+                return f"T.reinterpret({self.elem(o[0], idx)}, {tl_dtype(a['dtype'])!r})"
+            return f"T.cast({self.elem(o[0], idx)}, {tl_dtype(a['dtype'])!r})"
+        if n == "where":
+            return f"T.if_then_else({self.elem(o[0], idx)}, {self.elem(o[1], idx)}, {self.elem(o[2], idx)})"
+        if n == "addptr":
+            return self.offset(op.result, idx)
+        self.error(f"'{n}' as a value", op)
+
+    def offset(self, ptr: Value, idx: list[str]) -> str:
+        """Flat element offset of a pointer value from its argument's data pointer."""
+        op = ptr.defining_op
+        if ptr.id in self.params:
+            return "0"
+        if op is None:
+            raise UnsupportedConstruct("a pointer carried through a loop or branch", BACKEND, None,
+                                       "write the pointer as base + offsets computed from the loop counter")
+        if op.name == "addptr":
+            base = self.offset(op.operands[0], idx)
+            off = self.elem(op.operands[1], idx)
+            return off if base == "0" else f"({base} + {off})"
+        if op.name in ("splat", "broadcast", "expand_dims", "trans"):
+            # same index rewriting as for values
+            if op.name == "splat":
+                return self.offset(op.operands[0], [])
+            if op.name == "broadcast":
+                src = op.operands[0].type.shape
+                off = len(idx) - len(src)
+                return self.offset(op.operands[0], [("0" if s == 1 else idx[off + i]) for i, s in enumerate(src)])
+            if op.name == "expand_dims":
+                ax = op.attrs["axis"]
+                return self.offset(op.operands[0], idx[:ax] + idx[ax + 1:])
+            perm = op.attrs["perm"]
+            src = [None] * len(perm)
+            for i, p in enumerate(perm):
+                src[p] = idx[i]
+            return self.offset(op.operands[0], src)
+        self.error(f"pointer produced by '{op.name}'", op)
+
+    # -- materialization -------------------------------------------------------------------------------
+    def _visible(self, b: Buffer) -> bool:
+        return b.block in self.blocks
+
+    def buffer_of(self, v: Value, indent: int, scope: str = "fragment", dtype: T.DType | None = None) -> Buffer:
+        """A buffer holding `v` (filled here if it has none visible, or of another scope/dtype)."""
+        dtype = dtype or v.type.elem
+        b = self.buffers.get(v.id)
+        if b is not None and self._visible(b) and b.dtype == dtype and (b.scope == scope or scope == "any"):
+            return b
+        scope = "fragment" if scope == "any" else scope
+        name = self.alloc(v.name or "t", v.type.shape, dtype, scope)
+        self.fill(name, v, indent, dtype)
+        nb = Buffer(name, v.type.shape or (1,), dtype, scope, self.blocks[-1])
+        if b is None or not self._visible(b):
+            self.buffers[v.id] = nb
+        return nb
+
+    def fill(self, name: str, v: Value, indent: int, dtype: T.DType | None = None):
+        shape = v.type.shape or (1,)
+        idx = [f"i{d}" for d in range(len(shape))]
+        expr = self.elem(v, idx if v.type.shape else [])
+        if dtype is not None and dtype != v.type.elem:
+            expr = f"T.cast({expr}, {tl_dtype(dtype)!r})"
+        self.emit(f"for {', '.join(idx)} in T.Parallel({', '.join(map(str, shape))}):", indent)
+        self.emit(f"{name}[{', '.join(idx)}] = {expr}", indent + 1)
+
+    def _cost(self, v: Value, seen=None) -> int:
+        """Rough cost of recomputing `v` inline (expensive ops count more)."""
+        if v.id in self.buffers or v.id in self.scalars:
+            return 0
+        op = v.defining_op
+        if op is None or op.name not in _ELEMENTWISE:
+            return 0
+        if op.name in ("const", "program_id", "num_programs", "arange", "splat", "broadcast", "expand_dims",
+                       "trans", "reshape"):
+            c = 0
+        else:
+            c = 4 if op.attrs.get("op") in _EXPENSIVE else 1
+        return c + sum(self._cost(o) for o in op.operands if o is not None)
+
+    # -- accesses ----------------------------------------------------------------------------------------
+    def access(self, op: Op) -> Access:
+        if id(op) not in self.accesses:
+            self.accesses[id(op)] = classify(op, self.aff, self.params)
+        return self.accesses[id(op)]
+
+    def view(self, param_value: Value) -> str:
+        p = self.params[param_value.id]
+        if p.name in self.views:
+            return self.views[p.name]
+        a = self.arg[param_value.id]
+        name = self.ids.fresh(p.name + "_v")
+        dt = tl_dtype(a.type.elem.elem)
+        contiguous = _contiguous_strides(a.shape) == tuple(a.strides)
+        if contiguous and len(a.shape) == 1:
+            self.views[p.name] = self.ids[param_value]      # the flat buffer is already this view
+            return self.views[p.name]
+        if contiguous:
+            self.view_lines.append(f"{name} = T.view({self.ids[param_value]}, {tuple(a.shape)!r})")
+        else:
+            self.view_lines.append(f"{name} = T.StridedTensor({tuple(a.shape)!r}, {tuple(a.strides)!r}, {dt!r}, "
+                                   f"data={self.ids[param_value]}.data)")
+        self.views[p.name] = name
+        return name
+
+    def box(self, op: Op, acc: Access, mask: Value | None) -> BoxPlan | None:
+        if acc.kind != "box" or acc.param is None:
+            return None
+        a = self.arg[acc.param.value.id]
+        plan, why = plan_box(acc, mask, op.operands[0].type.shape, a.shape, a.strides, self.aff)
+        if plan is None:
+            acc.reason = why
+        return plan
+
+    def region(self, view: str, plan: BoxPlan) -> str:
+        parts = []
+        for d in plan.dims:
+            s = self.affine_expr(d.start)
+            parts.append(s if d.axis is None else f"{s}:{s} + {d.extent}" if s != "0" else f"0:{d.extent}")
+        return f"{view}[{', '.join(parts)}]"
+
+    def affine_expr(self, f: Affine) -> str:
+        """Render a scalar affine form, preferring the kernel's own named scalars (pid_m * 64) over
+        the program ids and quotients they were computed from."""
+        named = []
+        for vid, name in self.scalars.items():
+            form = self.aff.memo.get(vid)
+            if form is not None and form.syms and form.is_scalar_form and not (len(form.syms) == 1 and
+                                                                              form.syms[0][1] == 1 and not form.const):
+                named.append((name, form))
+        named.sort(key=lambda nf: -len(nf[1].syms))
+        prefix = []
+        for name, form in named:
+            sym0, c0 = form.syms[0]
+            fc = dict(f.syms).get(sym0)
+            if fc is None or fc % c0:
+                continue
+            k = fc // c0
+            if k <= 0:
+                continue
+            rest = f - form.scale(k)
+            if all(s not in dict(rest.syms) for s, _ in form.syms) and \
+                    len(rest.syms) < len(f.syms):
+                prefix.append(name if k == 1 else f"{name} * {k}")
+                f = rest
+        terms = list(prefix)
+        for sym, c in f.syms:
+            v = self.aff.symbols[sym]
+            e = self.scalar(v)
+            terms.append(e if c == 1 else f"{e} * {c}")
+        if f.const or not terms:
+            terms.append(str(f.const))
+        return " + ".join(terms)
+
+    # -- statements --------------------------------------------------------------------------------------
+    def block(self, blk: Block, indent: int):
+        self.blocks.append(blk)
+        for op in blk.ops:
+            self.statement(op, indent)
+        self.blocks.pop()
+
+    def statement(self, op: Op, indent: int):
+        n = op.name
+        if n == "yield":
+            return
+        handler = getattr(self, "_st_" + n, None)
+        if handler is not None:
+            handler(op, indent)
+            return
+        if n not in _ELEMENTWISE:
+            self.error(f"op '{n}'", op)
+        v = op.result
+        us = self.users.get(v.id, [])
+        if v.type.is_scalar:
+            if v.type.is_pointer or n == "const":
+                return
+            if v.name or len(us) > 1 or any(u.parent is not op.parent for u in us):
+                name = self.ids.define(v)
+                self.emit(f"{name} = {self._render(op, [])}", indent)
+                self.scalars[v.id] = name
+            return
+        if v.type.is_pointer or v.type.elem.is_bool:
+            return
+        # a tile: inline unless it is costly and used more than once, or inside a loop it is not in
+        cost = self._cost(v)
+        nested = any(u.parent is not op.parent for u in us)
+        if cost >= 4 and (len(us) > 1 or nested):
+            self.buffer_of(v, indent)
+
+    # memory
+    def _st_load(self, op: Op, indent: int):
+        ptr, mask, other = op.operands
+        v = op.result
+        acc = self.access(op)
+        param = self.ids[acc.param.value] if acc.param is not None else None
+        if acc.param is None:
+            self.error("a load through a pointer that is not base + offsets of one argument", op)
+        if op.attrs.get("is_async"):
+            self.notes.append(f"line {op.loc.line}: tle.load(is_async=True) is lowered as a plain load "
+                              "(asynchronous staging is not implemented yet)")
+        if v.type.is_scalar:
+            e = f"{param}[{self.offset(ptr, [])}]"
+            if mask is not None:
+                e = f"T.if_then_else({self.scalar(mask)}, {e}, {self.scalar(other) if other is not None else literal(0, v.type.elem)})"
+            name = self.ids.define(v)
+            self.emit(f"{name} = {e}", indent)
+            self.scalars[v.id] = name
+            return
+        scope = "shared" if any(u.name == "dot" for u in self._value_users(v)) else "fragment"
+        plan = self.box(op, acc, mask)
+        zero_other = other is None or _is_zero(other)
+        name = self.alloc(v.name or "t", v.type.shape, v.type.elem, scope)
+        if plan is not None and zero_other:
+            self.emit(f"T.copy({self.region(self.view(acc.param.value), plan)}, {name})", indent)
+        else:
+            idx = [f"i{d}" for d in range(v.type.rank)]
+            e = f"{param}[{self.offset(ptr, idx)}]"
+            if mask is not None:
+                oth = self.elem(other, idx) if other is not None else literal(0, v.type.elem)
+                e = f"T.if_then_else({self.elem(mask, idx)}, {e}, {oth})"
+            self.emit(f"for {', '.join(idx)} in T.Parallel({', '.join(map(str, v.type.shape))}):", indent)
+            self.emit(f"{name}[{', '.join(idx)}] = {e}", indent + 1)
+        self.buffers[v.id] = Buffer(name, v.type.shape, v.type.elem, scope, self.blocks[-1])
+
+    def _value_users(self, v: Value) -> list[Op]:
+        """Users of `v`, looking through layout-only ops (trans, cast) to the ops that consume them."""
+        out = []
+        for u in self.users.get(v.id, []):
+            if u.name in ("trans",) and u.results:
+                out.extend(self._value_users(u.result))
+            else:
+                out.append(u)
+        return out
+
+    def _st_store(self, op: Op, indent: int):
+        ptr, val, mask = op.operands
+        acc = self.access(op)
+        if acc.param is None:
+            self.error("a store through a pointer that is not base + offsets of one argument", op)
+        param = self.ids[acc.param.value]
+        elem = ptr.type.elem.elem
+        if ptr.type.is_scalar:
+            # every thread of the block runs a scalar statement; they all store the same value
+            st = f"{param}[{self.offset(ptr, [])}] = {self.scalar(val)}"
+            if mask is not None:
+                self.emit(f"if {self.scalar(mask)}:", indent)
+                self.emit(st, indent + 1)
+            else:
+                self.emit(st, indent)
+            return
+        plan = self.box(op, acc, mask)
+        if plan is not None:
+            src = val
+            cast = val.defining_op
+            if cast is not None and cast.name == "cast" and not cast.attrs.get("bitcast") and \
+                    cast.operands[0].id in self.buffers and self._visible(self.buffers[cast.operands[0].id]):
+                src = cast.operands[0]          # T.copy converts to the destination's dtype itself
+            b = self.buffers[src.id] if src is not val else self.buffer_of(val, indent, "any", dtype=elem)
+            self.emit(f"T.copy({b.name}, {self.region(self.view(acc.param.value), plan)})", indent)
+            return
+        idx = [f"i{d}" for d in range(ptr.type.rank)]
+        self.emit(f"for {', '.join(idx)} in T.Parallel({', '.join(map(str, ptr.type.shape))}):", indent)
+        st = f"{param}[{self.offset(ptr, idx)}] = {self.elem(val, idx)}"
+        if mask is not None:
+            self.emit(f"if {self.elem(mask, idx)}:", indent + 1)
+            self.emit(st, indent + 2)
+        else:
+            self.emit(st, indent + 1)
+
+    def _st_atomic(self, op: Op, indent: int):
+        ptr, val, mask = op.operands
+        if self.users.get(op.result.id):
+            self.error(f"using the value returned by tl.atomic_{op.attrs['kind']}", op)
+        acc = self.access(op)
+        if acc.param is None:
+            self.error("an atomic through a pointer that is not base + offsets of one argument", op)
+        param = self.ids[acc.param.value]
+        fn = f"T.atomic_{op.attrs['kind']}"
+        if ptr.type.is_scalar:
+            # a scalar statement runs on every thread: let one thread do the atomic
+            self.emit("if T.get_thread_binding() == 0:", indent)
+            cond = f"{self.scalar(mask)}" if mask is not None else None
+            st = f"{fn}({param}[{self.offset(ptr, [])}], {self.scalar(val)})"
+            if cond:
+                self.emit(f"if {cond}:", indent + 1)
+                self.emit(st, indent + 2)
+            else:
+                self.emit(st, indent + 1)
+            return
+        idx = [f"i{d}" for d in range(ptr.type.rank)]
+        self.emit(f"for {', '.join(idx)} in T.Parallel({', '.join(map(str, ptr.type.shape))}):", indent)
+        st = f"{fn}({param}[{self.offset(ptr, idx)}], {self.elem(val, idx)})"
+        if mask is not None:
+            self.emit(f"if {self.elem(mask, idx)}:", indent + 1)
+            self.emit(st, indent + 2)
+        else:
+            self.emit(st, indent + 1)
+
+    # reductions and products
+    def _st_reduce(self, op: Op, indent: int):
+        x = op.operands[0]
+        kind, axis = op.attrs["kind"], op.attrs["axis"]
+        v = op.result
+        src = self.buffer_of(x, indent, "fragment")
+        out_shape = tuple(s for i, s in enumerate(x.type.shape) if i != axis) or (1,)
+        out = self.alloc(v.name or kind, out_shape, v.type.elem, "fragment")
+        if kind in ("sum", "max", "min"):
+            self.emit(f"T.reduce_{kind}({src.name}, {out}, dim={axis})", indent)
+        else:
+            # arg-reductions: the extreme value, then the smallest index holding it (Triton's tie-break)
+            ext = self.alloc((v.name or kind) + "_val", out_shape, x.type.elem, "fragment")
+            self.emit(f"T.reduce_{'max' if kind == 'argmax' else 'min'}({src.name}, {ext}, dim={axis})", indent)
+            cand = self.alloc((v.name or kind) + "_idx", x.type.shape, T.i32, "fragment")
+            idx = [f"i{d}" for d in range(x.type.rank)]
+            ridx = [i for d, i in enumerate(idx) if d != axis] or ["0"]
+            n = x.type.shape[axis]
+            self.emit(f"for {', '.join(idx)} in T.Parallel({', '.join(map(str, x.type.shape))}):", indent)
+            self.emit(f"{cand}[{', '.join(idx)}] = T.if_then_else({src.name}[{', '.join(idx)}] == "
+                      f"{ext}[{', '.join(ridx)}], {idx[axis]}, {n})", indent + 1)
+            self.emit(f"T.reduce_min({cand}, {out}, dim={axis})", indent)
+        b = Buffer(out, out_shape, v.type.elem, "fragment", self.blocks[-1])
+        if op.attrs["keep_dims"]:
+            # keep_dims: same data, with a unit axis; element access drops that axis
+            self.buffers[v.id] = b
+            self._keepdims[v.id] = axis
+        else:
+            self.buffers[v.id] = b
+
+    _keepdims: dict = {}
+
+    def _operand(self, v: Value, indent: int) -> tuple[Buffer, bool]:
+        """A shared-memory buffer for a dot operand, and whether it is transposed."""
+        op = v.defining_op
+        if op is not None and op.name == "trans" and v.id not in self.buffers and op.attrs["perm"] == (1, 0):
+            b, t = self._operand(op.operands[0], indent)
+            return b, not t
+        return self.buffer_of(v, indent, "shared"), False
+
+    def _st_dot(self, op: Op, indent: int):
+        a, b, accv = op.operands
+        v = op.result
+        ab, ta = self._operand(a, indent)
+        bb, tb = self._operand(b, indent)
+        out = self._accumulator(op, accv, indent)
+        flags = []
+        if ta:
+            flags.append("transpose_A=True")
+        if tb:
+            flags.append("transpose_B=True")
+        self.emit(f"T.gemm({', '.join([ab.name, bb.name, out.name] + flags)})", indent)
+        self.buffers[v.id] = out
+
+    def _accumulator(self, op: Op, accv: Value, indent: int) -> Buffer:
+        """The fragment T.gemm accumulates into: the accumulator's own buffer when nothing reads it later,
+        a cleared fragment for a zero accumulator, else a fresh copy."""
+        v = op.result
+        if _is_zero(accv):
+            name = self.alloc(v.name or "acc", v.type.shape, v.type.elem, "fragment")
+            self.emit(f"T.clear({name})", indent)
+            return Buffer(name, v.type.shape, v.type.elem, "fragment", self.blocks[-1])
+        target = self._in_place_target(accv, op)
+        if target is not None:
+            if target.id != accv.id:     # an element-wise update of the old accumulator: write it in place
+                tb = self.buffers[target.id]
+                self.fill(tb.name, accv, indent)
+            return self.buffers[target.id]
+        return self.buffer_of(accv, indent, "fragment") if accv.id not in self.buffers else \
+            self._copy_fragment(accv, indent)
+
+    def _copy_fragment(self, v: Value, indent: int) -> Buffer:
+        name = self.alloc(v.name or "acc", v.type.shape, v.type.elem, "fragment")
+        self.fill(name, v, indent)
+        return Buffer(name, v.type.shape, v.type.elem, "fragment", self.blocks[-1])
+
+    def _in_place_target(self, v: Value, consumer: Op) -> Value | None:
+        """A fragment-held value that `v` is an element-wise, single-use function of (reading it at the
+        same index), which nothing reads after `consumer`: `v` can overwrite it."""
+        while True:
+            us = self.users.get(v.id, [])
+            if len(us) != 1 or us[0] is not consumer:
+                return None
+            if v.id in self.buffers:
+                b = self.buffers[v.id]
+                return v if b.scope == "fragment" and self._visible(b) else None
+            op = v.defining_op
+            if op is None or op.name not in ("binary", "unary", "cast", "where"):
+                return None
+            same = [o for o in op.operands if o is not None and o.type.shape == v.type.shape and
+                    (o.id in self.buffers or (o.defining_op is not None and o.defining_op.name in
+                                              ("binary", "unary", "cast", "where")))]
+            if len(same) != 1 or (op.name == "cast"):
+                return None
+            consumer, v = op, same[0]
+
+    # control flow
+    def _st_for(self, op: Op, indent: int):
+        lo, hi, step, *inits = op.operands
+        iv, *carried = op.body.args
+        slots = []
+        for c, init, r in zip(carried, inits, op.results):
+            slots.append(self._carry_slot(c, init, r, op, indent))
+        trip = self._trip(lo, hi, step)
+        stages = op.attrs.get("num_stages")
+        pipelined = stages is not None and stages >= 2
+        if stages is None and self._stages_operands(op.body):
+            stages, pipelined = self.k.num_stages, self.k.num_stages >= 2
+        ivn = self.ids.define(iv)
+        simple = _is_const(lo, 0) and _is_const(step, 1)
+        counter = ivn if simple else self.ids.fresh(ivn + "_it")
+        if pipelined:
+            self.emit(f"for {counter} in T.Pipelined({trip}, num_stages={stages}):", indent)
+        else:
+            self.emit(f"for {counter} in T.serial({trip}):", indent)
+        if not simple:
+            self.emit(f"{ivn} = {self.scalar(lo)} + {counter} * {self.scalar(step)}", indent + 1)
+        self.scalars[iv.id] = ivn
+        self.loop_depth += 1
+        before = len(self.lines)
+        self.block(op.body, indent + 1)
+        self._write_slots(slots, op.body.terminator.operands, indent + 1, op.body)
+        if len(self.lines) == before:
+            self.emit("pass", indent + 1)
+        self.loop_depth -= 1
+
+    def _trip(self, lo, hi, step) -> str:
+        if _is_const(lo, 0) and _is_const(step, 1):
+            return self.scalar(hi)
+        return f"T.ceildiv({self.scalar(hi)} - {self.scalar(lo)}, {self.scalar(step)})"
+
+    def _stages_operands(self, body: Block) -> bool:
+        """Does the loop bring dot operands into shared memory (where pipelining pays)?"""
+        for o in body.walk():
+            if o.name == "load" and any(u.name == "dot" for u in self._value_users(o.result)):
+                return True
+        return False
+
+    def _carry_slot(self, c: Value, init: Value, r: Value, loop: Op, indent: int):
+        """Storage for a loop-carried (or branch-merged) value: a fragment for tiles, a var for scalars."""
+        if c.type.is_pointer:
+            self.error("a pointer carried through a loop that is not advanced by a loop-invariant step",
+                       loop)
+        if c.type.is_scalar:
+            name = self.ids.define(c)
+            self.emit(f"{name} = T.alloc_var({tl_dtype(c.type.elem)!r}, init={self.scalar(init)})", indent)
+            self.scalars[c.id] = name
+            self.scalars[r.id] = name
+            return ("var", name, c)
+        # reuse the init's fragment when nothing else reads the init
+        b = self.buffers.get(init.id)
+        if b is not None and b.scope == "fragment" and self._visible(b) and \
+                all(u is loop for u in self.users.get(init.id, [])):
+            buf = b
+        elif _is_zero(init):
+            name = self.alloc(c.name or "acc", c.type.shape, c.type.elem, "fragment")
+            self.emit(f"T.clear({name})", indent)
+            buf = Buffer(name, c.type.shape, c.type.elem, "fragment", self.blocks[-1])
+        else:
+            name = self.alloc(c.name or "acc", c.type.shape, c.type.elem, "fragment")
+            self.fill(name, init, indent)
+            buf = Buffer(name, c.type.shape, c.type.elem, "fragment", self.blocks[-1])
+        self.buffers[c.id] = buf
+        self.buffers[r.id] = buf
+        return ("buf", buf, c)
+
+    def _write_slots(self, slots, outs: list[Value], indent: int, body: Block):
+        """Write the values a loop body (or branch) yields into their slots. Writes that read another
+        slot written here are staged through temporaries first, so every write sees the old values."""
+        pending = []
+        for (kind, slot, c), out in zip(slots, outs):
+            if kind == "var":
+                if self.scalars.get(out.id) != slot:
+                    pending.append((kind, slot, self.scalar(out), out))
+            elif self.buffers.get(out.id) is not slot:
+                idx = [f"i{d}" for d in range(out.type.rank)]
+                pending.append((kind, slot, self.elem(out, idx), out))
+        names = [s if k == "var" else s.name for k, s, _, _ in pending]
+        hazard = len(pending) > 1 and any(
+            any(n in expr for n in names if n != own) for (own, (_, _, expr, _)) in zip(names, pending))
+        staged = []
+        for kind, slot, expr, out in pending:
+            if hazard:
+                if kind == "var":
+                    tmp = self.ids.fresh(slot + "_next")
+                    self.emit(f"{tmp} = {expr}", indent)
+                    staged.append((kind, slot, tmp, out))
+                else:
+                    tmp = self.alloc(slot.name + "_next", out.type.shape, out.type.elem, "fragment")
+                    self.fill(tmp, out, indent)
+                    staged.append((kind, slot, tmp, out))
+            else:
+                staged.append((kind, slot, expr, out))
+        for kind, slot, expr, out in staged:
+            if kind == "var":
+                self.emit(f"{slot} = {expr}", indent)
+            elif hazard:
+                idx = [f"i{d}" for d in range(out.type.rank)]
+                self.emit(f"for {', '.join(idx)} in T.Parallel({', '.join(map(str, out.type.shape))}):", indent)
+                self.emit(f"{slot.name}[{', '.join(idx)}] = {expr}[{', '.join(idx)}]", indent + 1)
+            else:
+                self.fill(slot.name, out, indent)
+
+    def _st_if(self, op: Op, indent: int):
+        cond = op.operands[0]
+        slots = []
+        for r in op.results:
+            if r.type.is_scalar:
+                name = self.ids.define(r)
+                self.emit(f"{name} = T.alloc_var({tl_dtype(r.type.elem)!r})", indent)
+                self.scalars[r.id] = name
+                slots.append(("var", name, r))
+            else:
+                name = self.alloc(r.name or "t", r.type.shape, r.type.elem, "fragment")
+                buf = Buffer(name, r.type.shape, r.type.elem, "fragment", self.blocks[-1])
+                self.buffers[r.id] = buf
+                slots.append(("buf", buf, r))
+        self.emit(f"if {self.scalar(cond)}:", indent)
+        for i, blk in enumerate(op.regions):
+            has_ops = any(o.name != "yield" for o in blk.ops)
+            if i == 1:
+                if not has_ops and not slots:
+                    break
+                self.emit("else:", indent)
+            before = len(self.lines)
+            self.block(blk, indent + 1)
+            self.blocks.append(blk)
+            self._write_slots(slots, blk.terminator.operands if blk.terminator else [], indent + 1, blk)
+            self.blocks.pop()
+            if len(self.lines) == before:
+                self.emit("pass", indent + 1)
+
+    # -- the module ----------------------------------------------------------------------------------------
+    def generate(self) -> str:
+        k = self.k
+        sig = []
+        for p in k.params:
+            a = self.arg[p.value.id]
+            name = self.ids.define(p.value, p.name)
+            if a.is_tensor:
+                sig.append(f"{name}: T.Tensor(({max(a.extent, 1)},), {tl_dtype(a.type.elem.elem)!r})")
+            else:
+                sig.append(f"{name}: T.{tl_dtype(a.type.elem)}")
+                self.scalars[p.value.id] = name
+        body_indent = 2
+        self.block(k.body, body_indent)
+        threads = 32 * k.num_warps
+        grid = ", ".join(map(str, self.grid))
+        gvars = _GRID_VARS[:len(self.grid)]
+        as_ = gvars[0] if len(gvars) == 1 else f"({', '.join(gvars)})"
+        out = [f"# Generated by tle from {k.loc} ({k.name}); edit the source kernel, not this file.",
+               "import tilelang",
+               "import tilelang.language as T",
+               ""]
+        if getattr(k, "specialized", None):
+            out.append("# compiled for: " + ", ".join(f"{n}={v}" for n, v in k.specialized.items()))
+        if k.constexprs:
+            out.append("# constexprs: " + ", ".join(f"{n}={v!r}" for n, v in k.constexprs.items()))
+        for p in k.params:
+            a = self.arg[p.value.id]
+            if a.is_tensor:
+                out.append(f"# {p.name}: shape {tuple(a.shape)}, strides {tuple(a.strides)}")
+        out.append("")
+        out.append("")
+        out.append("@T.prim_func")
+        out.append(f"def {k.name}(")
+        for s in sig:
+            out.append(f"    {s},")
+        out.append("):")
+        out.append(f"    with T.Kernel({grid}, threads={threads}) as {as_}:")
+        for line in self.view_lines + self.allocs:
+            out.append("        " + line)
+        out.extend(self.lines)
+        if not self.lines and not self.allocs:
+            out.append("        pass")
+        return "\n".join(out) + "\n"
+
+
+def _contiguous_strides(shape) -> tuple[int, ...]:
+    strides, acc = [], 1
+    for s in reversed(shape):
+        strides.append(acc)
+        acc *= max(s, 1)
+    return tuple(reversed(strides))
+
+
+def _reindex(idx: list[str], new_shape, old_shape) -> list[str]:
+    flat_terms = []
+    stride = 1
+    for i in reversed(range(len(new_shape))):
+        flat_terms.append(idx[i] if stride == 1 else f"{idx[i]} * {stride}")
+        stride *= new_shape[i]
+    flat = "(" + " + ".join(reversed(flat_terms)) + ")"
+    out = []
+    stride = 1
+    strides = []
+    for s in reversed(old_shape):
+        strides.append(stride)
+        stride *= s
+    strides = list(reversed(strides))
+    for s, st in zip(old_shape, strides):
+        out.append(f"({flat} // {st} % {s})" if st > 1 else f"({flat} % {s})")
+    return out
+
+
+def _is_const(v: Value, value) -> bool:
+    return v.defining_op is not None and v.defining_op.name == "const" and v.defining_op.attrs["value"] == value
+
+
+def _is_zero(v: Value) -> bool:
+    op = v.defining_op
+    while op is not None and op.name in ("splat", "broadcast"):
+        op = op.operands[0].defining_op
+    return op is not None and op.name == "const" and op.attrs["value"] == 0
+
+
+def generate(k: KernelIR, spec: Spec, grid) -> tuple[str, list[str]]:
+    g = TileLangCodegen(k, spec, grid)
+    g._keepdims = {}
+    src = g.generate()
+    return src, g.notes

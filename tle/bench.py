@@ -1,0 +1,170 @@
+"""Benchmarks on a GPU: each operator's large example on both tle backends, beside torch, in one process.
+
+    python -m tle.bench vector_add softmax rmsnorm matmul [--out docs/benchmark]
+
+For each operator: check every tle backend against the torch reference, then time every
+implementation with triton.testing.do_bench (median), print a table with TB/s or TFLOP/s and the
+ratio to the torch anchor, and write docs/benchmark/<op>.json and <op>.md.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib
+import json
+import os
+import subprocess
+import sys
+
+import torch
+
+from tle.cli import check, poison
+
+KERNELS = {"vector_add": "add_kernel", "softmax": "softmax_kernel", "rmsnorm": "rmsnorm_fwd_kernel",
+           "matmul": "matmul_kernel"}
+MEMORY_BOUND = {"vector_add", "softmax", "rmsnorm"}
+TLE_BACKENDS = ("triton", "tilelang")
+
+
+def torch_impls(op: str, launch) -> list[tuple[str, object]]:
+    """(name, fn) for the torch implementations of `op`; the first is the anchor of the ratios."""
+    a = launch.args
+    if op == "vector_add":
+        x, y = a[0], a[1]
+        impls = [("torch", lambda: x + y)]
+    elif op == "softmax":
+        x = a[0]
+        impls = [("torch.softmax", lambda: torch.softmax(x, -1))]
+    elif op == "rmsnorm":
+        x, w, eps = a[0], a[1], a[6]
+        # written the way a user writes it in eager mode, cast back to the input dtype
+        impls = [("torch", lambda: (x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps) * w)
+                  .to(x.dtype))]
+        if hasattr(torch.nn.functional, "rms_norm"):
+            impls.append(("torch.rms_norm", lambda: torch.nn.functional.rms_norm(x, (x.shape[-1],), w, eps)))
+    elif op == "matmul":
+        impls = [("torch.matmul", lambda: torch.matmul(a[0], a[1]))]
+    else:
+        raise ValueError(op)
+    if op in MEMORY_BOUND:
+        # the bandwidth ceiling: a device-to-device copy moving the same bytes (half read, half written)
+        src = torch.empty(launch.bytes // 2, dtype=torch.uint8, device="cuda")
+        dst = torch.empty_like(src)
+        impls.append(("copy", lambda: dst.copy_(src)))
+    return impls
+
+
+def short_dtypes(label: str) -> str:
+    for long, short in (("bfloat16", "bf16"), ("float16", "fp16"), ("float32", "fp32")):
+        label = label.replace(long, short)
+    return label
+
+
+def versions() -> dict[str, str]:
+    import triton
+    try:
+        import tilelang
+        tl_version = getattr(tilelang, "__version__", "unknown")
+    except Exception:
+        tl_version = "not importable"
+    return {"torch": torch.__version__, "triton": triton.__version__, "tilelang": str(tl_version)}
+
+
+def commit() -> str:
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
+                             timeout=10)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def bench_op(op: str) -> tuple[list[dict], list[str], bool]:
+    """Records, table lines, and whether every tle backend passed its check."""
+    from triton.testing import do_bench
+    mod = importlib.import_module(f"tle.kernels.{op}")
+    kernel = getattr(mod, KERNELS[op])
+    launch = kernel.example("cuda", "large")
+    metric = "TFLOP/s" if launch.flops else "TB/s"
+    work = launch.flops if launch.flops else launch.bytes
+
+    tle_rows, ok = [], True        # (name, ms or None, note)
+    for b in TLE_BACKENDS:
+        run = lambda b=b: kernel[launch.grid](*launch.args, backend=b, **launch.kwargs)  # noqa: E731
+        poison(launch)
+        try:
+            run()
+            torch.cuda.synchronize()
+        except Exception as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            tle_rows.append((b, None, f"failed: {type(e).__name__}: {first}"))
+            ok = False
+            continue
+        passed, summary = check(launch)    # a wrong kernel is not timed
+        tle_rows.append((b, do_bench(run, warmup=25, rep=100, return_mode="median") if passed else None,
+                         summary if passed else f"FAIL {summary}"))
+        ok &= passed
+    torch_rows = [(name, do_bench(fn, warmup=25, rep=100, return_mode="median"), "")
+                  for name, fn in torch_impls(op, launch)]
+    # torch first (the anchor leads), then the tle backends, then the copy ceiling
+    rows = [r for r in torch_rows if r[0] != "copy"] + tle_rows + [r for r in torch_rows if r[0] == "copy"]
+
+    value = {name: work / (ms * 1e-3) / 1e12 for name, ms, _ in rows if ms is not None}
+    anchor = torch_rows[0][0]
+    lines = [f"| implementation | ms | {metric} | vs {anchor} | check |", "|---|---:|---:|---:|---|"]
+    for name, ms, note in rows:
+        if ms is None:
+            lines.append(f"| {name} | | | | {note} |")
+        else:
+            lines.append(f"| {name} | {ms:.4f} | {value[name]:.2f} | {value[name] / value[anchor]:.2f}x | {note} |")
+
+    meta = {"gpu": torch.cuda.get_device_name(), "commit": commit(), "date": datetime.date.today().isoformat(),
+            "versions": versions()}
+    shape = short_dtypes(launch.label)      # e.g. "32768x8192 bf16"
+    records = [dict(op=op, shape=shape, mode="fwd", backend=name, metric=metric, value=round(value[name], 4), **meta)
+               for name, ms, _ in rows if ms is not None]
+    return records, lines, ok
+
+
+def write_page(out_dir: str, op: str, records: list[dict], lines: list[str], command: str) -> None:
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, f"{op}.json"), "w") as f:
+        json.dump(records, f, indent=1)
+        f.write("\n")
+    r = records[0] if records else {}
+    v = r.get("versions", {})
+    page = [f"# {op} benchmark", "",
+            f"`{command}`", "",
+            f"- date: {r.get('date')}, commit: {r.get('commit')}",
+            f"- GPU: {r.get('gpu')}",
+            f"- versions: torch {v.get('torch')}, triton {v.get('triton')}, tilelang {v.get('tilelang')}",
+            f"- shape: {r.get('shape')}, forward; times are do_bench medians (warmup 25 ms, rep 100 ms)", "",
+            *lines, ""]
+    with open(os.path.join(out_dir, f"{op}.md"), "w") as f:
+        f.write("\n".join(page))
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tle.bench", description=__doc__.splitlines()[0])
+    p.add_argument("ops", nargs="+", metavar="OP", choices=sorted(KERNELS))
+    p.add_argument("--out", default=os.path.join("docs", "benchmark"))
+    args = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("tle.bench: no CUDA device here; benchmarks run on a GPU machine "
+              "(see README: source .device/setup.sh && python3 -m tle.bench ...)", file=sys.stderr)
+        return 2
+    command = "python -m tle.bench " + " ".join(args.ops)
+    all_ok = True
+    for op in args.ops:
+        records, lines, ok = bench_op(op)
+        all_ok &= ok
+        print(f"\n## {op} ({records[0]['shape'] if records else ''})\n")
+        print("\n".join(lines))
+        write_page(args.out, op, records, lines, command)
+    print(f"\nwrote {', '.join(os.path.join(args.out, op + '.{json,md}') for op in args.ops)}")
+    return 0 if all_ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
