@@ -114,6 +114,16 @@ def mask_conjuncts(mask: Value | None, aff: AffineAnalysis) -> list[Affine] | No
     return None
 
 
+def mask_always_true(mask: Value | None, shape, aff: AffineAnalysis) -> bool:
+    """Is every element of the mask provably true (e.g. `arange(0, 8192) < 8192`)?"""
+    if mask is None:
+        return True
+    conj = mask_conjuncts(mask, aff)
+    if conj is None:
+        return False
+    return all((m := _max_over_tile(c, shape)) is not None and m < 0 for c in conj)
+
+
 def _max_over_tile(d: Affine, shape) -> int | None:
     """The largest value of a form with no symbols over the tile's index space."""
     if d.syms or d.data:
@@ -172,12 +182,6 @@ def plan_box(access: Access, mask: Value | None, tile_shape: tuple[int, ...], te
         if a in starts and starts[a] != start:
             return None, f"two different bounds on tile axis {a}"
         starts[a] = start
-    for a in range(rank):
-        d = axis_dim[a]
-        if a not in starts:
-            if d != 0:
-                return None, (f"tile axis {a} has no mask term; only the outermost dimension may be left "
-                              f"unmasked (a bulk copy would predicate it)")
     # the base address must split over the dims: sum(start_d * stride_d)
     base = off.at_origin()
     residual = base
@@ -212,6 +216,14 @@ def plan_box(access: Access, mask: Value | None, tile_shape: tuple[int, ...], te
             return None, f"the start along dimension {d} may be negative"
         if not st.syms and st.const >= tensor_shape[d]:
             return None, f"the start along dimension {d} is past its end"
+    for a in range(rank):
+        d = axis_dim[a]
+        st = dim_start[d]
+        if a not in starts and d != 0 and not (st.is_const and st.const + tile_shape[a] <= tensor_shape[d]):
+            # without a mask, the program may run past this dimension into the next row; a bulk copy
+            # would predicate that away, so only a provably in-bounds region is a box here
+            return None, (f"tile axis {a} has no mask term and its region is not provably inside "
+                          f"dimension {d}")
     dims = []
     dim_axis = {d: a for a, d in axis_dim.items()}
     for d in range(ndim):

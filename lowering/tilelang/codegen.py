@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..analysis.access import Access, BoxPlan, classify, plan_box
+from ..analysis.access import Access, BoxPlan, classify, mask_always_true, plan_box
 from ..analysis.affine import Affine, AffineAnalysis
 from ..errors import UnsupportedConstruct
 from ..ir import types as T
@@ -36,6 +36,8 @@ _EXPENSIVE = {"exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sigmoid", "erf", "
 _ELEMENTWISE = {"const", "arange", "splat", "broadcast", "expand_dims", "reshape", "trans", "binary", "cmp",
                 "unary", "cast", "where", "addptr", "program_id", "num_programs"}
 _GRID_VARS = ("bx", "by", "bz")
+_LOG2E = 1.4426950408889634
+_LN2 = 0.6931471805599453
 _PY_BUILTINS = {"sum", "max", "min", "abs", "range", "len", "int", "float", "bool", "pow", "round", "all", "any"}
 
 
@@ -173,6 +175,10 @@ class TileLangCodegen:
                 return f"(-{x})"
             if k in ("invert", "not"):
                 return f"T.Not({x})" if o[0].type.elem.is_bool else f"(~{x})"
+            if k == "exp" and o[0].type.elem == T.fp32:     # as Triton lowers tl.exp: 2^(x*log2(e))
+                return f"T.exp2({x} * {_LOG2E})"
+            if k == "log" and o[0].type.elem == T.fp32:     # as Triton lowers tl.log: log2(x)*ln(2)
+                return f"(T.log2({x}) * {_LN2})"
             return f"{_MATH[k]}({x})"
         if n == "cast":
             if a.get("bitcast"):
@@ -385,7 +391,8 @@ class TileLangCodegen:
             return
         scope = "shared" if any(u.name == "dot" for u in self._value_users(v)) else "fragment"
         plan = self.box(op, acc, mask)
-        zero_other = other is None or _is_zero(other)
+        # `other` only matters where the mask can be false
+        zero_other = other is None or _is_zero(other) or mask_always_true(mask, v.type.shape, self.aff)
         name = self.alloc(v.name or "t", v.type.shape, v.type.elem, scope)
         if plan is not None and zero_other:
             self.emit(f"T.copy({self.region(self.view(acc.param.value), plan)}, {name})", indent)
