@@ -278,11 +278,10 @@ class TileLangCodegen:
         if contiguous and len(a.shape) == 1:
             self.views[p.name] = self.ids[param_value]      # the flat buffer is already this view
             return self.views[p.name]
-        if contiguous:
-            self.view_lines.append(f"{name} = T.view({self.ids[param_value]}, {tuple(a.shape)!r})")
-        else:
-            self.view_lines.append(f"{name} = T.StridedTensor({tuple(a.shape)!r}, {tuple(a.strides)!r}, {dt!r}, "
-                                   f"data={self.ids[param_value]}.data)")
+        # T.StridedTensor rather than T.view: T.view checks sizes in bits with an int32 and overflows
+        # on tensors of 2^31 bits or more
+        self.view_lines.append(f"{name} = T.StridedTensor({tuple(a.shape)!r}, {tuple(a.strides)!r}, {dt!r}, "
+                               f"data={self.ids[param_value]}.data)")
         self.views[p.name] = name
         return name
 
