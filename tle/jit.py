@@ -168,14 +168,10 @@ class Kernel:
     # -- lowering -----------------------------------------------------------------------------------
     def _lower(self, backend, constexprs, spec: Spec) -> Lowered:
         runtime_types = {a.name: a.type for a in spec.args if a.name not in spec.specialized}
-        values = dict(constexprs)
-        for a in spec.args:
-            if a.name in spec.specialized:
-                values[a.name] = a.value
+        known = {a.name: (a.type, a.value) for a in spec.args if a.name in spec.specialized}
         tracer = make_tracer()
-        ir = tracer.trace_kernel(self.fn, runtime_types, values, spec.num_warps, spec.num_stages)
-        ir.constexprs = {k: v for k, v in values.items() if k not in spec.specialized}
-        ir.specialized = {n: values[n] for n in spec.specialized}
+        ir = tracer.trace_kernel(self.fn, runtime_types, dict(constexprs), spec.num_warps, spec.num_stages, known)
+        ir.specialized = {n: v for n, (_, v) in known.items()}
         runtime_spec = Spec(tuple(a for a in spec.args if a.name not in spec.specialized), spec.num_warps,
                             spec.num_stages, spec.specialized, spec.grid)
         ir_text = str(ir)      # the frontend's IR, before any backend rewrites it

@@ -127,15 +127,26 @@ class Tracer:
         self._depth = 0
 
     # -- entry --------------------------------------------------------------------------------------
-    def trace_kernel(self, fn, runtime: dict, constexprs: dict, num_warps: int, num_stages: int) -> KernelIR:
-        """`runtime`: parameter name -> its IR type (pointer or scalar); `constexprs`: name -> Python value."""
+    def trace_kernel(self, fn, runtime: dict, constexprs: dict, num_warps: int, num_stages: int,
+                     known: dict | None = None) -> KernelIR:
+        """`runtime`: parameter name -> its IR type (pointer or scalar); `constexprs`: name -> Python value;
+        `known`: runtime scalars compiled in as typed constants (name -> (type, value)): they stay
+        runtime values in the program's semantics (`n.to(...)` works), only their value is fixed."""
+        known = known or {}
         src = function_source(fn)
         self._src = src
         names = [a.arg for a in src.tree.args.args]
         body = self.b.new_block([])
         params, env = [], {}
         for i, name in enumerate(names):
-            if name in runtime:
+            if name in known:
+                t, value = known[name]
+                with self.b.insert_into(body):
+                    self.b.loc = Loc(src.file, src.tree.lineno, src.tree.name)
+                    c = self.b.const(value, t.elem)
+                c.name = name
+                env[name] = TV(c, self.b)
+            elif name in runtime:
                 v = self.b.ids.value(runtime[name], body, name)
                 body.args.append(v)
                 params.append(Param(name, v, i))

@@ -15,7 +15,7 @@ from .. import backend as api
 from ..files import default_cache_dir, load_module, write_once
 from ..ir.core import KernelIR
 from ..spec import Spec
-from ..transforms import rewrite_inductions
+from ..transforms import fold_constants, rewrite_inductions
 from .codegen import generate
 
 STAGES = ("cuda", "ptx")
@@ -111,6 +111,7 @@ class Backend(api.Backend):
         return None
 
     def lower(self, ir: KernelIR, spec: Spec, cache_dir: str) -> TileLangCompiled:
+        fold_constants(ir)
         rewrite_inductions(ir)
         source, notes = generate(ir, spec, spec.grid)
         import tilelang

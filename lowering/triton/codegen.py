@@ -251,8 +251,16 @@ class TritonCodegen:
             if n == "load" and op.attrs.get("is_async") else ""
         self.emit(f"{name} = {self._render(op)}{note}", indent)
 
+    def _carried_expr(self, v: Value) -> str:
+        """A value assigned to a loop-carried or branch-merged variable: constants are typed, so the
+        variable is a tensor on every path (Triton's interpreter keeps bare literals as Python ints)."""
+        op = v.defining_op
+        if v not in self.ids and op is not None and op.name == "const" and v.type.is_scalar:
+            return f"tl.full([], {_literal(op.attrs['value'], v.type.elem)}, {tl_dtype(v.type.elem)})"
+        return self.expr(v)
+
     def _assign_many(self, names: list[str], values: list[Value], indent: int):
-        pairs = [(nm, self.expr(v)) for nm, v in zip(names, values) if self.expr(v) != nm]
+        pairs = [(nm, self._carried_expr(v)) for nm, v in zip(names, values) if self.expr(v) != nm]
         if not pairs:
             return
         if len(pairs) == 1:
@@ -318,6 +326,15 @@ class TritonCodegen:
 
     def _if(self, op: Op, indent: int):
         names = [self.ids.define(r) for r in op.results]
+        for blk in op.regions:          # compute a branch's value straight into the merged variable
+            y = blk.terminator
+            for nm, out in zip(names, y.operands if y else []):
+                d = out.defining_op
+                if d is not None and d.parent is blk and out not in self.ids and not self._inline(d) and \
+                        d.name not in ("for", "if") and \
+                        all(u is y for u in self.users.get(out.id, [])) and \
+                        nm not in [self.expr(o) for o in (y.operands if y else []) if o is not out and o in self.ids]:
+                    self.ids.alias(out, nm)
         self.emit(f"if {self.expr(op.operands[0])}:", indent)
         for i, blk in enumerate(op.regions):
             if i == 1:
