@@ -131,23 +131,41 @@ class Kernel:
                 runtime.append((name, v))
         return constexprs, runtime, launch
 
-    def _spec(self, runtime, backend, num_warps, num_stages, grid=None) -> tuple[Spec, tuple]:
-        arg_specs, key, specialized = [], [], []
-        device = None
+    def _key(self, runtime, backend, grid):
+        """The specialization key of a launch, and the device of its tensors (the fast path: no Spec)."""
+        key, device = [], None
+        shapes, ints = backend.specializes_shapes, backend.specializes_ints
         for name, v in runtime:
             if isinstance(v, torch.Tensor):
                 if device is None:
                     device = v.device
-                elif v.device != device and v.device.type != "meta":
+                elif v.device != device:
                     raise LaunchError(f"argument '{name}' is on {v.device}, other tensors are on {device}")
+                aligned = v.device.type == "meta" or v.data_ptr() % 16 == 0
+                key.append((v.dtype, aligned, tuple(v.shape), v.stride()) if shapes else (v.dtype, aligned))
+            elif isinstance(v, bool):
+                key.append(bool)
+            elif isinstance(v, int) and -2**31 <= v < 2**31:
+                key.append(v if ints and name not in self.do_not_specialize else "i32")
+            else:
+                key.append(_scalar_type(name, v).elem.name if not ints or not isinstance(v, int)
+                           or name in self.do_not_specialize else v)
+        if backend.specializes_grid:
+            if grid is None:
+                raise LaunchError(f"{self.__name__}: backend '{backend.name}' compiles for a grid; pass grid=")
+            key.append(("grid", grid))
+        return tuple(key), device
+
+    def _spec(self, runtime, backend, num_warps, num_stages, grid=None) -> Spec:
+        arg_specs, specialized = [], []
+        for name, v in runtime:
+            if isinstance(v, torch.Tensor):
                 try:
                     dt = from_torch(v.dtype)
                 except TypeError as e:
                     raise LaunchError(f"argument '{name}': {e}") from None
                 aligned = (v.data_ptr() % 16 == 0) if v.device.type != "meta" else True
-                a = ArgSpec(name, T.scalar(T.PointerType(dt)), tuple(v.shape), tuple(v.stride()),
-                            aligned16=aligned)
-                key.append((dt.name, aligned) + ((a.shape, a.strides) if backend.specializes_shapes else ()))
+                a = ArgSpec(name, T.scalar(T.PointerType(dt)), tuple(v.shape), tuple(v.stride()), aligned16=aligned)
             else:
                 t = _scalar_type(name, v)
                 spec_it = backend.specializes_ints and t.elem.is_int and not t.elem.is_bool \
@@ -155,15 +173,9 @@ class Kernel:
                 a = ArgSpec(name, t, value=int(v) if spec_it else None)
                 if spec_it:
                     specialized.append(name)
-                key.append((t.elem.name, a.value))
             arg_specs.append(a)
-        if backend.specializes_grid:
-            if grid is None:
-                raise LaunchError(f"{self.__name__}: backend '{backend.name}' compiles for a grid; pass grid=")
-            key.append(("grid", grid))
-        spec = Spec(tuple(arg_specs), num_warps, num_stages, tuple(specialized),
+        return Spec(tuple(arg_specs), num_warps, num_stages, tuple(specialized),
                     grid if backend.specializes_grid else None)
-        return spec, tuple(key), device
 
     # -- lowering -----------------------------------------------------------------------------------
     def _lower(self, backend, constexprs, spec: Spec) -> Lowered:
@@ -178,11 +190,11 @@ class Kernel:
         compiled = backend.lower(ir, runtime_spec, cache_dir())
         return Lowered(backend.name, ir, compiled, ir_text)
 
-    def _get(self, backend, constexprs, spec, key) -> Lowered:
-        full_key = (backend.name, key, _freeze(constexprs), spec.num_warps, spec.num_stages)
+    def _get(self, backend, constexprs, runtime, key, num_warps, num_stages, grid) -> Lowered:
+        full_key = (backend.name, key, _freeze(constexprs), num_warps, num_stages)
         hit = self._cache.get(full_key)
         if hit is None:
-            hit = self._lower(backend, constexprs, spec)
+            hit = self._lower(backend, constexprs, self._spec(runtime, backend, num_warps, num_stages, grid))
             self._cache[full_key] = hit
         return hit
 
@@ -193,8 +205,8 @@ class Kernel:
         if grid is not None:
             grid = check_grid(grid(dict(constexprs, **dict(runtime))) if callable(grid) else grid)
         b = select.resolve(select.choose(backend, self.backend))
-        spec, key, _ = self._spec(runtime, b, int(num_warps), int(num_stages), grid)
-        return self._get(b, constexprs, spec, key)
+        key, _ = self._key(runtime, b, grid)
+        return self._get(b, constexprs, runtime, key, int(num_warps), int(num_stages), grid)
 
     # -- launch -------------------------------------------------------------------------------------
     def run(self, grid, args, kwargs):
@@ -206,7 +218,7 @@ class Kernel:
         if callable(grid):
             grid = grid(dict(constexprs, **dict(runtime)))
         grid = check_grid(grid)
-        spec, key, device = self._spec(runtime, b, num_warps, num_stages, grid)
+        key, device = self._key(runtime, b, grid)
         if device is None:
             raise LaunchError(f"{self.__name__}: a launch needs at least one tensor argument")
         why = b.launch_unavailable_reason(device)
@@ -214,8 +226,9 @@ class Kernel:
             tensors = [n for n, v in runtime if isinstance(v, torch.Tensor)]
             raise LaunchError(f"{self.__name__}: cannot launch on backend '{b.name}' with tensors "
                               f"{', '.join(tensors)} on {device}: {why}")
-        lowered = self._get(b, constexprs, spec, key)
-        values = [v for (n, v) in runtime if n not in spec.specialized]
+        lowered = self._get(b, constexprs, runtime, key, num_warps, num_stages, grid)
+        specialized = lowered.kernel.specialized
+        values = [v for (n, v) in runtime if n not in specialized] if specialized else [v for _, v in runtime]
         lowered.compiled.launch(grid, values)
         return lowered
 

@@ -25,7 +25,14 @@ def choose(call: str | None, decorator: str | None) -> str:
     return call or decorator or os.environ.get("TLE_BACKEND") or DEFAULT_BACKEND
 
 
+_resolved: dict[str, Backend] = {}
+
+
 def resolve(name: str, extra: tuple[str, ...] = ()) -> Backend:
+    """The usable backend called `name` (remembered once it has been found usable)."""
+    b = _resolved.get(name)
+    if b is not None:
+        return b
     names = backend_names()
     if name not in names:
         usable = [n for n, why in available_backends().items() if why is None] + list(extra)
@@ -38,4 +45,5 @@ def resolve(name: str, extra: tuple[str, ...] = ()) -> Backend:
     if why is not None:
         usable = [n for n, w in available_backends().items() if w is None] + list(extra)
         raise BackendUnavailable(f"backend '{name}' is unavailable here ({why}); available: {', '.join(usable)}")
+    _resolved[name] = b
     return b

@@ -139,6 +139,7 @@ class KernelIR:
     num_warps: int = 4
     num_stages: int = 3
     notes: list[str] = field(default_factory=list)   # visible messages (e.g. dropped hints)
+    specialized: dict = field(default_factory=dict)  # runtime ints compiled in as constants (name -> value)
 
     def walk(self) -> Iterator[Op]:
         return self.body.walk()

@@ -59,11 +59,16 @@ class TritonCodegen:
         us = self.users.get(v.id, [])
         if op.name == "const":
             return True
-        if op.name in ("splat", "broadcast") and all(u.name in _IMPLICIT_BROADCAST_USERS for u in us):
-            return True  # Triton broadcasts implicitly in these users
+        if self._implicitly_broadcast(op):
+            return True
         if v.name and op.name not in ("expand_dims",):
             return False
         return len(us) == 1 and us[0].parent is op.parent
+
+    def _implicitly_broadcast(self, op: Op) -> bool:
+        """A splat/broadcast whose every user broadcasts its operands itself in Triton."""
+        us = self.users.get(op.result.id, [])
+        return op.name in ("splat", "broadcast") and bool(us) and all(u.name in _IMPLICIT_BROADCAST_USERS for u in us)
 
     def expr(self, v: Value) -> str:
         if v in self.ids:
@@ -87,7 +92,7 @@ class TritonCodegen:
             return _PREC["unary"]
         if op.name == "const" and isinstance(op.attrs["value"], (int, float)) and op.attrs["value"] < 0:
             return _PREC["unary"]
-        if op.name in ("splat", "broadcast") and self._inline(op):
+        if self._implicitly_broadcast(op):
             return self._prec(op.operands[0])
         return 100
 
@@ -119,7 +124,7 @@ class TritonCodegen:
         if n == "arange":
             return f"tl.arange({a['start']}, {a['end']})"
         if n in ("splat", "broadcast"):
-            if self._inline(op):
+            if self._implicitly_broadcast(op):
                 return self.expr(ops[0])
             if n == "splat":
                 return f"tl.full({list(a['shape'])}, {self.expr(ops[0])}, {tl_dtype(op.result.type.elem)})" \
