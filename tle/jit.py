@@ -25,6 +25,7 @@ from tle.lowering.ir.core import KernelIR
 from tle.lowering.spec import ArgSpec, Spec
 
 _LAUNCH_KEYS = ("backend", "num_warps", "num_stages")
+_REQUIRED = object()
 
 
 def _scalar_type(name, x) -> T.Type:
@@ -43,6 +44,8 @@ def _scalar_type(name, x) -> T.Type:
 
 
 def check_grid(grid) -> tuple[int, ...]:
+    if type(grid) is tuple and 0 < len(grid) <= 3 and all(type(g) is int and g > 0 for g in grid):
+        return grid                      # the common case, checked cheaply
     if isinstance(grid, numbers.Integral) and not isinstance(grid, bool):
         grid = (grid,)
     if not isinstance(grid, (tuple, list)) or not 1 <= len(grid) <= 3:
@@ -94,6 +97,9 @@ class Kernel:
         self.signature = inspect.signature(fn)
         self.param_names = list(self.signature.parameters)
         self.constexpr_names = set(constexpr_params(fn))
+        self._defaults_or_required = {
+            n: (p.default if p.default is not inspect.Parameter.empty else _REQUIRED)
+            for n, p in self.signature.parameters.items()}
         for n in self.do_not_specialize:
             if n not in self.param_names:
                 raise ValueError(f"do_not_specialize names '{n}', which is not a parameter of {fn.__name__}")
@@ -110,25 +116,36 @@ class Kernel:
 
     # -- binding ------------------------------------------------------------------------------------
     def _bind(self, args, kwargs):
-        launch = {k: kwargs.pop(k) for k in _LAUNCH_KEYS if k in kwargs}
-        try:
-            bound = self.signature.bind(*args, **kwargs)
-        except TypeError as e:
-            msg = str(e)
-            if "missing a required argument" in msg:
-                name = msg.split("'")[1]
-                kind = "constexpr" if name in self.constexpr_names else "argument"
-                raise LaunchError(f"{self.__name__}: missing {kind} '{name}'") from None
-            raise LaunchError(f"{self.__name__}: {msg}") from None
-        bound.apply_defaults()
-        values = bound.arguments
-        constexprs, runtime = {}, []
-        for name in self.param_names:
-            v = values[name]
-            if name in self.constexpr_names or v is None:
-                constexprs[name] = v
+        """(constexpr values in parameter order, [(name, runtime value)], launch options)."""
+        names = self.param_names
+        if len(args) > len(names):
+            raise LaunchError(f"{self.__name__}: takes {len(names)} arguments, got {len(args)}")
+        values = dict(zip(names, args))
+        launch = {}
+        for k, v in kwargs.items():
+            if k in _LAUNCH_KEYS:
+                launch[k] = v
+            elif k not in self._defaults_or_required:
+                raise LaunchError(f"{self.__name__}: unexpected argument '{k}'")
+            elif k in values:
+                raise LaunchError(f"{self.__name__}: argument '{k}' given twice")
             else:
-                runtime.append((name, v))
+                values[k] = v
+        if len(values) < len(names):
+            for n in names:
+                if n not in values:
+                    d = self._defaults_or_required[n]
+                    if d is _REQUIRED:
+                        kind = "constexpr" if n in self.constexpr_names else "argument"
+                        raise LaunchError(f"{self.__name__}: missing {kind} '{n}'")
+                    values[n] = d
+        constexprs, runtime = {}, []
+        for n in names:
+            v = values[n]
+            if n in self.constexpr_names or v is None:
+                constexprs[n] = v
+            else:
+                runtime.append((n, v))
         return constexprs, runtime, launch
 
     def _key(self, runtime, backend, grid):
@@ -191,7 +208,7 @@ class Kernel:
         return Lowered(backend.name, ir, compiled, ir_text)
 
     def _get(self, backend, constexprs, runtime, key, num_warps, num_stages, grid) -> Lowered:
-        full_key = (backend.name, key, _freeze(constexprs), num_warps, num_stages)
+        full_key = (backend.name, key, _freeze(constexprs), num_warps, num_stages)   # noqa: keys are cheap tuples
         hit = self._cache.get(full_key)
         if hit is None:
             hit = self._lower(backend, constexprs, self._spec(runtime, backend, num_warps, num_stages, grid))
@@ -221,7 +238,7 @@ class Kernel:
         key, device = self._key(runtime, b, grid)
         if device is None:
             raise LaunchError(f"{self.__name__}: a launch needs at least one tensor argument")
-        why = b.launch_unavailable_reason(device)
+        why = select.launch_unavailable_reason(b, device)
         if why is not None:
             tensors = [n for n, v in runtime if isinstance(v, torch.Tensor)]
             raise LaunchError(f"{self.__name__}: cannot launch on backend '{b.name}' with tensors "

@@ -47,3 +47,15 @@ def resolve(name: str, extra: tuple[str, ...] = ()) -> Backend:
         raise BackendUnavailable(f"backend '{name}' is unavailable here ({why}); available: {', '.join(usable)}")
     _resolved[name] = b
     return b
+
+
+_launchable: dict = {}
+
+
+def launch_unavailable_reason(b: Backend, device) -> str | None:
+    """Why `b` cannot run kernels on `device` here (None if it can); remembered per device and per
+    interpreter setting, so that a warm launch does not ask CUDA again."""
+    key = (b.name, device, os.environ.get("TRITON_INTERPRET"))
+    if key not in _launchable:
+        _launchable[key] = b.launch_unavailable_reason(device)
+    return _launchable[key]
