@@ -19,6 +19,8 @@ class Compiled(ABC):
 
     source: str
     notes: list[str]
+    # what the backend did with each load/store/atomic: (line, op, kind, how)
+    access_report: list[tuple[int, str, str, str]] = []
 
     @abstractmethod
     def launch(self, grid: tuple[int, ...], args: list) -> None: ...

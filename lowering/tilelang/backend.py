@@ -113,9 +113,11 @@ class Backend(api.Backend):
     def lower(self, ir: KernelIR, spec: Spec, cache_dir: str) -> TileLangCompiled:
         fold_constants(ir)
         rewrite_inductions(ir)
-        source, notes = generate(ir, spec, spec.grid)
+        source, notes, report = generate(ir, spec, spec.grid)
         import tilelang
         digest = hashlib.sha256((source + tilelang.__version__).encode()).hexdigest()[:20]
         path = os.path.join(cache_dir, "tilelang-src", f"{ir.name}_{digest}.py")
         write_once(path, source)
-        return TileLangCompiled(ir, spec, source, path, list(ir.notes) + notes)
+        compiled = TileLangCompiled(ir, spec, source, path, list(ir.notes) + notes)
+        compiled.access_report = report
+        return compiled

@@ -86,6 +86,7 @@ class TileLangCodegen:
         self.scalars: dict[int, str] = {}      # value id -> identifier of a let or alloc_var
         self.notes: list[str] = []
         self.accesses: dict[int, Access] = {}
+        self.report: list[tuple[int, str, str, str]] = []   # (line, op, kind, how it was lowered)
         self.blocks: list[Block] = []
         self.loop_depth = 0
 
@@ -381,6 +382,7 @@ class TileLangCodegen:
             self.notes.append(f"line {op.loc.line}: tle.load(is_async=True) is lowered as a plain load "
                               "(asynchronous staging is not implemented yet)")
         if v.type.is_scalar:
+            self.report.append((op.loc.line, "load", acc.kind, "scalar expression"))
             e = f"{param}[{self.offset(ptr, [])}]"
             if mask is not None:
                 e = f"T.if_then_else({self.scalar(mask)}, {e}, {self.scalar(other) if other is not None else literal(0, v.type.elem)})"
@@ -395,7 +397,10 @@ class TileLangCodegen:
         name = self.alloc(v.name or "t", v.type.shape, v.type.elem, scope)
         if plan is not None and zero_other:
             self.emit(f"T.copy({self.region(self.view(acc.param.value), plan)}, {name})", indent)
+            self.report.append((op.loc.line, "load", acc.kind, f"T.copy into {scope}"))
         else:
+            why = acc.reason if plan is None else "`other` is not zero where the mask can be false"
+            self.report.append((op.loc.line, "load", acc.kind, f"T.Parallel into {scope}" + (f" ({why})" if why else "")))
             idx = [f"i{d}" for d in range(v.type.rank)]
             e = f"{param}[{self.offset(ptr, idx)}]"
             if mask is not None:
@@ -423,6 +428,7 @@ class TileLangCodegen:
         param = self.ids[acc.param.value]
         elem = ptr.type.elem.elem
         if ptr.type.is_scalar:
+            self.report.append((op.loc.line, "store", acc.kind, "scalar statement"))
             # every thread of the block runs a scalar statement; they all store the same value
             st = f"{param}[{self.offset(ptr, [])}] = {self.scalar(val)}"
             if mask is not None:
@@ -440,7 +446,10 @@ class TileLangCodegen:
                 src = cast.operands[0]          # T.copy converts to the destination's dtype itself
             b = self.buffers[src.id] if src is not val else self.buffer_of(val, indent, "any", dtype=elem)
             self.emit(f"T.copy({b.name}, {self.region(self.view(acc.param.value), plan)})", indent)
+            self.report.append((op.loc.line, "store", acc.kind, f"T.copy from {b.scope}"))
             return
+        self.report.append((op.loc.line, "store", acc.kind,
+                            "T.Parallel" + (f" ({acc.reason})" if acc.reason else "")))
         idx = [f"i{d}" for d in range(ptr.type.rank)]
         self.emit(f"for {', '.join(idx)} in T.Parallel({', '.join(map(str, ptr.type.shape))}):", indent)
         st = f"{param}[{self.offset(ptr, idx)}] = {self.elem(val, idx)}"
@@ -459,6 +468,7 @@ class TileLangCodegen:
             self.error("an atomic through a pointer that is not base + offsets of one argument", op)
         param = self.ids[acc.param.value]
         fn = f"T.atomic_{op.attrs['kind']}"
+        self.report.append((op.loc.line, "atomic", acc.kind, f"{fn} per element" if ptr.type.shape else f"{fn} on one thread"))
         if ptr.type.is_scalar:
             # a scalar statement runs on every thread: let one thread do the atomic
             self.emit("if T.get_thread_binding() == 0:", indent)
@@ -795,8 +805,9 @@ def _is_zero(v: Value) -> bool:
     return op is not None and op.name == "const" and op.attrs["value"] == 0
 
 
-def generate(k: KernelIR, spec: Spec, grid) -> tuple[str, list[str]]:
+def generate(k: KernelIR, spec: Spec, grid) -> tuple[str, list[str], list]:
+    """(source, notes, access report: (line, op, kind, how it was lowered) per load/store/atomic)."""
     g = TileLangCodegen(k, spec, grid)
     g._keepdims = {}
     src = g.generate()
-    return src, g.notes
+    return src, g.notes, sorted(g.report)

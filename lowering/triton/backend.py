@@ -89,6 +89,18 @@ class TritonCompiled(api.Compiled):
         return asm[name]
 
 
+def _access_report(ir: KernelIR):
+    """Triton gets every access as written; the report gives each one's class for reference."""
+    from ..analysis import classify_accesses
+    out = []
+    for a in classify_accesses(ir).values():
+        how = "tl.load" if a.op.name == "load" else "tl.store" if a.op.name == "store" else f"tl.atomic_{a.op.attrs['kind']}"
+        if a.op.name == "load" and a.op.attrs.get("is_async"):
+            how += " (is_async hint kept as a comment: plain load)"
+        out.append((a.line, a.op.name, a.kind, how))
+    return sorted(out)
+
+
 class Backend(api.Backend):
     name = "triton"
 
@@ -111,4 +123,6 @@ class Backend(api.Backend):
         write_once(path, source)
         if not ir.params and not ir.body.ops:
             raise LoweringError("empty kernel", ir.loc, "triton")
-        return TritonCompiled(ir, spec, source, path)
+        compiled = TritonCompiled(ir, spec, source, path)
+        compiled.access_report = _access_report(ir)
+        return compiled
