@@ -4,7 +4,8 @@
 
 For each operator: check every tle backend against the torch reference, then time every
 implementation with triton.testing.do_bench (median), print a table with TB/s or TFLOP/s and the
-ratio to the torch anchor, and write docs/benchmark/<op>.json and <op>.md.
+ratio to the torch anchor, and write docs/benchmark/<op>.json and <op>.md. Where the tree has no .git
+(a copy on a GPU machine), set TLE_COMMIT to the commit being measured.
 """
 from __future__ import annotations
 
@@ -37,11 +38,12 @@ def torch_impls(op: str, launch) -> list[tuple[str, object]]:
         impls = [("torch.softmax", lambda: torch.softmax(x, -1))]
     elif op == "rmsnorm":
         x, w, eps = a[0], a[1], a[6]
-        # written the way a user writes it in eager mode, cast back to the input dtype
-        impls = [("torch", lambda: (x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps) * w)
-                  .to(x.dtype))]
+        # the anchor is torch's own fused rms_norm; the same formula written out in eager mode follows
+        eager = ("torch eager", lambda: (x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps) * w)
+                 .to(x.dtype))
+        impls = [eager]
         if hasattr(torch.nn.functional, "rms_norm"):
-            impls.append(("torch.rms_norm", lambda: torch.nn.functional.rms_norm(x, (x.shape[-1],), w, eps)))
+            impls.insert(0, ("torch.rms_norm", lambda: torch.nn.functional.rms_norm(x, (x.shape[-1],), w, eps)))
     elif op == "matmul":
         impls = [("torch.matmul", lambda: torch.matmul(a[0], a[1]))]
     else:
@@ -71,6 +73,9 @@ def versions() -> dict[str, str]:
 
 
 def commit() -> str:
+    """TLE_COMMIT if set (a copied tree on a GPU machine has no .git), else git's short HEAD."""
+    if os.environ.get("TLE_COMMIT"):
+        return os.environ["TLE_COMMIT"]
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,

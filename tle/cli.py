@@ -198,25 +198,26 @@ def _print_sources(lowered: dict, side_by_side: bool) -> None:
         print(text.rstrip("\n"))
 
 
-def _access_rows(kernel_ir) -> list[tuple[str, ...]]:
-    from tle.lowering.analysis import classify_accesses
-    rows = sorted(classify_accesses(kernel_ir).values(), key=lambda a: (a.line, a.op.name))
-    return [(str(a.line), a.op.name, a.param.name if a.param else "?", a.kind, a.reason) for a in rows]
-
-
 def _print_accesses(lowered: dict) -> None:
-    """The access table; once if every backend's IR classifies the same (a backend that compiles int
-    arguments in as constants can see more boxes), else once per backend."""
-    tables = {b: _access_rows(lw.kernel) for b, lw in lowered.items()}
-    distinct = {tuple(t) for t in tables.values()}
-    for b, rows in tables.items():
-        _heading("memory accesses" + ("" if len(distinct) == 1 else f" (as lowered for {b})"), "-")
-        table = [("line", "op", "argument", "kind", "reason")] + rows
-        widths = [max(len(r[i]) for r in table) for i in range(4)]
-        for r in table:
-            print(("  ".join(c.ljust(w) for c, w in zip(r[:4], widths)) + "  " + r[4]).rstrip())
-        if len(distinct) == 1:
-            break
+    """One table of the kernel's loads, stores and atomics: their class in the IR and what each backend
+    made of them (`Compiled.access_report`)."""
+    _heading("memory accesses", "-")
+    backends = list(lowered)
+    by_site: dict = {}
+    for b, lw in lowered.items():
+        for line, op, kind, how in lw.compiled.access_report:
+            site = by_site.setdefault((line, op), {"kind": {}, "how": {}})
+            site["kind"][b] = kind
+            site["how"][b] = how
+    table = [("line", "op") + tuple(f"{b}" for b in backends)]
+    for (line, op), site in sorted(by_site.items()):
+        cells = []
+        for b in backends:
+            cells.append(f"{site['kind'].get(b, '-')}: {site['how'].get(b, '-')}")
+        table.append((str(line), op) + tuple(cells))
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]) - 1)]
+    for r in table:
+        print(("  ".join(c.ljust(w) for c, w in zip(r[:-1], widths)) + "  " + r[-1]).rstrip())
 
 
 def _lower_all(kernel, launch, backends) -> tuple[dict, dict]:
@@ -227,6 +228,8 @@ def _lower_all(kernel, launch, backends) -> tuple[dict, dict]:
             lowered[b] = kernel.lower(*launch.args, grid=launch.grid, backend=b, **launch.kwargs)
         except (LoweringError, BackendUnavailable, LaunchError) as e:
             errors[b] = f"{type(e).__name__}: {e}"
+        except Exception as e:           # a bug in a backend: report it and go on with the next one
+            errors[b] = f"internal error in the {b} lowering: {type(e).__name__}: {e}"
     return lowered, errors
 
 

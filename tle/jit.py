@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import numbers
+import os
 from dataclasses import dataclass
 
 import torch
@@ -87,6 +88,8 @@ class Lowered:
 
 
 class Kernel:
+    example = None        # set by @tle.example: fn(device, size) -> tle.Launch
+
     def __init__(self, fn, backend: str | None = None, do_not_specialize: tuple[str, ...] = ()):
         self.fn = fn
         self.__tle_fn__ = fn          # lets the frontend inline this kernel when it is called from another
@@ -208,7 +211,9 @@ class Kernel:
         return Lowered(backend.name, ir, compiled, ir_text)
 
     def _get(self, backend, constexprs, runtime, key, num_warps, num_stages, grid) -> Lowered:
-        full_key = (backend.name, key, _freeze(constexprs), num_warps, num_stages)   # noqa: keys are cheap tuples
+        # the interpreter flag decides what Triton's jit builds, so lowerings differ with it
+        full_key = (backend.name, key, _freeze(constexprs), num_warps, num_stages,
+                    os.environ.get("TRITON_INTERPRET"))
         hit = self._cache.get(full_key)
         if hit is None:
             hit = self._lower(backend, constexprs, self._spec(runtime, backend, num_warps, num_stages, grid))

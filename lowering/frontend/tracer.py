@@ -86,6 +86,9 @@ def unwrap_jit(obj):
         return inner
     if isinstance(obj, triton.runtime.jit.JITFunction):
         return obj.fn
+    interpreted = getattr(getattr(triton.runtime, "interpreter", None), "InterpretedFunction", None)
+    if interpreted is not None and isinstance(obj, interpreted):   # @triton.jit under TRITON_INTERPRET=1
+        return obj.fn
     return None
 
 
@@ -561,7 +564,7 @@ class Tracer:
         if fn is tl.range or fn is tl.static_range:
             raise self._err(f"{fn.__name__} can only be used as the iterable of a for loop", node)
         if any(isinstance(a, TV) for a in list(args) + list(kwargs.values())):
-            name = getattr(fn, "__qualname__", None) or repr(fn)
+            name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
             mod = getattr(fn, "__module__", "") or ""
             if mod.startswith("triton"):
                 raise self._err(f"Triton builtin '{mod}.{name}' is not supported by tle yet", node)

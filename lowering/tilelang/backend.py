@@ -39,7 +39,7 @@ def _import_tilelang():
     import logging
 
     import tilelang
-    logging.getLogger("TileLang").setLevel(logging.WARNING)   # it logs every compile at INFO
+    logging.getLogger("tilelang").setLevel(logging.WARNING)   # it logs every compile at INFO
     return tilelang
 
 

@@ -97,6 +97,8 @@ def _access_report(ir: KernelIR):
         how = "tl.load" if a.op.name == "load" else "tl.store" if a.op.name == "store" else f"tl.atomic_{a.op.attrs['kind']}"
         if a.op.name == "load" and a.op.attrs.get("is_async"):
             how += " (is_async hint kept as a comment: plain load)"
+        if a.reason and a.kind in ("general", "strided"):
+            how += f" ({a.reason}, with integer arguments unknown until launch)"
         out.append((a.line, a.op.name, a.kind, how))
     return sorted(out)
 

@@ -1,0 +1,19 @@
+"""The kernels under kernels/ (installed as tle.kernels) that declare an example launch."""
+import importlib
+import pkgutil
+
+import tle
+import tle.kernels
+
+
+def example_kernels() -> list[tuple[str, "tle.Kernel"]]:
+    """(module.kernel, kernel) for every tle.Kernel with an example, found by importing tle.kernels.*"""
+    found, seen = [], set()
+    for info in sorted(pkgutil.iter_modules(tle.kernels.__path__), key=lambda m: m.name):
+        mod = importlib.import_module(f"tle.kernels.{info.name}")
+        for name, obj in sorted(vars(mod).items()):
+            if isinstance(obj, tle.Kernel) and getattr(obj, "example", None) and id(obj) not in seen:
+                seen.add(id(obj))
+                found.append((f"{info.name}.{name}", obj))
+    return found
+
