@@ -150,11 +150,47 @@ def write_page(out_dir: str, op: str, records: list[dict], lines: list[str], com
         f.write("\n".join(page))
 
 
+def launch_overhead(n: int = 2000) -> list[str]:
+    """Warm launch cost of a small kernel through tle, against launching what it generated directly."""
+    import time
+
+    from tle.kernels.vector_add import add_kernel
+    x = torch.randn(4096, device="cuda")
+    y, out = torch.randn_like(x), torch.empty_like(x)
+
+    def per_launch(fn):
+        for _ in range(50):
+            fn()
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        for _ in range(n):
+            fn()
+        torch.cuda.synchronize()
+        return (time.perf_counter() - t) / n * 1e6
+
+    lines = ["| backend | tle launch (us) | direct launch (us) | overhead (us) |", "|---|---:|---:|---:|"]
+    for be in TLE_BACKENDS:
+        lw = add_kernel.lower(x, y, out, 4096, BLOCK_SIZE=1024, grid=(4,), backend=be, num_warps=4)
+        ours = per_launch(lambda: add_kernel[(4,)](x, y, out, 4096, BLOCK_SIZE=1024, backend=be, num_warps=4))
+        if be == "triton":
+            fn = lw.compiled.fn
+            direct = per_launch(lambda: fn[(4,)](x, y, out, 4096, num_warps=4, num_stages=3))
+        else:
+            k = lw.compiled.kernel
+            direct = per_launch(lambda: k(x, y, out))
+        lines.append(f"| {be} | {ours:.1f} | {direct:.1f} | {ours - direct:.1f} |")
+    return lines
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m tle.bench", description=__doc__.splitlines()[0])
-    p.add_argument("ops", nargs="+", metavar="OP", choices=sorted(KERNELS))
+    p.add_argument("ops", nargs="*", metavar="OP", help=f"any of {', '.join(sorted(KERNELS))}")
+    p.add_argument("--launch-overhead", action="store_true", help="also time warm launches of a small kernel")
     p.add_argument("--out", default=os.path.join("docs", "benchmark"))
     args = p.parse_args(argv)
+    unknown = [op for op in args.ops if op not in KERNELS]
+    if unknown or not (args.ops or args.launch_overhead):
+        p.error(f"unknown operator {unknown[0]!r}" if unknown else "name an operator or --launch-overhead")
     if not torch.cuda.is_available():
         print("tle.bench: no CUDA device here; benchmarks run on a GPU machine "
               "(see README: source .device/setup.sh && python3 -m tle.bench ...)", file=sys.stderr)
@@ -168,6 +204,9 @@ def main(argv=None) -> int:
         print("\n".join(lines))
         write_page(args.out, op, records, lines, command)
     print(f"\nwrote {', '.join(os.path.join(args.out, op + '.{json,md}') for op in args.ops)}")
+    if args.launch_overhead:
+        print("\n## launch overhead (4096-element vector add, warm)\n")
+        print("\n".join(launch_overhead()))
     return 0 if all_ok else 1
 
 
