@@ -8,9 +8,9 @@ Values that are neither (a tile quotient, say) have no affine form: None.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from ..ir.core import KernelIR, Op, Value
+from ..ir.core import KernelIR, Value
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 
+import re
 from dataclasses import dataclass
 
 from ..analysis.access import Access, BoxPlan, classify, mask_always_true, plan_box
@@ -91,6 +92,8 @@ class TileLangCodegen:
         self.report: list[tuple[int, str, str, str]] = []   # (line, op, kind, how it was lowered)
         self.blocks: list[Block] = []
         self.loop_depth = 0
+        self._keepdims: dict[int, int] = {}   # value id -> the unit axis of a keep_dims reduction
+        self._lets: list[tuple[int, str]] = []  # (line index, name) of scalar lets, for dead-let removal
 
     # -- naming and allocation --------------------------------------------------------------------------
     def alloc(self, base: str, shape, dtype: T.DType, scope: str) -> str:
@@ -363,6 +366,7 @@ class TileLangCodegen:
                 name = self.ids.define(v)
                 self.emit(f"{name} = {self._render(op, [])}", indent)
                 self.scalars[v.id] = name
+                self._lets.append((len(self.lines) - 1, name))
             return
         if v.type.is_pointer or v.type.elem.is_bool:
             return
@@ -452,14 +456,18 @@ class TileLangCodegen:
             return
         self.report.append((op.loc.line, "store", acc.kind,
                             "T.Parallel" + (f" ({acc.reason})" if acc.reason else "")))
-        idx = [f"i{d}" for d in range(ptr.type.rank)]
-        self.emit(f"for {', '.join(idx)} in T.Parallel({', '.join(map(str, ptr.type.shape))}):", indent)
-        st = f"{param}[{self.offset(ptr, idx)}] = {self.elem(val, idx)}"
+        self._masked_parallel(ptr.type.shape, mask, lambda idx: f"{param}[{self.offset(ptr, idx)}] = "
+                              f"{self.elem(val, idx)}", indent)
+
+    def _masked_parallel(self, shape, mask: Value | None, statement, indent: int):
+        """`for i.. in T.Parallel(shape): [if mask[i..]:] statement(i..)`."""
+        idx = [f"i{d}" for d in range(len(shape))]
+        self.emit(f"for {', '.join(idx)} in T.Parallel({', '.join(map(str, shape))}):", indent)
         if mask is not None:
             self.emit(f"if {self.elem(mask, idx)}:", indent + 1)
-            self.emit(st, indent + 2)
+            self.emit(statement(idx), indent + 2)
         else:
-            self.emit(st, indent + 1)
+            self.emit(statement(idx), indent + 1)
 
     def _st_atomic(self, op: Op, indent: int):
         ptr, val, mask = op.operands
@@ -482,14 +490,8 @@ class TileLangCodegen:
             else:
                 self.emit(st, indent + 1)
             return
-        idx = [f"i{d}" for d in range(ptr.type.rank)]
-        self.emit(f"for {', '.join(idx)} in T.Parallel({', '.join(map(str, ptr.type.shape))}):", indent)
-        st = f"{fn}({param}[{self.offset(ptr, idx)}], {self.elem(val, idx)})"
-        if mask is not None:
-            self.emit(f"if {self.elem(mask, idx)}:", indent + 1)
-            self.emit(st, indent + 2)
-        else:
-            self.emit(st, indent + 1)
+        self._masked_parallel(ptr.type.shape, mask, lambda idx: f"{fn}({param}[{self.offset(ptr, idx)}], "
+                              f"{self.elem(val, idx)})", indent)
 
     # reductions and products
     def _st_reduce(self, op: Op, indent: int):
@@ -513,15 +515,9 @@ class TileLangCodegen:
             self.emit(f"{cand}[{', '.join(idx)}] = T.if_then_else({src.name}[{', '.join(idx)}] == "
                       f"{ext}[{', '.join(ridx)}], {idx[axis]}, {n})", indent + 1)
             self.emit(f"T.reduce_min({cand}, {out}, dim={axis})", indent)
-        b = Buffer(out, out_shape, v.type.elem, "fragment", self.blocks[-1])
+        self.buffers[v.id] = Buffer(out, out_shape, v.type.elem, "fragment", self.blocks[-1])
         if op.attrs["keep_dims"]:
-            # keep_dims: same data, with a unit axis; element access drops that axis
-            self.buffers[v.id] = b
-            self._keepdims[v.id] = axis
-        else:
-            self.buffers[v.id] = b
-
-    _keepdims: dict = {}
+            self._keepdims[v.id] = axis      # same data with a unit axis: element access drops it
 
     def _operand(self, v: Value, indent: int) -> tuple[Buffer, bool]:
         """A shared-memory buffer for a dot operand, and whether it is transposed."""
@@ -612,7 +608,7 @@ class TileLangCodegen:
         self.loop_depth += 1
         before = len(self.lines)
         self.block(op.body, indent + 1)
-        self._write_slots(slots, op.body.terminator.operands, indent + 1, op.body)
+        self._write_slots(slots, op.body.terminator.operands, indent + 1)
         if len(self.lines) == before:
             self.emit("pass", indent + 1)
         self.loop_depth -= 1
@@ -657,7 +653,7 @@ class TileLangCodegen:
         self.buffers[r.id] = buf
         return ("buf", buf, c)
 
-    def _write_slots(self, slots, outs: list[Value], indent: int, body: Block):
+    def _write_slots(self, slots, outs: list[Value], indent: int):
         """Write the values a loop body (or branch) yields into their slots. Writes that read another
         slot written here are staged through temporaries first, so every write sees the old values."""
         pending = []
@@ -718,12 +714,28 @@ class TileLangCodegen:
             before = len(self.lines)
             self.block(blk, indent + 1)
             self.blocks.append(blk)
-            self._write_slots(slots, blk.terminator.operands if blk.terminator else [], indent + 1, blk)
+            self._write_slots(slots, blk.terminator.operands if blk.terminator else [], indent + 1)
             self.blocks.pop()
             if len(self.lines) == before:
                 self.emit("pass", indent + 1)
 
     # -- the module ----------------------------------------------------------------------------------------
+    def _drop_dead_lets(self):
+        """Remove scalar lets nothing reads (e.g. a bound the mask analysis folded into a T.copy region)."""
+        while True:
+            text = "\n".join(self.lines)
+            dead = {i for i, name in self._lets
+                    if i < len(self.lines) and self.lines[i] is not None
+                    and len(re.findall(rf"\b{re.escape(name)}\b", text)) == 1}
+            if not dead:
+                break
+            for i in dead:
+                self.lines[i] = None
+            self.lines = [ln for ln in self.lines if ln is not None]
+            kept = [(i, n) for i, n in self._lets if i not in dead]
+            # re-index the remaining lets after removal
+            self._lets = [(i - sum(1 for d in dead if d < i), n) for i, n in kept]
+
     def generate(self) -> str:
         k = self.k
         sig = []
@@ -737,12 +749,12 @@ class TileLangCodegen:
                 self.scalars[p.value.id] = name
         body_indent = 2
         self.block(k.body, body_indent)
+        self._drop_dead_lets()
         threads = 32 * k.num_warps
         grid = ", ".join(map(str, self.grid))
         gvars = _GRID_VARS[:len(self.grid)]
         as_ = gvars[0] if len(gvars) == 1 else f"({', '.join(gvars)})"
         out = [f"# Generated by tle from {os.path.basename(k.loc.file)}:{k.loc.line} ({k.name}); edit the source kernel, not this file.",
-               "import tilelang",
                "import tilelang.language as T",
                ""]
         if getattr(k, "specialized", None):
@@ -810,6 +822,5 @@ def _is_zero(v: Value) -> bool:
 def generate(k: KernelIR, spec: Spec, grid) -> tuple[str, list[str], list]:
     """(source, notes, access report: (line, op, kind, how it was lowered) per load/store/atomic)."""
     g = TileLangCodegen(k, spec, grid)
-    g._keepdims = {}
     src = g.generate()
     return src, g.notes, sorted(g.report)

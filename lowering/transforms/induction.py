@@ -43,14 +43,14 @@ _PURE = {"const", "program_id", "num_programs", "arange", "splat", "broadcast", 
          "cmp", "unary", "cast", "trans", "reshape"}
 
 
-def _hoistable(v: Value, body: Block, carried: list[Value]) -> bool:
+def _hoistable(v: Value, body: Block) -> bool:
     """Is `v` loop-invariant: defined outside the body, or by pure ops over loop-invariant values?"""
     if not _defined_inside(v, body):
         return True
     op = v.defining_op
     if op is None or op.parent is not body or op.name not in _PURE:
         return False
-    return all(o is None or _hoistable(o, body, carried) for o in op.operands)
+    return all(o is None or _hoistable(o, body) for o in op.operands)
 
 
 def _hoist(v: Value, body: Block, loop: Op):
@@ -77,7 +77,7 @@ def _step_of(carried: Value, out: Value, body: Block) -> Value | None:
         inc = op.operands[1] if op.operands[0] is carried else op.operands[0]
     else:
         return None
-    if not _hoistable(inc, body, []):
+    if not _hoistable(inc, body):
         return None
     _hoist(inc, body, body.parent_op)
     return inc

@@ -1,7 +1,6 @@
 """Plain-Triton-syntax kernels beyond the operator set: numerics through the Triton lowering under the
 interpreter, and the TileLang lowering compiled to CUDA for sm_90a."""
 import pytest
-import torch
 
 from syntax_corpus import CASES
 from tle.examples import compare_outputs
