@@ -78,3 +78,27 @@ def test_concurrent_processes_lower_the_same_kernel(tmp_cache):
     assert len(written) == 1                                       # content-addressed: one file
     leftovers = glob.glob(os.path.join(str(tmp_cache), "**", ".tmp-*"), recursive=True)
     assert not leftovers                                           # atomic writes leave no temporaries
+
+
+CHILD_TILELANG = r"""
+import hashlib
+from tle.kernels.softmax import softmax_kernel
+launch = softmax_kernel.example("cpu", "small")
+lowered = softmax_kernel.lower(*launch.args, grid=launch.grid, backend="tilelang", **launch.kwargs)
+print(hashlib.sha256(lowered.stage("cuda").encode()).hexdigest())
+"""
+
+
+@pytest.mark.slow
+def test_concurrent_processes_compile_the_same_tilelang_kernel(tmp_cache):
+    # TileLang's binary cache goes under TLE_CACHE_DIR when TILELANG_CACHE_DIR is not set
+    env = {k: v for k, v in os.environ.items() if k != "TILELANG_CACHE_DIR"}
+    env.update(TLE_CACHE_DIR=str(tmp_cache),
+               PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
+    procs = [subprocess.Popen([sys.executable, "-c", CHILD_TILELANG], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    results = [p.communicate(timeout=600) for p in procs]
+    for p, (out, err) in zip(procs, results):
+        assert p.returncode == 0, err[-2000:]
+    assert len({out.strip() for out, _ in results}) == 1           # the same CUDA source everywhere
+    assert glob.glob(os.path.join(str(tmp_cache), "tilelang", "**", "*.cu"), recursive=True)
