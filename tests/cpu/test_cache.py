@@ -50,6 +50,16 @@ def test_generated_source_is_written_under_cache_dir(tmp_cache):
     assert lowered.source in contents
 
 
+def _run_at_once(code: str, env: dict, n: int) -> list[str]:
+    """Start `n` Python processes running `code` together; all must succeed. Their stdouts."""
+    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(n)]
+    results = [p.communicate(timeout=600) for p in procs]
+    for p, (out, err) in zip(procs, results):
+        assert p.returncode == 0, err[-2000:]
+    return [out.strip() for out, _ in results]
+
+
 CHILD = r"""
 import os, sys, hashlib, torch
 import tle
@@ -68,12 +78,8 @@ print(hashlib.sha256(lowered.source.encode()).hexdigest())
 def test_concurrent_processes_lower_the_same_kernel(tmp_cache):
     env = dict(os.environ, TLE_CACHE_DIR=str(tmp_cache), TRITON_INTERPRET="1",
                PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
-    procs = [subprocess.Popen([sys.executable, "-c", CHILD], env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for _ in range(4)]
-    results = [p.communicate(timeout=300) for p in procs]
-    for p, (out, err) in zip(procs, results):
-        assert p.returncode == 0, err[-2000:]
-    assert len({out.strip() for out, _ in results}) == 1           # the same source everywhere
+    outputs = _run_at_once(CHILD, env, 4)
+    assert len(set(outputs)) == 1                                  # the same source everywhere
     written = glob.glob(os.path.join(str(tmp_cache), "**", "softmax_kernel_*.py"), recursive=True)
     assert len(written) == 1                                       # content-addressed: one file
     leftovers = glob.glob(os.path.join(str(tmp_cache), "**", ".tmp-*"), recursive=True)
@@ -95,10 +101,6 @@ def test_concurrent_processes_compile_the_same_tilelang_kernel(tmp_cache):
     env = {k: v for k, v in os.environ.items() if k != "TILELANG_CACHE_DIR"}
     env.update(TLE_CACHE_DIR=str(tmp_cache),
                PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
-    procs = [subprocess.Popen([sys.executable, "-c", CHILD_TILELANG], env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for _ in range(3)]
-    results = [p.communicate(timeout=600) for p in procs]
-    for p, (out, err) in zip(procs, results):
-        assert p.returncode == 0, err[-2000:]
-    assert len({out.strip() for out, _ in results}) == 1           # the same CUDA source everywhere
+    outputs = _run_at_once(CHILD_TILELANG, env, 3)
+    assert len(set(outputs)) == 1                                  # the same CUDA source everywhere
     assert glob.glob(os.path.join(str(tmp_cache), "tilelang", "**", "*.cu"), recursive=True)
