@@ -1,4 +1,4 @@
-"""torch dtypes <-> tile-IR dtypes."""
+"""torch dtypes -> tile-IR dtypes."""
 from __future__ import annotations
 
 import torch
@@ -11,7 +11,6 @@ _TORCH = {torch.bool: T.i1, torch.int8: T.i8, torch.int16: T.i16, torch.int32: T
 for _name, _dt in (("uint16", T.u16), ("uint32", T.u32), ("uint64", T.u64)):
     if hasattr(torch, _name):
         _TORCH[getattr(torch, _name)] = _dt
-_BACK = {v: k for k, v in _TORCH.items()}
 
 
 def from_torch(dtype: torch.dtype) -> T.DType:
@@ -19,7 +18,3 @@ def from_torch(dtype: torch.dtype) -> T.DType:
         return _TORCH[dtype]
     except KeyError:
         raise TypeError(f"torch dtype {dtype} is not supported by tle") from None
-
-
-def to_torch(dtype: T.DType) -> torch.dtype:
-    return _BACK[dtype]

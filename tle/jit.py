@@ -163,13 +163,11 @@ class Kernel:
                     raise LaunchError(f"argument '{name}' is on {v.device}, other tensors are on {device}")
                 aligned = v.device.type == "meta" or v.data_ptr() % 16 == 0
                 key.append((v.dtype, aligned, tuple(v.shape), v.stride()) if shapes else (v.dtype, aligned))
-            elif isinstance(v, bool):
-                key.append(bool)
-            elif isinstance(v, int) and -2**31 <= v < 2**31:
-                key.append(v if ints and name not in self.do_not_specialize else "i32")
+            elif ints and type(v) is int and name not in self.do_not_specialize:
+                _scalar_type(name, v)            # rejects ints that do not fit in 64 bits
+                key.append(v)                    # compiled in as a constant
             else:
-                key.append(_scalar_type(name, v).elem.name if not ints or not isinstance(v, int)
-                           or name in self.do_not_specialize else v)
+                key.append(_scalar_type(name, v).elem.name)
         if backend.specializes_grid:
             if grid is None:
                 raise LaunchError(f"{self.__name__}: backend '{backend.name}' compiles for a grid; pass grid=")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import keyword
 import re
 
-from .core import Block, KernelIR, Op, Value
+from .core import KernelIR, Op, Value
 
 
 def users(k: KernelIR) -> dict[int, list[Op]]:
@@ -48,7 +48,3 @@ class Identifiers:
 
     def __contains__(self, v: Value) -> bool:
         return v.id in self.names
-
-
-def block_of(op: Op) -> Block | None:
-    return op.parent

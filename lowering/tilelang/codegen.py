@@ -91,7 +91,6 @@ class TileLangCodegen:
         self.accesses: dict[int, Access] = {}
         self.report: list[tuple[int, str, str, str]] = []   # (line, op, kind, how it was lowered)
         self.blocks: list[Block] = []
-        self.loop_depth = 0
         self._keepdims: dict[int, int] = {}   # value id -> the unit axis of a keep_dims reduction
         self._lets: list[tuple[int, str]] = []  # (line index, name) of scalar lets, for dead-let removal
 
@@ -140,20 +139,8 @@ class TileLangCodegen:
             return str(self.grid[a["axis"]] if a["axis"] < len(self.grid) else 1)
         if n == "arange":
             return idx[0] if a["start"] == 0 else f"({idx[0]} + {a['start']})"
-        if n == "splat":
-            return self.elem(o[0], [])
-        if n == "broadcast":
-            src = o[0].type.shape
-            off = len(idx) - len(src)
-            return self.elem(o[0], [("0" if s == 1 else idx[off + i]) for i, s in enumerate(src)])
-        if n == "expand_dims":
-            return self.elem(o[0], idx[:a["axis"]] + idx[a["axis"] + 1:])
-        if n == "trans":
-            perm = a["perm"]
-            src = [None] * len(perm)
-            for i, p in enumerate(perm):
-                src[p] = idx[i]
-            return self.elem(o[0], src)
+        if n in _LAYOUT_OPS:
+            return self.elem(o[0], _operand_index(op, idx))
         if n == "reshape":
             return self.elem(o[0], _reindex(idx, op.result.type.shape, o[0].type.shape))
         if n == "binary":
@@ -208,22 +195,8 @@ class TileLangCodegen:
             base = self.offset(op.operands[0], idx)
             off = self.elem(op.operands[1], idx)
             return off if base == "0" else f"({base} + {off})"
-        if op.name in ("splat", "broadcast", "expand_dims", "trans"):
-            # same index rewriting as for values
-            if op.name == "splat":
-                return self.offset(op.operands[0], [])
-            if op.name == "broadcast":
-                src = op.operands[0].type.shape
-                off = len(idx) - len(src)
-                return self.offset(op.operands[0], [("0" if s == 1 else idx[off + i]) for i, s in enumerate(src)])
-            if op.name == "expand_dims":
-                ax = op.attrs["axis"]
-                return self.offset(op.operands[0], idx[:ax] + idx[ax + 1:])
-            perm = op.attrs["perm"]
-            src = [None] * len(perm)
-            for i, p in enumerate(perm):
-                src[p] = idx[i]
-            return self.offset(op.operands[0], src)
+        if op.name in _LAYOUT_OPS:
+            return self.offset(op.operands[0], _operand_index(op, idx))
         self.error(f"pointer produced by '{op.name}'", op)
 
     # -- materialization -------------------------------------------------------------------------------
@@ -605,13 +578,11 @@ class TileLangCodegen:
         if not simple:
             self.emit(f"{ivn} = {self.scalar(lo)} + {counter} * {self.scalar(step)}", indent + 1)
         self.scalars[iv.id] = ivn
-        self.loop_depth += 1
         before = len(self.lines)
         self.block(op.body, indent + 1)
         self._write_slots(slots, op.body.terminator.operands, indent + 1)
         if len(self.lines) == before:
             self.emit("pass", indent + 1)
-        self.loop_depth -= 1
 
     def _trip(self, lo, hi, step) -> str:
         if _is_const(lo, 0) and _is_const(step, 1):
@@ -779,6 +750,27 @@ class TileLangCodegen:
         if not self.lines and not self.allocs:
             out.append("        pass")
         return "\n".join(out) + "\n"
+
+
+_LAYOUT_OPS = ("splat", "broadcast", "expand_dims", "trans")
+
+
+def _operand_index(op: Op, idx: list[str]) -> list[str]:
+    """For a layout op (splat, broadcast, expand_dims, trans): the index into its operand that element
+    `idx` of its result reads."""
+    a = op.attrs
+    if op.name == "splat":
+        return []
+    if op.name == "broadcast":
+        src = op.operands[0].type.shape
+        off = len(idx) - len(src)
+        return [("0" if s == 1 else idx[off + i]) for i, s in enumerate(src)]
+    if op.name == "expand_dims":
+        return idx[:a["axis"]] + idx[a["axis"] + 1:]
+    src = [None] * len(a["perm"])          # trans: result axis i is operand axis perm[i]
+    for i, p in enumerate(a["perm"]):
+        src[p] = idx[i]
+    return src
 
 
 def _contiguous_strides(shape) -> tuple[int, ...]:
