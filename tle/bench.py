@@ -22,7 +22,10 @@ import torch
 from tle.cli import check, poison
 
 KERNELS = {"vector_add": "add_kernel", "softmax": "softmax_kernel", "rmsnorm": "rmsnorm_fwd_kernel",
-           "matmul": "matmul_kernel"}
+           "matmul": "matmul_kernel", "sparse_mla": "sparse_mla_fwd_kernel"}
+# extra tle rows: (row name, backend, extra kwargs): the effect of one hint alone
+VARIANTS = {"sparse_mla": [("triton, is_async=False", "triton", {"ASYNC": False}),
+                           ("tilelang, is_async=False", "tilelang", {"ASYNC": False})]}
 MEMORY_BOUND = {"vector_add", "softmax", "rmsnorm"}
 TLE_BACKENDS = ("triton", "tilelang")
 
@@ -46,6 +49,11 @@ def torch_impls(op: str, launch) -> list[tuple[str, object]]:
             impls.insert(0, ("torch.rms_norm", lambda: torch.nn.functional.rms_norm(x, (x.shape[-1],), w, eps)))
     elif op == "matmul":
         impls = [("torch.matmul", lambda: torch.matmul(a[0], a[1]))]
+    elif op == "sparse_mla":
+        # the anchor: the same kernel text compiled by triton.jit directly, with tl.load for tle.load
+        from tle.kernels.sparse_mla import plain_triton_kernel
+        plain = plain_triton_kernel()
+        impls = [("plain Triton kernel", lambda: plain[launch.grid](*a, **launch.kwargs))]
     else:
         raise ValueError(op)
     if op in MEMORY_BOUND:
@@ -95,19 +103,19 @@ def bench_op(op: str) -> tuple[list[dict], list[str], bool]:
     work = launch.flops if launch.flops else launch.bytes
 
     tle_rows, ok = [], True        # (name, ms or None, note)
-    for b in TLE_BACKENDS:
-        run = lambda b=b: kernel[launch.grid](*launch.args, backend=b, **launch.kwargs)  # noqa: E731
+    for name, b, extra in [(b, b, {}) for b in TLE_BACKENDS] + VARIANTS.get(op, []):
+        run = lambda b=b, extra=extra: kernel[launch.grid](*launch.args, backend=b, **launch.kwargs, **extra)  # noqa: E731
         poison(launch)
         try:
             run()
             torch.cuda.synchronize()
         except Exception as e:
             first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-            tle_rows.append((b, None, f"failed: {type(e).__name__}: {first}"))
+            tle_rows.append((name, None, f"failed: {type(e).__name__}: {first}"))
             ok = False
             continue
         passed, summary = check(launch)    # a wrong kernel is not timed
-        tle_rows.append((b, do_bench(run, warmup=25, rep=100, return_mode="median") if passed else None,
+        tle_rows.append((name, do_bench(run, warmup=25, rep=100, return_mode="median") if passed else None,
                          summary if passed else f"FAIL {summary}"))
         ok &= passed
     torch_rows = [(name, do_bench(fn, warmup=25, rep=100, return_mode="median"), "")

@@ -295,6 +295,9 @@ def compare_one(target: str, args, on_gpu: bool) -> bool:
     for b in backends:
         if b not in lowered:
             print(f"{b:10s} not run: lowering failed")
+        elif not on_gpu and b == "triton" and launch.no_interpreter:
+            print(f"{b:10s} not run: {launch.no_interpreter}")
+            ok &= _compile_only(b, lowered[b])
         elif on_gpu or b == "triton":
             good, line = _run_one(kernel, launch, b, time_it=on_gpu)
             print(f"{b:10s} {line}" + ("" if on_gpu else "  (Triton interpreter, CPU)"))

@@ -28,6 +28,7 @@ class Launch:
     flops: int = 0                                         # floating-point operations, for TFLOP/s
     label: str = ""
     tolerances: dict = field(default_factory=dict)         # output name -> (atol, rtol), overriding dtype defaults
+    no_interpreter: str = ""                               # why Triton's CPU interpreter cannot run it, if it cannot
 
 
 def example(kernel):

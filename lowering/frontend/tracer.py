@@ -128,6 +128,7 @@ class Tracer:
             self.builtins.update(extra_builtins)
         self._src: FunctionSource | None = None
         self._depth = 0
+        self._regions: list[dict] = []   # per open if-branch / loop body: id(TV) -> (TV, value before it)
 
     # -- entry --------------------------------------------------------------------------------------
     def trace_kernel(self, fn, runtime: dict, constexprs: dict, num_warps: int, num_stages: int,
@@ -177,6 +178,34 @@ class Tracer:
         if node is not None:
             self._loc(node)
         return LoweringError(msg, self.b.loc)
+
+    # -- tiles updated in place ---------------------------------------------------------------------
+    # `tle.call` writes its output tiles: the TV objects the kernel holds (under every name and in every
+    # container) then denote the new values (`rebind`). Inside a branch or a loop body such an update is
+    # recorded; when the region closes, each tile that existed before it and was updated there is undone
+    # and merged like an assigned variable: an `if` result, or a loop-carried value.
+    def rebind(self, tv: TV, value):
+        assert tv.v.type == value.type, (tv.v.type, value.type)
+        if self._regions:
+            self._regions[-1].setdefault(id(tv), (tv, tv.v))
+        tv.v = value
+
+    def _open_region(self) -> dict:
+        log: dict = {}
+        self._regions.append(log)
+        return log
+
+    def _close_region(self, log: dict, outer: dict) -> dict:
+        """Close the innermost region: undo its updates of the tiles in `outer` (those visible before it)
+        and return id -> (TV, its value at the region's end) for those tiles."""
+        popped = self._regions.pop()
+        assert popped is log
+        finals = {}
+        for key, (tv, before) in log.items():
+            if key in outer:
+                finals[key] = (tv, tv.v)
+                tv.v = before
+        return finals
 
     # -- statements ---------------------------------------------------------------------------------
     def _exec_body(self, stmts, env):
@@ -260,26 +289,41 @@ class Tracer:
             cond = S.compare("ne", cond, 0)
         then_env, else_env = dict(env), dict(env)
         then_blk, else_blk = self.b.new_block([]), self.b.new_block([])
+        outer = _tiles_in(env)
+        finals = []
         for blk, body, e in ((then_blk, st.body, then_env), (else_blk, st.orelse, else_env)):
             with self.b.insert_into(blk):
+                log = self._open_region()
                 try:
                     self._exec_body(body, e)
                 except _Return:
                     raise self._err("`return` inside an `if` on a runtime condition is not supported", st)
+                finally:
+                    finals.append(self._close_region(log, outer))
+        then_fin, else_fin = finals
         names = [n for n in _assigned_names(st.body + st.orelse)
                  if (n in then_env and n in else_env)]
         results, then_vals, else_vals = [], [], []
         for n in names:
             a, c = then_env[n], else_env[n]
             if a is c or (not isinstance(a, TV) and not isinstance(c, TV) and _same_py(a, c)):
-                env[n] = a
+                env[n] = a          # (a tile updated in place in a branch is merged below)
                 continue
             if not isinstance(a, (TV,)) and not is_num(a) or not isinstance(c, TV) and not is_num(c):
                 raise self._err(f"variable '{n}' is bound to different Python objects in the two branches", st)
+            a, c = _at_end(a, then_fin), _at_end(c, else_fin)
             a, c = self._unify(n, a, c, then_blk, else_blk, st)
             results.append(n)
             then_vals.append(a)
             else_vals.append(c)
+        updated = []                    # tiles that existed before the `if` and a branch updated in place
+        for key in list(then_fin) + [k for k in else_fin if k not in then_fin]:
+            tv = outer[key]
+            a, c = then_fin.get(key, (tv, tv.v))[1], else_fin.get(key, (tv, tv.v))[1]
+            if a is not c:
+                updated.append(tv)
+                then_vals.append(TV(a, self.b))
+                else_vals.append(TV(c, self.b))
         for blk, vals in ((then_blk, then_vals), (else_blk, else_vals)):
             with self.b.insert_into(blk):
                 self.b.yield_([v.v for v in vals])
@@ -288,6 +332,9 @@ class Tracer:
         for n, r in zip(results, op.results):
             r.name = n
             env[n] = TV(r, self.b)
+        for tv, r in zip(updated, op.results[len(results):]):
+            r.name = tv.v.name
+            self.rebind(tv, r)
         for n in _assigned_names(st.body + st.orelse):   # defined in one branch only: not usable after
             if n not in names and n in env and (n not in then_env or n not in else_env):
                 env.pop(n, None)
@@ -327,7 +374,7 @@ class Tracer:
             if fn is tl.range:
                 for key in ("num_stages", "loop_unroll_factor", "warp_specialize", "flatten",
                             "disallow_acc_multi_buffer", "disable_licm"):
-                    if kwargs.get(key) not in (None, False):
+                    if kwargs.get(key) is not None and kwargs.get(key) is not False:   # keep num_stages=0
                         attrs[key] = kwargs.pop(key)
                     else:
                         kwargs.pop(key, None)
@@ -373,43 +420,61 @@ class Tracer:
             v = env[n]
             inits[n] = v if isinstance(v, TV) else S.const(self.b, v, S.num_dtype(v))
         types = {n: inits[n].type for n in carried}
-        for _attempt in range(3):
-            body = self.b.new_block([T.scalar(ivt)] + [types[n] for n in carried], [st.target.id] + carried)
+        outer = _tiles_in(env)
+        updated: list[TV] = []    # tiles from before the loop that the body updates in place (tle.call)
+        for _attempt in range(3 + len(outer)):
+            body = self.b.new_block([T.scalar(ivt)] + [types[n] for n in carried] + [tv.type for tv in updated],
+                                    [st.target.id] + carried + [tv.v.name for tv in updated])
             benv = dict(env)
             benv[st.target.id] = TV(body.args[0], self.b)
             for n, a in zip(carried, body.args[1:]):
                 benv[n] = TV(a, self.b)
             with self.b.insert_into(body):
+                log = self._open_region()
                 try:
-                    self._exec_body(st.body, benv)
-                except _Return:
-                    raise self._err("`return` inside a loop is not supported", st)
-                outs, retry = [], False
-                for n in carried:
-                    v = benv[n]
-                    if is_num(v):
-                        v = S.broadcast_to(S.const(self.b, v, types[n].elem), types[n].shape)
-                    if v.type != types[n]:
-                        if not isinstance(env[n], TV) and v.type.is_scalar:
-                            types[n] = v.type   # a Python number became a runtime value: retrace with its type
-                            retry = True
-                            continue
-                        raise self._err(f"loop-carried variable '{n}' has type {types[n]} before the loop "
-                                        f"and {v.type} at the end of the body", st)
-                    outs.append(v)
+                    for tv, a in zip(updated, body.args[1 + len(carried):]):
+                        self.rebind(tv, a)
+                    try:
+                        self._exec_body(st.body, benv)
+                    except _Return:
+                        raise self._err("`return` inside a loop is not supported", st)
+                    outs, retry = [], False
+                    for n in carried:
+                        v = benv[n]
+                        if is_num(v):
+                            v = S.broadcast_to(S.const(self.b, v, types[n].elem), types[n].shape)
+                        if v.type != types[n]:
+                            if not isinstance(env[n], TV) and v.type.is_scalar:
+                                types[n] = v.type   # a Python number became a runtime value: retrace with its type
+                                retry = True
+                                continue
+                            raise self._err(f"loop-carried variable '{n}' has type {types[n]} before the loop "
+                                            f"and {v.type} at the end of the body", st)
+                        outs.append(v)
+                    new = [tv for key, (tv, _) in log.items()
+                           if key in outer and all(tv is not u for u in updated)]
+                    if new:                 # carry them too: retrace with a block argument for each
+                        updated.extend(new)
+                        retry = True
+                    if not retry:
+                        self._loc(st)
+                        self.b.yield_([v.v for v in outs] + [tv.v for tv in updated])
+                finally:
+                    self._close_region(log, outer)
                 if retry:
                     continue
-                self._loc(st)
-                self.b.yield_([v.v for v in outs])
             break
         else:
             raise self._err("could not settle the types of loop-carried variables", st)
         self._loc(st)
         init_vals = [S.cast(inits[n], types[n].elem) if inits[n].type != types[n] else inits[n] for n in carried]
-        op = self.b.for_op(lo_v.v, hi_v.v, st_v.v, [v.v for v in init_vals], body, attrs)
+        op = self.b.for_op(lo_v.v, hi_v.v, st_v.v, [v.v for v in init_vals] + [tv.v for tv in updated], body, attrs)
         for n, r in zip(carried, op.results):
             r.name = n
             env[n] = TV(r, self.b)
+        for tv, r in zip(updated, op.results[len(carried):]):
+            r.name = tv.v.name
+            self.rebind(tv, r)
         for n in assigned:     # values local to the body are not visible after the loop
             if n not in carried:
                 env.pop(n, None)
@@ -443,6 +508,19 @@ class Tracer:
 
     def _ex_List(self, node, env):
         return [self._eval(e, env) for e in node.elts]
+
+    def _ex_Dict(self, node, env):
+        """A dict of Python values (tiles may be keys: they hash by identity), e.g. tle.call's layout."""
+        out = {}
+        for k, v in zip(node.keys, node.values):
+            if k is None:
+                out.update(self._eval(v, env))
+            else:
+                key = self._eval(k, env)
+                if not _hashable(key):
+                    raise self._err(f"a dict key must be hashable, got {type(key).__name__}", node)
+                out[key] = self._eval(v, env)
+        return out
 
     def _ex_Slice(self, node, env):
         parts = [self._eval(p, env) if p is not None else None for p in (node.lower, node.upper, node.step)]
@@ -615,6 +693,31 @@ def _hashable(x) -> bool:
         return True
     except TypeError:
         return False
+
+
+def _tiles_in(env: dict) -> dict[int, TV]:
+    """id -> TV of every tile reachable from the variables in `env` (in tuples, lists and dicts too)."""
+    out: dict[int, TV] = {}
+    seen: set[int] = set()
+
+    def visit(x, depth):
+        if isinstance(x, TV):
+            out[id(x)] = x
+        elif isinstance(x, (tuple, list, dict)) and depth < 8 and id(x) not in seen:
+            seen.add(id(x))
+            for item in (list(x.keys()) + list(x.values()) if isinstance(x, dict) else x):
+                visit(item, depth + 1)
+
+    for value in env.values():
+        visit(value, 0)
+    return out
+
+
+def _at_end(x, finals: dict):
+    """`x` as it stood at the end of a region whose in-place updates were undone (`finals`)."""
+    if isinstance(x, TV) and id(x) in finals:
+        return TV(finals[id(x)][1], x.b)
+    return x
 
 
 def _same_py(a, b) -> bool:

@@ -150,6 +150,14 @@ class Builder:
         shape = (a.type.shape[0], b.type.shape[1])
         return self._one("dot", [a, b, acc], [T.tile(shape, out_dtype)], {"out_dtype": out_dtype, **attrs})
 
+    # -- raw functions ----------------------------------------------------------------------------
+    def raw_call(self, fn, args: list[Value], outputs, threads, layout) -> Op:
+        """tle.call of raw function `fn` on the tiles `args`; one result per written argument (`outputs`:
+        their indices), of that argument's type. `layout`: per argument, a dict or None."""
+        outputs = tuple(outputs)
+        return self._op("raw_call", list(args), [args[k].type for k in outputs],
+                        {"fn": fn, "threads": tuple(threads), "layout": tuple(layout), "outputs": outputs})
+
     # -- control flow -----------------------------------------------------------------------------
     def for_op(self, lower: Value, upper: Value, step: Value, inits: list[Value], body: Block,
                attrs: dict) -> Op:

@@ -54,6 +54,7 @@ OPERANDS: dict[str, tuple[str, ...]] = {
     "reduce": ("x",), "dot": ("a", "b", "acc"),
     "for": None,  # (lower, upper, step, *inits)
     "if": ("cond",), "yield": None,
+    "raw_call": None,  # the argument tiles of a tle.call; results: the new values of the written ones
 }
 
 

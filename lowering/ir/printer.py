@@ -87,6 +87,9 @@ def _print_op(op: Op, namer: _Namer, indent: int, pad: str, out: list[str]):
         _print_block(op.regions[1], namer, indent + 1, out)
         out.append(pad + "}")
         return
+    if op.name == "raw_call":
+        out.append(pad + _raw_call(op, namer) + loc)
+        return
     args = []
     from .core import OPERANDS
     names = OPERANDS.get(op.name)
@@ -105,6 +108,26 @@ def _print_op(op: Op, namer: _Namer, indent: int, pad: str, out: list[str]):
     text = f"{pad}{lhs}{opname} {', '.join(args)}".rstrip()
     text += _attrs(op, skip=("op", "pred", "kind")) + rtype
     out.append(text + loc)
+
+
+def _raw_call(op: Op, namer: _Namer) -> str:
+    """`%out = raw_call @fn(%x, %y, %output) threads=(1024,) layout={...} : type`"""
+    a = op.attrs
+    lhs = ", ".join(namer.define(r) for r in op.results)
+    text = f"{lhs} = " if lhs else ""
+    threads = "(" + ", ".join(map(str, a["threads"])) + ("," if len(a["threads"]) == 1 else "") + ")"
+    text += f"raw_call @{a['fn'].name}({', '.join(namer(v) for v in op.operands)}) threads={threads}"
+    params = a["fn"].params
+    layout = []
+    for p, spec in zip(params, a.get("layout") or ()):
+        if spec is not None:
+            order = "" if spec.get("order") is None else f" order={list(spec['order'])}"
+            layout.append(f"{p}: {spec['space']}{order}")
+    if layout:
+        text += " layout={" + ", ".join(layout) + "}"
+    if op.results:
+        text += " : " + ", ".join(str(r.type) for r in op.results)
+    return text
 
 
 def print_kernel(k: KernelIR) -> str:

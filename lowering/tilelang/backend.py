@@ -15,7 +15,7 @@ from .. import backend as api
 from ..files import default_cache_dir, load_module, write_once
 from ..ir.core import KernelIR
 from ..spec import Spec
-from ..transforms import fold_constants, rewrite_inductions
+from ..transforms import fold_constants, hoist_guarded_loads, pipeline_async_loads, rewrite_inductions
 from .codegen import generate
 
 STAGES = ("cuda", "ptx")
@@ -113,6 +113,8 @@ class Backend(api.Backend):
     def lower(self, ir: KernelIR, spec: Spec, cache_dir: str) -> TileLangCompiled:
         fold_constants(ir)
         rewrite_inductions(ir)
+        hoist_guarded_loads(ir)
+        ir.notes.extend(pipeline_async_loads(ir, spec.num_stages))
         source, notes, report = generate(ir, spec, spec.grid)
         import tilelang
         digest = hashlib.sha256((source + tilelang.__version__).encode()).hexdigest()[:20]

@@ -69,6 +69,7 @@ class Buffer:
     dtype: T.DType
     scope: str            # "fragment" | "shared"
     block: Block          # where it was filled (its contents are valid there and in nested blocks)
+    perm: tuple | None = None   # stored with its axes permuted: buffer axis i is the tile's axis perm[i]
 
 
 class TileLangCodegen:
@@ -93,6 +94,8 @@ class TileLangCodegen:
         self.blocks: list[Block] = []
         self._keepdims: dict[int, int] = {}   # value id -> the unit axis of a keep_dims reduction
         self._lets: list[tuple[int, str]] = []  # (line index, name) of scalar lets, for dead-let removal
+        self.index_loads = self._index_loads()
+        self.substitutes: dict = {}            # value id -> idx -> expression, while rendering one access
 
     # -- naming and allocation --------------------------------------------------------------------------
     def alloc(self, base: str, shape, dtype: T.DType, scope: str) -> str:
@@ -117,11 +120,15 @@ class TileLangCodegen:
         """A TIR expression for element `idx` of value `v` (idx is [] for scalars)."""
         if v.id in self.scalars:
             return self.scalars[v.id]
+        if v.id in self.substitutes:
+            return self.substitutes[v.id](idx)
         if v.id in self.buffers:
             b = self.buffers[v.id]
             if v.id in self._keepdims:          # a keep_dims reduction: its buffer has no unit axis
                 ax = self._keepdims[v.id]
                 idx = idx[:ax] + idx[ax + 1:]
+            if b.perm is not None:
+                idx = [idx[p] for p in b.perm]
             ix = idx if idx else ["0"]
             return f"{b.name}[{', '.join(ix)}]"
         op = v.defining_op
@@ -181,6 +188,8 @@ class TileLangCodegen:
             return f"T.if_then_else({self.elem(o[0], idx)}, {self.elem(o[1], idx)}, {self.elem(o[2], idx)})"
         if n == "addptr":
             return self.offset(op.result, idx)
+        if n == "load" and op.result.id in self.index_loads:
+            return self._load_expr(op, idx)
         self.error(f"'{n}' as a value", op)
 
     def offset(self, ptr: Value, idx: list[str]) -> str:
@@ -203,11 +212,13 @@ class TileLangCodegen:
     def _visible(self, b: Buffer) -> bool:
         return b.block in self.blocks
 
-    def buffer_of(self, v: Value, indent: int, scope: str = "fragment", dtype: T.DType | None = None) -> Buffer:
+    def buffer_of(self, v: Value, indent: int, scope: str = "fragment", dtype: T.DType | None = None,
+                  allow_perm: bool = False) -> Buffer:
         """A buffer holding `v` (filled here if it has none visible, or of another scope/dtype)."""
         dtype = dtype or v.type.elem
         b = self.buffers.get(v.id)
-        if b is not None and self._visible(b) and b.dtype == dtype and (b.scope == scope or scope == "any"):
+        if b is not None and self._visible(b) and b.dtype == dtype and (b.scope == scope or scope == "any") and \
+                (b.perm is None or allow_perm):
             return b
         scope = "fragment" if scope == "any" else scope
         name = self.alloc(v.name or "t", v.type.shape, dtype, scope)
@@ -357,9 +368,9 @@ class TileLangCodegen:
         param = self.ids[acc.param.value] if acc.param is not None else None
         if acc.param is None:
             self.error("a load through a pointer that is not base + offsets of one argument", op)
-        if op.attrs.get("is_async"):
-            self.notes.append(f"line {op.loc.line}: tle.load(is_async=True) is lowered as a plain load "
-                              "(asynchronous staging is not implemented yet)")
+        if v.id in self.index_loads:
+            self.report.append((op.loc.line, "load", acc.kind, "read at each use (an index tile of a gather)"))
+            return
         if v.type.is_scalar:
             self.report.append((op.loc.line, "load", acc.kind, "scalar expression"))
             e = f"{param}[{self.offset(ptr, [])}]"
@@ -369,25 +380,143 @@ class TileLangCodegen:
             self.emit(f"{name} = {e}", indent)
             self.scalars[v.id] = name
             return
-        scope = "shared" if any(u.name == "dot" for u in self._value_users(v)) else "fragment"
+        pipelined_async = op.attrs.get("async") == "pipelined"
+        scope = "shared" if pipelined_async or any(u.name == "dot" for u in self._value_users(v)) else "fragment"
         plan = self.box(op, acc, mask)
         # `other` only matters where the mask can be false
         zero_other = other is None or _is_zero(other) or mask_always_true(mask, v.type.shape, self.aff)
-        name = self.alloc(v.name or "t", v.type.shape, v.type.elem, scope)
+        perm = None
         if plan is not None and zero_other:
+            name = self.alloc(v.name or "t", v.type.shape, v.type.elem, scope)
             self.emit(f"T.copy({self.region(self.view(acc.param.value), plan)}, {name})", indent)
-            self.report.append((op.loc.line, "load", acc.kind, f"T.copy into {scope}"))
+            how = f"T.copy into {scope}"
         else:
             why = acc.reason if plan is None else "`other` is not zero where the mask can be false"
-            self.report.append((op.loc.line, "load", acc.kind, f"T.Parallel into {scope}" + (f" ({why})" if why else "")))
+            perm = self._storage_order(acc, v) if scope == "shared" else None
+            shape = v.type.shape if perm is None else tuple(v.type.shape[p] for p in perm)
+            name = self.alloc(v.name or "t", shape, v.type.elem, scope)
             idx = [f"i{d}" for d in range(v.type.rank)]
-            e = f"{param}[{self.offset(ptr, idx)}]"
-            if mask is not None:
-                oth = self.elem(other, idx) if other is not None else literal(0, v.type.elem)
-                e = f"T.if_then_else({self.elem(mask, idx)}, {e}, {oth})"
-            self.emit(f"for {', '.join(idx)} in T.Parallel({', '.join(map(str, v.type.shape))}):", indent)
-            self.emit(f"{name}[{', '.join(idx)}] = {e}", indent + 1)
-        self.buffers[v.id] = Buffer(name, v.type.shape, v.type.elem, scope, self.blocks[-1])
+            # only asynchronous loads take the copy form TileLang issues as cp.async: a plain load stays a
+            # synchronous masked read (and TileLang 0.1.15 miscompiles a pipelined loop of dynamic length
+            # holding two such copies)
+            fill = self._zero_filled_rows(op, acc, idx) if pipelined_async and zero_other and mask is not None \
+                else None
+            if fill is not None:
+                # masked-off rows are sent out of bounds: TileLang's bounds predication zero-fills them,
+                # and the copy stays a plain (vectorizable, asynchronous) global-to-shared copy
+                self.substitutes = fill
+                e = f"{param}[{self.offset(ptr, idx)}]"
+                self.substitutes = {}
+                why = ""
+            else:
+                e = f"{param}[{self.offset(ptr, idx)}]"
+                if mask is not None:
+                    oth = self.elem(other, idx) if other is not None else literal(0, v.type.elem)
+                    e = f"T.if_then_else({self.elem(mask, idx)}, {e}, {oth})"
+            # loop over the buffer's own axes: the innermost one is where consecutive threads go
+            order = list(range(v.type.rank)) if perm is None else list(perm)
+            self.emit(f"for {', '.join(idx[d] for d in order)} in T.Parallel({', '.join(map(str, shape))}):", indent)
+            self.emit(f"{name}[{', '.join(idx[d] for d in order)}] = {e}", indent + 1)
+            how = f"T.Parallel into {scope}" + (" (stored transposed: its contiguous axis is the first)"
+                                                if perm is not None else "") + (f" ({why})" if why else "")
+            if fill is not None:
+                how += ", masked rows zero-filled by bounds predication"
+        if pipelined_async:
+            how += f", is_async: stage 0 of T.Pipelined (num_stages={op.attrs['async_stages']}), " + \
+                   ("TMA or cp.async bulk copy" if plan is not None and zero_other else "cp.async per thread")
+        elif op.attrs.get("is_async"):
+            how += f", is_async: {op.attrs.get('async', 'plain')}"
+        self.report.append((op.loc.line, "load", acc.kind, how))
+        self.buffers[v.id] = Buffer(name, v.type.shape, v.type.elem, scope, self.blocks[-1], perm)
+
+    def _zero_filled_rows(self, op: Op, acc: Access, idx: list[str]) -> dict | None:
+        """For a gather `x[rows[j], ...]` masked by a condition on the gathered rows only (other
+        conjuncts provably true) with zero for `other`: substitute for `rows` an index that points
+        past the argument where the mask is false. TileLang predicates every out-of-bounds global read
+        to zero, so the result is the masked load's, while the copy keeps the plain form that its
+        pipeliner issues as cp.async. None where this does not apply."""
+        mask = op.operands[1]
+        if acc.offset is None or len(acc.offset.data) != 1:
+            return None
+        vid, axes, coef = acc.offset.data[0]
+        if coef <= 0 or len(axes) != 1:
+            return None
+        extent = self.arg[acc.param.value.id].extent
+        out_row = -(-2 * extent // coef)        # row * coef >= 2 * extent: past the end from any base
+        if out_row * coef + extent >= 2 ** 31:
+            return None
+        row_terms = []
+        for leaf in _conjuncts(mask):
+            used = _axes_used(leaf, op.result.type.rank)
+            if used is None:
+                return None
+            if used <= set(axes):
+                row_terms.append(leaf)
+            elif not mask_always_true(leaf, leaf.type.shape, self.aff):
+                return None
+        if not row_terms:
+            return None
+        rows = self._values_by_id().get(vid)
+        if rows is None:
+            return None
+        cond = " & ".join(self.elem(t, idx) for t in row_terms)
+        return {vid: lambda ix, rows=rows, cond=cond: (
+            f"T.if_then_else({cond}, {self._without_substitutes(rows, ix)}, {out_row})")}
+
+    def _without_substitutes(self, v: Value, idx: list[str]) -> str:
+        saved, self.substitutes = self.substitutes, {}
+        try:
+            return self.elem(v, idx)
+        finally:
+            self.substitutes = saved
+
+    def _values_by_id(self) -> dict[int, Value]:
+        if not hasattr(self, "_all_values"):
+            vals = {p.value.id: p.value for p in self.k.params}
+            for o in self.k.walk():
+                vals.update((r.id, r) for r in o.results)
+                for blk in o.regions:
+                    vals.update((a.id, a) for a in blk.args)
+            self._all_values = vals
+        return self._all_values
+
+    def _storage_order(self, acc: Access, v: Value) -> tuple | None:
+        """(1, 0) when a 2-D tile read element by element is contiguous in memory along its first axis
+        and not its last: stored transposed, consecutive threads read consecutive addresses."""
+        if v.type.rank != 2 or acc.offset is None:
+            return None
+        if acc.offset.axis_coef(0) == 1 and acc.offset.axis_coef(1) != 1:
+            return (1, 0)
+        return None
+
+    def _load_expr(self, op: Op, idx: list[str]) -> str:
+        ptr, mask, other = op.operands
+        acc = self.access(op)
+        e = f"{self.ids[acc.param.value]}[{self.offset(ptr, idx)}]"
+        if mask is not None:
+            oth = self.elem(other, idx) if other is not None else literal(0, op.result.type.elem)
+            e = f"T.if_then_else({self.elem(mask, idx)}, {e}, {oth})"
+        return e
+
+    def _index_loads(self) -> set[int]:
+        """Loads of 1-D index tiles (values that other accesses gather through) that are read again at
+        each use rather than held in a fragment: a fragment's layout follows the first loop that
+        writes it, and every gather indexing it from another layout would then run on the few threads
+        that own each element. Only when nothing in the kernel writes the indexed argument."""
+        written = {id(self.access(o).param) for o in self.k.walk() if o.name in ("store", "atomic")}
+        gathered = set()
+        for o in self.k.walk():
+            if o.name in ("load", "store", "atomic"):
+                a = self.access(o)
+                if a.offset is not None:
+                    gathered.update(vid for vid, _, _ in a.offset.data)
+        out = set()
+        for o in self.k.walk():
+            if o.name == "load" and o.result.id in gathered and o.result.type.rank == 1 and \
+                    not o.attrs.get("is_async") and id(self.access(o).param) not in written and \
+                    all(u.name in _ELEMENTWISE or u.name in ("load", "store") for u in self.users.get(o.result.id, [])):
+                out.add(o.result.id)
+        return out
 
     def _value_users(self, v: Value) -> list[Op]:
         """Users of `v`, looking through layout-only ops (trans, cast) to the ops that consume them."""
@@ -421,7 +550,8 @@ class TileLangCodegen:
             src = val
             cast = val.defining_op
             if cast is not None and cast.name == "cast" and not cast.attrs.get("bitcast") and \
-                    cast.operands[0].id in self.buffers and self._visible(self.buffers[cast.operands[0].id]):
+                    cast.operands[0].id in self.buffers and self._visible(self.buffers[cast.operands[0].id]) and \
+                    self.buffers[cast.operands[0].id].perm is None:
                 src = cast.operands[0]          # T.copy converts to the destination's dtype itself
             b = self.buffers[src.id] if src is not val else self.buffer_of(val, indent, "any", dtype=elem)
             self.emit(f"T.copy({b.name}, {self.region(self.view(acc.param.value), plan)})", indent)
@@ -498,7 +628,8 @@ class TileLangCodegen:
         if op is not None and op.name == "trans" and v.id not in self.buffers and op.attrs["perm"] == (1, 0):
             b, t = self._operand(op.operands[0], indent)
             return b, not t
-        return self.buffer_of(v, indent, "shared"), False
+        b = self.buffer_of(v, indent, "shared", allow_perm=True)
+        return b, b.perm == (1, 0)
 
     def _st_dot(self, op: Op, indent: int):
         a, b, accv = op.operands
@@ -540,7 +671,7 @@ class TileLangCodegen:
         """A fragment-held value that `v` is an element-wise, single-use function of (reading it at the
         same index), which nothing reads after `consumer`: `v` can overwrite it."""
         while True:
-            us = self.users.get(v.id, [])
+            us = [u for u in self.users.get(v.id, []) if not self._yields_back(u, v)]
             if len(us) != 1 or us[0] is not consumer:
                 return None
             if v.id in self.buffers:
@@ -664,7 +795,18 @@ class TileLangCodegen:
     def _st_if(self, op: Op, indent: int):
         cond = op.operands[0]
         slots = []
-        for r in op.results:
+        reuse = self._loop_slots_of(op)
+        for i, r in enumerate(op.results):
+            if i in reuse:
+                # a branch whose else leaves a loop-carried value as it is: write the loop's own slot
+                c = reuse[i]
+                if c.id in self.scalars:
+                    self.scalars[r.id] = self.scalars[c.id]
+                    slots.append(("var", self.scalars[c.id], r))
+                else:
+                    self.buffers[r.id] = self.buffers[c.id]
+                    slots.append(("buf", self.buffers[c.id], r))
+                continue
             if r.type.is_scalar:
                 name = self.ids.define(r)
                 self.emit(f"{name} = T.alloc_var({tl_dtype(r.type.elem)!r})", indent)
@@ -679,7 +821,7 @@ class TileLangCodegen:
         for i, blk in enumerate(op.regions):
             has_ops = any(o.name != "yield" for o in blk.ops)
             if i == 1:
-                if not has_ops and not slots:
+                if not has_ops and len(reuse) == len(slots):
                     break
                 self.emit("else:", indent)
             before = len(self.lines)
@@ -689,6 +831,91 @@ class TileLangCodegen:
             self.blocks.pop()
             if len(self.lines) == before:
                 self.emit("pass", indent + 1)
+
+    def _yields_back(self, u: Op, v: Value) -> bool:
+        """Is `u` an else-branch yield handing loop-carried `v` back to its own slot (no read)?"""
+        if u.name != "yield" or u.parent is None or u.parent.parent_op is None:
+            return False
+        branch = u.parent.parent_op
+        if branch.name != "if" or u.parent is not branch.regions[-1]:
+            return False
+        slots = self._loop_slots_of(branch)
+        return any(c is v for c in slots.values())
+
+    def _loop_slots_of(self, branch: Op) -> dict[int, Value]:
+        """result index -> carried value, for results of `branch` that its loop yields back in the same
+        position while the else branch yields that carried value unchanged."""
+        blk = branch.parent
+        loop = blk.parent_op if blk is not None else None
+        if loop is None or loop.name != "for" or blk.terminator is None or len(branch.regions) < 2:
+            return {}
+        carried = loop.body.args[1:]
+        loop_yield = list(blk.terminator.operands)
+        else_y = branch.regions[1].terminator
+        else_vals = list(else_y.operands) if else_y else []
+        out = {}
+        for i, r in enumerate(branch.results):
+            if r in loop_yield:
+                j = loop_yield.index(r)
+                if i < len(else_vals) and else_vals[i] is carried[j] and loop_yield.count(r) == 1 and \
+                        (carried[j].id in self.buffers or carried[j].id in self.scalars):
+                    out[i] = carried[j]
+        return out
+
+    def _st_raw_call(self, op: Op, indent: int):
+        """tle.call: the raw function's body runs as written, thread by thread, on shared-memory copies of
+        its argument tiles; the copies of the written arguments are the call's results (their other
+        positions keep the argument's value). Its threads are the kernel's own; TileLang's thread
+        synchronization pass puts the barriers between the copies and the thread-level code."""
+        from ..raw import render_tilelang
+        fn, threads, outputs = op.attrs["fn"], tuple(op.attrs["threads"]), tuple(op.attrs["outputs"])
+        body = fn.body()
+        body.check(BACKEND)
+        count, kernel_threads = _raw_thread_count(threads), 32 * self.k.num_warps
+        if count != kernel_threads:
+            warps = count // 32
+            hint = f"launch the kernel with num_warps={warps}" if count % 32 == 0 and warps & (warps - 1) == 0 \
+                else "give the call 32 * 2**k threads and launch the kernel with num_warps=2**k"
+            self.error(f"tle.call({fn.name}) with hardware threads {threads}", op,
+                       f"on TileLang the raw function's threads are the kernel's threads, and the kernel runs "
+                       f"{kernel_threads} (32 * num_warps={self.k.num_warps}), not {count}; {hint}")
+        for k, v in enumerate(op.operands):
+            if not v.type.shape:
+                self.error(f"tle.call({fn.name}) on a rank-0 tile ('{fn.params[k]}')", op,
+                           "pass tiles of rank 1 or more")
+        names = []
+        for k, v in enumerate(op.operands):
+            if k in outputs:               # a fresh copy: the function writes it, the argument stays as it was
+                r = op.results[outputs.index(k)]
+                name = self.alloc(r.name or fn.params[k], v.type.shape, v.type.elem, "shared")
+                self.fill(name, v, indent)
+            else:
+                name = self.buffer_of(v, indent, "shared").name
+            names.append(name)
+        tid = self.ids.fresh("tid")
+        self.emit(f"{tid} = T.get_thread_binding(0)", indent)
+        self._lets.append((len(self.lines) - 1, tid))
+        thread_vars = [tid]
+        if len(threads) > 1:               # axis x varies fastest over the kernel's flat thread index
+            thread_vars = []
+            for axis, expr in enumerate(_raw_thread_axes(tid, threads)):
+                name = self.ids.fresh(f"{tid}_{'xyz'[axis]}")
+                self.emit(f"{name} = {expr}", indent)
+                self._lets.append((len(self.lines) - 1, name))
+                thread_vars.append(name)
+        prefix = self.ids.fresh(fn.name) + "_"
+        lines = render_tilelang(body, names, thread_vars=thread_vars, block_dims=list(threads), indent=indent,
+                                prefix=prefix)
+        self.ids.used.update(re.findall(rf"\b{re.escape(prefix)}\d+\b", "\n".join(lines)))
+        self.lines.extend(lines)
+        for k, r in zip(outputs, op.results):
+            self.buffers[r.id] = Buffer(names[k], tuple(r.type.shape), r.type.elem, "shared", self.blocks[-1])
+        self.report.append((op.loc.line, "tle.call", "raw", "thread-level code on shared buffers"))
+        for k, spec in enumerate(op.attrs.get("layout") or ()):
+            order = spec.get("order") if spec else None
+            if order is not None and tuple(order) != _raw_row_major(len(order)):
+                self.notes.append(f"line {op.loc.line}: tle.call({fn.name}): the order {list(order)} of "
+                                  f"'{fn.params[k]}' is a layout hint; TileLang infers shared layouts itself")
 
     # -- the module ----------------------------------------------------------------------------------------
     def _drop_dead_lets(self):
@@ -800,6 +1027,29 @@ def _reindex(idx: list[str], new_shape, old_shape) -> list[str]:
     return out
 
 
+def _conjuncts(mask: Value) -> list[Value]:
+    """The leaves of an `a & b & ...` tree of boolean tiles."""
+    op = mask.defining_op
+    if op is not None and op.name == "binary" and op.attrs["op"] == "and":
+        return _conjuncts(op.operands[0]) + _conjuncts(op.operands[1])
+    return [mask]
+
+
+def _axes_used(v: Value, rank: int) -> set[int] | None:
+    """The axes of a broadcast-to-`rank` tile that `v` varies along (None if unknown)."""
+    op = v.defining_op
+    if op is not None and op.name in ("broadcast", "splat"):
+        src = op.operands[0]
+        inner = _axes_used(src, src.type.rank) if src.type.rank else set()
+        if inner is None:
+            return None
+        off = rank - src.type.rank
+        return {off + a for a in inner if src.type.shape[a] != 1}
+    if v.type.rank != rank:
+        return None
+    return {a for a, s in enumerate(v.type.shape) if s != 1}
+
+
 def _is_const(v: Value, value) -> bool:
     return v.defining_op is not None and v.defining_op.name == "const" and v.defining_op.attrs["value"] == value
 
@@ -816,3 +1066,26 @@ def generate(k: KernelIR, spec: Spec, grid) -> tuple[str, list[str], list]:
     g = TileLangCodegen(k, spec, grid)
     src = g.generate()
     return src, g.notes, sorted(g.report)
+
+
+def _raw_thread_count(threads) -> int:
+    """The number of threads a tle.call asks for (the product over its thread axes)."""
+    n = 1
+    for t in threads:
+        n *= int(t)
+    return n
+
+
+def _raw_thread_axes(tid: str, threads) -> list[str]:
+    """Per thread axis of a tle.call, its index from the flat thread index `tid` (axis x fastest)."""
+    out, stride = [], 1
+    for axis, t in enumerate(threads):
+        e = tid if stride == 1 else f"{tid} // {stride}"
+        out.append(e if axis == len(threads) - 1 else f"{e} % {t}" if stride == 1 else f"({e}) % {t}")
+        stride *= int(t)
+    return out
+
+
+def _raw_row_major(rank: int) -> tuple[int, ...]:
+    """A layout `order` (axes fastest-varying first, as Triton writes it) that is plain row-major."""
+    return tuple(reversed(range(rank)))

@@ -14,6 +14,7 @@ from .. import backend as api
 from ..errors import LoweringError
 from ..files import load_module, write_once
 from ..ir.core import KernelIR
+from ..transforms import bound_guarded_loops, pipeline_async_loads
 from ..spec import Spec
 from .codegen import generate
 
@@ -89,6 +90,12 @@ class TritonCompiled(api.Compiled):
         return asm[name]
 
 
+def _async_how(op) -> str:
+    if op.attrs.get("async") == "pipelined":
+        return f", is_async: issued ahead by the loop's pipeliner (num_stages={op.attrs['async_stages']})"
+    return f", is_async: {op.attrs.get('async', 'plain')}"
+
+
 def _access_report(ir: KernelIR):
     """Triton gets every access as written; the report gives each one's class for reference."""
     from ..analysis import classify_accesses
@@ -96,10 +103,13 @@ def _access_report(ir: KernelIR):
     for a in classify_accesses(ir).values():
         how = "tl.load" if a.op.name == "load" else "tl.store" if a.op.name == "store" else f"tl.atomic_{a.op.attrs['kind']}"
         if a.op.name == "load" and a.op.attrs.get("is_async"):
-            how += " (is_async hint kept as a comment: plain load)"
+            how += _async_how(a.op)
         if a.reason and a.kind in ("general", "strided"):
             how += f" ({a.reason}, with integer arguments unknown until launch)"
         out.append((a.line, a.op.name, a.kind, how))
+    for op in ir.walk():
+        if op.name == "raw_call":
+            out.append((op.loc.line, "tle.call", "raw", "element-wise: inlined as tile code"))
     return sorted(out)
 
 
@@ -119,6 +129,8 @@ class Backend(api.Backend):
         return None
 
     def lower(self, ir: KernelIR, spec: Spec, cache_dir: str) -> TritonCompiled:
+        bound_guarded_loops(ir)
+        ir.notes.extend(pipeline_async_loads(ir, spec.num_stages))
         source = generate(ir)
         digest = hashlib.sha256((source + triton.__version__ + str(interpret_mode())).encode()).hexdigest()[:20]
         path = os.path.join(cache_dir, "triton", f"{ir.name}_{digest}.py")

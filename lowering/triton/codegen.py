@@ -6,6 +6,7 @@ variable is a statement, and single-use pure values are written inline where the
 from __future__ import annotations
 
 import os
+import re
 
 from ..errors import UnsupportedConstruct
 from ..ir import types as T
@@ -43,6 +44,22 @@ def _literal(value, dtype: T.DType) -> str:
             return f"float('{'-' if value < 0 else ''}inf')"
         return repr(float(value))
     return repr(int(value))
+
+
+def _full(shape: list, value, dtype: T.DType) -> str:
+    """A constant tile. bf16 constants are made in fp32 and converted (the same value after rounding):
+    Triton's interpreter cannot build bf16 constants."""
+    if dtype.name == "bf16":
+        return f"tl.full({shape}, {_literal(value, dtype)}, tl.float32).to(tl.bfloat16)"
+    return f"tl.full({shape}, {_literal(value, dtype)}, {tl_dtype(dtype)})"
+
+
+def _async_comment(op: Op) -> str:
+    how = op.attrs.get("async", "")
+    if how == "pipelined":
+        return f"  # tle.load(is_async=True): issued ahead of its use by the loop's pipeliner " \
+               f"(num_stages={op.attrs['async_stages']})"
+    return f"  # tle.load(is_async=True): {how or 'plain load'}"
 
 
 class TritonCodegen:
@@ -117,8 +134,7 @@ class TritonCodegen:
         n = op.name
         if n == "const":
             return _literal(a["value"], op.result.type.elem) if op.result.type.elem.name in ("i32", "fp32", "i1") \
-                or self._typed_by_context(op) else \
-                f"tl.full([], {_literal(a['value'], op.result.type.elem)}, {tl_dtype(op.result.type.elem)})"
+                or self._typed_by_context(op) else _full([], a["value"], op.result.type.elem)
         if n == "program_id":
             return f"tl.program_id({a['axis']})"
         if n == "num_programs":
@@ -129,8 +145,12 @@ class TritonCodegen:
             if self._implicitly_broadcast(op):
                 return self.expr(ops[0])
             if n == "splat":
-                return f"tl.full({list(a['shape'])}, {self.expr(ops[0])}, {tl_dtype(op.result.type.elem)})" \
-                    if not op.result.type.is_pointer else f"tl.broadcast_to({self.expr(ops[0])}, {list(a['shape'])})"
+                if op.result.type.is_pointer:
+                    return f"tl.broadcast_to({self.expr(ops[0])}, {list(a['shape'])})"
+                src = ops[0].defining_op
+                if src is not None and src.name == "const" and ops[0] not in self.ids:
+                    return _full(list(a["shape"]), src.attrs["value"], op.result.type.elem)
+                return f"tl.full({list(a['shape'])}, {self.expr(ops[0])}, {tl_dtype(op.result.type.elem)})"
             return f"tl.broadcast_to({self.expr(ops[0])}, {list(a['shape'])})"
         if n == "expand_dims":
             rank = op.result.type.rank
@@ -251,19 +271,67 @@ class TritonCodegen:
         if n == "if":
             self._if(op, indent)
             return
+        if n == "raw_call":
+            self._raw_call(op, indent)
+            return
         if self._inline(op):
             return
         name = self.ids[op.result] if op.result in self.ids else self.ids.define(op.result)
-        note = "  # tle.load(is_async=True): hint kept in the IR; issued as a plain load" \
-            if n == "load" and op.attrs.get("is_async") else ""
+        note = _async_comment(op) if n == "load" and op.attrs.get("is_async") else ""
         self.emit(f"{name} = {self._render(op)}{note}", indent)
+
+    def _raw_call(self, op: Op, indent: int):
+        """tle.call: an element-wise raw function becomes whole-tile statements over the argument tiles;
+        each written argument's result is then bound to its own name."""
+        from ..raw import render_triton, require_elementwise
+        fn = op.attrs["fn"]
+        body = fn.body()
+        try:
+            ew = require_elementwise(body, op.attrs["threads"])
+        except UnsupportedConstruct as e:        # name the call site; the reason names the function's line
+            prefix = f"backend '{e.backend}' cannot express {e.construct}: "
+            detail = e.message[len(prefix):] if e.message.startswith(prefix) else e.message
+            where = f" (at {e.loc})" if e.loc is not None and e.loc != op.loc else ""
+            raise UnsupportedConstruct(e.construct, BACKEND, op.loc, f"{detail}{where}") from None
+        exprs = []
+        for v in op.operands:
+            e = self.expr(v)
+            if not re.fullmatch(r"[A-Za-z_]\w*", e):      # the renderer composes operands as plain names
+                name = self.ids.fresh(v.name or fn.params[len(exprs)])
+                self.emit(f"{name} = {e}", indent)
+                e = name
+            exprs.append(e)
+        self.emit(f"# tle.call({fn.name}): element-wise raw MLIR function, inlined as tile code", indent)
+        made = set()
+
+        def fresh(hint=None):
+            name = self.ids.fresh(hint or "raw")
+            made.add(name)
+            return name
+
+        lines, finals = render_triton(ew, exprs, names=fresh)
+        outputs = op.attrs["outputs"]
+        pairs = []
+        for k, r in zip(outputs, op.results):
+            name = self.ids[r] if r in self.ids else self.ids.define(r)
+            f = finals[k]
+            if f == name:
+                continue
+            if f in made and name not in [finals[j] for j in outputs if j != k] and \
+                    _rename_definition(lines, f, name):
+                continue        # the statement computing the output's last value defines its name itself
+            pairs.append((name, f))
+        for line in lines:
+            self.emit(line, indent)
+        if pairs:       # one assignment: a final value may be another output's previous tile
+            self.emit(f"{', '.join(p[0] for p in pairs)} = {', '.join(p[1] for p in pairs)}", indent)
 
     def _carried_expr(self, v: Value) -> str:
         """A value assigned to a loop-carried or branch-merged variable: constants are typed, so the
         variable is a tensor on every path (Triton's interpreter keeps bare literals as Python ints)."""
         op = v.defining_op
         if v not in self.ids and op is not None and op.name == "const" and v.type.is_scalar:
-            return f"tl.full([], {_literal(op.attrs['value'], v.type.elem)}, {tl_dtype(v.type.elem)})"
+            return _full([], op.attrs["value"], v.type.elem)
         return self.expr(v)
 
     def _assign_many(self, names: list[str], values: list[Value], indent: int):
@@ -307,6 +375,9 @@ class TritonCodegen:
             if key in op.attrs:
                 kw.append(f"{key}={op.attrs[key]!r}")
         it = "tl.range" if op.attrs.get("kind") == "tl.range" or kw else "range"
+        if "async_raised_from" in op.attrs:
+            self.emit(f"# pipelined for tle.load(is_async=True) (the kernel asked for num_stages="
+                      f"{op.attrs['async_raised_from']})", indent)
         self.emit(f"for {ivn} in {it}({', '.join(bounds + kw)}):", indent)
         self.block(op.body, indent + 1)
         y = op.body.terminator
@@ -370,6 +441,19 @@ class TritonCodegen:
         head.append("@triton.jit")
         head.append(f"def {k.name}({', '.join(params)}):")
         return "\n".join(head + body) + "\n"
+
+
+def _rename_definition(lines: list[str], old: str, new: str) -> bool:
+    """Rename `old` to `new` in `lines` (in place) where `old` is used only by its one definition
+    `old = ...` and nothing after that definition reads `new`; whether it was renamed."""
+    uses = [i for i, ln in enumerate(lines) if re.search(rf"\b{re.escape(old)}\b", ln)]
+    if len(uses) != 1 or not lines[uses[0]].startswith(f"{old} = ") or \
+            len(re.findall(rf"\b{re.escape(old)}\b", lines[uses[0]])) != 1:
+        return False
+    if any(re.search(rf"\b{re.escape(new)}\b", ln) for ln in lines[uses[0] + 1:]):
+        return False
+    lines[uses[0]] = new + lines[uses[0]][len(old):]
+    return True
 
 
 def generate(k: KernelIR) -> str:

@@ -17,6 +17,8 @@ def test_every_kernel_is_found():
 @pytest.mark.parametrize("name, kernel", KERNELS, ids=[n for n, _ in KERNELS])
 def test_triton_lowering_matches_reference(name, kernel):
     launch = kernel.example("cpu", "small")
+    if launch.no_interpreter:
+        pytest.skip(launch.no_interpreter)
     poison(launch)                        # a kernel that writes nothing must fail
     kernel[launch.grid](*launch.args, backend="triton", **launch.kwargs)
     errors = compare_outputs(launch)

@@ -1,0 +1,147 @@
+"""`tle.call(fn, args, hardware=..., layout=...)` inside a kernel: the `raw_call` op.
+
+The call is checked here, where the kernel's file:line is known: `fn` is a raw function, each argument
+a tile of exactly its parameter's shape and dtype, `hardware["threads"]` one constexpr count per thread
+axis the function declares, and `layout` describes tiles of `args`. The op takes the argument tiles and
+yields the new contents of the ones the function writes (its outputs); the tiles the kernel holds are
+then rebound to those results, so after the call `output` names the written tile (tle.call returns
+nothing). The semantics of the call are in tle/raw/__init__.py.
+"""
+from __future__ import annotations
+
+import triton.language as tl
+
+from ..errors import LoweringError
+from ..raw.body import DTYPES, check_constraints
+from .semantics import TV
+
+LAYOUT_SPACES = ("shared",)          # where a backend can place a raw function's argument tiles
+LAYOUT_KEYS = ("space", "order")
+HARDWARE_KEYS = ("threads",)
+_MLIR_ELEM = {v: k for k, v in DTYPES.items() if k != "index"}
+
+
+def _tensor_text(shape, dtype_name: str) -> str:
+    elem = _MLIR_ELEM.get(dtype_name, dtype_name)
+    return "tensor<" + "".join(f"{d}x" for d in shape) + f"{elem}>"
+
+
+def _plain(x):
+    """A constexpr's Python value."""
+    return x.value if isinstance(x, tl.constexpr) else x
+
+
+def raw_call(tr, fn=None, args=None, hardware=None, layout=None):
+    from tle.raw.function import RawFunction
+
+    loc = tr.b.loc
+
+    def error(msg, construct=None):
+        return LoweringError(msg, loc, construct=construct)
+
+    if not isinstance(fn, RawFunction):
+        what = "a @tle.jit function" if hasattr(fn, "__tle_fn__") else type(fn).__name__
+        raise error(f"tle.call: the function must be a raw function (decorated with @tle.raw.language(name='mlir') "
+                    f"or made by tle.raw.from_text), got {what}", "tle.call")
+    call = f"tle.call({fn.name})"
+    args = _plain(args)
+    if not isinstance(args, (list, tuple)):
+        raise error(f"{call}: args must be a list of tiles, got {type(args).__name__}", "tle.call")
+    args = [_plain(a) for a in args]
+    if len(args) != len(fn.params):
+        raise error(f"{call}: the raw function takes {len(fn.params)} tiles "
+                    f"({', '.join(fn.params)}), got {len(args)} in args", "tle.call")
+    for i, (a, p, ptype, (shape, dtype)) in enumerate(zip(args, fn.params, fn.param_types, fn.tiles)):
+        who = f"argument {i} ('{p}')"
+        if not isinstance(a, TV):
+            raise error(f"{call}: {who} must be a tile of type {ptype}, got the Python value {a!r}", "tle.call")
+        if a.type.is_pointer:
+            raise error(f"{call}: {who} is a pointer ({a.type}); raw functions take tiles of values "
+                        f"(load them first), expected {ptype}", "tle.call")
+        if tuple(a.type.shape) != tuple(shape) or a.dtype.name != dtype:
+            got = f"a scalar of type {_MLIR_ELEM.get(a.dtype.name, a.dtype.name)}" if a.type.is_scalar else \
+                f"a tile of type {_tensor_text(a.type.shape, a.dtype.name)}"
+            raise error(f"{call}: {who} is {got} but the raw function's parameter '{p}' is {ptype}", "tle.call")
+
+    threads = _threads(fn, _plain(hardware), call, error)
+    body = fn.body()                                  # built, read, and checked against its constraint
+    check_constraints(body, fn.threads_dim, fn.sync_scope)
+    outputs = body.outputs
+    for k in outputs:                                 # one tile must not stand for two written arguments
+        for i in outputs:
+            if i < k and args[i] is args[k]:
+                raise error(f"{call}: the same tile is passed as argument {i} ('{fn.params[i]}') and as "
+                            f"argument {k} ('{fn.params[k]}'), and the function writes both; pass a separate "
+                            f"tile for each written argument", "tle.call")
+    layouts = _layouts(fn, args, _plain(layout), call, error)
+
+    op = tr.b.raw_call(fn, [a.v for a in args], outputs, threads, layouts)
+    for k, r in zip(outputs, op.results):
+        r.name = args[k].v.name or fn.params[k]
+        tr.rebind(args[k], r)
+    return None
+
+
+def _threads(fn, hardware, call, error) -> tuple[int, ...]:
+    example = "(" + ", ".join(["128"] * fn.threads_dim) + ("," if fn.threads_dim == 1 else "") + ")"
+    need = f"hardware={{'threads': {example}}}: one thread count per thread axis (threads_dim={fn.threads_dim})"
+    if hardware is None:
+        raise error(f"{call}: give the launch domain as {need}", "hardware")
+    if not isinstance(hardware, dict):
+        raise error(f"{call}: hardware must be a dict like {need}, got {type(hardware).__name__}", "hardware")
+    unknown = [k for k in hardware if k not in HARDWARE_KEYS]
+    if unknown:
+        raise error(f"{call}: hardware has unknown key(s) {', '.join(map(repr, unknown))}; "
+                    f"it takes {', '.join(map(repr, HARDWARE_KEYS))}", "hardware")
+    if "threads" not in hardware:
+        raise error(f"{call}: hardware needs 'threads', as in {need}", "hardware")
+    threads = _plain(hardware["threads"])
+    if not isinstance(threads, (tuple, list)):
+        raise error(f"{call}: hardware['threads'] must be a tuple, got {threads!r}; write {need}", "hardware")
+    threads = [_plain(t) for t in threads]
+    if any(isinstance(t, TV) for t in threads):
+        raise error(f"{call}: hardware['threads'] must be constexprs, got a runtime value", "hardware")
+    if len(threads) != fn.threads_dim or any(isinstance(t, bool) or not isinstance(t, int) or t <= 0
+                                             for t in threads):
+        raise error(f"{call}: hardware['threads'] is {tuple(threads)!r}; it must be {fn.threads_dim} positive "
+                    f"int(s), as in {need}", "hardware")
+    return tuple(threads)
+
+
+def _layouts(fn, args, layout, call, error) -> tuple:
+    """Per argument position: {"space": ..., "order": tuple | None}, or None where layout says nothing."""
+    if layout is None:
+        return (None,) * len(args)
+    if not isinstance(layout, dict):
+        raise error(f"{call}: layout must be a dict keyed by tiles of args, got {type(layout).__name__}", "layout")
+    per_arg: list = [None] * len(args)
+    for key, spec in layout.items():
+        where = [i for i, a in enumerate(args) if a is key]
+        if not isinstance(key, TV):
+            raise error(f"{call}: layout keys must be tiles passed in args, got {key!r}", "layout")
+        if not where:
+            raise error(f"{call}: layout has an entry for a tile of type {key.type} that is not one of args", "layout")
+        who = f"the layout of argument {where[0]} ('{fn.params[where[0]]}')"
+        if not isinstance(spec, dict):
+            raise error(f"{call}: {who} must be a dict like {{'space': 'shared', 'order': [0]}}, got {spec!r}",
+                        "layout")
+        unknown = [k for k in spec if k not in LAYOUT_KEYS]
+        if unknown:
+            raise error(f"{call}: {who} has unknown key(s) {', '.join(map(repr, unknown))}; it takes "
+                        f"{', '.join(map(repr, LAYOUT_KEYS))}", "layout")
+        space = _plain(spec.get("space", "shared"))
+        if space not in LAYOUT_SPACES:
+            raise error(f"{call}: {who} asks for space {space!r}: no backend supports it (backends that do: "
+                        f"none; triton and tilelang take {', '.join(map(repr, LAYOUT_SPACES))} only)",
+                        f"layout space {space!r}")
+        order = _plain(spec.get("order"))
+        if order is not None:
+            rank = key.type.rank
+            if not isinstance(order, (tuple, list)) or \
+                    sorted(_plain(o) if isinstance(_plain(o), int) else -1 for o in order) != list(range(rank)):
+                raise error(f"{call}: {who} has order {order!r}, which is not a permutation of the tile's axes "
+                            f"{list(range(rank))}", "layout")
+            order = tuple(int(_plain(o)) for o in order)
+        for i in where:
+            per_arg[i] = {"space": space, "order": order}
+    return tuple(per_arg)

@@ -1,0 +1,247 @@
+"""A raw function's body as TileLang statements, run by every thread of the block as written.
+
+TileLang code is thread-level when it wants to be, so the body maps one op to one statement: lets
+(`name = expr`, a TIR LetStmt, evaluated once where it stands) for scalar ops, `buf[i] = v` for
+tensor.insert, `buf[i]` for tensor.extract, `for .. in T.serial` with `T.alloc_var` slots for scf.for
+iter_args, `if` with `T.alloc_var` slots for scf.if results, and `T.sync_threads()` for the barrier.
+The nvvm registers read the launch domain of the call (one block of `hardware["threads"]` threads):
+ThreadId is the given thread variable (0 past the given axes), BlockDim the given extent (1 past them),
+BlockId 0 and GridDim 1. `index` values are int32.
+"""
+from __future__ import annotations
+
+import math
+import re
+
+from .body import BARRIERS, SPECIAL, RawBody, Region, Stmt
+
+BACKEND = "tilelang"
+TL_DTYPE = {"i1": "bool", "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64", "index": "int32",
+            "fp16": "float16", "bf16": "bfloat16", "fp32": "float32", "fp64": "float64"}
+UNSIGNED = {"i1": "int32", "i8": "uint8", "i16": "uint16", "i32": "uint32", "index": "uint32", "i64": "uint64"}
+_BIN = {"addi": "+", "subi": "-", "muli": "*", "addf": "+", "subf": "-", "mulf": "*", "divf": "/"}
+_BITS = {"andi": ("&", "T.And"), "ori": ("|", "T.Or"), "xori": ("^", None)}
+_CALL2 = {"divsi": "T.truncdiv", "remsi": "T.truncmod", "maxsi": "T.max", "minsi": "T.min",
+          "maxnumf": "T.max", "minnumf": "T.min",
+          "shli": "T.shift_left", "shrsi": "T.shift_right", "powf": "T.pow"}
+_UCALL2 = {"divui": "T.truncdiv", "remui": "T.truncmod", "maxui": "T.max", "minui": "T.min",
+           "shrui": "T.shift_right"}
+_MATH = {n: f"T.{n}" for n in ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "tanh", "erf", "sin", "cos",
+                              "floor", "ceil", "fma")}
+_MATH.update(absf="T.abs", absi="T.abs")
+_CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+# ordered predicates are C's comparisons (false on NaN); unordered ones negate the opposite comparison
+_CMPF = {"oeq": "({a} == {b})", "ogt": "({a} > {b})", "oge": "({a} >= {b})", "olt": "({a} < {b})",
+         "ole": "({a} <= {b})", "une": "({a} != {b})", "one": "T.Or({a} < {b}, {a} > {b})",
+         "ueq": "T.Not(T.Or({a} < {b}, {a} > {b}))", "ugt": "T.Not({a} <= {b})", "uge": "T.Not({a} < {b})",
+         "ult": "T.Not({a} >= {b})", "ule": "T.Not({a} > {b})", "ord": "T.And({a} == {a}, {b} == {b})",
+         "uno": "T.Or({a} != {a}, {b} != {b})", "false": "False", "true": "True"}
+
+
+def render_tilelang(body: RawBody, buffers: list[str], thread_vars: list[str], block_dims: list[int],
+                    indent: int = 0, prefix: str | None = None) -> list[str]:
+    """Lines of TileLang for one call of `body`: `buffers[k]` names argument k's tile buffer,
+    `thread_vars[a]` / `block_dims[a]` the thread index and thread count along axis a. Lets are named
+    `<prefix><n>` (default `raw_<function>_<n>`); pass a distinct prefix for each call site."""
+    body.check(BACKEND)
+    if len(buffers) != len(body.args):
+        raise ValueError(f"raw function '{body.name}' takes {len(body.args)} tiles, got {len(buffers)} buffers")
+    if prefix is None:
+        prefix = "raw_" + re.sub(r"\W", "_", body.name) + "_"
+    r = _Renderer(body, list(buffers), list(thread_vars), list(block_dims), prefix)
+    r.stmts(body.stmts, indent)
+    return r.lines
+
+
+def literal(value, dtype: str) -> str:
+    if dtype == "i1":
+        return "True" if value else "False"
+    t = TL_DTYPE[dtype]
+    if dtype.startswith(("fp", "bf")):
+        if math.isinf(value):
+            return f"{'-' if value < 0 else ''}T.infinity({t!r})"
+        if math.isnan(value):
+            return f"T.{t}(float('nan'))"
+        return f"T.{t}({float(value)!r})"
+    return str(int(value)) if t == "int32" else f"T.{t}({int(value)})"
+
+
+def _fold(op: str, a: list[str]) -> str | None:
+    """Integer arithmetic with a literal 0 or 1 (e.g. blockid * blockdim + threadid with blockid 0), folded;
+    None when there is nothing to fold. Plain int literals are int32 (or index) values."""
+    if op not in ("arith.addi", "arith.subi", "arith.muli"):
+        return None
+    if all(re.fullmatch(r"-?\d+", x) for x in a):
+        x, y = int(a[0]), int(a[1])
+        v = x + y if op == "arith.addi" else x - y if op == "arith.subi" else x * y
+        return str(v) if -2**31 <= v < 2**31 else None
+    if op == "arith.addi" and "0" in a:
+        return a[1] if a[0] == "0" else a[0]
+    if op == "arith.subi" and a[1] == "0":
+        return a[0]
+    if op == "arith.muli" and "0" in a:
+        return "0"
+    if op == "arith.muli" and "1" in a:
+        return a[1] if a[0] == "1" else a[0]
+    return None
+
+
+class _Renderer:
+    def __init__(self, body: RawBody, buffers, thread_vars, block_dims, prefix: str):
+        self.body, self.buffers, self.prefix = body, buffers, prefix
+        self.thread_vars, self.block_dims = thread_vars, block_dims
+        self.dt = body.dtype
+        self.expr: dict[str, str] = {}
+        self.lines: list[str] = []
+        self.count = 0
+
+    def fresh(self) -> str:
+        self.count += 1
+        return f"{self.prefix}{self.count - 1}"
+
+    def emit(self, line: str, indent: int):
+        self.lines.append("    " * indent + line)
+
+    def let(self, name: str, expr: str, indent: int):
+        var = self.fresh()
+        self.emit(f"{var} = {expr}", indent)
+        self.expr[name] = var
+
+    def stmts(self, stmts: list[Stmt], indent: int):
+        for s in stmts:
+            self.stmt(s, indent)
+
+    def stmt(self, s: Stmt, indent: int):
+        a = [self.expr[o] for o in s.operands]
+        if s.op == "arith.constant":
+            self.expr[s.name] = literal(s.attrs["value"], self.dt[s.name])
+        elif s.op in SPECIAL:
+            self.expr[s.name] = self.special(*SPECIAL[s.op])
+        elif s.op == "tensor.extract":
+            self.let(s.name, f"{self.buffers[s.attrs['arg']]}[{', '.join(a)}]", indent)
+        elif s.op == "tensor.insert":
+            self.emit(f"{self.buffers[s.attrs['arg']]}[{', '.join(a[1:])}] = {a[0]}", indent)
+        elif s.op in BARRIERS:
+            self.emit("T.sync_threads()", indent)
+        elif s.op == "scf.for":
+            self.scf_for(s, a, indent)
+        elif s.op == "scf.if":
+            self.scf_if(s, a, indent)
+        elif s.op == "arith.index_cast" and {self.dt[s.operands[0]], self.dt[s.name]} <= {"i32", "index"}:
+            self.expr[s.name] = a[0]           # index is int32 here
+        elif (folded := _fold(s.op, a)) is not None:
+            self.expr[s.name] = folded
+        else:
+            self.let(s.name, self.scalar(s, a), indent)
+
+    def special(self, kind: str, axis: int) -> str:
+        if kind == "thread_id":
+            return self.thread_vars[axis] if axis < len(self.thread_vars) else "0"
+        if kind == "block_dim":
+            return str(int(self.block_dims[axis])) if axis < len(self.block_dims) else "1"
+        return "0" if kind == "block_id" else "1"
+
+    def unsigned(self, e: str, dtype: str) -> str:
+        return f"T.cast({e}, {UNSIGNED[dtype]!r})"
+
+    def scalar(self, s: Stmt, a: list[str]) -> str:
+        """The TIR expression of one arith or math op."""
+        dialect, op = s.op.split(".")
+        src = self.dt[s.operands[0]]
+        t = TL_DTYPE[self.dt[s.name]]
+        if dialect == "math":
+            return f"{_MATH.get(op, 'T.pow')}({', '.join(a)})"
+        if op in _BIN:
+            return f"({a[0]} {_BIN[op]} {a[1]})"
+        if op in _BITS:
+            sym, logical = _BITS[op]
+            if src != "i1":
+                return f"({a[0]} {sym} {a[1]})"
+            return f"{logical}({a[0]}, {a[1]})" if logical else f"({a[0]} != {a[1]})"
+        if op in _CALL2:
+            return f"{_CALL2[op]}({a[0]}, {a[1]})"
+        if op in _UCALL2:
+            return f"T.cast({_UCALL2[op]}({self.unsigned(a[0], src)}, {self.unsigned(a[1], src)}), {t!r})"
+        if op in ("maximumf", "minimumf"):     # NaN in, NaN out (T.max / T.min drop a NaN)
+            return f"T.if_then_else(T.Or({a[0]} != {a[0]}, {a[1]} != {a[1]}), {a[0]} + {a[1]}, " \
+                   f"T.{op[:3]}({a[0]}, {a[1]}))"
+        if op == "negf":
+            return f"(-{a[0]})"
+        if op == "select":
+            return f"T.if_then_else({a[0]}, {a[1]}, {a[2]})"
+        if op == "cmpi":
+            p = s.attrs["predicate"]
+            x, y = a
+            if p[0] == "u":
+                x, y = self.unsigned(x, src), self.unsigned(y, src)
+            return f"({x} {_CMP[p.lstrip('su') if p not in ('eq', 'ne') else p]} {y})"
+        if op == "cmpf":
+            return _CMPF[s.attrs["predicate"]].format(a=a[0], b=a[1])
+        return self.cast(op, a[0], src, self.dt[s.name])
+
+    def cast(self, op: str, x: str, src: str, dst: str) -> str:
+        t = TL_DTYPE[dst]
+        if op == "bitcast":
+            return f"T.reinterpret({x}, {t!r})"
+        if op == "trunci" and dst == "i1":
+            return f"(({x} & 1) == 1)"
+        if src == "i1" and op in ("extsi", "sitofp"):     # a signed i1 is 0 or -1
+            return f"(-T.cast({x}, {t!r}))"
+        if op in ("extui", "uitofp") and src != "i1":
+            return f"T.cast({self.unsigned(x, src)}, {t!r})"
+        if op == "fptoui":
+            return f"T.cast(T.cast({x}, {UNSIGNED[dst]!r}), {t!r})"
+        return f"T.cast({x}, {t!r})"
+
+    # -- structured control flow -------------------------------------------------------------------------
+    def scf_for(self, s: Stmt, a: list[str], indent: int):
+        lo, hi, step, inits = a[0], a[1], a[2], a[3:]
+        region = s.regions[0]
+        iv, carried = region.args[0], region.args[1:]
+        slots = []
+        for c, init, r in zip(carried, inits, s.results):
+            var = self.fresh()
+            self.emit(f"{var} = T.alloc_var({TL_DTYPE[self.dt[c]]!r}, init={init})", indent)
+            self.expr[c] = self.expr[r] = var
+            slots.append(var)
+        counter = self.fresh()
+        self.expr[iv] = counter
+        bounds = hi if (lo, step) == ("0", "1") else f"{lo}, {hi}" if step == "1" else f"{lo}, {hi}, {step}"
+        self.emit(f"for {counter} in T.serial({bounds}):", indent)
+        self.region(region, slots, indent + 1)
+
+    def scf_if(self, s: Stmt, a: list[str], indent: int):
+        slots = []
+        for r in s.results:
+            var = self.fresh()
+            self.emit(f"{var} = T.alloc_var({TL_DTYPE[self.dt[r]]!r})", indent)
+            self.expr[r] = var
+            slots.append(var)
+        self.emit(f"if {a[0]}:", indent)
+        self.region(s.regions[0], slots, indent + 1)
+        if len(s.regions) > 1 and (s.regions[1].stmts or slots):
+            self.emit("else:", indent)
+            self.region(s.regions[1], slots, indent + 1)
+
+    def region(self, region: Region, slots: list[str], indent: int):
+        before = len(self.lines)
+        self.stmts(region.stmts, indent)
+        self.write_slots(slots, [self.expr[y] for y in region.yields], indent)
+        if len(self.lines) == before:
+            self.emit("pass", indent)
+
+    def write_slots(self, slots: list[str], values: list[str], indent: int):
+        """Assign yielded values to their slots; when one value reads another slot written here, all are
+        first staged in lets, so every write sees the values of the previous iteration."""
+        pending = [(slot, v) for slot, v in zip(slots, values) if slot != v]
+        names = [slot for slot, _ in pending]
+        hazard = any(re.search(rf"\b{re.escape(n)}\b", v) for own, v in pending for n in names if n != own)
+        if hazard and len(pending) > 1:
+            staged = []
+            for slot, v in pending:
+                tmp = self.fresh()
+                self.emit(f"{tmp} = {v}", indent)
+                staged.append((slot, tmp))
+            pending = staged
+        for slot, v in pending:
+            self.emit(f"{slot} = {v}", indent)

@@ -1,0 +1,216 @@
+"""Loop guards as loop bounds: a loop whose whole body is `if iv * c <= X: ...` (X loop-invariant,
+c > 0, the else branch leaving every carried value unchanged) does nothing once the guard turns false,
+and the guard can only turn false once. The loop is rewritten to stop there:
+
+    for ck in range(NK):                  for ck in range(min(NK, (max(X, -1) + c) // c)):
+        if ck * c <= X:          ==>          body
+            body
+
+This keeps the program's meaning and leaves a loop with no branch in it, which both backends can
+pipeline (Triton's pipeliner does not reach loads inside a branch; TileLang copies every carried tile
+at the end of each branch).
+"""
+from __future__ import annotations
+
+from ..ir import types as T
+from ..ir.core import Block, KernelIR, Op, Value
+from .induction import _Emitter, _defined_inside, _is_const, _replace_uses
+
+_FLIP = {"ge": "le", "gt": "lt"}
+
+
+def _scaled_iv(v: Value, iv: Value) -> int | None:
+    """c when v is iv * c (or c * iv, or iv itself) with a constant c > 0."""
+    if v is iv:
+        return 1
+    op = v.defining_op
+    if op is None or op.name != "binary" or op.attrs["op"] != "mul":
+        return None
+    a, b = op.operands
+    if a is iv and b.defining_op is not None and b.defining_op.name == "const":
+        c = b.defining_op.attrs["value"]
+    elif b is iv and a.defining_op is not None and a.defining_op.name == "const":
+        c = a.defining_op.attrs["value"]
+    else:
+        return None
+    return c if isinstance(c, int) and c > 0 else None
+
+
+def _guard(cond: Value, iv: Value, body: Block):
+    """(c, X, strict) for a guard `iv * c <= X` (strict: `<`), else None."""
+    op = cond.defining_op
+    if op is None or op.name != "cmp" or not cond.type.is_scalar:
+        return None
+    pred, (lhs, rhs) = op.attrs["pred"], op.operands
+    if pred in _FLIP:
+        pred, lhs, rhs = _FLIP[pred], rhs, lhs
+    if pred not in ("le", "lt"):
+        return None
+    c = _scaled_iv(lhs, iv)
+    if c is None or _defined_inside(rhs, body) or not rhs.type.elem.is_int or rhs.type.elem.bits > 32:
+        return None
+    return c, rhs, pred == "lt"
+
+
+def match_guard(loop: Op):
+    """(the guarding if, c, X, strict) when `loop` has the guarded form described above, else None."""
+    body = loop.body
+    lo, hi, step, *inits = loop.operands
+    iv, *carried = body.args
+    if not (_is_const(lo, 0) or (lo.defining_op is not None and lo.defining_op.name == "const"
+                                  and lo.defining_op.attrs["value"] >= 0)):
+        return None
+    if not (step.defining_op is not None and step.defining_op.name == "const" and step.defining_op.attrs["value"] > 0):
+        return None
+    ifs = [o for o in body.ops if o.name == "if"]
+    y = body.terminator
+    if len(ifs) != 1 or y is None or any(o.regions for o in body.ops if o is not ifs[0]):
+        return None
+    guard = ifs[0]
+    # the branch must be the last statement, the loop yielding exactly its results
+    if len(body.ops) < 2 or body.ops[-2] is not guard or list(y.operands) != list(guard.results):
+        return None
+    then_blk, else_blk = guard.regions
+    if any(o.name != "yield" for o in else_blk.ops) or \
+            list(else_blk.terminator.operands if else_blk.terminator else []) != list(carried):
+        return None
+    if any(o.name in ("store", "atomic") for o in body.ops if o is not guard):
+        return None
+    g = _guard(guard.operands[0], iv, body)
+    if g is None:
+        return None
+    return (guard, *g)
+
+
+def _rewrite(loop: Op, em: _Emitter) -> bool:
+    m = match_guard(loop)
+    if m is None:
+        return False
+    guard, c, x, strict = m
+    body = loop.body
+    lo, hi, step, *inits = loop.operands
+    iv, *carried = body.args
+    then_blk = guard.regions[0]
+    loc = guard.loc
+    i32 = T.scalar(T.i32)
+    pre: list[Op] = []
+
+    def emit(name, operands, attrs, type=i32):
+        op = em.op(name, operands, type, attrs, loc)
+        pre.append(op)
+        return op.result
+
+    def const(v):
+        return emit("const", [], {"value": v})
+
+    if x.type.elem != T.i32:
+        x = emit("cast", [x], {"dtype": T.i32})
+    if strict:
+        x = emit("binary", [x, const(1)], {"op": "sub"})
+    # the first iteration where the guard is false: floor(X / c) + 1, or 0 when X < 0
+    x = emit("binary", [x, const(-1)], {"op": "maximum"})
+    stop = emit("binary", [emit("binary", [x, const(c)], {"op": "add"}), const(c)], {"op": "div"})
+    stop.name = "stop"
+    if hi.type.elem != T.i32:
+        hi = emit("cast", [hi], {"dtype": T.i32})
+    new_hi = emit("binary", [hi, stop], {"op": "minimum"})
+    outer = loop.parent
+    at = outer.ops.index(loop)
+    for p in pre:
+        p.parent = outer
+    outer.ops[at:at] = pre
+    loop.operands = [lo, new_hi, step, *inits]
+    # splice the branch body into the loop
+    then_y = then_blk.terminator
+    moved = [o for o in then_blk.ops if o is not then_y]
+    for o in moved:
+        o.parent = body
+    idx = body.ops.index(guard)
+    body.ops[idx:idx + 1] = moved
+    for r, v in zip(guard.results, then_y.operands if then_y else []):
+        _replace_uses(body, r, v)
+    _drop_unused(body, guard.operands[0])
+    return True
+
+
+def _drop_unused(body: Block, v: Value):
+    """Remove the now-unused pure op defining v (and its now-unused operands) from the body."""
+    op = v.defining_op
+    if op is None or op.parent is not body or op.regions or op.name in ("load", "store", "atomic"):
+        return
+    if any(v in o.operands for o in body.walk()):
+        return
+    body.ops.remove(op)
+    for o in op.operands:
+        if o is not None:
+            _drop_unused(body, o)
+
+
+def bound_guarded_loops(k: KernelIR) -> KernelIR:
+    """In place; returns the kernel for chaining."""
+    em = _Emitter(k)
+    for loop in [op for op in k.walk() if op.name == "for"]:
+        _rewrite(loop, em)
+    return k
+
+
+_HOISTABLE = {"const", "program_id", "num_programs", "arange", "splat", "broadcast", "expand_dims", "binary",
+              "cmp", "unary", "cast", "where", "addptr", "trans", "reshape", "load"}
+
+
+def hoist_guarded_loads(k: KernelIR) -> KernelIR:
+    """For a loop of the guarded form: move the loads at the head of the branch (and the pure ops they
+    need) in front of it, each masked by the guard as well. A masked-off load reads nothing, and their
+    values are only used inside the branch, so the meaning is unchanged; a pipeliner can then issue
+    them ahead while the branch keeps only computation. For backends that cannot pipeline a loop of
+    dynamic length (see bound_guarded_loops for the alternative)."""
+    em = _Emitter(k)
+    for loop in [op for op in k.walk() if op.name == "for"]:
+        m = match_guard(loop)
+        if m is None:
+            continue
+        guard = m[0]
+        then_blk = guard.regions[0]
+        cond = guard.operands[0]
+        moved = []
+        for o in then_blk.ops:
+            if o.name == "yield" or o.name not in _HOISTABLE or o.regions:
+                break
+            moved.append(o)
+        # keep only the loads and what they need
+        need, keep = set(), []
+        for o in reversed(moved):
+            if o.name == "load" or any(r.id in need for r in o.results):
+                keep.append(o)
+                need.update(v.id for v in o.operands if v is not None)
+        keep.reverse()
+        if not any(o.name == "load" for o in keep):
+            continue
+        body = loop.body
+        at = body.ops.index(guard)
+        new_ops = []
+        for o in keep:
+            then_blk.ops.remove(o)
+            o.parent = body
+            new_ops.append(o)
+            if o.name == "load":
+                mask = o.operands[1]
+                shape = o.result.type.shape
+                g = cond
+                if shape:
+                    sp = em.op("splat", [cond], cond.type.with_shape(shape), {"shape": shape}, o.loc)
+                    sp.parent = body
+                    new_ops.insert(len(new_ops) - 1, sp)
+                    g = sp.result
+                if mask is None:
+                    o.operands[1] = g
+                    if o.operands[2] is None:
+                        pass
+                else:
+                    a = em.op("binary", [mask, g], mask.type, {"op": "and"}, o.loc)
+                    a.parent = body
+                    new_ops.insert(len(new_ops) - 1, a)
+                    o.operands[1] = a.result
+                o.attrs["guarded"] = True
+        body.ops[at:at] = new_ops
+    return k

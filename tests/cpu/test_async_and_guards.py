@@ -1,0 +1,99 @@
+"""tle.load(is_async=True) on both backends, and the loop rewrites it relies on: a guarded loop body
+turned into a loop bound (Triton), guarded loads hoisted and masked (TileLang)."""
+import pytest
+import torch
+import triton.language as tl
+
+import tle
+from tle.cli import meta_copy
+
+
+@tle.jit
+def guarded_sum(x_ptr, out_ptr, limit, N: tl.constexpr, BLOCK: tl.constexpr, ASYNC: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for i in tl.range(N, num_stages=0):
+        if i * BLOCK <= limit:
+            acc += tle.load(x_ptr + i * BLOCK + offs, is_async=ASYNC)
+    tl.store(out_ptr + offs, acc)
+
+
+def _reference(x, limit, n, block):
+    rows = [i for i in range(n) if i * block <= limit]
+    return x.view(n, block)[rows].sum(0) if rows else torch.zeros(block)
+
+
+@pytest.mark.parametrize("limit", [-5, -1, 0, 15, 16, 17, 40, 1000])
+def test_guarded_loop_runs_the_guarded_iterations_only(limit):
+    n, block = 4, 16
+    x = torch.randn(n * block)
+    out = torch.full((block,), float("nan"))
+    guarded_sum[(1,)](x, out, limit, N=n, BLOCK=block, ASYNC=True, backend="triton")
+    torch.testing.assert_close(out, _reference(x, limit, n, block))
+
+
+def test_triton_source_bounds_the_loop_and_pipelines_the_async_load():
+    x, out = torch.empty(64, device="meta"), torch.empty(16, device="meta")
+    lw = guarded_sum.lower(x, out, 7, N=4, BLOCK=16, ASYNC=True, grid=(1,), backend="triton")
+    src = lw.source
+    assert "if " not in src.split("def guarded_sum")[1]           # the guard became the loop bound
+    assert "tl.minimum(4, stop)" in src
+    assert "num_stages=2" in src and "asked for num_stages=0" in src
+    assert "tle.load(is_async=True): issued ahead of its use" in src
+    assert any("pipelined with 2 stages" in n for n in lw.notes)
+
+
+def test_plain_load_keeps_the_loops_own_stages():
+    x, out = torch.empty(64, device="meta"), torch.empty(16, device="meta")
+    src = guarded_sum.lower(x, out, 7, N=4, BLOCK=16, ASYNC=False, grid=(1,), backend="triton").source
+    assert "num_stages=0" in src
+    assert "is_async" not in src
+
+
+@tle.jit
+def async_outside_loop(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tle.load(x_ptr + offs, is_async=True) * 2)
+
+
+def test_async_load_without_a_loop_is_a_plain_load_and_says_so():
+    x = torch.randn(32)
+    out = torch.empty_like(x)
+    async_outside_loop[(1,)](x, out, BLOCK=32, backend="triton")
+    torch.testing.assert_close(out, x * 2)
+    lw = async_outside_loop.lower(x, out, BLOCK=32, grid=(1,), backend="triton")
+    assert any("not inside a loop" in n for n in lw.notes)
+    assert "not inside a loop" in lw.source
+
+
+@pytest.mark.slow
+def test_tilelang_async_gather_is_a_pipelined_zero_filled_copy():
+    """The sparse-MLA KV gather: T.Pipelined with 2 stages, loads hoisted above the guard, masked rows
+    sent out of bounds so TileLang's bounds predication zero-fills them in a cp.async copy."""
+    if tle.available_backends().get("tilelang") is not None:
+        pytest.skip("TileLang unavailable here")
+    from tle.kernels.sparse_mla import sparse_mla_fwd_kernel as k
+    launch = k.example("cpu", "small")
+    lw = k.lower(*[meta_copy(a) for a in launch.args], grid=launch.grid, backend="tilelang", **launch.kwargs)
+    src = lw.source
+    assert "T.Pipelined(" in src and "num_stages=2)" in src
+    body = src.split("T.Pipelined(")[1]
+    assert body.index("kv_blk[") < body.index("if t:")              # the gather runs ahead of the guard
+    assert "T.if_then_else(" in body.split("kv_blk[")[1].split("\n")[0]
+    assert any("pipelined with 2 stages" in n for n in lw.notes)
+    report = {line: how for line, op, kind, how in lw.compiled.access_report}
+    assert any("cp.async" in how and "zero-filled" in how for how in report.values())
+    cuda = lw.stage("cuda")
+    assert "cp_async_gs_conditional" in cuda                         # predicated: masked rows read zeros
+    assert "cp_async_wait<1>" in cuda                                # one stage in flight
+
+
+@pytest.mark.slow
+def test_tilelang_plain_gather_is_not_pipelined_when_the_loop_says_so():
+    if tle.available_backends().get("tilelang") is not None:
+        pytest.skip("TileLang unavailable here")
+    from tle.kernels.sparse_mla import sparse_mla_fwd_kernel as k
+    launch = k.example("cpu", "small")
+    lw = k.lower(*[meta_copy(a) for a in launch.args], grid=launch.grid, backend="tilelang", ASYNC=False,
+                 **launch.kwargs)
+    assert "T.Pipelined(" not in lw.source and "T.serial(" in lw.source
