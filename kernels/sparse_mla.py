@@ -10,7 +10,12 @@ lse [B, S, H], the log-sum-exp of the scaled scores in base 2.
 """
 from __future__ import annotations
 
+import hashlib
+import inspect
 import math
+import os
+import tempfile
+import textwrap
 
 import torch
 import triton
@@ -248,20 +253,15 @@ def _example(device, size):
 def plain_triton_kernel():
     """The same kernel text as a plain Triton kernel (`tl.load` for `tle.load`, no hint), compiled by
     `triton.jit` directly: the baseline the benchmark compares the lowerings with."""
-    import inspect
-    import textwrap
     src = textwrap.dedent(inspect.getsource(sparse_mla_fwd_kernel.fn))
     src = src[src.index("def "):]                                   # drop the @tle.jit decorator
     src = src.replace("tle.load(kv_ptr, kv_msk, other=0.0, is_async=ASYNC)", "tl.load(kv_ptr, kv_msk, other=0.0)")
     assert "tle." not in src
     path = inspect.getsourcefile(sparse_mla_fwd_kernel.fn)
     # triton.jit reads the function's source from its file: give it a file of its own
-    import os
-    import tempfile
     from tle.lowering.files import load_module, write_once
     d = os.path.join(tempfile.gettempdir(), "tle-plain")
     os.makedirs(d, exist_ok=True)
-    import hashlib
     file = os.path.join(d, f"sparse_mla_plain_{hashlib.sha256(src.encode()).hexdigest()[:12]}.py")
     write_once(file, f"# plain Triton form of {os.path.basename(path)}:sparse_mla_fwd_kernel\n"
                      "import triton\nimport triton.language as tl\n\n\n@triton.jit\n" + src)
