@@ -96,6 +96,7 @@ class TileLangCodegen:
         self._lets: list[tuple[int, str]] = []  # (line index, name) of scalar lets, for dead-let removal
         self.index_loads = self._index_loads()
         self.substitutes: dict = {}            # value id -> idx -> expression, while rendering one access
+        self._all_values: dict[int, Value] | None = None
 
     # -- naming and allocation --------------------------------------------------------------------------
     def alloc(self, base: str, shape, dtype: T.DType, scope: str) -> str:
@@ -409,10 +410,7 @@ class TileLangCodegen:
                 self.substitutes = {}
                 why = ""
             else:
-                e = f"{param}[{self.offset(ptr, idx)}]"
-                if mask is not None:
-                    oth = self.elem(other, idx) if other is not None else literal(0, v.type.elem)
-                    e = f"T.if_then_else({self.elem(mask, idx)}, {e}, {oth})"
+                e = self._load_expr(op, idx)
             # loop over the buffer's own axes: the innermost one is where consecutive threads go
             order = list(range(v.type.rank)) if perm is None else list(perm)
             self.emit(f"for {', '.join(idx[d] for d in order)} in T.Parallel({', '.join(map(str, shape))}):", indent)
@@ -471,7 +469,7 @@ class TileLangCodegen:
             self.substitutes = saved
 
     def _values_by_id(self) -> dict[int, Value]:
-        if not hasattr(self, "_all_values"):
+        if self._all_values is None:
             vals = {p.value.id: p.value for p in self.k.params}
             for o in self.k.walk():
                 vals.update((r.id, r) for r in o.results)

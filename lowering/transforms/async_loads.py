@@ -15,6 +15,13 @@ from ..ir.core import Block, KernelIR, Op
 ASYNC_STAGES = 2
 
 
+def how_issued(op: Op) -> str:
+    """What became of an asynchronous load, in words (after pipeline_async_loads marked it)."""
+    if op.attrs.get("async") == "pipelined":
+        return f"issued ahead of its use by the loop's pipeliner (num_stages={op.attrs['async_stages']})"
+    return op.attrs.get("async", "plain load")
+
+
 def _enclosing(op: Op) -> tuple[Op | None, bool]:
     """(innermost enclosing for-loop, whether an if lies between it and op)."""
     branch = False

@@ -204,8 +204,6 @@ def hoist_guarded_loads(k: KernelIR) -> KernelIR:
                     g = sp.result
                 if mask is None:
                     o.operands[1] = g
-                    if o.operands[2] is None:
-                        pass
                 else:
                     a = em.op("binary", [mask, g], mask.type, {"op": "and"}, o.loc)
                     a.parent = body

@@ -14,7 +14,7 @@ from .. import backend as api
 from ..errors import LoweringError
 from ..files import load_module, write_once
 from ..ir.core import KernelIR
-from ..transforms import bound_guarded_loops, pipeline_async_loads
+from ..transforms import bound_guarded_loops, how_issued, pipeline_async_loads
 from ..spec import Spec
 from .codegen import generate
 
@@ -90,12 +90,6 @@ class TritonCompiled(api.Compiled):
         return asm[name]
 
 
-def _async_how(op) -> str:
-    if op.attrs.get("async") == "pipelined":
-        return f", is_async: issued ahead by the loop's pipeliner (num_stages={op.attrs['async_stages']})"
-    return f", is_async: {op.attrs.get('async', 'plain')}"
-
-
 def _access_report(ir: KernelIR):
     """Triton gets every access as written; the report gives each one's class for reference."""
     from ..analysis import classify_accesses
@@ -103,7 +97,7 @@ def _access_report(ir: KernelIR):
     for a in classify_accesses(ir).values():
         how = "tl.load" if a.op.name == "load" else "tl.store" if a.op.name == "store" else f"tl.atomic_{a.op.attrs['kind']}"
         if a.op.name == "load" and a.op.attrs.get("is_async"):
-            how += _async_how(a.op)
+            how += f", is_async: {how_issued(a.op)}"
         if a.reason and a.kind in ("general", "strided"):
             how += f" ({a.reason}, with integer arguments unknown until launch)"
         out.append((a.line, a.op.name, a.kind, how))

@@ -12,6 +12,7 @@ from ..errors import UnsupportedConstruct
 from ..ir import types as T
 from ..ir.core import Block, KernelIR, Op, Value
 from ..ir.uses import Identifiers, users
+from ..transforms.async_loads import how_issued
 
 BACKEND = "triton"
 _TL_DTYPE = {"i1": "tl.int1", "i8": "tl.int8", "i16": "tl.int16", "i32": "tl.int32", "i64": "tl.int64",
@@ -52,14 +53,6 @@ def _full(shape: list, value, dtype: T.DType) -> str:
     if dtype.name == "bf16":
         return f"tl.full({shape}, {_literal(value, dtype)}, tl.float32).to(tl.bfloat16)"
     return f"tl.full({shape}, {_literal(value, dtype)}, {tl_dtype(dtype)})"
-
-
-def _async_comment(op: Op) -> str:
-    how = op.attrs.get("async", "")
-    if how == "pipelined":
-        return f"  # tle.load(is_async=True): issued ahead of its use by the loop's pipeliner " \
-               f"(num_stages={op.attrs['async_stages']})"
-    return f"  # tle.load(is_async=True): {how or 'plain load'}"
 
 
 class TritonCodegen:
@@ -277,7 +270,7 @@ class TritonCodegen:
         if self._inline(op):
             return
         name = self.ids[op.result] if op.result in self.ids else self.ids.define(op.result)
-        note = _async_comment(op) if n == "load" and op.attrs.get("is_async") else ""
+        note = f"  # tle.load(is_async=True): {how_issued(op)}" if n == "load" and op.attrs.get("is_async") else ""
         self.emit(f"{name} = {self._render(op)}{note}", indent)
 
     def _raw_call(self, op: Op, indent: int):

@@ -237,5 +237,6 @@ def from_text(mlir_text: str, name: str | None = None, threads_dim: int = 1, syn
         params = tuple(f"arg{i}" for i in range(len(ftype.inputs)))
         who = f"raw function '{fname}' ({file}:{line}): argument"
         types = tuple(_tensor_type(str(t), f"{who} {i}") for i, t in enumerate(ftype.inputs))
+        _verify(module, error)
         text = str(module)
-    return RawFunction(fname, file, line, params, types, threads_dim, sync_scope, text=_round_trip(text, error))
+    return RawFunction(fname, file, line, params, types, threads_dim, sync_scope, text=text)
