@@ -12,7 +12,7 @@ from tle.language import load  # noqa: E402,F401
 from tle.errors import BackendUnavailable, LaunchError, LoweringError, UnsupportedConstruct  # noqa: E402,F401
 from tle.select import available_backends  # noqa: E402,F401
 from tle.examples import Launch, example  # noqa: E402,F401
-from tle import raw  # noqa: E402,F401
+from tle import gpu, raw  # noqa: E402,F401
 from tle.raw import call, hardware_constraint  # noqa: E402,F401
 
 __version__ = "0.1.0"

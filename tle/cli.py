@@ -201,12 +201,18 @@ def _print_sources(lowered: dict, side_by_side: bool) -> None:
 def _print_accesses(lowered: dict) -> None:
     """One table of the kernel's loads, stores and atomics: their class in the IR and what each backend
     made of them (`Compiled.access_report`)."""
-    _heading("memory accesses", "-")
+    _heading("memory accesses and extension sites", "-")
     backends = list(lowered)
     by_site: dict = {}
     for b, lw in lowered.items():
         for line, op, kind, how in lw.compiled.access_report:
             site = by_site.setdefault((line, op), {"kind": {}, "how": {}})
+            if b in site["how"]:            # several of this op on one line
+                if how not in site["how"][b].split("; "):
+                    site["how"][b] += f"; {how}"
+                if kind not in site["kind"][b].split("/"):
+                    site["kind"][b] += f"/{kind}"
+                continue
             site["kind"][b] = kind
             site["how"][b] = how
     table = [("line", "op") + tuple(f"{b}" for b in backends)]

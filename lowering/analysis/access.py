@@ -67,12 +67,12 @@ def classify(op: Op, aff: AffineAnalysis, params_by_id) -> Access:
 
 
 def classify_accesses(k: KernelIR, known: dict[int, int] | None = None) -> dict[int, Access]:
-    """id(op) -> Access, for every load, store and atomic of the kernel."""
+    """id(op) -> Access, for every load, store, atomic and tle.gpu copy of the kernel."""
     aff = AffineAnalysis(k, known)
     params = {p.value.id: p for p in k.params}
     out = {}
     for op in k.walk():
-        if op.name in ("load", "store", "atomic"):
+        if op.name in ("load", "store", "atomic", "copy_in", "copy_out"):
             out[id(op)] = classify(op, aff, params)
     return out
 

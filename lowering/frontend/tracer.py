@@ -23,6 +23,7 @@ from ..ir.builder import Builder
 from ..ir.core import KernelIR, Loc, Param
 from . import semantics as S
 from .builtins import BUILTINS, TENSOR_METHODS, tle_load
+from .gpu import traced
 from .semantics import TV, as_tv, is_num
 
 _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
@@ -331,7 +332,7 @@ class Tracer:
         op = self.b.if_op(cond.v, then_blk, else_blk, [v.type for v in then_vals])
         for n, r in zip(results, op.results):
             r.name = n
-            env[n] = TV(r, self.b)
+            env[n] = traced(r, self.b)
         for tv, r in zip(updated, op.results[len(results):]):
             r.name = tv.v.name
             self.rebind(tv, r)
@@ -363,12 +364,15 @@ class Tracer:
             raise self._err("for ... else is not supported", st)
         it = st.iter
         if not isinstance(it, ast.Call):
-            raise self._err("kernels loop over range(), tl.range() or tl.static_range() only", st)
+            raise self._err("kernels loop over range(), tl.range(), tl.static_range() or tle.gpu.pipeline() only", st)
         fn = self._eval(it.func, env)
         args = [self._eval(a, env) for a in it.args]
         kwargs = {k.arg: self._eval(k.value, env) for k in it.keywords}
         if fn is tl.static_range:
             self._static_for(st, env, args, kwargs)
+        elif _hashable(fn) and fn in TLE_RANGES:
+            args, attrs = TLE_RANGES[fn](self, args, kwargs)
+            self._dynamic_for(st, env, args, attrs)
         elif fn is py_builtins.range or fn is tl.range:
             attrs = {"kind": "tl.range" if fn is tl.range else "range"}
             if fn is tl.range:
@@ -382,7 +386,7 @@ class Tracer:
                 raise self._err(f"unsupported loop arguments {sorted(kwargs)}", st)
             self._dynamic_for(st, env, args, attrs)
         else:
-            raise self._err(f"kernels loop over range(), tl.range() or tl.static_range(), not {fn!r}", st)
+            raise self._err(f"kernels loop over range(), tl.range(), tl.static_range() or tle.gpu.pipeline(), not {fn!r}", st)
 
     def _static_for(self, st, env, args, kwargs):
         if any(isinstance(a, TV) for a in args):
@@ -428,7 +432,7 @@ class Tracer:
             benv = dict(env)
             benv[st.target.id] = TV(body.args[0], self.b)
             for n, a in zip(carried, body.args[1:]):
-                benv[n] = TV(a, self.b)
+                benv[n] = traced(a, self.b)
             with self.b.insert_into(body):
                 log = self._open_region()
                 try:
@@ -471,7 +475,7 @@ class Tracer:
         op = self.b.for_op(lo_v.v, hi_v.v, st_v.v, [v.v for v in init_vals] + [tv.v for tv in updated], body, attrs)
         for n, r in zip(carried, op.results):
             r.name = n
-            env[n] = TV(r, self.b)
+            env[n] = traced(r, self.b)
         for tv, r in zip(updated, op.results[len(carried):]):
             r.name = tv.v.name
             self.rebind(tv, r)
@@ -628,6 +632,8 @@ class Tracer:
     def call(self, fn, args, kwargs, node=None):
         impl = self.builtins.get(fn) if _hashable(fn) else None
         if impl is not None:
+            if not getattr(impl, "takes_buffers", False):
+                _reject_buffers(fn, list(args) + list(kwargs.values()), self.b.loc)
             try:
                 return impl(self, *args, **kwargs)
             except TypeError as e:
@@ -639,7 +645,7 @@ class Tracer:
             return fn(*args, **kwargs)
         if isinstance(fn, _TileMethod):
             return fn(*args, **kwargs)
-        if fn is tl.range or fn is tl.static_range:
+        if fn is tl.range or fn is tl.static_range or (_hashable(fn) and fn in TLE_RANGES):
             raise self._err(f"{fn.__name__} can only be used as the iterable of a for loop", node)
         if any(isinstance(a, TV) for a in list(args) + list(kwargs.values())):
             name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
@@ -716,7 +722,7 @@ def _tiles_in(env: dict) -> dict[int, TV]:
 def _at_end(x, finals: dict):
     """`x` as it stood at the end of a region whose in-place updates were undone (`finals`)."""
     if isinstance(x, TV) and id(x) in finals:
-        return TV(finals[id(x)][1], x.b)
+        return traced(finals[id(x)][1], x.b)
     return x
 
 
@@ -734,14 +740,31 @@ def _is_plain_python(fn) -> bool:
 
 
 TLE_BUILTINS = {}
+TLE_RANGES = {}     # iterables of a for loop (tle.gpu.pipeline) -> (tracer, args, kwargs) -> (args, attrs)
 
 
 def register_tle_builtin(fn, impl):
     TLE_BUILTINS[fn] = impl
 
 
+def register_tle_range(fn, attrs):
+    TLE_RANGES[fn] = attrs
+
+
+def _reject_buffers(fn, args, loc):
+    from .gpu import Buffer
+    for a in args:
+        items = a if isinstance(a, (list, tuple)) else [a]
+        for x in items:
+            if isinstance(x, Buffer):
+                name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or str(fn)
+                raise LoweringError(f"{name} got a tle.gpu buffer ({x.v.type}); it takes tiles: read the buffer "
+                                    f"with tle.gpu.local_load(buf)", loc)
+
+
 def make_tracer() -> Tracer:
     return Tracer(TLE_BUILTINS)
 
 
-__all__ = ["Tracer", "make_tracer", "constexpr_params", "function_source", "tle_load", "register_tle_builtin"]
+__all__ = ["Tracer", "make_tracer", "constexpr_params", "function_source", "tle_load", "register_tle_builtin",
+           "register_tle_range"]

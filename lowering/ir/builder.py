@@ -134,6 +134,22 @@ class Builder:
     def atomic(self, kind: str, ptr: Value, value: Value, mask: Value | None, attrs: dict) -> Value:
         return self._one("atomic", [ptr, value, mask], [value.type], {"kind": kind, **attrs})
 
+    # -- tle.gpu buffers --------------------------------------------------------------------------
+    def alloc(self, shape, elem: T.DType, space: str, layout) -> Value:
+        return self._one("alloc", [], [T.buffer(shape, elem, space)], {"scope": space, "layout": layout})
+
+    def local_load(self, buf: Value) -> Value:
+        return self._one("local_load", [buf], [T.tile(buf.type.shape, buf.type.elem)])
+
+    def local_store(self, buf: Value, value: Value) -> Value:
+        return self._one("local_store", [buf, value], [buf.type])
+
+    def copy_in(self, ptr: Value, mask: Value | None, other: Value | None, buf: Value) -> Value:
+        return self._one("copy_in", [ptr, mask, other, buf], [buf.type])
+
+    def copy_out(self, ptr: Value, buf: Value, mask: Value | None) -> Op:
+        return self._op("copy_out", [ptr, buf, mask], [])
+
     # -- reductions and matrix products ----------------------------------------------------------
     def reduce(self, kind: str, x: Value, axis: int, keep_dims: bool = False) -> Value:
         assert kind in REDUCE_KINDS

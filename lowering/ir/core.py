@@ -55,7 +55,13 @@ OPERANDS: dict[str, tuple[str, ...]] = {
     "for": None,  # (lower, upper, step, *inits)
     "if": ("cond",), "yield": None,
     "raw_call": None,  # the argument tiles of a tle.call; results: the new values of the written ones
+    # tle.gpu buffers. A buffer is a value: every write makes its next version (the result), and the
+    # versions of one allocation are used one after the other, so a backend may keep them in one place.
+    "alloc": (), "local_load": ("buf",), "local_store": ("buf", "value"),
+    "copy_in": ("ptr", "mask", "other", "buf"),     # global -> buffer; result: the buffer's next version
+    "copy_out": ("ptr", "buf", "mask"),             # buffer -> global
 }
+BUFFER_WRITES = ("copy_in", "local_store")
 
 
 class Op:

@@ -98,6 +98,8 @@ def _print_op(op: Op, namer: _Namer, indent: int, pad: str, out: list[str]):
             continue
         if names and i > 0 and names[i] in ("mask", "other", "acc"):
             args.append(f"{names[i]}={namer(v)}")
+        elif op.name == "copy_in" and names[i] == "buf":
+            args.append(f"into={namer(v)}")
         else:
             args.append(namer(v))
     kind = op.attrs.get("op") or op.attrs.get("pred") or op.attrs.get("kind")

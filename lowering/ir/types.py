@@ -83,8 +83,11 @@ ElemType = DType | PointerType
 
 @dataclass(frozen=True)
 class Type:
+    """A value's type. `space` is empty for values (scalars and tiles); "smem" for a tle.gpu buffer, a
+    block of on-chip memory holding a tile of this shape and dtype, rewritten by the buffer ops."""
     shape: tuple[int, ...]
     elem: ElemType
+    space: str = ""
 
     @property
     def is_scalar(self) -> bool:
@@ -93,6 +96,10 @@ class Type:
     @property
     def is_pointer(self) -> bool:
         return isinstance(self.elem, PointerType)
+
+    @property
+    def is_buffer(self) -> bool:
+        return bool(self.space)
 
     @property
     def rank(self) -> int:
@@ -112,6 +119,8 @@ class Type:
         return Type(self.shape, elem)
 
     def __str__(self) -> str:
+        if self.space:
+            return f"{self.space}<{'x'.join(map(str, self.shape))}x{self.elem}>"
         if not self.shape:
             return str(self.elem)
         return f"tile<{'x'.join(map(str, self.shape))}x{self.elem}>"
@@ -123,6 +132,10 @@ def scalar(elem: ElemType) -> Type:
 
 def tile(shape, elem: ElemType) -> Type:
     return Type(tuple(shape), elem)
+
+
+def buffer(shape, elem: DType, space: str = "smem") -> Type:
+    return Type(tuple(shape), elem, space)
 
 
 def broadcast_shapes(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:

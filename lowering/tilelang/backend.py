@@ -15,7 +15,8 @@ from .. import backend as api
 from ..files import default_cache_dir, load_module, write_once
 from ..ir.core import KernelIR
 from ..spec import Spec
-from ..transforms import fold_constants, hoist_guarded_loads, pipeline_async_loads, rewrite_inductions
+from ..transforms import (drop_overwritten_buffer_carries, fold_constants, hoist_guarded_loads,
+                          pipeline_async_loads, rewrite_inductions)
 from .codegen import generate
 
 STAGES = ("cuda", "ptx")
@@ -114,6 +115,7 @@ class Backend(api.Backend):
         fold_constants(ir)
         rewrite_inductions(ir)
         hoist_guarded_loads(ir)
+        drop_overwritten_buffer_carries(ir)
         ir.notes.extend(pipeline_async_loads(ir, spec.num_stages))
         source, notes, report = generate(ir, spec, spec.grid)
         import tilelang

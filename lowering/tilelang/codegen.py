@@ -22,7 +22,7 @@ from ..analysis.access import Access, BoxPlan, classify, mask_always_true, plan_
 from ..analysis.affine import Affine, AffineAnalysis
 from ..errors import UnsupportedConstruct
 from ..ir import types as T
-from ..ir.core import Block, KernelIR, Op, Value
+from ..ir.core import BUFFER_WRITES, Block, KernelIR, Op, Value
 from ..ir.uses import Identifiers, users
 from ..spec import Spec
 
@@ -97,6 +97,7 @@ class TileLangCodegen:
         self.index_loads = self._index_loads()
         self.substitutes: dict = {}            # value id -> idx -> expression, while rendering one access
         self._all_values: dict[int, Value] | None = None
+        self._pipelined: set[int] = set()      # id() of the for ops emitted as T.Pipelined
 
     # -- naming and allocation --------------------------------------------------------------------------
     def alloc(self, base: str, shape, dtype: T.DType, scope: str) -> str:
@@ -363,7 +364,7 @@ class TileLangCodegen:
 
     # memory
     def _st_load(self, op: Op, indent: int):
-        ptr, mask, other = op.operands
+        ptr, mask, other = op.operands[:3]
         v = op.result
         acc = self.access(op)
         param = self.ids[acc.param.value] if acc.param is not None else None
@@ -383,49 +384,61 @@ class TileLangCodegen:
             return
         pipelined_async = op.attrs.get("async") == "pipelined"
         scope = "shared" if pipelined_async or any(u.name == "dot" for u in self._value_users(v)) else "fragment"
-        plan = self.box(op, acc, mask)
-        # `other` only matters where the mask can be false
-        zero_other = other is None or _is_zero(other) or mask_always_true(mask, v.type.shape, self.aff)
-        perm = None
-        if plan is not None and zero_other:
-            name = self.alloc(v.name or "t", v.type.shape, v.type.elem, scope)
-            self.emit(f"T.copy({self.region(self.view(acc.param.value), plan)}, {name})", indent)
-            how = f"T.copy into {scope}"
-        else:
-            why = acc.reason if plan is None else "`other` is not zero where the mask can be false"
-            perm = self._storage_order(acc, v) if scope == "shared" else None
-            shape = v.type.shape if perm is None else tuple(v.type.shape[p] for p in perm)
-            name = self.alloc(v.name or "t", shape, v.type.elem, scope)
-            idx = [f"i{d}" for d in range(v.type.rank)]
-            # only asynchronous loads take the copy form TileLang issues as cp.async: a plain load stays a
-            # synchronous masked read (and TileLang 0.1.15 miscompiles a pipelined loop of dynamic length
-            # holding two such copies)
-            fill = self._zero_filled_rows(op, acc, idx) if pipelined_async and zero_other and mask is not None \
-                else None
-            if fill is not None:
-                # masked-off rows are sent out of bounds: TileLang's bounds predication zero-fills them,
-                # and the copy stays a plain (vectorizable, asynchronous) global-to-shared copy
-                self.substitutes = fill
-                e = f"{param}[{self.offset(ptr, idx)}]"
-                self.substitutes = {}
-                why = ""
-            else:
-                e = self._load_expr(op, idx)
-            # loop over the buffer's own axes: the innermost one is where consecutive threads go
-            order = list(range(v.type.rank)) if perm is None else list(perm)
-            self.emit(f"for {', '.join(idx[d] for d in order)} in T.Parallel({', '.join(map(str, shape))}):", indent)
-            self.emit(f"{name}[{', '.join(idx[d] for d in order)}] = {e}", indent + 1)
-            how = f"T.Parallel into {scope}" + (" (stored transposed: its contiguous axis is the first)"
-                                                if perm is not None else "") + (f" ({why})" if why else "")
-            if fill is not None:
-                how += ", masked rows zero-filled by bounds predication"
+        name, how, perm = self._read_global(op, None, scope, pipelined_async, indent)
         if pipelined_async:
             how += f", is_async: stage 0 of T.Pipelined (num_stages={op.attrs['async_stages']}), " + \
-                   ("TMA or cp.async bulk copy" if plan is not None and zero_other else "cp.async per thread")
+                   ("TMA or cp.async bulk copy" if how.startswith("T.copy") else "cp.async per thread")
         elif op.attrs.get("is_async"):
             how += f", is_async: {op.attrs.get('async', 'plain')}"
         self.report.append((op.loc.line, "load", acc.kind, how))
         self.buffers[v.id] = Buffer(name, v.type.shape, v.type.elem, scope, self.blocks[-1], perm)
+
+    def _read_global(self, op: Op, into: str | None, scope: str, asynchronous: bool, indent: int):
+        """Emit the read of a load's (or a tle.gpu.copy's) pointer tile into a buffer: `into`, or a new
+        one of `scope`. `asynchronous`: the read is a stage of a pipelined loop, so write it in the form
+        TileLang issues as cp.async where that keeps its meaning. Returns (buffer name, how, storage
+        permutation or None)."""
+        ptr, mask, other = op.operands[:3]
+        shape, elem = ptr.type.shape, ptr.type.elem.elem
+        acc = self.access(op)
+        param = self.ids[acc.param.value]
+        plan = self.box(op, acc, mask)
+        # `other` only matters where the mask can be false
+        zero_other = other is None or _is_zero(other) or mask_always_true(mask, shape, self.aff)
+        perm = None
+        if plan is not None and zero_other:
+            name = into or self.alloc(op.results[0].name or "t", shape, elem, scope)
+            self.emit(f"T.copy({self.region(self.view(acc.param.value), plan)}, {name})", indent)
+            return name, f"T.copy into {scope}", None
+        why = acc.reason if plan is None else "`other` is not zero where the mask can be false"
+        tile = op.results[0] if op.name == "load" else ptr
+        perm = self._storage_order(acc, tile) if scope == "shared" and into is None else None
+        stored = shape if perm is None else tuple(shape[p] for p in perm)
+        name = into or self.alloc(op.results[0].name or "t", stored, elem, scope)
+        idx = [f"i{d}" for d in range(len(shape))]
+        # only asynchronous reads take the copy form TileLang issues as cp.async: a plain load stays a
+        # synchronous masked read (and TileLang 0.1.15 miscompiles a pipelined loop of dynamic length
+        # holding two such copies)
+        fill = self._zero_filled_rows(op, acc, idx) if asynchronous and zero_other and mask is not None \
+            else None
+        if fill is not None:
+            # masked-off rows are sent out of bounds: TileLang's bounds predication zero-fills them,
+            # and the copy stays a plain (vectorizable, asynchronous) global-to-shared copy
+            self.substitutes = fill
+            e = f"{param}[{self.offset(ptr, idx)}]"
+            self.substitutes = {}
+            why = ""
+        else:
+            e = self._load_expr(op, idx)
+        # loop over the buffer's own axes: the innermost one is where consecutive threads go
+        order = list(range(len(shape))) if perm is None else list(perm)
+        self.emit(f"for {', '.join(idx[d] for d in order)} in T.Parallel({', '.join(map(str, stored))}):", indent)
+        self.emit(f"{name}[{', '.join(idx[d] for d in order)}] = {e}", indent + 1)
+        how = f"T.Parallel into {scope}" + (" (stored transposed: its contiguous axis is the first)"
+                                            if perm is not None else "") + (f" ({why})" if why else "")
+        if fill is not None:
+            how += ", masked rows zero-filled by bounds predication"
+        return name, how, perm
 
     def _zero_filled_rows(self, op: Op, acc: Access, idx: list[str]) -> dict | None:
         """For a gather `x[rows[j], ...]` masked by a condition on the gathered rows only (other
@@ -445,7 +458,7 @@ class TileLangCodegen:
             return None
         row_terms = []
         for leaf in _conjuncts(mask):
-            used = _axes_used(leaf, op.result.type.rank)
+            used = _axes_used(leaf, op.operands[0].type.rank)
             if used is None:
                 return None
             if used <= set(axes):
@@ -488,11 +501,11 @@ class TileLangCodegen:
         return None
 
     def _load_expr(self, op: Op, idx: list[str]) -> str:
-        ptr, mask, other = op.operands
+        ptr, mask, other = op.operands[:3]
         acc = self.access(op)
         e = f"{self.ids[acc.param.value]}[{self.offset(ptr, idx)}]"
         if mask is not None:
-            oth = self.elem(other, idx) if other is not None else literal(0, op.result.type.elem)
+            oth = self.elem(other, idx) if other is not None else literal(0, ptr.type.elem.elem)
             e = f"T.if_then_else({self.elem(mask, idx)}, {e}, {oth})"
         return e
 
@@ -501,10 +514,10 @@ class TileLangCodegen:
         each use rather than held in a fragment: a fragment's layout follows the first loop that
         writes it, and every gather indexing it from another layout would then run on the few threads
         that own each element. Only when nothing in the kernel writes the indexed argument."""
-        written = {id(self.access(o).param) for o in self.k.walk() if o.name in ("store", "atomic")}
+        written = {id(self.access(o).param) for o in self.k.walk() if o.name in ("store", "atomic", "copy_out")}
         gathered = set()
         for o in self.k.walk():
-            if o.name in ("load", "store", "atomic"):
+            if o.name in ("load", "store", "atomic", "copy_in", "copy_out"):
                 a = self.access(o)
                 if a.offset is not None:
                     gathered.update(vid for vid, _, _ in a.offset.data)
@@ -512,7 +525,8 @@ class TileLangCodegen:
         for o in self.k.walk():
             if o.name == "load" and o.result.id in gathered and o.result.type.rank == 1 and \
                     not o.attrs.get("is_async") and id(self.access(o).param) not in written and \
-                    all(u.name in _ELEMENTWISE or u.name in ("load", "store") for u in self.users.get(o.result.id, [])):
+                    all(u.name in _ELEMENTWISE or u.name in ("load", "store", "copy_in", "copy_out")
+                        for u in self.users.get(o.result.id, [])):
                 out.add(o.result.id)
         return out
 
@@ -526,7 +540,7 @@ class TileLangCodegen:
                 out.append(u)
         return out
 
-    def _st_store(self, op: Op, indent: int):
+    def _st_store(self, op: Op, indent: int, site: str = "store"):
         ptr, val, mask = op.operands
         acc = self.access(op)
         if acc.param is None:
@@ -534,7 +548,7 @@ class TileLangCodegen:
         param = self.ids[acc.param.value]
         elem = ptr.type.elem.elem
         if ptr.type.is_scalar:
-            self.report.append((op.loc.line, "store", acc.kind, "scalar statement"))
+            self.report.append((op.loc.line, site, acc.kind, "scalar statement"))
             # every thread of the block runs a scalar statement; they all store the same value
             st = f"{param}[{self.offset(ptr, [])}] = {self.scalar(val)}"
             if mask is not None:
@@ -553,9 +567,10 @@ class TileLangCodegen:
                 src = cast.operands[0]          # T.copy converts to the destination's dtype itself
             b = self.buffers[src.id] if src is not val else self.buffer_of(val, indent, "any", dtype=elem)
             self.emit(f"T.copy({b.name}, {self.region(self.view(acc.param.value), plan)})", indent)
-            self.report.append((op.loc.line, "store", acc.kind, f"T.copy from {b.scope}"))
+            self.report.append((op.loc.line, site, acc.kind, f"T.copy from {b.scope}" if site == "store"
+                                else f"T.copy from {b.name}"))
             return
-        self.report.append((op.loc.line, "store", acc.kind,
+        self.report.append((op.loc.line, site, acc.kind,
                             "T.Parallel" + (f" ({acc.reason})" if acc.reason else "")))
         self._masked_parallel(ptr.type.shape, mask, lambda idx: f"{param}[{self.offset(ptr, idx)}] = "
                               f"{self.elem(val, idx)}", indent)
@@ -700,7 +715,12 @@ class TileLangCodegen:
         ivn = self.ids.define(iv)
         simple = _is_const(lo, 0) and _is_const(step, 1)
         counter = ivn if simple else self.ids.fresh(ivn + "_it")
+        if op.attrs.get("kind") == "tle.gpu.pipeline":
+            self.report.append((op.loc.line, "tle.gpu.pipeline", "loop",
+                                f"T.Pipelined(num_stages={stages})" if pipelined else
+                                f"T.serial (num_stages={stages}: no pipelining)"))
         if pipelined:
+            self._pipelined.add(id(op))
             self.emit(f"for {counter} in T.Pipelined({trip}, num_stages={stages}):", indent)
         else:
             self.emit(f"for {counter} in T.serial({trip}):", indent)
@@ -723,6 +743,8 @@ class TileLangCodegen:
         for o in body.walk():
             if o.name == "load" and any(u.name == "dot" for u in self._value_users(o.result)):
                 return True
+            if o.name == "copy_in":
+                return True
         return False
 
     def _carry_slot(self, c: Value, init: Value, r: Value, loop: Op, indent: int):
@@ -730,6 +752,11 @@ class TileLangCodegen:
         if c.type.is_pointer:
             self.error("a pointer carried through a loop that is not advanced by a loop-invariant step",
                        loop)
+        if c.type.is_buffer:       # every version of a tle.gpu buffer is its one shared allocation
+            out = loop.body.terminator.operands[loop.body.args.index(c) - 1]
+            buf = self._same_buffer([init, out], loop, "a tle.gpu buffer carried by a loop")
+            self.buffers[c.id] = self.buffers[r.id] = buf
+            return ("buffer", buf, c)
         if c.type.is_scalar:
             name = self.ids.define(c)
             self.emit(f"{name} = T.alloc_var({tl_dtype(c.type.elem)!r}, init={self.scalar(init)})", indent)
@@ -758,6 +785,8 @@ class TileLangCodegen:
         slot written here are staged through temporaries first, so every write sees the old values."""
         pending = []
         for (kind, slot, c), out in zip(slots, outs):
+            if kind == "buffer":
+                continue
             if kind == "var":
                 if self.scalars.get(out.id) != slot:
                     pending.append((kind, slot, self.scalar(out), out))
@@ -795,6 +824,12 @@ class TileLangCodegen:
         slots = []
         reuse = self._loop_slots_of(op)
         for i, r in enumerate(op.results):
+            if r.type.is_buffer:
+                ys = [blk.terminator.operands[i] for blk in op.regions]
+                buf = self._same_buffer(ys, op, "a tle.gpu buffer written under a runtime condition")
+                self.buffers[r.id] = buf
+                slots.append(("buffer", buf, r))
+                continue
             if i in reuse:
                 # a branch whose else leaves a loop-carried value as it is: write the loop's own slot
                 c = reuse[i]
@@ -859,6 +894,134 @@ class TileLangCodegen:
                         (carried[j].id in self.buffers or carried[j].id in self.scalars):
                     out[i] = carried[j]
         return out
+
+    # tle.gpu buffers
+    def _same_buffer(self, versions: list[Value], op: Op, what: str) -> Buffer:
+        """The one shared allocation that all `versions` are versions of."""
+        roots = {id(self._root(v)) for v in versions}
+        if len(roots) != 1:
+            self.error(f"{what} that stands for different allocations on different paths", op,
+                       "TileLang keeps each tle.gpu.alloc in one shared buffer; write the same buffer on every "
+                       "path (swap buffers by index, not by rebinding names)")
+        return self.buffers[self._root(versions[0]).id]
+
+    def _root(self, v: Value) -> Value:
+        """The tle.gpu.alloc result that buffer version `v` descends from."""
+        while True:
+            op = v.defining_op
+            if op is None:                                   # a loop's carried version: its init
+                blk = v.owner
+                loop = blk.parent_op
+                v = loop.operands[3 + blk.args.index(v) - 1]
+            elif op.name == "alloc":
+                return v
+            elif op.name == "copy_in":
+                v = op.operands[3]
+            elif op.name == "local_store":
+                v = op.operands[0]
+            elif op.name == "for":
+                v = op.operands[3 + op.results.index(v)]
+            elif op.name == "if":
+                v = op.regions[0].terminator.operands[op.results.index(v)]
+            else:
+                raise AssertionError(f"buffer version from '{op.name}'")
+
+    def _st_alloc(self, op: Op, indent: int):
+        v = op.result
+        name = self.alloc(v.name or "buf", v.type.shape, v.type.elem, "shared")
+        self.buffers[v.id] = Buffer(name, v.type.shape, v.type.elem, "shared", self.k.body)
+        self.report.append((op.loc.line, "tle.gpu.alloc", "buffer", f"T.alloc_shared {name}"))
+
+    def _st_copy_in(self, op: Op, indent: int):
+        acc = self.access(op)
+        if acc.param is None:
+            self.error("a tle.gpu.copy from a pointer that is not base + offsets of one argument", op)
+        buf = self.buffers[self._root(op.operands[3]).id]
+        staged = self._in_pipelined_loop(op)
+        _, how, _ = self._read_global(op, buf.name, "shared", staged, indent)
+        if staged:
+            how += ", a stage of T.Pipelined (cp.async or TMA where TileLang can)"
+        self.buffers[op.result.id] = buf
+        self.report.append((op.loc.line, "tle.gpu.copy", acc.kind, how.replace("into shared", f"into {buf.name}")))
+
+    def _in_pipelined_loop(self, op: Op) -> bool:
+        blk = op.parent
+        while blk is not None and blk.parent_op is not None:
+            if blk.parent_op.name == "for":
+                return id(blk.parent_op) in self._pipelined
+            blk = blk.parent_op.parent
+        return False
+
+    def _st_copy_out(self, op: Op, indent: int):
+        self.buffers.setdefault(op.operands[1].id, self.buffers[self._root(op.operands[1]).id])
+        self._st_store(op, indent, site="tle.gpu.copy")
+
+    def _st_local_load(self, op: Op, indent: int):
+        v = op.result
+        buf = self.buffers[self._root(op.operands[0]).id]
+        if self._read_before_next_write(op):
+            self.buffers[v.id] = buf
+            how = f"reads {buf.name} in place"
+        else:       # the buffer is written again while this tile is still in use: keep a copy
+            name = self.alloc(v.name or buf.name + "_tile", v.type.shape, v.type.elem, "fragment")
+            self.emit(f"T.copy({buf.name}, {name})", indent)
+            self.buffers[v.id] = Buffer(name, v.type.shape, v.type.elem, "fragment", self.blocks[-1])
+            how = f"T.copy {buf.name} into a fragment (the buffer is written again while the tile is in use)"
+        self.report.append((op.loc.line, "tle.gpu.local_load", "buffer", how))
+
+    def _read_before_next_write(self, op: Op) -> bool:
+        """Are all reads of `op`'s tile (through the element-wise ops written inline at their use) in
+        its block, before the next op there that writes the same buffer?"""
+        blk = op.parent
+        root = self._root(op.operands[0])
+        pos = blk.ops.index(op)
+        limit = len(blk.ops)
+        for i in range(pos + 1, len(blk.ops)):
+            o = blk.ops[i]
+            if any(w.name in BUFFER_WRITES and self._root(w.results[0]) is root for w in [o, *_nested(o)]) or \
+                    (o.name in ("for", "if") and any(r.type.is_buffer and self._root(r) is root for r in o.results)):
+                limit = i
+                break
+        pending, seen = [op.result], set()
+        while pending:
+            v = pending.pop()
+            for u in self.users.get(v.id, []):
+                if id(u) in seen:
+                    continue
+                seen.add(id(u))
+                top = u
+                while top.parent is not blk:
+                    if top.parent is None or top.parent.parent_op is None:
+                        return False
+                    top = top.parent.parent_op
+                if blk.ops.index(top) >= limit:
+                    return False
+                if u.name in _ELEMENTWISE and u.results and u.results[0].id not in self.buffers:
+                    pending.append(u.results[0])
+        return True
+
+    def _st_local_store(self, op: Op, indent: int):
+        bv, val = op.operands
+        buf = self.buffers[self._root(bv).id]
+        self.buffers[op.result.id] = buf
+        src = self.buffers.get(val.id)
+        if src is buf:
+            how = "nothing to do (the tile is the buffer's own contents)"
+        elif src is not None and self._visible(src) and src.perm is None and src.dtype == buf.dtype:
+            self.emit(f"T.copy({src.name}, {buf.name})", indent)
+            how = f"T.copy from a {src.scope} buffer"
+        else:
+            idx = [f"i{d}" for d in range(len(buf.shape))]
+            if re.search(rf"\b{re.escape(buf.name)}\b", self.elem(val, idx)):
+                # the new contents read the buffer itself: compute them aside first
+                tmp = self.alloc(buf.name + "_next", buf.shape, buf.dtype, "fragment")
+                self.fill(tmp, val, indent)
+                self.emit(f"T.copy({tmp}, {buf.name})", indent)
+                how = "T.Parallel into a fragment, then T.copy (the value reads the buffer)"
+            else:
+                self.fill(buf.name, val, indent)
+                how = "T.Parallel into the buffer"
+        self.report.append((op.loc.line, "tle.gpu.local_store", "buffer", how))
 
     def _st_raw_call(self, op: Op, indent: int):
         """tle.call: the raw function's body runs as written, thread by thread, on shared-memory copies of
@@ -1046,6 +1209,11 @@ def _axes_used(v: Value, rank: int) -> set[int] | None:
     if v.type.rank != rank:
         return None
     return {a for a, s in enumerate(v.type.shape) if s != 1}
+
+
+def _nested(op: Op) -> list[Op]:
+    """The ops inside `op`'s regions."""
+    return [o for r in op.regions for o in r.walk()]
 
 
 def _is_const(v: Value, value) -> bool:

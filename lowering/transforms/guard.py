@@ -155,12 +155,33 @@ def bound_guarded_loops(k: KernelIR) -> KernelIR:
 
 
 _HOISTABLE = {"const", "program_id", "num_programs", "arange", "splat", "broadcast", "expand_dims", "binary",
-              "cmp", "unary", "cast", "where", "addptr", "trans", "reshape", "load"}
+              "cmp", "unary", "cast", "where", "addptr", "trans", "reshape", "load", "copy_in"}
+_READS = ("load", "copy_in")
+
+
+def _copy_hoistable(op: Op, loop: Op, guard: Op, k: KernelIR) -> bool:
+    """A tle.gpu.copy at the head of the branch may move in front of it when the version it overwrites
+    comes from outside the branch and nothing can see the buffer once the guard is false: the loop's
+    final version of it is not read after the loop (later iterations only take the else branch)."""
+    buf = op.operands[3]
+    if _defined_inside(buf, guard.regions[0]):
+        return False
+    body = loop.body
+    if buf in body.args:
+        res = loop.results[body.args.index(buf) - 1]
+        if any(res in o.operands for o in k.walk()):
+            return False
+    return True
+
+
+def _ids(op: Op, name: str, index: int) -> set[int]:
+    """The id of `op`'s operand `index` when op is a `name` op (else nothing)."""
+    return {op.operands[index].id} if op.name == name else set()
 
 
 def hoist_guarded_loads(k: KernelIR) -> KernelIR:
-    """For a loop of the guarded form: move the loads at the head of the branch (and the pure ops they
-    need) in front of it, each masked by the guard as well. A masked-off load reads nothing, and their
+    """For a loop of the guarded form: move the loads and tle.gpu copies at the head of the branch (and
+    the pure ops they need) in front of it, each masked by the guard as well. A masked-off load reads nothing, and their
     values are only used inside the branch, so the meaning is unchanged; a pipeliner can then issue
     them ahead while the branch keeps only computation. For backends that cannot pipeline a loop of
     dynamic length (see bound_guarded_loops for the alternative)."""
@@ -174,17 +195,18 @@ def hoist_guarded_loads(k: KernelIR) -> KernelIR:
         cond = guard.operands[0]
         moved = []
         for o in then_blk.ops:
-            if o.name == "yield" or o.name not in _HOISTABLE or o.regions:
+            if o.name == "yield" or o.name not in _HOISTABLE or o.regions or \
+                    (o.name == "copy_in" and not _copy_hoistable(o, loop, guard, k)):
                 break
             moved.append(o)
-        # keep only the loads and what they need
+        # keep only the loads and copies and what they need
         need, keep = set(), []
         for o in reversed(moved):
-            if o.name == "load" or any(r.id in need for r in o.results):
+            if o.name in _READS or any(r.id in need for r in o.results):
                 keep.append(o)
-                need.update(v.id for v in o.operands if v is not None)
+                need.update(v.id for v in o.operands if v is not None and v.id not in _ids(o, "copy_in", 3))
         keep.reverse()
-        if not any(o.name == "load" for o in keep):
+        if not any(o.name in _READS for o in keep):
             continue
         body = loop.body
         at = body.ops.index(guard)
@@ -193,9 +215,14 @@ def hoist_guarded_loads(k: KernelIR) -> KernelIR:
             then_blk.ops.remove(o)
             o.parent = body
             new_ops.append(o)
-            if o.name == "load":
+            if o.name == "copy_in":
+                # the else branch now hands on the copied version (unseen: see _copy_hoistable)
+                else_y = guard.regions[1].terminator
+                if else_y is not None:
+                    else_y.operands = [o.result if v is o.operands[3] else v for v in else_y.operands]
+            if o.name in _READS:
                 mask = o.operands[1]
-                shape = o.result.type.shape
+                shape = o.operands[0].type.shape
                 g = cond
                 if shape:
                     sp = em.op("splat", [cond], cond.type.with_shape(shape), {"shape": shape}, o.loc)

@@ -14,27 +14,15 @@ from .. import backend as api
 from ..errors import LoweringError
 from ..files import load_module, write_once
 from ..ir.core import KernelIR
-from ..transforms import bound_guarded_loops, how_issued, pipeline_async_loads
+from ..transforms import bound_guarded_loops, drop_overwritten_buffer_carries, how_issued, pipeline_async_loads
 from ..spec import Spec
 from .codegen import generate
+from .stages import STAGES, compile_stages, compile_stages_elsewhere
 
-STAGES = ("ttir", "ttgir", "llir", "ptx")
 
 
 def interpret_mode() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
-def _gpu_target():
-    from triton.backends.compiler import GPUTarget
-    try:
-        import torch
-        if torch.cuda.is_available():
-            major, minor = torch.cuda.get_device_capability()
-            return GPUTarget("cuda", major * 10 + minor, 32)
-    except Exception:
-        pass
-    return GPUTarget("cuda", 90, 32)
 
 
 class TritonCompiled(api.Compiled):
@@ -59,26 +47,22 @@ class TritonCompiled(api.Compiled):
     def launch(self, grid, args):
         self.fn[grid](*args, num_warps=self.spec.num_warps, num_stages=self.spec.num_stages)
 
-    def _compile_for_stages(self):
+    def _stages(self) -> dict[str, str]:
         if self._compiled is None:
-            from triton.compiler import ASTSource
-            sig, attrs = {}, {}
+            sig, aligned = {}, []
             for i, (p, a) in enumerate(zip(self.ir.params, self.spec.args)):
                 t = p.value.type
                 if t.is_pointer:   # our dtype names are Triton's signature names
                     sig[p.name] = "*" + t.elem.elem.name
                     if a.aligned16:
-                        attrs[(i,)] = [["tt.divisibility", 16]]
+                        aligned.append(i)
                 else:
                     sig[p.name] = t.elem.name
-            fn = self.fn
-            if not isinstance(fn, triton.runtime.jit.JITFunction):
-                # The interpreter wraps functions; compile stages from a plain JIT of the same source.
-                fn = triton.runtime.jit.JITFunction(fn.fn)
-            src = ASTSource(fn=fn, signature=sig, constexprs={}, attrs=attrs)
-            self._compiled = triton.compile(src, target=_gpu_target(),
-                                            options={"num_warps": self.spec.num_warps,
-                                                     "num_stages": self.spec.num_stages})
+            options = {"num_warps": self.spec.num_warps, "num_stages": self.spec.num_stages}
+            if interpret_mode():
+                self._compiled = compile_stages_elsewhere(self.path, self.ir.name, sig, aligned, options)
+            else:
+                self._compiled = compile_stages(self.fn, sig, aligned, options)
         return self._compiled
 
     def stage(self, name: str) -> str:
@@ -86,8 +70,13 @@ class TritonCompiled(api.Compiled):
             return self.source
         if name not in STAGES:
             raise KeyError(f"triton stages are {', '.join(('source',) + STAGES)}; got '{name}'")
-        asm = self._compile_for_stages().asm
-        return asm[name]
+        return self._stages()[name]
+
+
+# tle.gpu buffers are register tiles on stock Triton, which has no explicit shared memory
+_BUFFER_SITES = {"alloc": "a register tile (stock Triton has no explicit shared memory; it stages through "
+                          "shared memory itself)",
+                 "local_load": "the register tile itself", "local_store": "the tile becomes the buffer's value"}
 
 
 def _access_report(ir: KernelIR):
@@ -95,6 +84,10 @@ def _access_report(ir: KernelIR):
     from ..analysis import classify_accesses
     out = []
     for a in classify_accesses(ir).values():
+        if a.op.name in ("copy_in", "copy_out"):
+            out.append((a.line, "tle.gpu.copy", a.kind, "tl.load into the buffer's register tile"
+                        if a.op.name == "copy_in" else "tl.store of the buffer's register tile"))
+            continue
         how = "tl.load" if a.op.name == "load" else "tl.store" if a.op.name == "store" else f"tl.atomic_{a.op.attrs['kind']}"
         if a.op.name == "load" and a.op.attrs.get("is_async"):
             how += f", is_async: {how_issued(a.op)}"
@@ -104,6 +97,13 @@ def _access_report(ir: KernelIR):
     for op in ir.walk():
         if op.name == "raw_call":
             out.append((op.loc.line, "tle.call", "raw", "element-wise: inlined as tile code"))
+        elif op.name in _BUFFER_SITES:
+            out.append((op.loc.line, f"tle.gpu.{op.name}", "buffer", _BUFFER_SITES[op.name]))
+        elif op.name == "for" and op.attrs.get("kind") == "tle.gpu.pipeline":
+            stages = op.attrs.get("num_stages")
+            out.append((op.loc.line, "tle.gpu.pipeline", "loop", "tl.range" + (
+                f"(num_stages={stages}): Triton's software pipelining" if stages is not None else
+                " with the launch's num_stages")))
     return sorted(out)
 
 
@@ -124,6 +124,7 @@ class Backend(api.Backend):
 
     def lower(self, ir: KernelIR, spec: Spec, cache_dir: str) -> TritonCompiled:
         bound_guarded_loops(ir)
+        drop_overwritten_buffer_carries(ir)
         ir.notes.extend(pipeline_async_loads(ir, spec.num_stages))
         source = generate(ir)
         digest = hashlib.sha256((source + triton.__version__ + str(interpret_mode())).encode()).hexdigest()[:20]

@@ -27,7 +27,10 @@ _MATH = {"exp": "tl.exp", "exp2": "tl.exp2", "log": "tl.log", "log2": "tl.log2",
 _PREC = {"|": 1, "^": 2, "&": 3, "<<": 4, ">>": 4, "+": 5, "-": 5, "*": 6, "/": 6, "//": 6, "%": 6,
          "unary": 7, "<": 0.5, "<=": 0.5, ">": 0.5, ">=": 0.5, "==": 0.5, "!=": 0.5}
 _PURE = {"const", "program_id", "num_programs", "arange", "splat", "broadcast", "expand_dims", "reshape",
-         "trans", "binary", "cmp", "unary", "cast", "where", "addptr"}
+         "trans", "binary", "cmp", "unary", "cast", "where", "addptr", "local_load"}
+# tle.gpu buffers are register tiles here (stock Triton has no explicit shared memory): a buffer
+# version is the tile it holds, an allocation's contents (undefined) are zeros.
+_IN_REGISTERS = "a register tile (stock Triton has no explicit shared memory)"
 _IMPLICIT_BROADCAST_USERS = {"binary", "cmp", "where", "addptr"}
 
 
@@ -65,6 +68,8 @@ class TritonCodegen:
 
     # -- which values become expressions instead of statements ------------------------------------
     def _inline(self, op: Op) -> bool:
+        if op.name == "alloc":
+            return True
         if op.name not in _PURE or len(op.results) != 1:
             return False
         v = op.result
@@ -179,7 +184,13 @@ class TritonCodegen:
             return f"tl.where({self.expr(ops[0])}, {self.expr(ops[1])}, {self.expr(ops[2])})"
         if n == "addptr":
             return self._binop("+", ops[0], ops[1])
-        if n == "load":
+        if n == "alloc":
+            return _full(list(op.result.type.shape), 0, op.result.type.elem)
+        if n == "local_load":
+            return self.expr(ops[0])
+        if n == "local_store":
+            return self.expr(ops[1])
+        if n in ("load", "copy_in"):
             args = [self.expr(ops[0])]
             if ops[1] is not None:
                 args.append(f"mask={self.expr(ops[1])}")
@@ -248,7 +259,7 @@ class TritonCodegen:
         n = op.name
         if n == "yield":
             return  # handled by the parent op
-        if n == "store":
+        if n in ("store", "copy_out"):
             ptr, val, mask = op.operands
             args = [self.expr(ptr), self.expr(val)]
             if mask is not None:
@@ -271,7 +282,15 @@ class TritonCodegen:
             return
         name = self.ids[op.result] if op.result in self.ids else self.ids.define(op.result)
         note = f"  # tle.load(is_async=True): {how_issued(op)}" if n == "load" and op.attrs.get("is_async") else ""
+        if n in ("copy_in", "local_store") and self._first_write(op):
+            t = op.result.type
+            self.emit(f"# tle.gpu.alloc {op.result.name or name} {list(t.shape)} {t.elem}: {_IN_REGISTERS}", indent)
         self.emit(f"{name} = {self._render(op)}{note}", indent)
+
+    def _first_write(self, op: Op) -> bool:
+        """Is `op` the first write of a buffer straight after its tle.gpu.alloc?"""
+        d = op.operands[3 if op.name == "copy_in" else 0].defining_op
+        return d is not None and d.name == "alloc"
 
     def _raw_call(self, op: Op, indent: int):
         """tle.call: an element-wise raw function becomes whole-tile statements over the argument tiles;
