@@ -23,9 +23,14 @@ from tle.cli import check, poison
 
 KERNELS = {"vector_add": "add_kernel", "softmax": "softmax_kernel", "rmsnorm": "rmsnorm_fwd_kernel",
            "matmul": "matmul_kernel", "sparse_mla": "sparse_mla_fwd_kernel"}
-# extra tle rows: (row name, backend, extra kwargs): the effect of one hint alone
+# extra tle rows: (row name, backend, extra kwargs[, "module.kernel" when not the op's kernel]): the effect
+# of one hint alone, or the same operator written with tle.gpu staging (same launch)
 VARIANTS = {"sparse_mla": [("triton, is_async=False", "triton", {"ASYNC": False}),
-                           ("tilelang, is_async=False", "tilelang", {"ASYNC": False})]}
+                           ("tilelang, is_async=False", "tilelang", {"ASYNC": False}),
+                           ("tle.gpu kernel, triton", "triton", {}, "sparse_mla_smem.sparse_mla_fwd_smem_kernel"),
+                           ("tle.gpu kernel, tilelang", "tilelang", {}, "sparse_mla_smem.sparse_mla_fwd_smem_kernel")],
+            "matmul": [("tle.gpu kernel, triton", "triton", {}, "matmul_smem.matmul_smem_kernel"),
+                       ("tle.gpu kernel, tilelang", "tilelang", {}, "matmul_smem.matmul_smem_kernel")]}
 MEMORY_BOUND = {"vector_add", "softmax", "rmsnorm"}
 TLE_BACKENDS = ("triton", "tilelang")
 
@@ -103,9 +108,14 @@ def bench_op(op: str) -> tuple[list[dict], list[str], bool]:
     work = launch.flops if launch.flops else launch.bytes
 
     tle_rows, ok = [], True        # (name, ms or None, note)
-    for name, b, extra in [(b, b, {}) for b in TLE_BACKENDS] + VARIANTS.get(op, []):
-        run = lambda b=b, extra=extra: kernel[launch.grid](*launch.args, backend=b, **launch.kwargs, **extra)  # noqa: E731
-        poison(launch)
+    for name, b, extra, *other in [(b, b, {}) for b in TLE_BACKENDS] + VARIANTS.get(op, []):
+        k, lau = kernel, launch
+        if other:       # another kernel of the same operator, at its own example launch
+            mod_name, k_name = other[0].split(".")
+            k = getattr(importlib.import_module(f"tle.kernels.{mod_name}"), k_name)
+            lau = k.example("cuda", "large")
+        run = lambda b=b, extra=extra, k=k, lau=lau: k[lau.grid](*lau.args, backend=b, **lau.kwargs, **extra)  # noqa: E731
+        poison(lau)
         try:
             run()
             torch.cuda.synchronize()
@@ -114,7 +124,7 @@ def bench_op(op: str) -> tuple[list[dict], list[str], bool]:
             tle_rows.append((name, None, f"failed: {type(e).__name__}: {first}"))
             ok = False
             continue
-        passed, summary = check(launch)    # a wrong kernel is not timed
+        passed, summary = check(lau)    # a wrong kernel is not timed
         tle_rows.append((name, do_bench(run, warmup=25, rep=100, return_mode="median") if passed else None,
                          summary if passed else f"FAIL {summary}"))
         ok &= passed
