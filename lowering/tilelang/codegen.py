@@ -98,6 +98,8 @@ class TileLangCodegen:
         self.substitutes: dict = {}            # value id -> idx -> expression, while rendering one access
         self._all_values: dict[int, Value] | None = None
         self._pipelined: set[int] = set()      # id() of the for ops emitted as T.Pipelined
+        self._staged_index: set[int] = set()   # index loads staged in shared memory by their pipelined loop
+        self._stage0: set[int] = set()         # line numbers of the copies that are a pipeline's stage 0
 
     # -- naming and allocation --------------------------------------------------------------------------
     def alloc(self, base: str, shape, dtype: T.DType, scope: str) -> str:
@@ -370,6 +372,13 @@ class TileLangCodegen:
         param = self.ids[acc.param.value] if acc.param is not None else None
         if acc.param is None:
             self.error("a load through a pointer that is not base + offsets of one argument", op)
+        if v.id in self._staged_index:
+            self._stage0.add(len(self.lines))
+            name, _, _ = self._read_global(op, None, "shared", False, indent)
+            self.buffers[v.id] = Buffer(name, v.type.shape, v.type.elem, "shared", self.blocks[-1])
+            self.report.append((op.loc.line, "load", acc.kind, "T.Parallel into shared in stage 0 of T.Pipelined "
+                                "(an index tile the stage's gathers read)"))
+            return
         if v.id in self.index_loads:
             self.report.append((op.loc.line, "load", acc.kind, "read at each use (an index tile of a gather)"))
             return
@@ -384,6 +393,8 @@ class TileLangCodegen:
             return
         pipelined_async = op.attrs.get("async") == "pipelined"
         scope = "shared" if pipelined_async or any(u.name == "dot" for u in self._value_users(v)) else "fragment"
+        if pipelined_async:
+            self._stage0.add(len(self.lines))
         name, how, perm = self._read_global(op, None, scope, pipelined_async, indent)
         if pipelined_async:
             how += f", is_async: stage 0 of T.Pipelined (num_stages={op.attrs['async_stages']}), " + \
@@ -719,6 +730,7 @@ class TileLangCodegen:
             self.report.append((op.loc.line, "tle.gpu.pipeline", "loop",
                                 f"T.Pipelined(num_stages={stages})" if pipelined else
                                 f"T.serial (num_stages={stages}: no pipelining)"))
+        header = len(self.lines)
         if pipelined:
             self._pipelined.add(id(op))
             self.emit(f"for {counter} in T.Pipelined({trip}, num_stages={stages}):", indent)
@@ -726,12 +738,79 @@ class TileLangCodegen:
             self.emit(f"for {counter} in T.serial({trip}):", indent)
         if not simple:
             self.emit(f"{ivn} = {self.scalar(lo)} + {counter} * {self.scalar(step)}", indent + 1)
+            self._lets.append((len(self.lines) - 1, ivn))
         self.scalars[iv.id] = ivn
+        staged = self._index_tiles_to_stage(op.body) if pipelined else set()
+        if staged:
+            # Index tiles the loop's gathers read go to shared memory once per step; TileLang's pipeline
+            # planner would put that write in the last stage, after the copies that need it, so the
+            # loop names each statement's stage itself. Where that cannot be done, emit it again without.
+            saved = self._checkpoint()
+            self._staged_index |= staged
+            self._emit_loop_body(op, slots, indent + 1)
+            plan = self._stage_plan(header + 1, indent + 1, stages)
+            self._staged_index -= staged
+            if plan is not None:
+                order, stage = plan
+                self.lines[header] = self.lines[header][:-2] + f", order={order}, stage={stage}):"
+                return
+            self._restore(saved)
+        self._emit_loop_body(op, slots, indent + 1)
+
+    def _emit_loop_body(self, op: Op, slots, indent: int):
         before = len(self.lines)
-        self.block(op.body, indent + 1)
-        self._write_slots(slots, op.body.terminator.operands, indent + 1)
+        self.block(op.body, indent)
+        self._write_slots(slots, op.body.terminator.operands, indent)
         if len(self.lines) == before:
-            self.emit("pass", indent + 1)
+            self.emit("pass", indent)
+
+    def _index_tiles_to_stage(self, body: Block) -> set[int]:
+        """Index loads at the top of a pipelined loop's body that its asynchronous gathers read; none when
+        the body also reads global memory synchronously at its top (TileLang then restructures the body
+        and the stages cannot be named)."""
+        if any(o.name == "load" and o.result.id not in self.index_loads and o.attrs.get("async") != "pipelined"
+               and not o.result.type.is_scalar for o in body.ops):
+            return set()
+        gathered = set()
+        for o in body.ops:
+            if (o.name == "copy_in" or (o.name == "load" and o.attrs.get("async") == "pipelined")):
+                acc = self.access(o)
+                if acc.offset is not None:
+                    gathered.update(vid for vid, _, _ in acc.offset.data)
+        return {o.result.id for o in body.ops if o.name == "load" and o.result.id in self.index_loads and
+                o.result.id in gathered}
+
+    def _stage_plan(self, start: int, indent: int, stages: int):
+        """(order, stage) for T.Pipelined over the statements emitted at `indent` from line `start`: the
+        stage-0 copies first stage, the rest the last; None when lets come between statements (they nest
+        the statements after them) or no copy is in stage 0."""
+        pad = "    " * indent
+        lets = {i for i, _ in self._lets}
+        stage, seen = [], False
+        for i in range(start, len(self.lines)):
+            ln = self.lines[i]
+            if not ln.startswith(pad) or ln.startswith(pad + " ") or ln[len(pad):].startswith("else:"):
+                continue
+            if i in lets:
+                if seen:
+                    return None
+                continue
+            seen = True
+            stage.append(0 if i in self._stage0 else stages - 1)
+        if 0 not in stage:
+            return None
+        return list(range(len(stage))), stage
+
+    def _checkpoint(self):
+        return (len(self.lines), len(self.allocs), len(self.view_lines), len(self.report), len(self.notes),
+                dict(self.buffers), dict(self.scalars), dict(self._keepdims), list(self._lets), dict(self.views),
+                dict(self.ids.names), set(self.ids.used), set(self._pipelined), set(self._stage0))
+
+    def _restore(self, saved):
+        (n_lines, n_allocs, n_views, n_report, n_notes, self.buffers, self.scalars, self._keepdims, self._lets,
+         self.views, self.ids.names, self.ids.used, self._pipelined, self._stage0) = saved
+        del self.lines[n_lines:], self.allocs[n_allocs:], self.view_lines[n_views:], self.report[n_report:]
+        del self.notes[n_notes:]
 
     def _trip(self, lo, hi, step) -> str:
         if _is_const(lo, 0) and _is_const(step, 1):
@@ -938,6 +1017,8 @@ class TileLangCodegen:
             self.error("a tle.gpu.copy from a pointer that is not base + offsets of one argument", op)
         buf = self.buffers[self._root(op.operands[3]).id]
         staged = self._in_pipelined_loop(op)
+        if staged:
+            self._stage0.add(len(self.lines))
         _, how, _ = self._read_global(op, buf.name, "shared", staged, indent)
         if staged:
             how += ", a stage of T.Pipelined (cp.async or TMA where TileLang can)"

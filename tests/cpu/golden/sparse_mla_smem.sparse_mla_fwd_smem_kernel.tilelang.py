@@ -26,6 +26,7 @@ def sparse_mla_fwd_smem_kernel(
         sum_exp = T.alloc_fragment((64,), 'float32')
         acc = T.alloc_fragment((64, 64), 'float32')
         max_log = T.alloc_fragment((64,), 'float32')
+        kv_ids = T.alloc_shared((64,), 'int32')
         qk = T.alloc_fragment((64, 64), 'float32')
         qk_1 = T.alloc_fragment((64, 64), 'float32')
         max_1 = T.alloc_fragment((64,), 'float32')
@@ -47,18 +48,20 @@ def sparse_mla_fwd_smem_kernel(
         T.clear(acc)
         for i0 in T.Parallel(64):
             max_log[i0] = -T.infinity('float32')
-        for ck in T.Pipelined(2, num_stages=2):
+        for ck in T.Pipelined(2, num_stages=2, order=[0, 1, 2, 3], stage=[0, 0, 0, 1]):
             t = ((ck * 64) <= i_sq)
+            for i0 in T.Parallel(64):
+                kv_ids[i0] = T.if_then_else(((((64 * ck) + i0) < 128) & t), indices[((((i_b * 10240) + (i_sq * 128)) + (i_g * 128)) + (((64 * ck) + i0) * 1))], -1)
             for i0, i1 in T.Parallel(64, 64):
-                kv_smem[i0, i1] = kv[((((i_b * 12288) + (i_g * 96)) + (T.if_then_else(((T.if_then_else(((((64 * ck) + i0) < 128) & t), indices[((((i_b * 10240) + (i_sq * 128)) + (i_g * 128)) + (((64 * ck) + i0) * 1))], -1) <= i_sq) & (T.if_then_else(((((64 * ck) + i0) < 128) & t), indices[((((i_b * 10240) + (i_sq * 128)) + (i_g * 128)) + (((64 * ck) + i0) * 1))], -1) >= 0)) & t, T.if_then_else(((((64 * ck) + i0) < 128) & t), indices[((((i_b * 10240) + (i_sq * 128)) + (i_g * 128)) + (((64 * ck) + i0) * 1))], -1), 256) * 96)) + (i1 * 1))]
+                kv_smem[i0, i1] = kv[((((i_b * 12288) + (i_g * 96)) + (T.if_then_else(((kv_ids[i0] <= i_sq) & (kv_ids[i0] >= 0)) & t, kv_ids[i0], 256) * 96)) + (i1 * 1))]
             for i0, i1 in T.Parallel(64, 32):
-                tkv_smem[i0, i1] = kv[((((i_b * 12288) + (i_g * 96)) + (T.if_then_else(((T.if_then_else(((((64 * ck) + i0) < 128) & t), indices[((((i_b * 10240) + (i_sq * 128)) + (i_g * 128)) + (((64 * ck) + i0) * 1))], -1) <= i_sq) & (T.if_then_else(((((64 * ck) + i0) < 128) & t), indices[((((i_b * 10240) + (i_sq * 128)) + (i_g * 128)) + (((64 * ck) + i0) * 1))], -1) >= 0)) & t, T.if_then_else(((((64 * ck) + i0) < 128) & t), indices[((((i_b * 10240) + (i_sq * 128)) + (i_g * 128)) + (((64 * ck) + i0) * 1))], -1), 256) * 96)) + ((64 + i1) * 1))]
+                tkv_smem[i0, i1] = kv[((((i_b * 12288) + (i_g * 96)) + (T.if_then_else(((kv_ids[i0] <= i_sq) & (kv_ids[i0] >= 0)) & t, kv_ids[i0], 256) * 96)) + ((64 + i1) * 1))]
             if t:
                 T.clear(qk)
                 T.gemm(tq_smem, tkv_smem, qk, transpose_B=True)
                 T.gemm(q_smem, kv_smem, qk, transpose_B=True)
                 for i0, i1 in T.Parallel(64, 64):
-                    qk_1[i0, i1] = T.if_then_else(((T.if_then_else(((((64 * ck) + i1) < 128) & t), indices[((((i_b * 10240) + (i_sq * 128)) + (i_g * 128)) + (((64 * ck) + i1) * 1))], -1) <= i_sq) & (T.if_then_else(((((64 * ck) + i1) < 128) & t), indices[((((i_b * 10240) + (i_sq * 128)) + (i_g * 128)) + (((64 * ck) + i1) * 1))], -1) >= 0)), (qk[i0, i1] * 0.14724444593517363), -T.infinity('float32'))
+                    qk_1[i0, i1] = T.if_then_else(((kv_ids[i1] <= i_sq) & (kv_ids[i1] >= 0)), (qk[i0, i1] * 0.14724444593517363), -T.infinity('float32'))
                 T.reduce_max(qk_1, max_1, dim=1)
                 for i0 in T.Parallel(64):
                     shift[i0] = T.if_then_else((T.max(max_log[i0], max_1[i0]) == -T.infinity('float32')), 0.0, T.max(max_log[i0], max_1[i0]))
