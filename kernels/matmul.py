@@ -59,30 +59,45 @@ def _grid(m, n, cfg):
     return (triton.cdiv(m, cfg["BLOCK_M"]) * triton.cdiv(n, cfg["BLOCK_N"]),)
 
 
-def matmul(a: torch.Tensor, b: torch.Tensor, *, backend: str | None = None) -> torch.Tensor:
+def check_operands(a: torch.Tensor, b: torch.Tensor) -> tuple[int, int, int]:
+    """(m, k, n) of a product's operands, or a LaunchError naming the bad one."""
     check_tensor(a, "a", dtypes=(torch.float16, torch.bfloat16), rank=2)
     check_tensor(b, "b", dtypes=(a.dtype,), rank=2, device=a.device)
     (m, k), (k2, n) = a.shape, b.shape
     if k != k2:
         raise tle.LaunchError(f"'a' is {m}x{k} and 'b' is {k2}x{n}: inner dimensions differ")
+    return m, k, n
+
+
+def launch_args(a, b, c) -> tuple:
+    """The positional arguments of the matmul kernels for these tensors."""
+    (m, k), n = a.shape, b.shape[1]
+    return (a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1))
+
+
+def matmul(a: torch.Tensor, b: torch.Tensor, *, backend: str | None = None) -> torch.Tensor:
+    m, k, n = check_operands(a, b)
     c = torch.empty((m, n), device=a.device, dtype=a.dtype)
     if m and n:
         if k == 0:
             return c.zero_()
         cfg = _config(m, n, k)
-        matmul_kernel[_grid(m, n, cfg)](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-                                        c.stride(0), c.stride(1), backend=backend, **cfg)
+        matmul_kernel[_grid(m, n, cfg)](*launch_args(a, b, c), backend=backend, **cfg)
     return c
 
 
-@tle.example(matmul_kernel)
-def _example(device, size):
+def example_launch(device, size, grid_of, config_small, config_large) -> "tle.Launch":
+    """The example product of a size class for a matmul kernel with this grid and these configurations."""
     (m, n, k), dtype = ((96, 80, 72), torch.float16) if size == "small" else ((8192, 8192, 8192), torch.bfloat16)
     a = (torch.randn(m, k, device=device) / k ** 0.5).to(dtype)
     b = torch.randn(k, n, device=device).to(dtype)
     c = torch.full((m, n), float("nan"), device=device, dtype=dtype)
-    cfg = CONFIG_SMALL if size == "small" else CONFIG_LARGE
-    return tle.Launch(grid=_grid(m, n, cfg), args=(a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0),
-                                                  b.stride(1), c.stride(0), c.stride(1)),
-                      kwargs=dict(cfg), outputs={"c": c}, reference=lambda: {"c": reference(a, b)},
-                      flops=2 * m * n * k, label=f"{m}x{n}x{k} {str(dtype)[6:]}")
+    cfg = config_small if size == "small" else config_large
+    return tle.Launch(grid=grid_of(m, n, cfg), args=launch_args(a, b, c), kwargs=dict(cfg), outputs={"c": c},
+                      reference=lambda: {"c": reference(a, b)}, flops=2 * m * n * k,
+                      label=f"{m}x{n}x{k} {str(dtype)[6:]}")
+
+
+@tle.example(matmul_kernel)
+def _example(device, size):
+    return example_launch(device, size, _grid, CONFIG_SMALL, CONFIG_LARGE)

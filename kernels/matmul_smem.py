@@ -12,7 +12,7 @@ import triton
 import triton.language as tl
 
 import tle
-from tle.checks import check_tensor
+from tle.kernels.matmul import check_operands, example_launch, launch_args
 
 
 @tle.jit
@@ -46,10 +46,6 @@ def matmul_smem_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, strid
     tle.gpu.copy(c_smem, c_ptrs, [BLOCK_M, BLOCK_N], mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
 
 
-def reference(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    return a.float() @ b.float()
-
-
 CONFIG_LARGE = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, NUM_STAGES=3, num_warps=8)
 CONFIG_SMALL = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, NUM_STAGES=2, num_warps=4)
 
@@ -59,29 +55,16 @@ def _grid(m, n, cfg):
 
 
 def matmul_smem(a: torch.Tensor, b: torch.Tensor, *, backend: str | None = None) -> torch.Tensor:
-    check_tensor(a, "a", dtypes=(torch.float16, torch.bfloat16), rank=2)
-    check_tensor(b, "b", dtypes=(a.dtype,), rank=2, device=a.device)
-    (m, k), (k2, n) = a.shape, b.shape
-    if k != k2:
-        raise tle.LaunchError(f"'a' is {m}x{k} and 'b' is {k2}x{n}: inner dimensions differ")
+    m, k, n = check_operands(a, b)
     c = torch.empty((m, n), device=a.device, dtype=a.dtype)
     if m and n:
         if k == 0:
             return c.zero_()
         cfg = CONFIG_LARGE if min(m, n) >= 2048 else CONFIG_SMALL
-        matmul_smem_kernel[_grid(m, n, cfg)](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0),
-                                             b.stride(1), c.stride(0), c.stride(1), backend=backend, **cfg)
+        matmul_smem_kernel[_grid(m, n, cfg)](*launch_args(a, b, c), backend=backend, **cfg)
     return c
 
 
 @tle.example(matmul_smem_kernel)
 def _example(device, size):
-    (m, n, k), dtype = ((96, 80, 72), torch.float16) if size == "small" else ((8192, 8192, 8192), torch.bfloat16)
-    a = (torch.randn(m, k, device=device) / k ** 0.5).to(dtype)
-    b = torch.randn(k, n, device=device).to(dtype)
-    c = torch.full((m, n), float("nan"), device=device, dtype=dtype)
-    cfg = CONFIG_SMALL if size == "small" else CONFIG_LARGE
-    return tle.Launch(grid=_grid(m, n, cfg), args=(a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0),
-                                                  b.stride(1), c.stride(0), c.stride(1)),
-                      kwargs=dict(cfg), outputs={"c": c}, reference=lambda: {"c": reference(a, b)},
-                      flops=2 * m * n * k, label=f"{m}x{n}x{k} {str(dtype)[6:]}")
+    return example_launch(device, size, _grid, CONFIG_SMALL, CONFIG_LARGE)

@@ -198,6 +198,11 @@ def _check_inputs(q, kv, indices, d_v):
 def sparse_mla_fwd(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor, sm_scale: float | None = None,
                    d_v: int = 512, *, backend: str | None = None, config: dict | None = None):
     """Causal sparse MLA forward: (out [B, S, H, d_v] in q's dtype, lse [B, S, H] base 2, q's dtype)."""
+    return run(sparse_mla_fwd_kernel, q, kv, indices, sm_scale, d_v, backend, config)
+
+
+def run(kernel, q, kv, indices, sm_scale, d_v, backend, config):
+    """Check the inputs and launch `kernel` (a sparse-MLA kernel of the seed's calling convention)."""
     _check_inputs(q, kv, indices, d_v)
     B, S, H, DT = q.shape
     output = torch.empty(B, S, H, d_v, device=q.device, dtype=q.dtype)
@@ -207,7 +212,7 @@ def sparse_mla_fwd(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor, sm_
     cfg = dict(config or (CONFIG_LARGE if H * S >= 4096 else CONFIG_SMALL))
     grid, args = kernel_args(q, kv, indices, output, lse, DT ** -0.5 if sm_scale is None else sm_scale, d_v,
                              cfg.pop("BK"), cfg.pop("BH"))
-    sparse_mla_fwd_kernel[grid](*args, backend=backend, **cfg)
+    kernel[grid](*args, backend=backend, **cfg)
     return output, lse
 
 

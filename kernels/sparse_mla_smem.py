@@ -12,8 +12,7 @@ import torch
 import triton.language as tl
 
 import tle
-from tle.kernels.sparse_mla import CONFIG_LARGE, CONFIG_SMALL, _check_inputs, kernel_args
-from tle.kernels.sparse_mla import _example as seed_example
+from tle.kernels.sparse_mla import _example as seed_example, run
 
 
 @tle.jit
@@ -99,17 +98,7 @@ def sparse_mla_fwd_smem_kernel(
 def sparse_mla_fwd_smem(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor, sm_scale: float | None = None,
                         d_v: int = 512, *, backend: str | None = None, config: dict | None = None):
     """Causal sparse MLA forward: (out [B, S, H, d_v] in q's dtype, lse [B, S, H] base 2, q's dtype)."""
-    _check_inputs(q, kv, indices, d_v)
-    B, S, H, DT = q.shape
-    output = torch.empty(B, S, H, d_v, device=q.device, dtype=q.dtype)
-    lse = torch.empty(B, S, H, device=q.device, dtype=q.dtype)
-    if output.numel() == 0:
-        return output, lse
-    cfg = dict(config or (CONFIG_LARGE if H * S >= 4096 else CONFIG_SMALL))
-    grid, args = kernel_args(q, kv, indices, output, lse, DT ** -0.5 if sm_scale is None else sm_scale, d_v,
-                             cfg.pop("BK"), cfg.pop("BH"))
-    sparse_mla_fwd_smem_kernel[grid](*args, backend=backend, **cfg)
-    return output, lse
+    return run(sparse_mla_fwd_smem_kernel, q, kv, indices, sm_scale, d_v, backend, config)
 
 
 @tle.example(sparse_mla_fwd_smem_kernel)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ..errors import LoweringError
 from . import semantics as S
-from .semantics import TV, as_tv, is_num, to_dtype
+from .semantics import TV, as_tv, constexpr_value as _plain, is_num, to_dtype
 
 SPACES = {"smem": "shared memory"}                # storage kinds some backend supports
 BACKEND_SPACES = {"triton": ("smem",), "tilelang": ("smem",)}
@@ -46,10 +46,6 @@ Buffer.__hash__ = object.__hash__
 def traced(v, b) -> TV:
     """The traced value for IR value `v`: a Buffer for a buffer, else a TV."""
     return Buffer(v, b) if v.type.is_buffer else TV(v, b)
-
-
-def _plain(x):
-    return getattr(x, "value", x) if type(x).__name__ == "constexpr" else x
 
 
 def _space_name(scope) -> str:
@@ -117,14 +113,7 @@ def copy(tr, src, dst, shape, mask=None, other=None):
         local_store(tr, dst, local_load(tr, src))
         return None
     if isinstance(dst, Buffer):
-        ptr, msk = _pointer_tile(tr, src, mask, "source")
-        _check_shape(tr, dst, shape, "tle.gpu.copy")
-        if tuple(ptr.type.shape) != tuple(dst.type.shape):
-            raise LoweringError(f"tle.gpu.copy: the source pointer tile has shape {list(ptr.type.shape)}, "
-                                f"the buffer {list(dst.type.shape)}", tr.b.loc)
-        if ptr.dtype.elem != dst.dtype:
-            raise LoweringError(f"tle.gpu.copy: the source points to {ptr.dtype.elem} and the buffer holds "
-                                f"{dst.dtype}; copies do not convert (local_load, then .to())", tr.b.loc)
+        ptr, msk = _pointer_tile(tr, src, mask, "source", dst, shape)
         oth = None
         if other is not None:
             if msk is None:
@@ -138,30 +127,31 @@ def copy(tr, src, dst, shape, mask=None, other=None):
     if isinstance(src, Buffer):
         if other is not None:
             raise LoweringError("tle.gpu.copy from a buffer takes no `other`", tr.b.loc)
-        ptr, msk = _pointer_tile(tr, dst, mask, "destination")
-        _check_shape(tr, src, shape, "tle.gpu.copy")
-        if tuple(ptr.type.shape) != tuple(src.type.shape):
-            raise LoweringError(f"tle.gpu.copy: the destination pointer tile has shape {list(ptr.type.shape)}, "
-                                f"the buffer {list(src.type.shape)}", tr.b.loc)
-        if ptr.dtype.elem != src.dtype:
-            raise LoweringError(f"tle.gpu.copy: the buffer holds {src.dtype} and the destination points to "
-                                f"{ptr.dtype.elem}; copies do not convert", tr.b.loc)
+        ptr, msk = _pointer_tile(tr, dst, mask, "destination", src, shape)
         tr.b.copy_out(ptr.v, src.v, msk.v if msk is not None else None)
         return None
     raise LoweringError("tle.gpu.copy: one of src and dst must be a buffer from tle.gpu.alloc", tr.b.loc)
 
 
-def _pointer_tile(tr, p, mask, which):
+def _pointer_tile(tr, p, mask, which, buf: Buffer, shape):
+    """The copy's pointer tile and mask (broadcast together), checked against the buffer it pairs with."""
     if isinstance(p, Buffer) or not isinstance(p, TV) or not p.type.is_pointer:
         raise LoweringError(f"tle.gpu.copy: the {which} must be a pointer tile or a buffer, got {p!r}", tr.b.loc)
     if p.type.is_scalar:
         raise LoweringError(f"tle.gpu.copy: the {which} is a single pointer; copies move tiles", tr.b.loc)
-    if mask is None:
-        return p, None
-    mask = as_tv(tr.b, mask)
-    if not mask.dtype.is_bool:
-        mask = S.compare("ne", mask, 0)
-    return S.broadcast_pair(p, mask)
+    if mask is not None:
+        mask = as_tv(tr.b, mask)
+        if not mask.dtype.is_bool:
+            mask = S.compare("ne", mask, 0)
+        p, mask = S.broadcast_pair(p, mask)
+    _check_shape(tr, buf, shape, "tle.gpu.copy")
+    if tuple(p.type.shape) != tuple(buf.type.shape):
+        raise LoweringError(f"tle.gpu.copy: the {which} pointer tile has shape {list(p.type.shape)}, "
+                            f"the buffer {list(buf.type.shape)}", tr.b.loc)
+    if p.dtype.elem != buf.dtype:
+        raise LoweringError(f"tle.gpu.copy: the {which} points to {p.dtype.elem} and the buffer holds "
+                            f"{buf.dtype}; copies do not convert (local_load, then .to())", tr.b.loc)
+    return p, mask
 
 
 def local_load(tr, buf):

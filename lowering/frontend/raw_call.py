@@ -9,11 +9,9 @@ nothing). The semantics of the call are in tle/raw/__init__.py.
 """
 from __future__ import annotations
 
-import triton.language as tl
-
 from ..errors import LoweringError
 from ..raw.body import DTYPES, check_constraints
-from .semantics import TV
+from .semantics import TV, constexpr_value
 
 LAYOUT_SPACES = ("shared",)          # where a backend can place a raw function's argument tiles
 LAYOUT_KEYS = ("space", "order")
@@ -26,9 +24,7 @@ def _tensor_text(shape, dtype_name: str) -> str:
     return "tensor<" + "".join(f"{d}x" for d in shape) + f"{elem}>"
 
 
-def _plain(x):
-    """A constexpr's Python value."""
-    return x.value if isinstance(x, tl.constexpr) else x
+_plain = constexpr_value
 
 
 def raw_call(tr, fn=None, args=None, hardware=None, layout=None):

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numbers
 
+import triton.language as tl
+
 from ..errors import LoweringError
 from ..ir import types as T
 from ..ir.builder import Builder
@@ -110,6 +112,11 @@ class TV:
 
     def _wrap(self, v: Value) -> "TV":
         return TV(v, self.b)
+
+
+def constexpr_value(x):
+    """The Python value of a tl.constexpr (anything else as it is)."""
+    return x.value if isinstance(x, tl.constexpr) else x
 
 
 def is_num(x) -> bool:

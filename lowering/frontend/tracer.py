@@ -23,7 +23,7 @@ from ..ir.builder import Builder
 from ..ir.core import KernelIR, Loc, Param
 from . import semantics as S
 from .builtins import BUILTINS, TENSOR_METHODS, tle_load
-from .gpu import traced
+from .gpu import Buffer, traced
 from .semantics import TV, as_tv, is_num
 
 _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
@@ -752,7 +752,6 @@ def register_tle_range(fn, attrs):
 
 
 def _reject_buffers(fn, args, loc):
-    from .gpu import Buffer
     for a in args:
         items = a if isinstance(a, (list, tuple)) else [a]
         for x in items:

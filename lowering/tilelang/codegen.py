@@ -1015,7 +1015,7 @@ class TileLangCodegen:
         acc = self.access(op)
         if acc.param is None:
             self.error("a tle.gpu.copy from a pointer that is not base + offsets of one argument", op)
-        buf = self.buffers[self._root(op.operands[3]).id]
+        buf = self.buffers[op.operands[3].id]       # every version maps to its allocation's buffer
         staged = self._in_pipelined_loop(op)
         if staged:
             self._stage0.add(len(self.lines))
@@ -1034,12 +1034,11 @@ class TileLangCodegen:
         return False
 
     def _st_copy_out(self, op: Op, indent: int):
-        self.buffers.setdefault(op.operands[1].id, self.buffers[self._root(op.operands[1]).id])
         self._st_store(op, indent, site="tle.gpu.copy")
 
     def _st_local_load(self, op: Op, indent: int):
         v = op.result
-        buf = self.buffers[self._root(op.operands[0]).id]
+        buf = self.buffers[op.operands[0].id]
         if self._read_before_next_write(op):
             self.buffers[v.id] = buf
             how = f"reads {buf.name} in place"
@@ -1083,7 +1082,7 @@ class TileLangCodegen:
 
     def _st_local_store(self, op: Op, indent: int):
         bv, val = op.operands
-        buf = self.buffers[self._root(bv).id]
+        buf = self.buffers[bv.id]
         self.buffers[op.result.id] = buf
         src = self.buffers.get(val.id)
         if src is buf:

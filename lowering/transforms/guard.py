@@ -174,11 +174,6 @@ def _copy_hoistable(op: Op, loop: Op, guard: Op, k: KernelIR) -> bool:
     return True
 
 
-def _ids(op: Op, name: str, index: int) -> set[int]:
-    """The id of `op`'s operand `index` when op is a `name` op (else nothing)."""
-    return {op.operands[index].id} if op.name == name else set()
-
-
 def hoist_guarded_loads(k: KernelIR) -> KernelIR:
     """For a loop of the guarded form: move the loads and tle.gpu copies at the head of the branch (and
     the pure ops they need) in front of it, each masked by the guard as well. A masked-off load reads nothing, and their
@@ -204,7 +199,8 @@ def hoist_guarded_loads(k: KernelIR) -> KernelIR:
         for o in reversed(moved):
             if o.name in _READS or any(r.id in need for r in o.results):
                 keep.append(o)
-                need.update(v.id for v in o.operands if v is not None and v.id not in _ids(o, "copy_in", 3))
+                # (a copy's buffer operand is the version it overwrites, defined outside the branch)
+                need.update(v.id for v in o.operands[:3 if o.name == "copy_in" else None] if v is not None)
         keep.reverse()
         if not any(o.name in _READS for o in keep):
             continue

@@ -30,7 +30,7 @@ _PURE = {"const", "program_id", "num_programs", "arange", "splat", "broadcast", 
          "trans", "binary", "cmp", "unary", "cast", "where", "addptr", "local_load"}
 # tle.gpu buffers are register tiles here (stock Triton has no explicit shared memory): a buffer
 # version is the tile it holds, an allocation's contents (undefined) are zeros.
-_IN_REGISTERS = "a register tile (stock Triton has no explicit shared memory)"
+IN_REGISTERS = "a register tile (stock Triton has no explicit shared memory)"
 _IMPLICIT_BROADCAST_USERS = {"binary", "cmp", "where", "addptr"}
 
 
@@ -284,7 +284,7 @@ class TritonCodegen:
         note = f"  # tle.load(is_async=True): {how_issued(op)}" if n == "load" and op.attrs.get("is_async") else ""
         if n in ("copy_in", "local_store") and self._first_write(op):
             t = op.result.type
-            self.emit(f"# tle.gpu.alloc {op.result.name or name} {list(t.shape)} {t.elem}: {_IN_REGISTERS}", indent)
+            self.emit(f"# tle.gpu.alloc {op.result.name or name} {list(t.shape)} {t.elem}: {IN_REGISTERS}", indent)
         self.emit(f"{name} = {self._render(op)}{note}", indent)
 
     def _first_write(self, op: Op) -> bool:
