@@ -100,6 +100,8 @@ class TileLangCodegen:
         self._pipelined: set[int] = set()      # id() of the for ops emitted as T.Pipelined
         self._staged_index: set[int] = set()   # index loads staged in shared memory by their pipelined loop
         self._stage0: set[int] = set()         # line numbers of the copies that are a pipeline's stage 0
+        self._static_pipelined: set[int] = set()   # id() of T.Pipelined loops with a constant trip count
+        self._staged_body: Block | None = None     # body of the loop whose statements get named stages
 
     # -- naming and allocation --------------------------------------------------------------------------
     def alloc(self, base: str, shape, dtype: T.DType, scope: str) -> str:
@@ -392,13 +394,21 @@ class TileLangCodegen:
             self.scalars[v.id] = name
             return
         pipelined_async = op.attrs.get("async") == "pipelined"
-        scope = "shared" if pipelined_async or any(u.name == "dot" for u in self._value_users(v)) else "fragment"
-        if pipelined_async:
+        dot_operand = any(u.name == "dot" for u in self._value_users(v))
+        scope = "shared" if pipelined_async or dot_operand else "fragment"
+        # a plain load of a dot operand at the top of a pipelined loop is, to TileLang, one more copy of
+        # the loop's stage 0 (as a T.copy there would be); only where the trip count is a constant:
+        # TileLang 0.1.15 fails on a loop of dynamic length holding asynchronous copies
+        plain_copy = not pipelined_async and dot_operand and self._in_static_pipelined_body(op)
+        ahead = pipelined_async or plain_copy
+        if ahead:
             self._stage0.add(len(self.lines))
-        name, how, perm = self._read_global(op, None, scope, pipelined_async, indent)
+        name, how, perm = self._read_global(op, None, scope, ahead, indent)
+        kind = "TMA or cp.async bulk copy" if how.startswith("T.copy") else "cp.async per thread"
         if pipelined_async:
-            how += f", is_async: stage 0 of T.Pipelined (num_stages={op.attrs['async_stages']}), " + \
-                   ("TMA or cp.async bulk copy" if how.startswith("T.copy") else "cp.async per thread")
+            how += f", is_async: stage 0 of T.Pipelined (num_stages={op.attrs['async_stages']}), {kind}"
+        elif plain_copy:
+            how += f", stage 0 of its T.Pipelined loop like the loop's other copies, {kind}"
         elif op.attrs.get("is_async"):
             how += f", is_async: {op.attrs.get('async', 'plain')}"
         self.report.append((op.loc.line, "load", acc.kind, how))
@@ -733,6 +743,8 @@ class TileLangCodegen:
         header = len(self.lines)
         if pipelined:
             self._pipelined.add(id(op))
+            if trip.isdigit():
+                self._static_pipelined.add(id(op))
             self.emit(f"for {counter} in T.Pipelined({trip}, num_stages={stages}):", indent)
         else:
             self.emit(f"for {counter} in T.serial({trip}):", indent)
@@ -747,7 +759,9 @@ class TileLangCodegen:
             # loop names each statement's stage itself. Where that cannot be done, emit it again without.
             saved = self._checkpoint()
             self._staged_index |= staged
+            outer, self._staged_body = self._staged_body, op.body
             self._emit_loop_body(op, slots, indent + 1)
+            self._staged_body = outer
             plan = self._stage_plan(header + 1, indent + 1, stages)
             self._staged_index -= staged
             if plan is not None:
@@ -765,12 +779,7 @@ class TileLangCodegen:
             self.emit("pass", indent)
 
     def _index_tiles_to_stage(self, body: Block) -> set[int]:
-        """Index loads at the top of a pipelined loop's body that its asynchronous gathers read; none when
-        the body also reads global memory synchronously at its top (TileLang then restructures the body
-        and the stages cannot be named)."""
-        if any(o.name == "load" and o.result.id not in self.index_loads and o.attrs.get("async") != "pipelined"
-               and not o.result.type.is_scalar for o in body.ops):
-            return set()
+        """Index loads at the top of a pipelined loop's body that its asynchronous gathers read."""
         gathered = set()
         for o in body.ops:
             if (o.name == "copy_in" or (o.name == "load" and o.attrs.get("async") == "pipelined")):
@@ -933,7 +942,9 @@ class TileLangCodegen:
         for i, blk in enumerate(op.regions):
             has_ops = any(o.name != "yield" for o in blk.ops)
             if i == 1:
-                if not has_ops and len(reuse) == len(slots):
+                # TileLang splits an if without else into one statement per op, which would not match
+                # the stage list the layer names; an empty else keeps the branch one statement
+                if not has_ops and len(reuse) == len(slots) and op.parent is not self._staged_body:
                     break
                 self.emit("else:", indent)
             before = len(self.lines)
@@ -1024,6 +1035,11 @@ class TileLangCodegen:
             how += ", a stage of T.Pipelined (cp.async or TMA where TileLang can)"
         self.buffers[op.result.id] = buf
         self.report.append((op.loc.line, "tle.gpu.copy", acc.kind, how.replace("into shared", f"into {buf.name}")))
+
+    def _in_static_pipelined_body(self, op: Op) -> bool:
+        """Is `op` a top-level statement of a T.Pipelined loop with a constant trip count?"""
+        loop = op.parent.parent_op if op.parent is not None else None
+        return loop is not None and loop.name == "for" and id(loop) in self._static_pipelined
 
     def _in_pipelined_loop(self, op: Op) -> bool:
         blk = op.parent

@@ -69,20 +69,28 @@ def test_async_load_without_a_loop_is_a_plain_load_and_says_so():
 @pytest.mark.slow
 def test_tilelang_async_gather_is_a_pipelined_zero_filled_copy():
     """The sparse-MLA KV gather: T.Pipelined with 2 stages, loads hoisted above the guard, masked rows
-    sent out of bounds so TileLang's bounds predication zero-fills them in a cp.async copy."""
+    sent out of bounds so TileLang's bounds predication zero-fills them in a cp.async copy. The index
+    tile is written to shared memory once per step and the loop names each statement's stage: the
+    index tile and both gathers (the plain tail one too, a dot operand) in stage 0, the guarded compute,
+    kept one statement by an empty else, in stage 1."""
     if tle.available_backends().get("tilelang") is not None:
         pytest.skip("TileLang unavailable here")
     from tle.kernels.sparse_mla import sparse_mla_fwd_kernel as k
     launch = k.example("cpu", "small")
     lw = k.lower(*[meta_copy(a) for a in launch.args], grid=launch.grid, backend="tilelang", **launch.kwargs)
     src = lw.source
-    assert "T.Pipelined(" in src and "num_stages=2)" in src
+    assert "T.Pipelined(2, num_stages=2, order=[0, 1, 2, 3], stage=[0, 0, 0, 1])" in src
     body = src.split("T.Pipelined(")[1]
-    assert body.index("kv_blk[") < body.index("if t:")              # the gather runs ahead of the guard
-    assert "T.if_then_else(" in body.split("kv_blk[")[1].split("\n")[0]
+    assert body.index("kv_ids[i0] =") < body.index("kv_blk[") < body.index("tkv_blk[") < body.index("if t:")
+    assert "kv_ids = T.alloc_shared((64,), 'int32')" in src
+    for tile in ("kv_blk", "tkv_blk"):                                # zero-filled copies reading the staged ids
+        line = body.split(f"{tile}[i1, i0] = ")[1].split("\n")[0]
+        assert line.startswith("kv[") and "T.if_then_else(" in line and "kv_ids[i1]" in line and "indices[" not in line
+    assert "            else:\n                pass\n" in body
     assert any("pipelined with 2 stages" in n for n in lw.notes)
     report = {line: how for line, op, kind, how in lw.compiled.access_report}
     assert any("cp.async" in how and "zero-filled" in how for how in report.values())
+    assert any("stage 0 of its T.Pipelined loop like the loop's other copies" in how for how in report.values())
     cuda = lw.stage("cuda")
     assert "cp_async_gs_conditional" in cuda                         # predicated: masked rows read zeros
     assert "cp_async_wait<1>" in cuda                                # one stage in flight

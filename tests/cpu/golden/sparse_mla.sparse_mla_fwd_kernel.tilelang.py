@@ -24,6 +24,7 @@ def sparse_mla_fwd_kernel(
         sum_exp = T.alloc_fragment((64,), 'float32')
         acc = T.alloc_fragment((64, 64), 'float32')
         max_log = T.alloc_fragment((64,), 'bfloat16')
+        kv_ids = T.alloc_shared((64,), 'int32')
         kv_blk = T.alloc_shared((64, 64), 'bfloat16')
         tkv_blk = T.alloc_shared((64, 32), 'bfloat16')
         qk = T.alloc_fragment((64, 64), 'float32')
@@ -47,18 +48,20 @@ def sparse_mla_fwd_kernel(
         T.clear(acc)
         for i0 in T.Parallel(64):
             max_log[i0] = -T.infinity('bfloat16')
-        for ck in T.Pipelined(2, num_stages=2):
+        for ck in T.Pipelined(2, num_stages=2, order=[0, 1, 2, 3], stage=[0, 0, 0, 1]):
             t = ((ck * 64) <= i_sq)
+            for i0 in T.Parallel(64):
+                kv_ids[i0] = T.if_then_else((((((64 * ck) + i0) * 1) < 128) & t), indices[((((i_b * 10240) + (i_sq * 128)) + (i_g * 128)) + (((64 * ck) + i0) * 1))], -1)
             for i1, i0 in T.Parallel(64, 64):
-                kv_blk[i1, i0] = kv[((((i_b * 12288) + (i_g * 96)) + (i0 * 1)) + (T.if_then_else(((T.if_then_else((((((64 * ck) + i1) * 1) < 128) & t), indices[((((i_b * 10240) + (i_sq * 128)) + (i_g * 128)) + (((64 * ck) + i1) * 1))], -1) <= i_sq) & (T.if_then_else((((((64 * ck) + i1) * 1) < 128) & t), indices[((((i_b * 10240) + (i_sq * 128)) + (i_g * 128)) + (((64 * ck) + i1) * 1))], -1) >= 0)) & t, T.if_then_else((((((64 * ck) + i1) * 1) < 128) & t), indices[((((i_b * 10240) + (i_sq * 128)) + (i_g * 128)) + (((64 * ck) + i1) * 1))], -1), 256) * 96))]
+                kv_blk[i1, i0] = kv[((((i_b * 12288) + (i_g * 96)) + (i0 * 1)) + (T.if_then_else(((kv_ids[i1] <= i_sq) & (kv_ids[i1] >= 0)) & t, kv_ids[i1], 256) * 96))]
             for i1, i0 in T.Parallel(64, 32):
-                tkv_blk[i1, i0] = T.if_then_else((((i0 < 32) & ((T.if_then_else((((((64 * ck) + i1) * 1) < 128) & t), indices[((((i_b * 10240) + (i_sq * 128)) + (i_g * 128)) + (((64 * ck) + i1) * 1))], -1) <= i_sq) & (T.if_then_else((((((64 * ck) + i1) * 1) < 128) & t), indices[((((i_b * 10240) + (i_sq * 128)) + (i_g * 128)) + (((64 * ck) + i1) * 1))], -1) >= 0))) & t), kv[(((((i_b * 12288) + (i_g * 96)) + 64) + (i0 * 1)) + (T.if_then_else((((((64 * ck) + i1) * 1) < 128) & t), indices[((((i_b * 10240) + (i_sq * 128)) + (i_g * 128)) + (((64 * ck) + i1) * 1))], -1) * 96))], T.bfloat16(0.0))
+                tkv_blk[i1, i0] = kv[(((((i_b * 12288) + (i_g * 96)) + 64) + (i0 * 1)) + (T.if_then_else(((kv_ids[i1] <= i_sq) & (kv_ids[i1] >= 0)) & t, kv_ids[i1], 256) * 96))]
             if t:
                 T.clear(qk)
                 T.gemm(tq_blk, tkv_blk, qk, transpose_B=True)
                 T.gemm(q_blk, kv_blk, qk, transpose_B=True)
                 for i0, i1 in T.Parallel(64, 64):
-                    qk_1[i0, i1] = T.if_then_else(((T.if_then_else((((((64 * ck) + i1) * 1) < 128) & t), indices[((((i_b * 10240) + (i_sq * 128)) + (i_g * 128)) + (((64 * ck) + i1) * 1))], -1) <= i_sq) & (T.if_then_else((((((64 * ck) + i1) * 1) < 128) & t), indices[((((i_b * 10240) + (i_sq * 128)) + (i_g * 128)) + (((64 * ck) + i1) * 1))], -1) >= 0)), (qk[i0, i1] * 0.14724444593517363), -T.infinity('float32'))
+                    qk_1[i0, i1] = T.if_then_else(((kv_ids[i1] <= i_sq) & (kv_ids[i1] >= 0)), (qk[i0, i1] * 0.14724444593517363), -T.infinity('float32'))
                 T.reduce_max(qk_1, max_1, dim=1)
                 for i0, i1 in T.Parallel(64, 64):
                     exp_qk[i0, i1] = T.exp2((qk_1[i0, i1] - T.max(T.cast(max_log[i0], 'float32'), max_1[i0])))
@@ -74,6 +77,8 @@ def sparse_mla_fwd_kernel(
                     sum_exp[i0] = ((sum_exp[i0] * alpha[i0]) + sum_qk[i0])
                 for i0 in T.Parallel(64):
                     max_log[i0] = T.cast(T.max(T.cast(max_log[i0], 'float32'), max_1[i0]), 'bfloat16')
+            else:
+                pass
         for i0, i1 in T.Parallel(64, 64):
             if ((((i_bh * 64) + i0) < 32) & (i1 < 64)):
                 output[(((((i_b * 163840) + (i_sq * 2048)) + (i_gbh * 4096)) + (i0 * 64)) + (i1 * 1))] = T.cast((acc[i0, i1] / sum_exp[i0]), 'bfloat16')
