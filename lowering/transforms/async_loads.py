@@ -1,8 +1,10 @@
 """`tle.load(..., is_async=True)`: the tile should arrive ahead of its use, overlapped with the work of
-the loop around it. Both backends get that from a pipelined loop (Triton's software pipeliner issues
-the load as cp.async into shared memory stages ahead; TileLang's T.Pipelined does the same for the
-copies of stage 0), so this pass makes the innermost loop around each asynchronous load pipelined:
-at least ASYNC_STAGES stages, raising a loop that asked for fewer (`tl.range(n, num_stages=0)`).
+the loop around it. Both backends get that from a pipelined loop, so this pass makes the innermost loop
+around each asynchronous load pipelined: at least ASYNC_STAGES stages, raising a loop that asked for
+fewer (`tl.range(n, num_stages=0)`). TileLang then copies the tile in stage 0 of T.Pipelined (the layer
+writes that copy); Triton's software pipeliner chooses by itself which of the loop's loads it issues
+ahead as cp.async (it skips, for instance, a gather whose tile feeds two dots in different layouts),
+and the lowering says so rather than promising it.
 
 Each load gets attrs["async"]: "pipelined" (with the loop's stage count in attrs["async_stages"]), or
 the reason it stays a plain load: no enclosing loop, or a branch between it and the loop (neither
@@ -16,9 +18,10 @@ ASYNC_STAGES = 2
 
 
 def how_issued(op: Op) -> str:
-    """What became of an asynchronous load, in words (after pipeline_async_loads marked it)."""
+    """What became of an asynchronous load on Triton, in words (after pipeline_async_loads marked it)."""
     if op.attrs.get("async") == "pipelined":
-        return f"issued ahead of its use by the loop's pipeliner (num_stages={op.attrs['async_stages']})"
+        return (f"loop pipelined (num_stages={op.attrs['async_stages']}); Triton's pipeliner picks the loads it "
+                "issues ahead as cp.async (ttgir: async_copy_global_to_local)")
     return op.attrs.get("async", "plain load")
 
 

@@ -46,7 +46,7 @@ def sparse_mla_fwd_kernel(q, kv, indices, output, lse, stride_qb, stride_qh, str
         mask_ids = (kv_ids <= i_sq) & (kv_ids >= 0)
         kv_ptr = kv_base + offs_d[:, None] * stride_kvd + kv_ids[None, :] * stride_kvn
         kv_msk = mask_d[:, None] & mask_ids[None, :]
-        kv_blk = tl.load(kv_ptr, mask=kv_msk, other=0.0)  # tle.load(is_async=True): issued ahead of its use by the loop's pipeliner (num_stages=2)
+        kv_blk = tl.load(kv_ptr, mask=kv_msk, other=0.0)  # tle.load(is_async=True): loop pipelined (num_stages=2); Triton's pipeliner picks the loads it issues ahead as cp.async (ttgir: async_copy_global_to_local)
         tkv_ptr = tkv_base + offs_td[:, None] * stride_kvd + kv_ids[None, :] * stride_kvn
         tkv_msk = mask_td[:, None] & mask_ids[None, :]
         tkv_blk = tl.load(tkv_ptr, mask=tkv_msk, other=0.0)
