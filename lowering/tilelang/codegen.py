@@ -437,9 +437,8 @@ class TileLangCodegen:
         stored = shape if perm is None else tuple(shape[p] for p in perm)
         name = into or self.alloc(op.results[0].name or "t", stored, elem, scope)
         idx = [f"i{d}" for d in range(len(shape))]
-        # only asynchronous reads take the copy form TileLang issues as cp.async: a plain load stays a
-        # synchronous masked read (and TileLang 0.1.15 miscompiles a pipelined loop of dynamic length
-        # holding two such copies)
+        # only reads that are a stage of a pipelined loop take the copy form TileLang issues as cp.async;
+        # elsewhere a load stays a synchronous masked read
         fill = self._zero_filled_rows(op, acc, idx) if asynchronous and zero_other and mask is not None \
             else None
         if fill is not None:
