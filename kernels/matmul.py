@@ -76,13 +76,19 @@ def launch_args(a, b, c) -> tuple:
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor, *, backend: str | None = None) -> torch.Tensor:
+    return run(matmul_kernel, a, b, backend, _config, _grid)
+
+
+def run(kernel, a, b, backend, config, grid) -> torch.Tensor:
+    """Check the operands and launch `kernel` (of the matmul kernels' calling convention) with
+    cfg = `config(m, n, k)` on `grid(m, n, cfg)`; with an empty inner dimension the product is zeros."""
     m, k, n = check_operands(a, b)
     c = torch.empty((m, n), device=a.device, dtype=a.dtype)
     if m and n:
         if k == 0:
             return c.zero_()
-        cfg = _config(m, n, k)
-        matmul_kernel[_grid(m, n, cfg)](*launch_args(a, b, c), backend=backend, **cfg)
+        cfg = config(m, n, k)
+        kernel[grid(m, n, cfg)](*launch_args(a, b, c), backend=backend, **cfg)
     return c
 
 

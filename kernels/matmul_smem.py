@@ -12,7 +12,7 @@ import triton
 import triton.language as tl
 
 import tle
-from tle.kernels.matmul import check_operands, example_launch, launch_args
+from tle.kernels.matmul import example_launch, run
 
 
 @tle.jit
@@ -50,19 +50,16 @@ CONFIG_LARGE = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, NUM_STAGES=3, num_warp
 CONFIG_SMALL = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, NUM_STAGES=2, num_warps=4)
 
 
+def _config(m, n, k):
+    return CONFIG_LARGE if min(m, n) >= 2048 else CONFIG_SMALL
+
+
 def _grid(m, n, cfg):
     return (triton.cdiv(m, cfg["BLOCK_M"]), triton.cdiv(n, cfg["BLOCK_N"]))
 
 
 def matmul_smem(a: torch.Tensor, b: torch.Tensor, *, backend: str | None = None) -> torch.Tensor:
-    m, k, n = check_operands(a, b)
-    c = torch.empty((m, n), device=a.device, dtype=a.dtype)
-    if m and n:
-        if k == 0:
-            return c.zero_()
-        cfg = CONFIG_LARGE if min(m, n) >= 2048 else CONFIG_SMALL
-        matmul_smem_kernel[_grid(m, n, cfg)](*launch_args(a, b, c), backend=backend, **cfg)
-    return c
+    return run(matmul_smem_kernel, a, b, backend, _config, _grid)
 
 
 @tle.example(matmul_smem_kernel)

@@ -114,7 +114,8 @@ def _passthrough_hint(tr, input, values):
 _LOAD_HINT_KEYS = ("cache_modifier", "eviction_policy", "volatile")
 
 
-def _mask_and_ptr(tr, pointer, mask):
+def mask_and_pointer(tr, pointer, mask):
+    """The pointer tile and a boolean mask (a non-bool mask compared with 0), broadcast together."""
     if not isinstance(pointer, TV) or not pointer.type.is_pointer:
         raise LoweringError(f"expected a pointer or pointer tile, got {pointer!r}", tr.b.loc)
     if mask is not None:
@@ -129,7 +130,7 @@ def _load(tr, pointer, mask, other, boundary_check, padding_option, cache_modifi
           volatile, is_async):
     if boundary_check or padding_option:
         raise LoweringError("block pointers (boundary_check / padding_option) are not supported", tr.b.loc)
-    pointer, mask = _mask_and_ptr(tr, pointer, mask)
+    pointer, mask = mask_and_pointer(tr, pointer, mask)
     elem = pointer.dtype.elem
     if other is not None:
         if mask is None:
@@ -165,7 +166,7 @@ def _bool_constexpr(tr, x, what):
 def store(tr, pointer, value, mask=None, boundary_check=(), cache_modifier="", eviction_policy=""):
     if boundary_check:
         raise LoweringError("block pointers (boundary_check) are not supported", tr.b.loc)
-    pointer, mask = _mask_and_ptr(tr, pointer, mask)
+    pointer, mask = mask_and_pointer(tr, pointer, mask)
     elem = pointer.dtype.elem
     value = S.broadcast_to(S.cast(as_tv(tr.b, value, elem if is_num(value) else None), elem), pointer.type.shape)
     tr.b.store(pointer.v, value.v, mask.v if mask is not None else None,
@@ -174,7 +175,7 @@ def store(tr, pointer, value, mask=None, boundary_check=(), cache_modifier="", e
 
 def _atomic(kind):
     def impl(tr, pointer, val, mask=None, sem=None, scope=None):
-        pointer, mask = _mask_and_ptr(tr, pointer, mask)
+        pointer, mask = mask_and_pointer(tr, pointer, mask)
         elem = pointer.dtype.elem
         val = S.broadcast_to(S.cast(as_tv(tr.b, val, elem if is_num(val) else None), elem), pointer.type.shape)
         attrs = {"sem": sem or "", "scope": scope or ""}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ..errors import LoweringError
 from . import semantics as S
+from .builtins import mask_and_pointer
 from .semantics import TV, as_tv, constexpr_value as _plain, is_num, to_dtype
 
 SPACES = {"smem": "shared memory"}                # storage kinds some backend supports
@@ -139,11 +140,7 @@ def _pointer_tile(tr, p, mask, which, buf: Buffer, shape):
         raise LoweringError(f"tle.gpu.copy: the {which} must be a pointer tile or a buffer, got {p!r}", tr.b.loc)
     if p.type.is_scalar:
         raise LoweringError(f"tle.gpu.copy: the {which} is a single pointer; copies move tiles", tr.b.loc)
-    if mask is not None:
-        mask = as_tv(tr.b, mask)
-        if not mask.dtype.is_bool:
-            mask = S.compare("ne", mask, 0)
-        p, mask = S.broadcast_pair(p, mask)
+    p, mask = mask_and_pointer(tr, p, mask)
     _check_shape(tr, buf, shape, "tle.gpu.copy")
     if tuple(p.type.shape) != tuple(buf.type.shape):
         raise LoweringError(f"tle.gpu.copy: the {which} pointer tile has shape {list(p.type.shape)}, "

@@ -27,6 +27,14 @@ SPECIAL = {f"nvvm.read.ptx.sreg.{reg}.{axis}": (kind, i)
                              ("nctaid", "grid_dim"))
            for i, axis in enumerate("xyz")}
 BARRIERS = {"nvvm.barrier0", "nvvm.barrier"}
+CMP_OPERATORS = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+
+
+def cmpi_relation(predicate: str) -> tuple[str, bool]:
+    """arith.cmpi's predicate as (relation: a key of CMP_OPERATORS, whether the operands compare unsigned)."""
+    if predicate in ("eq", "ne"):
+        return predicate, False
+    return predicate[1:], predicate[0] == "u"
 
 CMPI_PREDICATES = ("eq", "ne", "slt", "sle", "sgt", "sge", "ult", "ule", "ugt", "uge")
 CMPF_PREDICATES = ("false", "oeq", "ogt", "oge", "olt", "ole", "one", "ord", "ueq", "ugt", "uge", "ult",

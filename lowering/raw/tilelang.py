@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import re
 
-from .body import BARRIERS, SPECIAL, RawBody, Region, Stmt
+from .body import BARRIERS, CMP_OPERATORS, SPECIAL, RawBody, Region, Stmt, cmpi_relation
 
 BACKEND = "tilelang"
 TL_DTYPE = {"i1": "bool", "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64", "index": "int32",
@@ -29,7 +29,6 @@ _UCALL2 = {"divui": "T.truncdiv", "remui": "T.truncmod", "maxui": "T.max", "minu
 _MATH = {n: f"T.{n}" for n in ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "tanh", "erf", "sin", "cos",
                               "floor", "ceil", "fma")}
 _MATH.update(absf="T.abs", absi="T.abs")
-_CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 # ordered predicates are C's comparisons (false on NaN); unordered ones negate the opposite comparison
 _CMPF = {"oeq": "({a} == {b})", "ogt": "({a} > {b})", "oge": "({a} >= {b})", "olt": "({a} < {b})",
          "ole": "({a} <= {b})", "une": "({a} != {b})", "one": "T.Or({a} < {b}, {a} > {b})",
@@ -170,11 +169,9 @@ class _Renderer:
         if op == "select":
             return f"T.if_then_else({a[0]}, {a[1]}, {a[2]})"
         if op == "cmpi":
-            p = s.attrs["predicate"]
-            x, y = a
-            if p[0] == "u":
-                x, y = self.unsigned(x, src), self.unsigned(y, src)
-            return f"({x} {_CMP[p.lstrip('su') if p not in ('eq', 'ne') else p]} {y})"
+            relation, unsigned = cmpi_relation(s.attrs["predicate"])
+            x, y = (self.unsigned(a[0], src), self.unsigned(a[1], src)) if unsigned else a
+            return f"({x} {CMP_OPERATORS[relation]} {y})"
         if op == "cmpf":
             return _CMPF[s.attrs["predicate"]].format(a=a[0], b=a[1])
         return self.cast(op, a[0], src, self.dt[s.name])

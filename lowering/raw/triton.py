@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import UnsupportedConstruct
-from .body import BARRIERS, SPECIAL, RawBody, Stmt
+from .body import BARRIERS, CMP_OPERATORS, SPECIAL, RawBody, Stmt, cmpi_relation
 
 BACKEND = "triton"
 TL_DTYPE = {"i1": "tl.int1", "i8": "tl.int8", "i16": "tl.int16", "i32": "tl.int32", "i64": "tl.int64",
@@ -35,7 +35,6 @@ _CALL2 = {"maxsi": "tl.maximum", "minsi": "tl.minimum", "maxnumf": "tl.maximum",
 _MATH = {n: f"tl.{n}" for n in ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "erf", "sin", "cos", "floor",
                                 "ceil", "fma")}
 _MATH.update(absf="tl.abs", absi="tl.abs", tanh="(2 * tl.sigmoid(2 * {0}) - 1)")
-_CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 # ordered predicates are C's comparisons (false on NaN); unordered ones negate the opposite comparison
 _CMPF = {"oeq": "({a} == {b})", "ogt": "({a} > {b})", "oge": "({a} >= {b})", "olt": "({a} < {b})",
          "ole": "({a} <= {b})", "une": "({a} != {b})", "one": "(({a} < {b}) | ({a} > {b}))",
@@ -172,8 +171,7 @@ class _Analysis:
                 return None
             f = _INT_EVAL.get(op)
             if op == "cmpi":
-                p = s.attrs["predicate"]
-                return _CMPI[p if p in ("eq", "ne") else p[1:]](*a).astype(np.int64)
+                return _CMPI[cmpi_relation(s.attrs["predicate"])[0]](*a).astype(np.int64)
             return None if f is None else np.asarray(f(*a), dtype=np.int64)
 
 
@@ -315,11 +313,9 @@ class _Triton:
         if op == "select":
             return f"tl.where({a[0]}, {a[1]}, {a[2]})"
         if op == "cmpi":
-            p = s.attrs["predicate"]
-            x, y = a
-            if p[0] == "u":
-                x, y = self.unsigned(x, src), self.unsigned(y, src)
-            return f"({x} {_CMP[p if p in ('eq', 'ne') else p[1:]]} {y})"
+            relation, unsigned = cmpi_relation(s.attrs["predicate"])
+            x, y = (self.unsigned(a[0], src), self.unsigned(a[1], src)) if unsigned else a
+            return f"({x} {CMP_OPERATORS[relation]} {y})"
         if op == "cmpf":
             return _CMPF[s.attrs["predicate"]].format(a=a[0], b=a[1])
         return self.cast(op, a[0], src, dst)

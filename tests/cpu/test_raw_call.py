@@ -12,16 +12,12 @@ import tle  # noqa: E402
 from tle.cli import meta_copy  # noqa: E402
 from tle.lowering.errors import LoweringError, UnsupportedConstruct  # noqa: E402
 from tle.raw.mlir import arith, ir, nvvm, tensor  # noqa: E402
+from raw_functions import thread_index, triple_2d  # noqa: E402
 
 from tle.kernels import raw_vector_add as rva  # noqa: E402
 
 F1024 = Annotated[ir.RankedTensorType, "tensor<1024xf32>"]
 F128 = Annotated[ir.RankedTensorType, "tensor<128xf32>"]
-F4x32 = Annotated[ir.RankedTensorType, "tensor<4x32xf32>"]
-
-
-def _index(op):
-    return arith.index_cast(ir.IndexType.get(), op(ir.IntegerType.get_signless(32)).res)
 
 
 def _line(marker: str) -> int:
@@ -44,31 +40,22 @@ def _tilelang_or_skip():
 @tle.hardware_constraint(threads_dim=1, sync_scope="none")
 def accumulate(x: F128, acc: F128):
     """acc += x, one element per thread."""
-    i = _index(nvvm.ThreadIdXOp)
+    i = thread_index(nvvm.ThreadIdXOp)
     tensor.insert(arith.addf(tensor.extract(acc, [i]), tensor.extract(x, [i])), acc, [i])
 
 
 @tle.raw.language(name="mlir")
 def copy_tile(x: F1024, out: F1024):
-    i = _index(nvvm.ThreadIdXOp)
+    i = thread_index(nvvm.ThreadIdXOp)
     tensor.insert(tensor.extract(x, [i]), out, [i])
 
 
 @tle.raw.language(name="mlir")
 def shifted(x: F1024, out: F1024):
     """out[t] = x[t + 1]: every thread reads its neighbour's element (not element-wise)."""
-    i = _index(nvvm.ThreadIdXOp)
+    i = thread_index(nvvm.ThreadIdXOp)
     j = arith.addi(i, arith.constant(ir.IndexType.get(), 1))
     tensor.insert(tensor.extract(x, [j]), out, [i])
-
-
-@tle.raw.language(name="mlir")
-@tle.hardware_constraint(threads_dim=2, sync_scope="none")
-def triple_2d(x: F4x32, out: F4x32):
-    """out[ty, tx] = 3 * x[ty, tx] on a 4x32 tile, threads (32, 4)."""
-    tx, ty = _index(nvvm.ThreadIdXOp), _index(nvvm.ThreadIdYOp)
-    v = tensor.extract(x, [ty, tx])
-    tensor.insert(arith.mulf(v, arith.constant(ir.F32Type.get(), 3.0)), out, [ty, tx])
 
 
 # -- kernels -----------------------------------------------------------------------------------------------
@@ -370,7 +357,7 @@ def test_tilelang_notes_an_order_other_than_row_major():
 
 @tle.raw.language(name="mlir")
 def two_outputs(a: F128, b: F128):
-    i = _index(nvvm.ThreadIdXOp)
+    i = thread_index(nvvm.ThreadIdXOp)
     v = arith.constant(ir.F32Type.get(), 1.0)
     tensor.insert(v, a, [i])
     tensor.insert(v, b, [i])

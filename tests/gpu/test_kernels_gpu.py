@@ -117,14 +117,8 @@ def test_sparse_mla_invalid_and_short_rows(backend, is_async):
     """Rows with fewer valid indices than topk (padding SKV), out-of-range indices (-7, SKV + 3) in the
     middle of rows, two head blocks, and an fp32 reference."""
     from tle.kernels import sparse_mla as M
-    gen = torch.Generator().manual_seed(1)
-    B, S, SKV, H, VG, topk = 2, 160, 256, 128, 1, 128
-    q = torch.randn(B, S, H, 576, generator=gen).to("cuda", torch.bfloat16)
-    kv = torch.randn(B, SKV, VG, 576, generator=gen).to("cuda", torch.bfloat16)
-    idx = M.make_indices(B, S, SKV, VG, topk, gen, "cuda")
-    bad = (torch.rand(idx.shape, generator=gen) < 0.1).to("cuda") & (torch.arange(topk, device="cuda") > 0)
-    idx = torch.where(bad, torch.where(torch.rand(idx.shape, device="cuda") < 0.5, -7, SKV + 3), idx).to(torch.int32)
-    cfg = dict(M.CONFIG_SMALL)
+    q, kv, idx = _sparse_mla_case()
+    (B, S, H, _), cfg = q.shape, dict(M.CONFIG_SMALL)
     out = torch.empty(B, S, H, 512, device="cuda", dtype=torch.bfloat16)
     lse = torch.empty(B, S, H, device="cuda", dtype=torch.bfloat16)
     grid, args = M.kernel_args(q, kv, idx, out, lse, 576 ** -0.5, 512, cfg.pop("BK"), cfg.pop("BH"))

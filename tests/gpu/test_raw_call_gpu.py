@@ -11,37 +11,25 @@ pytest.importorskip("jaxlib.mlir")
 import tle  # noqa: E402
 from tle.kernels.raw_vector_add import vector_add_raw  # noqa: E402
 from tle.raw.mlir import arith, ir, nvvm, tensor  # noqa: E402
+from raw_functions import thread_index, triple_2d  # noqa: E402
 
 BACKENDS = ("triton", "tilelang")
 F128 = Annotated[ir.RankedTensorType, "tensor<128xf32>"]
-F4x32 = Annotated[ir.RankedTensorType, "tensor<4x32xf32>"]
-
-
-def _index(op):
-    return arith.index_cast(ir.IndexType.get(), op(ir.IntegerType.get_signless(32)).res)
 
 
 @tle.raw.language(name="mlir")
 @tle.hardware_constraint(threads_dim=1, sync_scope="none")
 def accumulate(x: F128, acc: F128):
-    i = _index(nvvm.ThreadIdXOp)
+    i = thread_index(nvvm.ThreadIdXOp)
     tensor.insert(arith.addf(tensor.extract(acc, [i]), tensor.extract(x, [i])), acc, [i])
 
 
 @tle.raw.language(name="mlir")
 def rotate(x: F128, out: F128):
     """out[t] = x[(t + 1) % 128]: each thread reads its neighbour's element."""
-    i = _index(nvvm.ThreadIdXOp)
+    i = thread_index(nvvm.ThreadIdXOp)
     j = arith.remsi(arith.addi(i, arith.constant(ir.IndexType.get(), 1)), arith.constant(ir.IndexType.get(), 128))
     tensor.insert(tensor.extract(x, [j]), out, [i])
-
-
-@tle.raw.language(name="mlir")
-@tle.hardware_constraint(threads_dim=2, sync_scope="none")
-def triple_2d(x: F4x32, out: F4x32):
-    tx, ty = _index(nvvm.ThreadIdXOp), _index(nvvm.ThreadIdYOp)
-    v = tensor.extract(x, [ty, tx])
-    tensor.insert(arith.mulf(v, arith.constant(ir.F32Type.get(), 3.0)), out, [ty, tx])
 
 
 @tle.jit
