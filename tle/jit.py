@@ -228,6 +228,27 @@ class Kernel:
         key, _ = self._key(runtime, b, grid)
         return self._get(b, constexprs, runtime, key, int(num_warps), int(num_stages), grid)
 
+    def interpret_tilelang(self, grid, *args, strict_reads: bool = False, num_warps: int = 4, num_stages: int = 3,
+                           **kwargs):
+        """Run the TileLang lowering for these arguments on CPU tensors through the interpreter of
+        TileLang programs: what the generated program computes, checked without a GPU. It is a test
+        oracle, never a backend (no launch goes through it). Outputs are written in place; returns the
+        interpreter's Report. Errors (tle.lowering.tilelang.interpreter.InterpreterError) name the
+        statement of the generated program that has no defined result."""
+        constexprs, runtime, launch = self._bind(args, dict(kwargs))
+        if launch:
+            raise LaunchError(f"{self.__name__}: interpret_tilelang takes num_warps and num_stages, not "
+                              f"{', '.join(launch)}")
+        if callable(grid):
+            grid = grid(dict(constexprs, **dict(runtime)))
+        grid = check_grid(grid)
+        b = select.resolve("tilelang")
+        key, _ = self._key(runtime, b, grid)
+        lowered = self._get(b, constexprs, runtime, key, int(num_warps), int(num_stages), grid)
+        specialized = lowered.kernel.specialized
+        values = [v for (n, v) in runtime if n not in specialized]
+        return lowered.compiled.interpret(values, strict_reads=strict_reads)
+
     # -- launch -------------------------------------------------------------------------------------
     def run(self, grid, args, kwargs):
         constexprs, runtime, launch = self._bind(args, dict(kwargs))

@@ -54,18 +54,23 @@ class TileLangCompiled(api.Compiled):
         self.path = path
         self.notes = notes
         self._kernel = None
+        self._program = None
         self._tensor_args = [a.is_tensor for a in spec.args]
         self._extents = [a.extent for a in spec.args]
+
+    def prim_func(self):
+        """The generated `@T.prim_func`, as TileLang parses it (nothing compiled)."""
+        _import_tilelang()
+        mod = load_module(self.path, f"tle_gen_tilelang_{os.path.basename(self.path)[:-3]}")
+        return getattr(mod, self.ir.name)
 
     @property
     def kernel(self):
         if self._kernel is None:
-            tilelang = _import_tilelang()
-            mod = load_module(self.path, f"tle_gen_tilelang_{os.path.basename(self.path)[:-3]}")
-            self._kernel = tilelang.compile(getattr(mod, self.ir.name), out_idx=None, target=_target())
+            self._kernel = _import_tilelang().compile(self.prim_func(), out_idx=None, target=_target())
         return self._kernel
 
-    def launch(self, grid, args):
+    def _flat(self, args) -> list:
         import torch
         flat = []
         for is_t, extent, a in zip(self._tensor_args, self._extents, args):
@@ -74,7 +79,18 @@ class TileLangCompiled(api.Compiled):
                 flat.append(a.view(-1) if a.is_contiguous() else torch.as_strided(a, (extent,), (1,)))
             else:
                 flat.append(a)
-        self.kernel(*flat)
+        return flat
+
+    def launch(self, grid, args):
+        self.kernel(*self._flat(args))
+
+    def interpret(self, args, strict_reads: bool = False):
+        """Run the generated program on CPU tensors through the interpreter of TileLang programs (a test
+        oracle, see interpreter/): the tensors are written in place; returns its Report."""
+        from .interpreter import Program
+        if self._program is None:
+            self._program = Program(self.prim_func())
+        return self._program.run(self._flat(args), strict_reads=strict_reads)
 
     def stage(self, name: str) -> str:
         if name == "source":

@@ -1,0 +1,35 @@
+"""What the interpreter reports when a program does something with no defined result."""
+from __future__ import annotations
+
+
+class InterpreterError(Exception):
+    """A TileLang program did something whose result is undefined on the GPU (or that the interpreter
+    does not model). `where` names the statement (its TIR text) and the block running it."""
+
+    kind = "error"
+
+    def __init__(self, message: str, where: str = ""):
+        self.message = message
+        self.where = where
+        super().__init__(f"{message}{f' ({where})' if where else ''}")
+
+
+class OutOfBounds(InterpreterError):
+    kind = "out-of-bounds access"
+
+
+class UninitializedRead(InterpreterError):
+    kind = "read of memory nothing wrote"
+
+
+class Race(InterpreterError):
+    kind = "data race"
+
+
+class DivisionByZero(InterpreterError):
+    kind = "integer division by zero"
+
+
+class Unsupported(InterpreterError):
+    """A construct the interpreter does not model: it says so rather than guess."""
+    kind = "construct the interpreter does not model"
