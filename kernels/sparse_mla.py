@@ -250,9 +250,7 @@ def _example(device, size):
         o, l = reference(q, kv, indices, sm_scale, D)
         return {"out": o, "lse": l}
     return tle.Launch(grid=grid, args=args, kwargs=cfg, outputs={"out": out, "lse": lse}, reference=ref,
-                      flops=2 * B * S * H * topk * (D + TD + D), label=f"B{B} S{S} SKV{SKV} H{H} D{D}+{TD} topk{topk} bf16",
-                      no_interpreter="Triton 3.6's interpreter computes bf16 tl.dot wrongly; this kernel's "
-                                     "products are bf16 by definition (GPU tests cover it)")
+                      flops=2 * B * S * H * topk * (D + TD + D), label=f"B{B} S{S} SKV{SKV} H{H} D{D}+{TD} topk{topk} bf16")
 
 
 def plain_triton_kernel():

@@ -16,6 +16,7 @@ from ..files import load_module, write_once
 from ..ir.core import KernelIR
 from ..transforms import bound_guarded_loops, drop_overwritten_buffer_carries, how_issued, pipeline_async_loads
 from ..spec import Spec
+from . import interpreter_fix
 from .codegen import generate
 from .stages import STAGES, compile_stages, compile_stages_elsewhere
 
@@ -45,6 +46,8 @@ class TritonCompiled(api.Compiled):
         return self._fn
 
     def launch(self, grid, args):
+        if interpret_mode():
+            interpreter_fix.apply()
         self.fn[grid](*args, num_warps=self.spec.num_warps, num_stages=self.spec.num_stages)
 
     def _stages(self) -> dict[str, str]:
