@@ -312,3 +312,23 @@ def tle_load_async(device):
     y = _nan_like(x)
     return tle.Launch(grid=(2,), args=(x, y, 100), kwargs=dict(BLOCK=64), outputs={"y": y},
                       reference=lambda: {"y": x * 3.0})
+
+
+# -- a mask that stops one element short of the tile, on a tensor that goes on ----------------------------
+@tle.jit
+def scaled_prefix(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n, other=0.0)
+    tl.store(y_ptr + offs, x * 2.0, mask=offs < n)
+
+
+@case(scaled_prefix)
+def masked_prefix(device):
+    x = torch.randn(128, device=device)
+    y = torch.full((128,), -7.0, device=device)     # the last element must keep this value
+
+    def ref():
+        out = torch.full((128,), -7.0, device=x.device)
+        out[:127] = x[:127] * 2.0
+        return {"y": out}
+    return tle.Launch(grid=(1,), args=(x, y, 127), kwargs=dict(BLOCK=128), outputs={"y": y}, reference=ref)

@@ -6,6 +6,7 @@ import triton.language as tl
 
 import tle
 from tle.cli import meta_copy
+from tilelang_oracle import run_on
 
 
 @tle.jit
@@ -23,12 +24,13 @@ def _reference(x, limit, n, block):
     return x.view(n, block)[rows].sum(0) if rows else torch.zeros(block)
 
 
+@pytest.mark.parametrize("backend", ["triton", "tilelang"])
 @pytest.mark.parametrize("limit", [-5, -1, 0, 15, 16, 17, 40, 1000])
-def test_guarded_loop_runs_the_guarded_iterations_only(limit):
+def test_guarded_loop_runs_the_guarded_iterations_only(limit, backend):
     n, block = 4, 16
     x = torch.randn(n * block)
     out = torch.full((block,), float("nan"))
-    guarded_sum[(1,)](x, out, limit, N=n, BLOCK=block, ASYNC=True, backend="triton")
+    run_on(backend, guarded_sum, (1,), x, out, limit, N=n, BLOCK=block, ASYNC=True)
     torch.testing.assert_close(out, _reference(x, limit, n, block))
 
 

@@ -1,11 +1,15 @@
-"""tle.gpu (TLE-Struct): buffers, copies, local loads/stores and the pipelined range. Results in Triton's
-interpreter; the generated code of each backend; the errors of bad programs."""
+"""tle.gpu (TLE-Struct): buffers, copies, local loads/stores and the pipelined range. Results on both
+backends (Triton's interpreter; the interpreter of TileLang programs); the generated code of each backend;
+the errors of bad programs."""
 import pytest
 import torch
 import triton.language as tl
 
 import tle
 from tle.cli import meta_copy
+from tilelang_oracle import run_on
+
+BACKENDS = ["triton", "tilelang"]
 
 
 @tle.jit
@@ -46,21 +50,22 @@ def _meta(*shapes):
     return [torch.empty(s, device="meta") for s in shapes]
 
 
-def test_buffer_reads_see_the_latest_write_and_keep_earlier_tiles():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_buffer_reads_see_the_latest_write_and_keep_earlier_tiles(backend):
     n, block = 100, 64
     x = torch.randn(n)
     out = torch.full((2 * n,), float("nan"))
-    scale_through_buffer[(2,)](x, out, n, BLOCK=block, backend="triton")
+    run_on(backend, scale_through_buffer, (2,), x, out, n, BLOCK=block)
     torch.testing.assert_close(out[:n], x * 3)
     torch.testing.assert_close(out[n:], x + x * 3)
 
 
-def test_buffer_carried_by_a_loop():
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("kernel", [running_sum_in_buffer, staged_copy_loop], ids=lambda k: k.__name__)
+def test_buffer_carried_by_a_loop(kernel, backend):
     x = torch.randn(5 * 32)
-    out = torch.empty(32)
-    running_sum_in_buffer[(1,)](x, out, N=5, BLOCK=32, backend="triton")
-    torch.testing.assert_close(out, x.view(5, 32).sum(0))
-    staged_copy_loop[(1,)](x, out, N=5, BLOCK=32, backend="triton")
+    out = torch.full((32,), float("nan"))      # each kernel gets its own unwritten output
+    run_on(backend, kernel, (1,), x, out, N=5, BLOCK=32)
     torch.testing.assert_close(out, x.view(5, 32).sum(0))
 
 

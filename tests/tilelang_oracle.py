@@ -1,0 +1,40 @@
+"""Running a kernel's TileLang lowering through the interpreter of TileLang programs (the CPU oracle of
+tle.lowering.tilelang.interpreter), as the CPU and GPU tests do.
+
+A read outside a global tensor is zero in TileLang (its safe-memory pass predicates it). The generator
+relies on that in one place: gathers whose masked-off rows it sends past the end, which its access
+report says are "zero-filled by bounds predication". Everywhere else such a read is a bug, so runs are
+strict unless the lowering says it relies on it."""
+import math
+
+ZERO_FILL = "zero-filled by bounds predication"
+
+
+def interpret_tilelang(kernel, grid, *args, num_warps=4, **kwargs):
+    """Run on CPU tensors (written in place); return the interpreter's report."""
+    lowered = kernel.lower(*args, grid=grid, backend="tilelang", num_warps=num_warps, **kwargs)
+    relies = any(ZERO_FILL in how for _, _, _, how in lowered.compiled.access_report)
+    report = kernel.interpret_tilelang(grid, *args, strict_reads=not relies, num_warps=num_warps, **kwargs)
+    assert report.blocks == math.prod(grid)
+    if relies:
+        assert report.predicated_reads, "the lowering says it zero-fills reads, and none was out of bounds"
+    return report
+
+
+def interpret_launch(kernel, launch):
+    return interpret_tilelang(kernel, launch.grid, *launch.args, **launch.kwargs)
+
+
+def run_on(backend, kernel, grid, *args, **kwargs):
+    """Run on CPU tensors: "triton" in Triton's interpreter, "tilelang" through the interpreter of TileLang
+    programs (skipped where the TileLang backend is unavailable)."""
+    if backend == "tilelang":
+        import pytest
+
+        import tle
+        why = tle.available_backends().get("tilelang")
+        if why is not None:
+            pytest.skip(f"TileLang backend unavailable here ({why})")
+        interpret_tilelang(kernel, grid, *args, **kwargs)
+    else:
+        kernel[grid](*args, backend=backend, **kwargs)
