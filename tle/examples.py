@@ -27,7 +27,7 @@ class Launch:
     bytes: int = 0                                         # bytes moved, for TB/s
     flops: int = 0                                         # floating-point operations, for TFLOP/s
     label: str = ""
-    tolerances: dict = field(default_factory=dict)         # output name -> (atol, rtol), overriding dtype defaults
+    tolerances: dict = field(default_factory=dict)         # output name -> absolute (atol, rtol), overriding TOLERANCES
     no_interpreter: str = ""                               # why Triton's CPU interpreter cannot run it, if it cannot
 
 
@@ -39,15 +39,25 @@ def example(kernel):
     return deco
 
 
-# Tolerances by output dtype, for outputs computed in fp32 and rounded once (reference in fp32).
+# Default tolerances by output dtype, for outputs computed in fp32 and rounded once (reference in fp32):
+# (atol as a fraction of the reference's largest magnitude, rtol). A fixed atol would pass an output of small
+# values (a softmax's, around 1e-3) that is wrong by far more than its rounding.
 TOLERANCES = {torch.float32: (1e-5, 1e-5), torch.float16: (1e-3, 2e-3), torch.bfloat16: (1e-2, 1.6e-2),
               torch.float64: (1e-10, 1e-10)}
 
 
-def tolerance(launch: Launch, name: str, t: torch.Tensor):
+def default_tolerance(ref: torch.Tensor, dtype: torch.dtype) -> tuple[float, float]:
+    """(atol, rtol) for an output of `dtype` against `ref`, atol scaled by ref's largest finite magnitude."""
+    rel_atol, rtol = TOLERANCES.get(dtype, (0, 0))
+    finite = ref[ref.isfinite()]          # an inf in the reference must not make every error pass
+    scale = finite.abs().max().item() if finite.numel() else 0.0
+    return rel_atol * max(scale, torch.finfo(torch.float32).tiny), rtol
+
+
+def tolerance(launch: Launch, name: str, out: torch.Tensor, ref: torch.Tensor):
     if name in launch.tolerances:
-        return launch.tolerances[name]
-    return TOLERANCES.get(t.dtype, (0, 0))
+        return launch.tolerances[name]                     # the launch's own (atol, rtol), absolute
+    return default_tolerance(ref, out.dtype)
 
 
 def compare_outputs(launch: Launch, outputs: dict[str, torch.Tensor] | None = None) -> dict[str, float]:
@@ -61,7 +71,7 @@ def compare_outputs(launch: Launch, outputs: dict[str, torch.Tensor] | None = No
         r = r.float() if r.is_floating_point() else r
         if o.is_floating_point():
             errs[name] = (o - r).abs().max().item() if o.numel() else 0.0
-            atol, rtol = tolerance(launch, name, out)
+            atol, rtol = tolerance(launch, name, out, r)
             torch.testing.assert_close(o, r, atol=atol, rtol=rtol, msg=lambda m: f"output '{name}': {m}")
         else:
             errs[name] = float((o != r).sum().item())

@@ -8,7 +8,7 @@ import triton
 import triton.language as tl
 
 import tle
-from tle.examples import TOLERANCES
+from tle.examples import default_tolerance
 from tle.lowering.analysis import classify_accesses
 
 
@@ -21,7 +21,7 @@ def lower_and_run(kernel, grid, *args, **kw):
 
 def assert_close(out, ref):
     if out.is_floating_point():
-        atol, rtol = TOLERANCES[out.dtype]
+        atol, rtol = default_tolerance(ref.float(), out.dtype)
         torch.testing.assert_close(out, ref.to(out.dtype), atol=atol, rtol=rtol)
     else:
         torch.testing.assert_close(out, ref.to(out.dtype), atol=0, rtol=0)

@@ -1,9 +1,12 @@
 """Golden files: the IR text and the generated Triton and TileLang sources of every kernel at its small
-example, compared exactly. Regenerate after an intended change with TLE_UPDATE_GOLDEN=1 and review the diff.
+example, compared exactly. Regenerate after an intended change with TLE_UPDATE_GOLDEN=1 and review the diff
+it prints (pytest -s); never in CI, where a regenerated golden would pass whatever the lowering now makes.
+A missing golden file fails: only a TileLang backend that cannot run here skips its files.
 
 The kernels' absolute file paths (which appear in generated headers) are replaced by their file names,
 so the files do not depend on where the project lives.
 """
+import difflib
 import inspect
 import os
 
@@ -25,28 +28,87 @@ def normalize(text: str, kernel) -> str:
     return text.replace(folder + os.sep, "")
 
 
+def update_refusal(env) -> str | None:
+    """Why goldens may not be regenerated in this environment (None: they may)."""
+    if env.get("CI", "").strip().lower() in ("true", "1"):
+        return (f"TLE_UPDATE_GOLDEN is set but CI={env['CI']}: goldens are never regenerated in CI; "
+                "regenerate them locally with TLE_UPDATE_GOLDEN=1, review the diff and commit them")
+    return None
+
+
+def golden_diff(path: str, old: str | None, new: str) -> str:
+    """A unified diff from `old` (None: no file yet) to `new`, headed by a line saying when the file is new."""
+    name = os.path.relpath(path)
+    lines = difflib.unified_diff([] if old is None else old.splitlines(), new.splitlines(),
+                                 "/dev/null" if old is None else f"a/{name}", f"b/{name}", lineterm="")
+    body = "\n".join(lines) or f"{name}: only its line endings change"     # splitlines() hides those
+    return (f"new golden file {name}\n" if old is None else "") + body + "\n"
+
+
+def read_golden(path: str) -> str:
+    if not os.path.exists(path):
+        pytest.fail(f"missing golden file {os.path.relpath(path)}: create it with TLE_UPDATE_GOLDEN=1 "
+                    "and review it", pytrace=False)
+    with open(path) as f:
+        return f.read()
+
+
+def update_golden(path: str, text: str) -> str:
+    """Write `text` to `path` unless it already holds it; the diff of what changed ("" if nothing did)."""
+    old = read_golden(path) if os.path.exists(path) else None
+    if old == text:
+        return ""                       # not rewritten: an unchanged file keeps its time stamp
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
+    return golden_diff(path, old, text)
+
+
 @pytest.mark.parametrize("artifact", list(ARTIFACTS))
 @pytest.mark.parametrize("name, kernel", KERNELS, ids=[n for n, _ in KERNELS])
 def test_golden(name, kernel, artifact):
+    refused = update_refusal(os.environ) if UPDATE else None
+    if refused:
+        pytest.fail(refused, pytrace=False)
     backend, suffix = ARTIFACTS[artifact]
     path = os.path.join(GOLDEN, f"{name}.{suffix}")        # module.kernel: kernel names may repeat
     why = tle.available_backends().get(backend)
-    if backend == "tilelang" and why is not None:
+    if backend == "tilelang" and why is not None:        # the environment cannot lower it; files are not at fault
         pytest.skip(f"TileLang backend unavailable here ({why})")
-    if backend == "tilelang" and not UPDATE and not os.path.exists(path):
-        pytest.skip(f"no TileLang golden file {os.path.relpath(path)} yet: once the TileLang backend "
-                    f"lowers this kernel, create it with TLE_UPDATE_GOLDEN=1 and review it")
     launch = kernel.example("cpu", "small")
     lowered = kernel.lower(*[meta_copy(a) for a in launch.args], grid=launch.grid, backend=backend,
                            **launch.kwargs)
     text = normalize(lowered.ir + "\n" if artifact == "ir" else lowered.source, kernel)
     if UPDATE:
-        os.makedirs(GOLDEN, exist_ok=True)
-        with open(path, "w") as f:
-            f.write(text)
+        print(update_golden(path, text), end="")          # pytest -s shows what changed
         return
-    if not os.path.exists(path):
-        pytest.fail(f"missing golden file {path}; create it with TLE_UPDATE_GOLDEN=1")
-    with open(path) as f:
-        expected = f.read()
+    expected = read_golden(path)
     assert text == expected, f"{artifact} of {name} differs from {path} (TLE_UPDATE_GOLDEN=1 regenerates it)"
+
+
+# -- the policy above, on files of its own ------------------------------------------------------------------
+@pytest.mark.parametrize("ci", ["true", "TRUE", "True", "1"])
+def test_update_is_refused_in_ci(ci):
+    assert "never regenerated in CI" in update_refusal({"CI": ci})
+
+
+@pytest.mark.parametrize("env", [{}, {"CI": ""}, {"CI": "0"}, {"CI": "false"}])
+def test_update_is_allowed_outside_ci(env):
+    assert update_refusal(env) is None
+
+
+def test_missing_golden_fails(tmp_path):
+    with pytest.raises(pytest.fail.Exception, match=r"missing golden file .*nope\.py.*TLE_UPDATE_GOLDEN=1"):
+        read_golden(str(tmp_path / "nope.py"))
+
+
+def test_update_shows_its_diff_and_leaves_unchanged_files_alone(tmp_path):
+    path = str(tmp_path / "k.py")
+    diff = update_golden(path, "a = 1\nb = 2\n")
+    assert diff.startswith("new golden file ") and "+a = 1\n+b = 2\n" in diff
+    diff = update_golden(path, "a = 1\nb = 3\n")
+    assert "-b = 2\n+b = 3\n" in diff and "new golden file" not in diff
+    assert read_golden(path) == "a = 1\nb = 3\n"
+    stamp = os.stat(path).st_mtime_ns
+    assert update_golden(path, "a = 1\nb = 3\n") == ""
+    assert os.stat(path).st_mtime_ns == stamp

@@ -77,7 +77,7 @@ def test_raw_vector_add(backend, n):
 @pytest.mark.parametrize("n", [0, 3, 4])
 def test_call_in_a_loop_and_a_branch(backend, n):
     x = torch.randn(8 * 128, device="cuda")
-    out = torch.empty_like(x)
+    out = torch.full_like(x, float("nan"))
     loop_kernel[(8,)](x, out, n, BLOCK=128, backend=backend)
     torch.testing.assert_close(out, x * (n + (n + 1) // 2))
 
@@ -85,13 +85,13 @@ def test_call_in_a_loop_and_a_branch(backend, n):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_2d_threads(backend):
     x = torch.randn(6 * 128, device="cuda")
-    out = torch.empty_like(x)
+    out = torch.full_like(x, float("nan"))
     kernel_2d[(6,)](x, out, backend=backend)
     torch.testing.assert_close(out, 3 * x)
 
 
 def test_threads_exchanging_elements_on_tilelang():
     x = torch.randn(4 * 128, device="cuda")
-    out = torch.empty_like(x)
+    out = torch.full_like(x, float("nan"))
     rotate_kernel[(4,)](x, out, 5, BLOCK=128, backend="tilelang")
     torch.testing.assert_close(out, torch.roll(x.view(4, 128), -5, dims=1).reshape(-1), atol=0, rtol=0)
