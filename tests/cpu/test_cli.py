@@ -52,11 +52,12 @@ def test_show_large_size_costs_nothing(capsys):
 
 
 @pytest.mark.slow
-def test_compare_runs_triton_in_the_interpreter(capsys):
+def test_compare_runs_both_lowerings_in_interpreters(capsys):
     rc = main(["compare", ADD])
     out = capsys.readouterr().out
     assert "=== tile IR" in out and "triton lowering" in out and "memory accesses" in out
-    assert "triton     PASS" in out and "tilelang   compiled to ptx, but not run" in out
+    assert "triton     PASS" in out and "tilelang   compiled to ptx, not run on a GPU" in out
+    assert "tilelang   PASS" in out and "(interpreter of TileLang programs, CPU)" in out
     assert rc == 0
 
 
