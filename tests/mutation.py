@@ -1,0 +1,1080 @@
+"""Mutation testing for the compiler: inject one small change at a time into lowering/ and see whether
+the CPU tests notice.
+
+Run it from anywhere with the project's interpreter:
+
+    .venv/bin/python tests/mutation.py --list                       # the mutants and how many of each kind
+    .venv/bin/python tests/mutation.py --only access.py --limit 6   # a few of them
+    .venv/bin/python tests/mutation.py --sample 50 --seed 1 --json out.json --markdown out.md
+    .venv/bin/python tests/mutation.py                              # all of them (hours)
+
+Targets: every .py file under lowering/tilelang/ and lowering/analysis/ (--paths to choose others), except
+lowering/tilelang/interpreter/: that is the test oracle, not the lowering (--exclude to change).
+
+Each mutant is one change, made with Python's `ast` and spliced into the file's text:
+
+    comparison    < <-> <=, > <-> >=, == <-> !=, is <-> is not, in <-> not in
+    off-by-one    an int literal (|n| <= 64) in a comparison, a subscript or slice, arithmetic or a call's
+                  positional arguments (also as an element of a tuple or list there) nudged by +1 and -1;
+                  ints elsewhere (module-level tables, defaults, keyword arguments) are left alone
+    arithmetic    + <-> - (binary and augmented), except where an operand is plainly a string or list
+    boolean       and <-> or, `not x` -> `x`, True <-> False
+    string-token  a string that is a code token the generator emits or dispatches on, from TOKEN_SWAPS
+                  ("max" <-> "min", "<" <-> "<=", "T.reduce_max" <-> "T.reduce_min", ...): a plain string
+                  matches when it is the token (surrounding whitespace kept); an f-string piece matches
+                  when it is the token, or, for dotted/underscored tokens such as T.max, holds it as a
+                  whole word ("T.max(" does, "T.reduce_" does not); also the two value arms of an
+                  f-string `T.if_then_else({c}, {a}, {b})` swapped
+    dropped-mask  the test of an `if` or `x if c else y` that names something containing "mask" replaced
+                  by True and by False; a call's `mask=...` keyword replaced by None
+    transpose     transpose flags swapped or negated: call keywords named like trans*/transpose* swapped
+                  pairwise, a flag variable (ta/tb, trans_a/trans_b, ...) read as its partner, a flag
+                  whose name contains "trans" negated where it is used as a condition, and a tuple of two
+                  flags swapped
+
+Never mutated: docstrings and other bare strings, type annotations, imports, `__all__`, logging calls;
+strings inside raise statements, assert messages and message-like calls (error, warn, notes, report,
+print, exception constructors) are free text and take no string-token mutation.
+
+Each worker owns a copy of the source tree (tle/, lowering/, kernels/, tests/, pyproject.toml,
+README.md) in a temporary folder, with its own TLE_CACHE_DIR, TRITON_CACHE_DIR, TILELANG_CACHE_DIR and
+TMPDIR. A mutant is written into the copy, the test command runs there with the copy first on
+PYTHONPATH (checked at start: tle, tle.lowering, tle.kernels and the targets must import from the
+copy), and the pristine file is put back. Bytecode is not written, so a mutant of the same size and
+second as the previous file can never run from a stale .pyc. The caches start empty; after the
+baseline run every worker gets a copy of what it filled, and each worker keeps its caches across its
+mutants: tle, Triton and TileLang key what they cache by the generated code itself, so a mutant that
+changes the generated code compiles afresh and one that does not reuses the pristine result. Nothing is
+read from or written to the user's own caches.
+
+The test command (default: pytest on the files of tests/cpu, the corpus and kernel numerics first, with
+-x -q -p no:cacheprovider -k "not golden" -m "not slow")
+runs once on the pristine copy first and must pass; then a canary mutant (every target made to raise
+on import) must be caught, proving the tests run the copy's code. Golden files are left out by
+default: they pin the generated text, so they catch any textual change; --with-goldens includes them.
+
+Statuses:
+    killed    the tests failed (pytest exit code 1, or a crash)
+    survived  the tests passed (exit code 0): no test notices this change
+    timeout   the tests ran past --timeout; counted as killed, listed separately
+    error     pytest exit codes 2-5 (interrupted, internal or usage error, no tests collected), or a test
+              module that fails to import (a collection error, which pytest -x reports as exit code 1):
+              e.g. the mutant breaks an import; counted as killed, listed separately
+
+Kill rate = (killed + timeout + error) / total.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import copy
+import json
+import os
+import random
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import asdict, dataclass
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_TARGETS = ("lowering/tilelang", "lowering/analysis")
+DEFAULT_EXCLUDED = ("lowering/tilelang/interpreter",)
+COPIED = ("tle", "lowering", "kernels", "tests", "pyproject.toml", "README.md")
+OPERATORS = ("comparison", "off-by-one", "arithmetic", "boolean", "string-token", "dropped-mask", "transpose")
+STATUSES = ("killed", "survived", "timeout", "error")
+CACHE_VARS = ("TLE_CACHE_DIR", "TRITON_CACHE_DIR", "TILELANG_CACHE_DIR")
+MAX_INT = 64
+
+COMPARE_FLIPS = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq,
+                 ast.NotEq: ast.Eq, ast.Is: ast.IsNot, ast.IsNot: ast.Is, ast.In: ast.NotIn, ast.NotIn: ast.In}
+
+# code tokens the generators emit or dispatch on -> what each may become
+TOKEN_SWAPS = {
+    "max": ("min",), "min": ("max",), "sum": ("max",),
+    "argmax": ("argmin",), "argmin": ("argmax",),
+    "maximum": ("minimum",), "minimum": ("maximum",),
+    "T.max": ("T.min",), "T.min": ("T.max",),
+    "reduce_max": ("reduce_min",), "reduce_min": ("reduce_max",), "reduce_sum": ("reduce_max",),
+    "T.reduce_max": ("T.reduce_min",), "T.reduce_min": ("T.reduce_max",), "T.reduce_sum": ("T.reduce_max",),
+    "transpose_A": ("transpose_B",), "transpose_B": ("transpose_A",),
+    "transpose_A=True": ("transpose_B=True",), "transpose_B=True": ("transpose_A=True",),
+    "<": ("<=",), "<=": ("<",), ">": (">=",), ">=": (">",), "==": ("!=",), "!=": ("==",),
+    "&": ("|",), "|": ("&",), "+": ("-",), "-": ("+",),
+    "lt": ("le",), "le": ("lt",), "gt": ("ge",), "ge": ("gt",), "eq": ("ne",), "ne": ("eq",),
+    "add": ("sub",), "sub": ("add",), "and": ("or",), "or": ("and",),
+}
+# tokens looked for as whole words inside f-string pieces (the others only as a whole piece)
+WORD_TOKENS = tuple(t for t in TOKEN_SWAPS if "." in t or "_" in t)
+
+# calls whose string arguments are messages, not code (matched against the callee's dotted name)
+FREE_TEXT_PARTS = {"error", "warn", "warning", "warnings", "notes", "note", "report", "print"}
+FREE_TEXT_CALLEE = re.compile(r"(Error|Exception|Warning|Unsupported\w*|Unavailable)$")
+LOGGING_NAMES = {"logging", "logger", "log", "_logger", "_log", "LOG", "LOGGER"}
+TRANS_FLAG = re.compile(r"trans|^t[ab]$", re.IGNORECASE)
+
+
+# ---------------------------------------------------------------------------------------------------
+# mutants
+# ---------------------------------------------------------------------------------------------------
+@dataclass
+class Mutant:
+    file: str            # relative to the project root
+    line: int            # 1-based
+    col: int             # 1-based
+    operator: str
+    original: str
+    mutated: str
+    start: int           # the text span the replacement goes over (character offsets)
+    end: int
+    replacement: str
+
+    @property
+    def folder(self) -> str:
+        return os.path.dirname(self.file)
+
+    def describe(self, full: bool = False) -> str:
+        a, b = (self.original, self.mutated) if full else _shorten_pair(self.original, self.mutated)
+        return f"{self.file}:{self.line}: `{a}` -> `{b}` ({self.operator})"
+
+    def apply(self, text: str) -> str:
+        return text[:self.start] + self.replacement + text[self.end:]
+
+
+def _oneline(s: str) -> str:
+    return re.sub(r"\s*\n\s*", " ", s.strip())
+
+
+def _shorten_pair(a: str, b: str, width: int = 90, context: int = 30) -> tuple[str, str]:
+    """Both strings cut to the part around where they differ, when they are long."""
+    if len(a) <= width and len(b) <= width:
+        return a, b
+    p = 0
+    while p < min(len(a), len(b)) and a[p] == b[p]:
+        p += 1
+    s = 0
+    while s < min(len(a), len(b)) - p and a[-1 - s] == b[-1 - s]:
+        s += 1
+
+    def cut(x):
+        lo, hi = max(0, p - context), min(len(x), len(x) - s + context)
+        return ("..." if lo > 0 else "") + x[lo:hi] + ("..." if hi < len(x) else "")
+    return cut(a), cut(b)
+
+
+def _int_node(v: int) -> ast.expr:
+    return ast.Constant(v) if v >= 0 else ast.UnaryOp(ast.USub(), ast.Constant(-v))
+
+
+def _is_atom(node: ast.AST) -> bool:
+    if isinstance(node, ast.Constant):
+        return not (isinstance(node.value, (int, float)) and not isinstance(node.value, bool) and node.value < 0)
+    return isinstance(node, (ast.Name, ast.Attribute, ast.Call, ast.Subscript, ast.List, ast.Tuple, ast.Dict,
+                             ast.Set, ast.JoinedStr))
+
+
+def _quote_like(original: str, value: str) -> str:
+    """A string literal for `value` in the quotes `original` was written with, where that is simple."""
+    if original[:1] == '"' and not any(c in value for c in '"\\\n'):
+        return f'"{value}"'
+    return repr(value)
+
+
+if hasattr(ast, "_Unparser"):
+    class _SourceUnparser(ast._Unparser):
+        """ast.unparse, except that nodes of the file are written as they are in its text (with
+        parentheses added where the new context needs them)."""
+
+        def __init__(self, source_of=lambda node: None, **kwargs):
+            super().__init__(**kwargs)      # f-string parts are unparsed by fresh instances
+            self._source_of = source_of
+
+        def traverse(self, node):
+            text = None if isinstance(node, list) else self._source_of(node)
+            if text is None:
+                return super().traverse(node)
+            # unparse it plainly here and alone: parentheses here that it has not alone are the context's
+            saved, self._source, source_of = self._source, [], self._source_of
+            self._source_of = lambda n: None
+            try:
+                super().traverse(node)
+            finally:
+                in_context, self._source, self._source_of = "".join(self._source), saved, source_of
+            self.write(f"({text})" if in_context == f"({ast.unparse(node)})" else text)
+else:                                   # pragma: no cover - ast._Unparser is private
+    _SourceUnparser = None
+
+
+def _dotted(node: ast.AST) -> list[str]:
+    """Names along an attribute chain: self.notes.append -> [self, notes, append]."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+    elif isinstance(node, ast.Call):
+        parts.extend(reversed(_dotted(node.func)))
+    return list(reversed(parts))
+
+
+def _names_in(node: ast.AST) -> set[str]:
+    out = set()
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name):
+            out.add(n.id)
+        elif isinstance(n, ast.Attribute):
+            out.add(n.attr)
+        elif isinstance(n, ast.arg):
+            out.add(n.arg)
+    return out
+
+
+def _flag_name(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return None
+
+
+def _partner(name: str) -> str | None:
+    """ta -> tb, trans_a -> trans_b, transpose_B -> transpose_A (None when there is no a/b suffix)."""
+    m = re.match(r"^(.*?)([abAB])$", name)
+    if not m or not TRANS_FLAG.search(name):
+        return None
+    swap = {"a": "b", "b": "a", "A": "B", "B": "A"}
+    return m.group(1) + swap[m.group(2)]
+
+
+def _stringy(node: ast.AST) -> bool:
+    """Is this plainly a string or a list (so that + is concatenation)?"""
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, (str, bytes))
+    if isinstance(node, (ast.JoinedStr, ast.List, ast.ListComp, ast.Tuple)):
+        return True
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Mult)):
+        return _stringy(node.left) or _stringy(node.right)
+    if isinstance(node, ast.Call):
+        d = _dotted(node.func)
+        return bool(d) and d[-1] in ("join", "format", "str", "repr", "list", "sorted", "upper", "lower")
+    return False
+
+
+class FileMutator:
+    """Finds the mutants of one file."""
+
+    def __init__(self, relpath: str, text: str):
+        self.file = relpath
+        self.text = text
+        self.tree = ast.parse(text)
+        self.parent: dict[int, ast.AST] = {}
+        for node in ast.walk(self.tree):
+            for child in ast.iter_child_nodes(node):
+                self.parent[id(child)] = node
+        lines = re.findall(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$", text)     # line ends as Python counts them
+        self.line_start = [0]
+        for ln in lines:
+            self.line_start.append(self.line_start[-1] + len(ln))
+        self.lines = lines
+        self.skip: set[int] = set()        # no mutation at all
+        self.free_text: set[int] = set()   # no string-token mutation
+        self._mark_skipped()
+        self._locals: dict[int, set[str]] = {}
+
+    # -- where not to mutate ------------------------------------------------------------------------------
+    def _mark(self, node: ast.AST | None, into: set[int]):
+        if node is not None:
+            into.update(id(n) for n in ast.walk(node))
+
+    def _mark_skipped(self):
+        for node in ast.walk(self.tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                self._mark(node, self.skip)
+            elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and \
+                    isinstance(node.value.value, str):
+                self._mark(node, self.skip)                      # docstrings and bare strings
+            elif isinstance(node, ast.arg):
+                self._mark(node.annotation, self.skip)
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                self._mark(node.returns, self.skip)
+            elif isinstance(node, ast.AnnAssign):
+                self._mark(node.annotation, self.skip)
+            elif isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__"
+                                                      for t in node.targets):
+                self._mark(node, self.skip)
+            elif isinstance(node, ast.Raise):
+                self._mark(node, self.free_text)
+            elif isinstance(node, ast.Assert):
+                self._mark(node.msg, self.free_text)
+            elif isinstance(node, ast.Call):
+                parts = _dotted(node.func)
+                if parts and (parts[0] in LOGGING_NAMES or "getLogger" in parts):
+                    self._mark(node, self.skip)
+                elif FREE_TEXT_PARTS & set(parts) or (parts and FREE_TEXT_CALLEE.search(parts[-1])):
+                    self._mark(node, self.free_text)
+
+    # -- positions -----------------------------------------------------------------------------------------
+    def _offset(self, line: int, col_bytes: int) -> int:
+        text = self.lines[line - 1]
+        return self.line_start[line - 1] + len(text.encode()[:col_bytes].decode(errors="replace"))
+
+    def _span(self, node: ast.AST) -> tuple[int, int]:
+        return (self._offset(node.lineno, node.col_offset), self._offset(node.end_lineno, node.end_col_offset))
+
+    def _outer_fstring(self, node: ast.AST) -> ast.JoinedStr | None:
+        """The outermost f-string around `node` (or `node` itself): inside one, positions are unreliable."""
+        found = node if isinstance(node, ast.JoinedStr) else None
+        p = self.parent.get(id(node))
+        while p is not None:
+            if isinstance(p, ast.JoinedStr):
+                found = p
+            p = self.parent.get(id(p))
+        return found
+
+    def _swapped_copy(self, root: ast.AST, old: ast.AST, new: ast.AST) -> ast.AST:
+        """A deep copy of `root` with `old` (a node inside it) replaced by `new`."""
+        if root is old:
+            return new
+        parent = self.parent[id(old)]
+        for field, value in ast.iter_fields(parent):
+            if value is old:
+                setattr(parent, field, new)
+                try:
+                    return copy.deepcopy(root)
+                finally:
+                    setattr(parent, field, old)
+            if isinstance(value, list) and any(v is old for v in value):
+                i = next(i for i, v in enumerate(value) if v is old)
+                value[i] = new
+                try:
+                    return copy.deepcopy(root)
+                finally:
+                    value[i] = old
+        raise AssertionError("node not found in its parent")
+
+    @staticmethod
+    def _parses_to(text: str, node: ast.AST) -> bool:
+        try:
+            if isinstance(node, ast.stmt):
+                got = ast.parse(text).body
+                return len(got) == 1 and ast.dump(got[0]) == ast.dump(node)
+            return ast.dump(ast.parse(f"(\n{text}\n)", mode="eval").body) == ast.dump(node)
+        except SyntaxError:
+            return False
+
+    def source_of(self, node: ast.AST) -> str | None:
+        """The source text of a node of this file (None inside f-strings, where spans are unreliable)."""
+        if id(node) not in self.parent or self._outer_fstring(self.parent[id(node)]) is not None:
+            return None
+        start, end = self._span(node)
+        return self.text[start:end]
+
+    def render(self, target: ast.AST, new: ast.AST) -> list[str]:
+        """Candidate texts for `new`, best first: its unchanged parts as written, then plain ast.unparse."""
+        out = []
+        if isinstance(new, ast.Constant) and isinstance(new.value, str) and isinstance(target, ast.Constant):
+            out.append(_quote_like(self.source_of(target) or "", new.value))
+        elif _SourceUnparser is not None:
+            out.append(_SourceUnparser(self.source_of).visit(new))
+        out.append(ast.unparse(new))
+        return out
+
+    def make(self, target: ast.AST, new: ast.AST, operator: str) -> Mutant | None:
+        """The mutant replacing `target` by `new` (None when its text cannot be placed exactly)."""
+        if ast.dump(target) == ast.dump(new):
+            return None
+        fstring = self._outer_fstring(target)
+        if fstring is None:
+            start, end = self._span(target)
+            if not self._parses_to(self.text[start:end], target):
+                return None
+            for text in self.render(target, new):
+                replacement = text if isinstance(new, ast.stmt) or _is_atom(new) else f"({text})"
+                if self._parses_to(replacement, new):
+                    break
+            else:
+                return None
+            original, mutated = _oneline(self.text[start:end]), _oneline(text)
+        else:
+            # positions inside an f-string are not exact on Python < 3.12: rewrite the whole f-string
+            start, end = self._span(fstring)
+            if not self._parses_to(self.text[start:end], fstring):
+                return None
+            new_fstring = self._swapped_copy(fstring, target, new)
+            replacement = ast.unparse(new_fstring)
+            if not self._parses_to(replacement, new_fstring):
+                return None
+            if isinstance(target, (ast.JoinedStr, ast.Constant)):
+                original, mutated = _oneline(self.text[start:end]), replacement
+            else:
+                original, mutated = ast.unparse(target), ast.unparse(new)
+        return Mutant(self.file, target.lineno, target.col_offset + 1, operator, original, mutated, start, end,
+                      replacement)
+
+    # -- operators: each yields (node to replace, replacement) ---------------------------------------------
+    def comparison(self, node):
+        if isinstance(node, ast.Compare):
+            for i, op in enumerate(node.ops):
+                flip = COMPARE_FLIPS.get(type(op))
+                if flip is not None:
+                    ops = list(node.ops)
+                    ops[i] = flip()
+                    yield node, ast.Compare(node.left, ops, node.comparators)
+
+    def off_by_one(self, node):
+        if not (isinstance(node, ast.Constant) and type(node.value) is int and abs(node.value) <= MAX_INT):
+            return
+        target, value = node, node.value
+        parent = self.parent.get(id(node))
+        if isinstance(parent, ast.UnaryOp) and isinstance(parent.op, ast.USub):
+            target, value = parent, -value
+            parent = self.parent.get(id(parent))
+        if self._int_context(target, parent):
+            for delta in (1, -1):
+                yield target, _int_node(value + delta)
+
+    def _int_context(self, node, parent) -> bool:
+        if isinstance(parent, (ast.Tuple, ast.List)):
+            grand = self.parent.get(id(parent))
+            return isinstance(grand, (ast.Compare, ast.Subscript, ast.Call)) and self._int_context(parent, grand)
+        if isinstance(parent, (ast.Compare, ast.Slice, ast.BinOp)):
+            return True
+        if isinstance(parent, ast.Subscript):
+            return parent.slice is node
+        if isinstance(parent, ast.AugAssign):
+            return parent.value is node
+        if isinstance(parent, ast.Call):
+            return any(a is node for a in parent.args)
+        return False
+
+    def arithmetic(self, node):
+        swap = {ast.Add: ast.Sub, ast.Sub: ast.Add}
+        if isinstance(node, ast.BinOp) and type(node.op) in swap and \
+                not (_stringy(node.left) or _stringy(node.right)):
+            yield node, ast.BinOp(node.left, swap[type(node.op)](), node.right)
+        if isinstance(node, ast.AugAssign) and type(node.op) in swap and not _stringy(node.value):
+            yield node, ast.AugAssign(node.target, swap[type(node.op)](), node.value)
+
+    def boolean(self, node):
+        if isinstance(node, ast.BoolOp):
+            yield node, ast.BoolOp(ast.Or() if isinstance(node.op, ast.And) else ast.And(), node.values)
+        elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            yield node, node.operand
+        elif isinstance(node, ast.Constant) and type(node.value) is bool:
+            yield node, ast.Constant(not node.value)
+
+    def string_token(self, node):
+        if id(node) in self.free_text:
+            return
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            s = node.value
+            in_fstring = isinstance(self.parent.get(id(node)), ast.JoinedStr)
+            core = s.strip()
+            if core in TOKEN_SWAPS:
+                lead, trail = s[:len(s) - len(s.lstrip())], s[len(s.rstrip()):]
+                for new in TOKEN_SWAPS[core]:
+                    yield node, ast.Constant(lead + new + trail)
+            if in_fstring:
+                for tok in WORD_TOKENS:
+                    if tok == core:
+                        continue
+                    for m in re.finditer(rf"(?<![\w.]){re.escape(tok)}(?!\w)", s):
+                        for new in TOKEN_SWAPS[tok]:
+                            yield node, ast.Constant(s[:m.start()] + new + s[m.end():])
+        elif isinstance(node, ast.JoinedStr):
+            swapped = _swap_if_then_else_arms(node)
+            if swapped is not None:
+                yield node, swapped
+
+    def dropped_mask(self, node):
+        if isinstance(node, (ast.If, ast.IfExp)) and not isinstance(node.test, ast.Constant) and \
+                any("mask" in n.lower() for n in _names_in(node.test)):
+            yield node.test, ast.Constant(True)
+            yield node.test, ast.Constant(False)
+        elif isinstance(node, ast.keyword) and node.arg == "mask" and \
+                not (isinstance(node.value, ast.Constant) and node.value.value is None):
+            yield node.value, ast.Constant(None)
+
+    def transpose(self, node):
+        if isinstance(node, ast.Call):
+            flags = [k for k in node.keywords if k.arg and TRANS_FLAG.search(k.arg)]
+            if len(flags) >= 2:
+                kws = [ast.keyword(k.arg, k.value) for k in node.keywords]
+                i, j = node.keywords.index(flags[0]), node.keywords.index(flags[1])
+                kws[i].value, kws[j].value = kws[j].value, kws[i].value
+                yield node, ast.Call(node.func, node.args, kws)
+        elif isinstance(node, ast.Tuple) and isinstance(node.ctx, ast.Load):
+            idx = [i for i, e in enumerate(node.elts) if (n := _flag_name(e)) and TRANS_FLAG.search(n)]
+            if len(idx) >= 2:
+                elts = list(node.elts)
+                elts[idx[0]], elts[idx[1]] = elts[idx[1]], elts[idx[0]]
+                yield node, ast.Tuple(elts, ast.Load())
+        elif isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load):
+            name = _flag_name(node)
+            if not TRANS_FLAG.search(name):
+                return
+            partner = _partner(name)
+            if isinstance(node, ast.Name) and partner and partner in self._local_names(node):
+                yield node, ast.Name(partner, ast.Load())
+            parent = self.parent.get(id(node))
+            as_condition = (isinstance(parent, (ast.If, ast.IfExp, ast.While)) and parent.test is node) or \
+                isinstance(parent, ast.BoolOp)
+            if as_condition:
+                yield node, ast.UnaryOp(ast.Not(), node)
+
+    def _local_names(self, node: ast.AST) -> set[str]:
+        """Names bound in the function around `node` (its arguments and assignment targets)."""
+        p = self.parent.get(id(node))
+        while p is not None and not isinstance(p, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module)):
+            p = self.parent.get(id(p))
+        if id(p) not in self._locals:
+            names = set()
+            for n in ast.walk(p):
+                if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+                    names.add(n.id)
+                elif isinstance(n, ast.arg):
+                    names.add(n.arg)
+            self._locals[id(p)] = names
+        return self._locals[id(p)]
+
+    def mutants(self) -> list[Mutant]:
+        ops = {"comparison": self.comparison, "off-by-one": self.off_by_one, "arithmetic": self.arithmetic,
+               "boolean": self.boolean, "string-token": self.string_token, "dropped-mask": self.dropped_mask,
+               "transpose": self.transpose}
+        out, seen = [], set()
+        for node in ast.walk(self.tree):
+            if id(node) in self.skip:
+                continue
+            for name, gen in ops.items():
+                for target, new in gen(node):
+                    m = self.make(target, new, name)
+                    if m is None:
+                        continue
+                    key = (m.start, m.end, m.replacement)
+                    if key not in seen:
+                        seen.add(key)
+                        out.append(m)
+        out.sort(key=lambda m: (m.line, m.col, OPERATORS.index(m.operator), m.mutated))
+        return out
+
+
+def _swap_if_then_else_arms(node: ast.JoinedStr) -> ast.JoinedStr | None:
+    """f"...T.if_then_else({c}, {a}, {b})..." -> the same with {a} and {b} exchanged."""
+    v = node.values
+    for i in range(len(v) - 5):
+        if isinstance(v[i], ast.Constant) and str(v[i].value).endswith("T.if_then_else(") and \
+                isinstance(v[i + 1], ast.FormattedValue) and _piece(v[i + 2]) == ", " and \
+                isinstance(v[i + 3], ast.FormattedValue) and _piece(v[i + 4]) == ", " and \
+                isinstance(v[i + 5], ast.FormattedValue) and i + 6 < len(v) and \
+                str(_piece(v[i + 6])).startswith(")"):
+            values = list(v)
+            values[i + 3], values[i + 5] = values[i + 5], values[i + 3]
+            return ast.JoinedStr(values)
+    return None
+
+
+def _piece(node):
+    return node.value if isinstance(node, ast.Constant) else None
+
+
+def target_files(paths, excluded=()) -> list[str]:
+    out = []
+    for p in paths:
+        full = os.path.join(ROOT, p)
+        if os.path.isfile(full):
+            out.append(os.path.relpath(full, ROOT))
+        elif os.path.isdir(full):
+            for dirpath, dirnames, filenames in os.walk(full):
+                dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+                out.extend(os.path.relpath(os.path.join(dirpath, f), ROOT) for f in sorted(filenames)
+                           if f.endswith(".py"))
+        else:
+            sys.exit(f"mutation: no such file or folder: {p}")
+    skip = tuple(os.path.normpath(e) + os.sep for e in excluded)
+    return sorted(f for f in dict.fromkeys(out) if not (os.path.normpath(f) + os.sep).startswith(skip))
+
+
+def find_mutants(files) -> tuple[list[Mutant], dict[str, str]]:
+    mutants, texts = [], {}
+    for f in files:
+        with open(os.path.join(ROOT, f), encoding="utf-8") as fh:
+            texts[f] = fh.read()
+        mutants.extend(FileMutator(f, texts[f]).mutants())
+    return mutants, texts
+
+
+# ---------------------------------------------------------------------------------------------------
+# running
+# ---------------------------------------------------------------------------------------------------
+@dataclass
+class Result:
+    file: str
+    line: int
+    col: int
+    operator: str
+    original: str
+    mutated: str
+    status: str
+    seconds: float
+    failed_test: str | None
+    description: str
+
+
+class Worker:
+    """A pristine copy of the source tree, with its own caches, that mutants are run in one at a time."""
+
+    def __init__(self, base: str, index: int, texts: dict[str, str]):
+        self.dir = os.path.join(base, f"worker{index}")
+        self.src = os.path.join(self.dir, "src")
+        os.makedirs(self.dir)
+        ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache", "*.egg-info")
+        for name in COPIED:
+            s, d = os.path.join(ROOT, name), os.path.join(self.src, name)
+            if os.path.isdir(s):
+                shutil.copytree(s, d, ignore=ignore)
+            elif os.path.exists(s):
+                os.makedirs(self.src, exist_ok=True)
+                shutil.copy2(s, d)
+        for relpath, text in texts.items():     # the targets as the mutants were made from them
+            self.write(relpath, text)
+        self.env = self._environment()
+
+    def _environment(self) -> dict[str, str]:
+        env = dict(os.environ)
+        root = os.path.realpath(ROOT)
+        kept = [p for p in env.get("PYTHONPATH", "").split(os.pathsep)
+                if p and os.path.realpath(p) != root]
+        env["PYTHONPATH"] = os.pathsep.join([self.src] + kept)
+        for var in CACHE_VARS + ("TMPDIR",):
+            env[var] = os.path.join(self.dir, var.lower())
+            os.makedirs(env[var], exist_ok=True)
+        env["PYTHONDONTWRITEBYTECODE"] = "1"     # never a stale .pyc for a mutant of the same size and mtime
+        return env
+
+    def run(self, cmd: list[str], timeout: float, running: set) -> tuple[int | None, float, str]:
+        """(exit code or None on timeout, seconds, output)."""
+        t0 = time.monotonic()
+        proc = subprocess.Popen(cmd, cwd=self.src, env=self.env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        running.add(proc)
+        try:
+            out, _ = proc.communicate(timeout=timeout)
+            rc = proc.returncode
+        except subprocess.TimeoutExpired:
+            _kill(proc)
+            out, _ = proc.communicate()
+            rc = None
+        finally:
+            running.discard(proc)
+        return rc, time.monotonic() - t0, out or ""
+
+    def write(self, relpath: str, text: str):
+        with open(os.path.join(self.src, relpath), "w", encoding="utf-8") as f:
+            f.write(text)
+
+
+def _kill(proc: subprocess.Popen):
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def classify(rc: int | None, output: str = "") -> str:
+    if rc is None:
+        return "timeout"
+    if rc == 0:
+        return "survived"
+    if 2 <= rc <= 5 or (rc == 1 and collection_error(output)):
+        return "error"
+    return "killed"
+
+
+def collection_error(output: str) -> bool:
+    """Did a test module fail to import? (With -x, pytest reports that as exit code 1, not 2.)"""
+    first = re.search(r"^(?:FAILED|ERROR) (\S+)", output, re.MULTILINE)
+    return first is not None and first.group(0).startswith("ERROR") and "::" not in first.group(1)
+
+
+def first_failure(output: str) -> str | None:
+    m = re.search(r"^(?:FAILED|ERROR) (\S+)", output, re.MULTILINE)
+    return m.group(1) if m else None
+
+
+def module_name(relpath: str) -> str | None:
+    parts = relpath[:-3].split(os.sep)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    top = {"lowering": ["tle", "lowering"], "kernels": ["tle", "kernels"], "tle": ["tle"]}.get(parts[0])
+    return ".".join(top + parts[1:]) if top else None
+
+
+ISOLATION_CHECK = r"""
+import importlib, json, sys
+out = {}
+for name in sys.argv[1:]:
+    try:
+        out[name] = importlib.import_module(name).__file__
+    except Exception as e:
+        out[name] = "import failed: %s: %s" % (type(e).__name__, e)
+print(json.dumps(out))
+"""
+
+
+def check_isolation(worker: Worker, files: list[str]):
+    """Abort unless tle, tle.lowering, tle.kernels and the targets import from the worker's copy."""
+    required = ["tle", "tle.lowering", "tle.kernels"]
+    targets = [m for m in (module_name(f) for f in files) if m]
+    proc = subprocess.run([sys.executable, "-c", ISOLATION_CHECK, *required, *targets], cwd=worker.src,
+                          env=worker.env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"mutation: the isolation check failed:\n{proc.stdout}{proc.stderr}")
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    src = os.path.realpath(worker.src)
+    for name, path in found.items():
+        if path.startswith("import failed"):
+            if name in required:
+                sys.exit(f"mutation: {name}: {path}")
+            print(f"mutation: warning: {name}: {path}", file=sys.stderr)
+        elif not os.path.realpath(path).startswith(src + os.sep):
+            sys.exit(f"mutation: {name} imports from {path}, not from the copy in {src}: mutants would not "
+                     f"be what the tests run")
+
+
+def canary_text(text: str) -> str:
+    return text + '\nraise RuntimeError("mutation canary: this module was made to fail on import")\n'
+
+
+class Campaign:
+    def __init__(self, args, files: list[str], texts: dict[str, str]):
+        self.args = args
+        self.files = files
+        self.texts = texts
+        self.cmd = [sys.executable, "-m", "pytest", *pytest_args(args)]
+        self.base = tempfile.mkdtemp(prefix="tle-mutation-", dir=args.workdir)
+        self.workers: list[Worker] = []
+        self.running: set = set()
+        self.stop = threading.Event()
+        self.baseline_seconds: float | None = None
+
+    def prepare(self):
+        log(f"copying the source tree for {self.args.jobs} worker(s) into {self.base}")
+        self.workers = [Worker(self.base, i, self.texts) for i in range(self.args.jobs)]
+        for w in self.workers:
+            check_isolation(w, self.files)
+        log("isolation checked: tle, tle.lowering, tle.kernels and the targets import from the copies")
+        log("baseline: " + " ".join(shlex.quote(c) for c in self.cmd))
+        rc, secs, out = self.workers[0].run(self.cmd, self.args.timeout, self.running)
+        self.baseline_seconds = secs
+        if rc != 0:
+            sys.exit(f"mutation: the baseline run fails (exit code {rc}, {secs:.1f}s); fix it first:\n"
+                     f"{out[-4000:]}")
+        log(f"baseline passed in {secs:.1f}s (with empty caches)")
+        self._share_caches()
+        if self.args.canary:
+            self._canary()
+
+    def _share_caches(self):
+        """Give every worker the caches the baseline filled: they hold only what the pristine tree
+        generated, keyed by content, so a mutant that changes nothing compiled reuses them."""
+        first = self.workers[0]
+        for w in self.workers[1:]:
+            for var in CACHE_VARS:
+                shutil.copytree(first.env[var], w.env[var], dirs_exist_ok=True, symlinks=True)
+
+    def _canary(self):
+        """Every target made to raise on import must be caught: else the tests do not run the copy."""
+        w = self.workers[0]
+        try:
+            for f in self.files:
+                w.write(f, canary_text(self.texts[f]))
+            rc, secs, out = w.run(self.cmd, self.args.timeout, self.running)
+        finally:
+            for f in self.files:
+                w.write(f, self.texts[f])
+        if classify(rc, out) == "survived":
+            sys.exit("mutation: the canary (every target raising on import) survived: the tests do not run "
+                     "the copy, or import none of the targets; pick other --paths or --pytest-args")
+        log(f"canary (every target raising on import) caught: {classify(rc, out)} in {secs:.1f}s"
+            + (f", first failure {first_failure(out)}" if first_failure(out) else ""))
+
+    def run_one(self, m: Mutant, free: list[Worker], lock: threading.Lock) -> Result:
+        with lock:
+            w = free.pop()
+        try:
+            if self.stop.is_set():
+                raise KeyboardInterrupt
+            w.write(m.file, m.apply(self.texts[m.file]))
+            try:
+                rc, secs, out = w.run(self.cmd, self.args.timeout, self.running)
+            finally:
+                w.write(m.file, self.texts[m.file])
+        finally:
+            with lock:
+                free.append(w)
+        status = classify(rc, out)
+        failed = first_failure(out) if status != "survived" else None
+        return Result(m.file, m.line, m.col, m.operator, m.original, m.mutated, status, round(secs, 2), failed,
+                      m.describe(full=True))
+
+    def run(self, mutants: list[Mutant]) -> list[Result]:
+        done: list[tuple[int, Result]] = []
+        free, lock = list(self.workers), threading.Lock()
+        pool = ThreadPoolExecutor(max_workers=len(self.workers))
+        futures = {pool.submit(self.run_one, m, free, lock): i for i, m in enumerate(mutants)}
+        try:
+            for fut in as_completed(futures):
+                if fut.exception() is not None:
+                    if isinstance(fut.exception(), KeyboardInterrupt):
+                        continue
+                    raise fut.exception()
+                r, i = fut.result(), futures[fut]
+                done.append((i, r))
+                log(f"[{len(done)}/{len(mutants)}] {r.status:<8} {r.seconds:6.1f}s  {mutants[i].describe()}")
+        except KeyboardInterrupt:
+            log("interrupted: stopping the running tests; reporting what finished")
+            self.stop.set()
+            for fut in futures:
+                fut.cancel()
+            for proc in list(self.running):
+                _kill(proc)
+        finally:
+            pool.shutdown(wait=True)
+        return [r for _, r in sorted(done, key=lambda ir: ir[0])]
+
+    def cleanup(self):
+        if self.args.keep:
+            log(f"kept the worker copies in {self.base}")
+        else:
+            shutil.rmtree(self.base, ignore_errors=True)
+
+
+def pytest_args(args) -> list[str]:
+    if args.pytest_args is not None:
+        return shlex.split(args.pytest_args)
+    # the numeric tests first: they kill most mutants, and -x stops at the first failure
+    first = ["tests/cpu/test_syntax_corpus.py", "tests/cpu/test_kernels_interpreter.py"]
+    rest = sorted(f"tests/cpu/{f}" for f in os.listdir(os.path.join(ROOT, "tests", "cpu"))
+                  if f.startswith("test_") and f.endswith(".py") and f"tests/cpu/{f}" not in first)
+    out = [*first, *rest, "-x", "-q", "-p", "no:cacheprovider", "-m", "not slow"]
+    if not args.with_goldens:
+        out += ["-k", "not golden"]
+    return out
+
+
+def log(msg: str):
+    print(msg, file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------------------------------
+# reporting
+# ---------------------------------------------------------------------------------------------------
+def tally(results: list[Result], key) -> list[tuple[str, dict]]:
+    """[(group, {total, killed, survived, timeout, error})] by folder or operator, then "all"."""
+    groups: dict[str, dict] = {}
+    for r in results:
+        g = groups.setdefault(key(r), {s: 0 for s in ("total",) + STATUSES})
+        g["total"] += 1
+        g[r.status] += 1
+    rank = {op: i for i, op in enumerate(OPERATORS)}
+    rows = sorted(groups.items(), key=lambda kv: (rank.get(kv[0], len(rank)), kv[0]))
+    if results:
+        total = {s: sum(g[s] for _, g in rows) for s in ("total",) + STATUSES}
+        rows.append(("all", total))
+    return rows
+
+
+def kill_rate(g: dict) -> str:
+    if not g["total"]:
+        return "-"
+    return f"{100.0 * (g['killed'] + g['timeout'] + g['error']) / g['total']:.1f}%"
+
+
+def text_table(title: str, rows) -> str:
+    head = f"{title:<32} {'total':>6} {'killed':>7} {'survived':>9} {'timeout':>8} {'error':>6} {'kill rate':>10}"
+    lines = [head, "-" * len(head)]
+    for name, g in rows:
+        lines.append(f"{name:<32} {g['total']:>6} {g['killed']:>7} {g['survived']:>9} {g['timeout']:>8} "
+                     f"{g['error']:>6} {kill_rate(g):>10}")
+    return "\n".join(lines)
+
+
+def markdown_table(title: str, rows) -> str:
+    lines = [f"| {title} | Mutants | Killed | Survived | Timeouts | Errors | Kill rate |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for name, g in rows:
+        label = f"**{name}**" if name == "all" else f"`{name}`"
+        lines.append(f"| {label} | {g['total']} | {g['killed']} | {g['survived']} | {g['timeout']} | "
+                     f"{g['error']} | {kill_rate(g)} |")
+    return "\n".join(lines)
+
+
+def count_table(mutants: list[Mutant]) -> str:
+    folders = sorted({m.folder for m in mutants})
+    width = max([len("operator")] + [len(o) for o in OPERATORS])
+    cols = [max(len(f), 5) for f in folders]
+    head = f"{'operator':<{width}} " + " ".join(f"{f:>{c}}" for f, c in zip(folders, cols)) + f" {'total':>6}"
+    lines = [head, "-" * len(head)]
+    for op in OPERATORS + ("all",):
+        sel = [m for m in mutants if op in ("all", m.operator)]
+        lines.append(f"{op:<{width}} " + " ".join(f"{sum(m.folder == f for m in sel):>{c}}"
+                                                  for f, c in zip(folders, cols)) + f" {len(sel):>6}")
+    return "\n".join(lines)
+
+
+def summary_text(results: list[Result]) -> str:
+    parts = [text_table("folder", tally(results, lambda r: os.path.dirname(r.file))), "",
+             text_table("operator", tally(results, lambda r: r.operator))]
+    for status in ("survived", "timeout", "error"):
+        sel = [r for r in results if r.status == status]
+        if sel:
+            parts += ["", f"{status} ({len(sel)}):"] + [f"  {_short(r)}" for r in sel]
+    return "\n".join(parts)
+
+
+def _short(r: Result) -> str:
+    a, b = _shorten_pair(r.original, r.mutated)
+    return f"{r.file}:{r.line}: `{a}` -> `{b}` ({r.operator})"
+
+
+def write_markdown(path: str, results: list[Result], campaign: Campaign, selection: str):
+    survivors = [r for r in results if r.status == "survived"]
+    cmd = " ".join(shlex.quote(c) for c in campaign.cmd[1:])
+    lines = [f"Mutants: {len(results)} ({selection}); tests: `python {cmd}` "
+             f"(baseline {campaign.baseline_seconds:.0f}s).", "",
+             markdown_table("Folder", tally(results, lambda r: os.path.dirname(r.file))), "",
+             markdown_table("Operator", tally(results, lambda r: r.operator)), "",
+             f"Survivors ({len(survivors)}):", ""]
+    lines += [f"- `{r.file}:{r.line}`: `{_md(a)}` -> `{_md(b)}` ({r.operator})"
+              for r in survivors for a, b in [_shorten_pair(r.original, r.mutated)]]
+    for status in ("timeout", "error"):
+        sel = [r for r in results if r.status == status]
+        if sel:
+            lines += ["", f"{status.capitalize()}s ({len(sel)}, counted as killed):", ""]
+            lines += [f"- `{r.file}:{r.line}` ({r.operator})" + (f": {r.failed_test}" if r.failed_test else "")
+                      for r in sel]
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def _md(s: str) -> str:
+    return s.replace("`", "'").replace("|", "\\|")
+
+
+def write_json(path: str, results: list[Result], campaign: Campaign, selection: str):
+    data = {"command": campaign.cmd[1:], "baseline_seconds": round(campaign.baseline_seconds, 2),
+            "targets": campaign.files, "selection": selection,
+            "summary": {"by_folder": dict(tally(results, lambda r: os.path.dirname(r.file))),
+                        "by_operator": dict(tally(results, lambda r: r.operator))},
+            "results": [asdict(r) for r in results]}
+    with open(path, "w") as f:
+        json.dump(data, f, indent=1)
+        f.write("\n")
+
+
+# ---------------------------------------------------------------------------------------------------
+# main
+# ---------------------------------------------------------------------------------------------------
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description="Mutation testing of the compiler against the CPU tests.",
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="Statuses: killed, survived, timeout and error (see the module docstring).")
+    p.add_argument("--paths", nargs="+", default=list(DEFAULT_TARGETS), metavar="PATH",
+                   help="files or folders to mutate, relative to the project root (default: %(default)s)")
+    p.add_argument("--exclude", nargs="*", default=list(DEFAULT_EXCLUDED), metavar="PATH",
+                   help="folders or files under --paths left alone (default: %(default)s)")
+    p.add_argument("--rerun", metavar="JSON", help="run again the mutants that survived in an earlier --json report")
+    p.add_argument("--list", action="store_true", help="print the selected mutants and their counts, run nothing")
+    p.add_argument("--only", action="append", metavar="SUBSTRING",
+                   help="keep mutants whose description (file:line: `original` -> `mutated` (operator)) "
+                        "contains this; repeatable (any matches)")
+    p.add_argument("--operator", action="append", choices=OPERATORS, help="keep only these operators; repeatable")
+    p.add_argument("--sample", type=int, metavar="K", help="run a random sample of K mutants (after --only)")
+    p.add_argument("--seed", type=int, default=0, help="seed for --sample (default: %(default)s)")
+    p.add_argument("--limit", type=int, metavar="N", help="run at most the first N selected mutants")
+    p.add_argument("--jobs", type=int, default=2, help="mutants run in parallel (default: %(default)s)")
+    p.add_argument("--timeout", type=float, default=900, help="seconds per test run (default: %(default)s)")
+    p.add_argument("--pytest-args", metavar="ARGS",
+                   help='pytest arguments replacing the default '
+                        '(tests/cpu -x -q -p no:cacheprovider -m "not slow" -k "not golden")')
+    p.add_argument("--with-goldens", action="store_true", help="include the golden-file tests")
+    p.add_argument("--no-canary", dest="canary", action="store_false",
+                   help="skip the check that the targets, broken on purpose, are caught")
+    p.add_argument("--json", metavar="PATH", help="write every result as JSON")
+    p.add_argument("--markdown", metavar="PATH", help="write the figures and survivors as markdown")
+    p.add_argument("--workdir", help="where the worker copies go (default: the system temp folder)")
+    p.add_argument("--keep", action="store_true", help="keep the worker copies afterwards")
+    args = p.parse_args(argv)
+    if args.jobs < 1:
+        p.error("--jobs must be at least 1")
+    return args
+
+
+def select(mutants: list[Mutant], args) -> tuple[list[Mutant], str]:
+    sel, notes = mutants, []
+    if args.rerun:
+        with open(args.rerun) as f:
+            earlier = json.load(f)
+        rows = earlier["results"] if isinstance(earlier, dict) else earlier
+        again = {(r["file"], r["line"], r["col"], r["operator"], r["mutated"]) for r in rows if r["status"] == "survived"}
+        sel = [m for m in sel if (m.file, m.line, m.col, m.operator, m.mutated) in again]
+        notes.append(f"the survivors of {os.path.basename(args.rerun)}")
+    if args.only:
+        sel = [m for m in sel if any(s in m.describe(full=True) for s in args.only)]
+        notes.append("only " + ", ".join(args.only))
+    if args.operator:
+        sel = [m for m in sel if m.operator in args.operator]
+        notes.append("operators " + ", ".join(args.operator))
+    if args.sample is not None and args.sample < len(sel):
+        keep = set(map(id, random.Random(args.seed).sample(sel, args.sample)))
+        sel = [m for m in sel if id(m) in keep]
+        notes.append(f"sample of {args.sample}, seed {args.seed}")
+    if args.limit is not None:
+        sel = sel[:args.limit]
+        notes.append(f"limit {args.limit}")
+    return sel, (f"{len(sel)} of {len(mutants)}: " + "; ".join(notes)) if notes else f"all {len(mutants)}"
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    files = target_files(args.paths, args.exclude)
+    if not files:
+        sys.exit("mutation: no .py files to mutate")
+    mutants, texts = find_mutants(files)
+    chosen, selection = select(mutants, args)
+    if args.list:
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)     # quiet when piped into head
+        for i, m in enumerate(chosen, 1):
+            print(f"{i:5}  {m.describe()}")
+        print()
+        print(f"{len(chosen)} mutants ({selection}) in {len(files)} files")
+        print(count_table(chosen))
+        return 0
+    if not chosen:
+        sys.exit("mutation: no mutants selected")
+    campaign = Campaign(args, files, texts)
+    try:
+        campaign.prepare()
+        log(f"running {len(chosen)} mutants ({selection}) on {args.jobs} worker(s); "
+            f"about {campaign.baseline_seconds * len(chosen) / args.jobs / 60:.0f} min at the baseline's pace")
+        results = campaign.run(chosen)
+    finally:
+        campaign.cleanup()
+    print(f"baseline: {campaign.baseline_seconds:.1f}s; mutants: {len(results)} ({selection})")
+    print(summary_text(results))
+    if args.json:
+        write_json(args.json, results, campaign, selection)
+    if args.markdown:
+        write_markdown(args.markdown, results, campaign, selection)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
