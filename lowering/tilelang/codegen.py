@@ -680,7 +680,7 @@ class TileLangCodegen:
 
     def _accumulator(self, op: Op, accv: Value, indent: int) -> Buffer:
         """The fragment T.gemm accumulates into: the accumulator's own buffer when nothing reads it later,
-        a cleared fragment for a zero accumulator, else a fresh copy."""
+        a cleared fragment for a zero accumulator, else a fresh copy (a value still read after the dot)."""
         v = op.result
         if _is_zero(accv):
             name = self.alloc(v.name or "acc", v.type.shape, v.type.elem, "fragment")
@@ -692,8 +692,8 @@ class TileLangCodegen:
                 tb = self.buffers[target.id]
                 self.fill(tb.name, accv, indent)
             return self.buffers[target.id]
-        return self.buffer_of(accv, indent, "fragment") if accv.id not in self.buffers else \
-            self._copy_fragment(accv, indent)
+        # T.gemm overwrites its accumulator: a fresh fragment, never the one other uses of `accv` read
+        return self._copy_fragment(accv, indent)
 
     def _copy_fragment(self, v: Value, indent: int) -> Buffer:
         name = self.alloc(v.name or "acc", v.type.shape, v.type.elem, "fragment")
