@@ -179,6 +179,9 @@ class TritonCodegen:
             return f"{_MATH[o]}({self.expr(ops[0])})"
         if n == "cast":
             extra = ", bitcast=True" if a.get("bitcast") else ""
+            if ops[0].type.is_scalar:
+                # a loop counter is a Python int in Triton's interpreter, where int has no .to()
+                return f"tl.cast({self.expr(ops[0])}, {tl_dtype(a['dtype'])}{extra})"
             return f"{self._paren(ops[0])}.to({tl_dtype(a['dtype'])}{extra})"
         if n == "where":
             return f"tl.where({self.expr(ops[0])}, {self.expr(ops[1])}, {self.expr(ops[2])})"

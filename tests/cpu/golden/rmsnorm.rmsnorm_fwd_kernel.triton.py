@@ -12,7 +12,7 @@ def rmsnorm_fwd_kernel(x_ptr, w_ptr, y_ptr, x_row_stride, y_row_stride, n_cols, 
     mask = cols < n_cols
     x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=0.0)
     t = tl.sum(x * x, axis=0)
-    mean_sq = t / n_cols.to(tl.float32)
+    mean_sq = t / tl.cast(n_cols, tl.float32)
     rstd = tl.rsqrt(mean_sq + eps)
     w = tl.load(w_ptr + cols, mask=mask, other=0.0)
     y = x * rstd * w
