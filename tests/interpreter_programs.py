@@ -45,7 +45,7 @@ def _copy_edges():
     z, w = torch.randn(20), _nan(16)
     want_y = y.clone()
     want_y[12:16] = x[6:10]                          # the copy's last four elements fall past y
-    want_y[0:8] = torch.cat([torch.zeros(3), x[0:5]])  # a start of -3: three zeros first
+    want_y[0:8] = torch.cat([x[3:10], torch.zeros(1)])
     zv = z.view(4, 5)
     want_w = torch.zeros(4, 4)
     want_w[:2, :2] = zv[2:4, 3:5]                    # rows 2..5, columns 3..6 of a 4x5 view
@@ -64,7 +64,7 @@ def copy_edges(x: T.Tensor((10,), 'float32'), y: T.Tensor((16,), 'float32'), z: 
         h = T.alloc_fragment((4, 4), 'float32')
         T.copy(x[6:14], f)
         T.copy(f, y[12:20])
-        T.copy(x[bx - 3:bx + 5], g)
+        T.copy(x[bx + 3:bx + 11], g)
         T.copy(g, y[0:8])
         T.copy(zv[2:6, 3:7], h)
         T.copy(h, wv[0:4, 0:4])
@@ -313,6 +313,7 @@ PROGRAMS["pipeline_versions"] = Case('''
 def pipeline_versions(x: T.Tensor((128,), 'float32'), y: T.Tensor((32,), 'float32'), z: T.Tensor((32,), 'float32')):
     with T.Kernel(1, threads=32) as bx:
         s = T.alloc_shared((32,), 'float32')
+        s2 = T.alloc_shared((32,), 'float32')
         acc = T.alloc_fragment((32,), 'float32')
         T.clear(acc)
         for k in T.Pipelined(4, num_stages=2, order=[0, 1], stage=[0, 1]):
@@ -323,9 +324,9 @@ def pipeline_versions(x: T.Tensor((128,), 'float32'), y: T.Tensor((32,), 'float3
         T.copy(acc, y[0:32])
         T.clear(acc)
         for k in T.Pipelined(4, num_stages=2):
-            T.copy(x[k * 32:k * 32 + 32], s)
+            T.copy(x[k * 32:k * 32 + 32], s2)
             for i in T.Parallel(32):
-                acc[i] = acc[i] + s[i] * T.cast(k + 1, 'float32')
+                acc[i] = acc[i] + s2[i] * T.cast(k + 1, 'float32')
         T.copy(acc, z[0:32])
 ''', _pipeline_versions, atol=1e-5)
 
@@ -333,7 +334,7 @@ def pipeline_versions(x: T.Tensor((128,), 'float32'), y: T.Tensor((32,), 'float3
 # -- reads past a global tensor in T.Parallel: zero, as TileLang's safe-memory pass makes them -------------
 def _global_overread():
     x, y = torch.randn(64), _nan(64)
-    return [x, y], {1: torch.cat([x[8:], torch.zeros(8)])}
+    return [x, y], {1: torch.cat([x[8:], torch.zeros(8)]) + torch.cat([torch.zeros(4), x[:60]])}
 
 
 PROGRAMS["global_overread"] = Case('''
@@ -341,8 +342,8 @@ PROGRAMS["global_overread"] = Case('''
 def global_overread(x: T.Tensor((64,), 'float32'), y: T.Tensor((64,), 'float32')):
     with T.Kernel(1, threads=64) as bx:
         for i in T.Parallel(64):
-            y[i] = x[i + 8]
-''', _global_overread, strict=False, predicated={"x": 8})
+            y[i] = x[i + 8] + x[i - 4]
+''', _global_overread, strict=False, predicated={"x": 12})
 
 
 def _bf16_arith():
@@ -370,6 +371,23 @@ def shared_off_by_one(x: T.Tensor((64,), 'float32'), y: T.Tensor((64,), 'float32
             s[i] = x[i]
         for i in T.Parallel(64):
             y[i] = s[i + 1]
+''')
+
+ERRORS["negative_copy_start"] = Case('''
+@T.prim_func
+def negative_copy_start(x: T.Tensor((10,), 'float32'), y: T.Tensor((8,), 'float32')):
+    with T.Kernel(1, threads=32) as bx:
+        g = T.alloc_fragment((8,), 'float32')
+        T.copy(x[bx - 3:bx + 5], g)
+        T.copy(g, y[0:8])
+''')
+
+ERRORS["negative_index"] = Case('''
+@T.prim_func
+def negative_index(x: T.Tensor((10,), 'float32'), y: T.Tensor((8,), 'float32')):
+    with T.Kernel(1, threads=32) as bx:
+        for i in T.Parallel(8):
+            y[i] = x[bx - 1]
 ''')
 
 ERRORS["global_overwrite"] = Case('''

@@ -151,6 +151,8 @@ class Memory:
         if partial:
             bad = ~ok if act is None else ~ok & act
             if bad.any():
+                if st.scope == GLOBAL and not predicated:
+                    _check_not_wrapped(info, idx, act)
                 if st.scope != GLOBAL or (self.report.strict_reads and not predicated):
                     raise OutOfBounds(f"read of {_index_text(info, idx, bad)} outside its shape {list(info.shape)}")
                 if not predicated:
@@ -296,6 +298,20 @@ class Memory:
             st.data.scatter_reduce_(0, pos, val, reduce="amax" if kind == "max" else "amin", include_self=True)
         else:
             raise Unsupported(f"atomic {kind}")
+
+
+def _check_not_wrapped(info: BufferInfo, idx, act):
+    """TileLang reads a global index it can prove negative from the end of the tensor (Python style) and
+    predicates the others to zero. An index negative in every lane (or the same in all) is one its analysis
+    may prove negative: which of the two happens is not the program's to say, so it is not modelled."""
+    for i in idx:
+        neg = i < 0
+        live = neg if act is None else neg & act
+        if live.any() and (i.dim() == 0 or bool(neg.all())):
+            v = int(i.expand(live.shape)[live][0]) if i.dim() else int(i)
+            raise Unsupported(f"a read of {info.name} at the negative index {v} in every lane: TileLang reads an "
+                              f"index it can prove negative from the end of the tensor, as Python does, and as "
+                              f"zero one it cannot; which applies depends on its analysis")
 
 
 def _check_one_writer(info: BufferInfo, pos, val, idx, act):

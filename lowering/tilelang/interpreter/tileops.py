@@ -18,6 +18,8 @@ from .errors import Unsupported
 from .memory import GLOBAL
 
 _REDUCERS = ("sum", "max", "min", "abssum", "absmax")
+_NEGATIVE = ("TileLang reads an index it can prove negative from the end of the tensor, as Python does, and "
+             "predicates one it cannot prove; which applies depends on its analysis, not on the program alone")
 
 
 class Region:
@@ -34,6 +36,9 @@ class Region:
             base = m(fr)
             if base.dim():
                 raise Unsupported(f"a region of {self.info.name} that starts at a lane-dependent index")
+            if self.info.scope == GLOBAL and int(base) < 0:
+                raise Unsupported(f"a region of {self.info.name} that starts at the negative index {int(base)}: "
+                                  f"{_NEGATIVE}")
             if e == 1:
                 out.append(base)
                 continue
