@@ -332,3 +332,244 @@ def masked_prefix(device):
         out[:127] = x[:127] * 2.0
         return {"y": out}
     return tle.Launch(grid=(1,), args=(x, y, 127), kwargs=dict(BLOCK=128), outputs={"y": y}, reference=ref)
+
+
+# -- masks written in other ways: comparisons expanded after the fact, bound first, lower bounds, `|` -----
+@tle.jit
+def masked_forms(x_ptr, y_ptr, z_ptr, w_ptr, M, N, lo, BM: tl.constexpr, BN: tl.constexpr):
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.arange(0, BN)
+    row_ok = rm < M
+    col_ok = N > rn
+    mask = row_ok[:, None] & col_ok[None, :]
+    offs = rm[:, None] * N + rn[None, :]
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0)
+    tl.store(y_ptr + offs, x * 2.0, mask=mask)
+    band = (rn[None, :] >= lo) & (rn[None, :] <= N - 1) & row_ok[:, None]
+    tl.store(z_ptr + offs, x + 1.0, mask=band)
+    ends = ((rn[None, :] < 1) | (rn[None, :] == N - 1)) & row_ok[:, None]
+    tl.store(w_ptr + offs, x - 1.0, mask=ends)
+
+
+@case(masked_forms)
+def mask_forms(device):
+    M, N, lo = 37, 45, 5
+    x = torch.randn(M, N, device=device)
+    y = _nan_like(x)
+    z, w = torch.full_like(x, -7.0), torch.full_like(x, -7.0)
+
+    def ref():
+        col = torch.arange(N, device=x.device)
+        zr = torch.where(col >= lo, x + 1.0, torch.full_like(x, -7.0))
+        wr = torch.where((col < 1) | (col == N - 1), x - 1.0, torch.full_like(x, -7.0))
+        return {"y": x * 2.0, "z": zr, "w": wr}
+    return tle.Launch(grid=(3,), args=(x, y, z, w, M, N, lo), kwargs=dict(BM=16, BN=64),
+                      outputs={"y": y, "z": z, "w": w}, reference=ref)
+
+
+# -- a store masked by the data it stores ---------------------------------------------------------------
+@tle.jit
+def positive_part(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n, other=0.0)
+    tl.store(y_ptr + offs, x, mask=(offs < n) & (x > 0))
+
+
+@case(positive_part)
+def data_mask(device):
+    x = torch.randn(100, device=device)
+    y = torch.full_like(x, -7.0)
+    return tle.Launch(grid=(2,), args=(x, y, 100), kwargs=dict(BLOCK=64), outputs={"y": y},
+                      reference=lambda: {"y": torch.where(x > 0, x, torch.full_like(x, -7.0))})
+
+
+# -- reductions: keep_dims, along the first axis, arg-reductions with ties, integers ---------------------
+@tle.jit
+def reduce_forms(x_ptr, k_ptr, c_ptr, mn_ptr, am_ptr, kmax_ptr, N, BM: tl.constexpr, BN: tl.constexpr):
+    rm = tl.arange(0, BM)
+    rn = tl.arange(0, BN)
+    m = rn[None, :] < N
+    offs = rm[:, None] * N + rn[None, :]
+    x = tl.load(x_ptr + offs, mask=m, other=0.0)
+    centered = x - tl.sum(x, axis=1, keep_dims=True) / N
+    tl.store(c_ptr + offs, centered, mask=m)
+    tl.store(mn_ptr + rn, tl.min(tl.where(m, x, float("inf")), axis=0), mask=rn < N)
+    steps = tl.where(m, tl.floor(x * 2.0), float("inf"))
+    tl.store(am_ptr + rm, tl.argmin(steps, axis=1))
+    k = tl.load(k_ptr + offs, mask=m, other=-1000)
+    tl.store(kmax_ptr + rn, tl.max(k, axis=0), mask=rn < N)
+
+
+@case(reduce_forms)
+def reductions_2d(device):
+    BM, N = 16, 20
+    x = torch.randn(BM, N, device=device)
+    k = torch.randint(-50, 50, (BM, N), device=device, dtype=torch.int32)
+    c, mn = _nan_like(x), torch.full((N,), float("nan"), device=device)
+    am = torch.full((BM,), -7, device=device, dtype=torch.int32)
+    kmax = torch.full((N,), -7, device=device, dtype=torch.int32)
+
+    def ref():
+        steps = torch.floor(x * 2.0)
+        first_min = (steps == steps.min(1, keepdim=True).values).int().argmax(1).int()
+        return {"c": x - x.sum(1, keepdim=True) / N, "mn": x.min(0).values, "am": first_min,
+                "kmax": k.max(0).values}
+    return tle.Launch(grid=(1,), args=(x, k, c, mn, am, kmax, N), kwargs=dict(BM=BM, BN=32),
+                      outputs={"c": c, "mn": mn, "am": am, "kmax": kmax}, reference=ref,
+                      tolerances={"c": (1e-5, 1e-5)})
+
+
+# -- loops: a start and a step, values swapped each iteration, a branch without else, merged branches -----
+@tle.jit
+def loop_forms(x_ptr, y_ptr, z_ptr, lo, hi, flag, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs)
+    a = x
+    b = tl.zeros([BLOCK], dtype=tl.float32)
+    for i in range(lo, hi, 2):
+        a, b = b, a + b * 0.5 + i            # both new values from the old ones
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for j in range(5):
+        if j % 2 == 0:
+            acc = acc + x * j
+    if flag > 0:
+        t = acc * 2.0
+    else:
+        t = acc - 1.0
+    tl.store(y_ptr + offs, a - b)
+    tl.store(z_ptr + offs, t)
+
+
+@case(loop_forms)
+def loops_and_branches(device):
+    x = torch.randn(64, device=device)
+    y, z = _nan_like(x), _nan_like(x)
+
+    def ref():
+        a, b = x.clone(), torch.zeros_like(x)
+        for i in range(3, 12, 2):
+            a, b = b, a + b * 0.5 + i
+        acc = x * (0 + 2 + 4)
+        return {"y": a - b, "z": acc - 1.0}
+    return tle.Launch(grid=(1,), args=(x, y, z, 3, 12, 0), kwargs=dict(BLOCK=64), outputs={"y": y, "z": z},
+                      reference=ref, tolerances={"y": (1e-4, 1e-5), "z": (1e-5, 1e-5)})
+
+
+# -- dot: without an accumulator, with a transposed A, accumulating into a copy still in use --------------
+@tle.jit
+def dot_forms(a_ptr, at_ptr, b_ptr, c_ptr, d_ptr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    rm = tl.arange(0, BM)
+    rn = tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    a = tl.load(a_ptr + rm[:, None] * BK + rk[None, :])
+    at = tl.load(at_ptr + rk[:, None] * BM + rm[None, :])
+    b = tl.load(b_ptr + rk[:, None] * BN + rn[None, :])
+    c = tl.dot(a, b)
+    c += tl.dot(tl.trans(at), b)
+    d = tl.dot(a, b, c)
+    tl.store(c_ptr + rm[:, None] * BN + rn[None, :], c)
+    tl.store(d_ptr + rm[:, None] * BN + rn[None, :], d)
+
+
+@case(dot_forms)
+def dot_variants(device):
+    a = (torch.randn(64, 32, device=device) / 4).half()
+    b = (torch.randn(32, 64, device=device) / 4).half()
+    at = a.t().contiguous()
+    c = torch.full((64, 64), float("nan"), device=device)
+    d = torch.full((64, 64), float("nan"), device=device)
+    p = lambda: a.float() @ b.float()     # noqa: E731
+    return tle.Launch(grid=(1,), args=(a, at, b, c, d), kwargs=dict(BM=64, BN=64, BK=32),
+                      outputs={"c": c, "d": d}, reference=lambda: {"c": 2 * p(), "d": 3 * p()},
+                      tolerances={"c": (1e-3, 1e-3), "d": (1e-3, 1e-3)})
+
+
+# -- shapes: an outer sum, its transpose, a reshape, a broadcast ------------------------------------------
+@tle.jit
+def shape_ops(x_ptr, y_ptr, o_ptr, t_ptr, r_ptr, M: tl.constexpr, N: tl.constexpr):
+    rm = tl.arange(0, M)
+    rn = tl.arange(0, N)
+    x = tl.load(x_ptr + rm)
+    y = tl.load(y_ptr + rn)
+    outer = x[:, None] + y[None, :]
+    tl.store(o_ptr + rm[:, None] * N + rn[None, :], outer)
+    tl.store(t_ptr + rn[:, None] * M + rm[None, :], tl.trans(outer) * 2.0)
+    r = tl.reshape(outer, (M * N // 8, 8))
+    rr = tl.arange(0, M * N // 8)
+    rc = tl.arange(0, 8)
+    tl.store(r_ptr + rr[:, None] * 8 + rc[None, :], r + tl.broadcast_to(tl.max(x, axis=0), (M * N // 8, 8)))
+
+
+@case(shape_ops)
+def reshape_and_transpose(device):
+    M, N = 16, 32
+    x, y = torch.randn(M, device=device), torch.randn(N, device=device)
+    o = torch.full((M, N), float("nan"), device=device)
+    t = torch.full((N, M), float("nan"), device=device)
+    r = torch.full((M * N // 8, 8), float("nan"), device=device)
+
+    def ref():
+        outer = x[:, None] + y[None, :]
+        return {"o": outer, "t": outer.t() * 2.0, "r": outer.reshape(-1, 8) + x.max()}
+    return tle.Launch(grid=(1,), args=(x, y, o, t, r), kwargs=dict(M=M, N=N), outputs={"o": o, "t": t, "r": r},
+                      reference=ref)
+
+
+# -- scalars: a masked scalar load and store, scalar and tile atomics of max and min ----------------------
+@tle.jit
+def scalar_forms(x_ptr, first_ptr, mx_ptr, mn_ptr, n, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    first = tl.load(x_ptr + pid * BLOCK, mask=pid * BLOCK < n, other=-1.0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    v = tl.load(x_ptr + offs, mask=offs < n, other=0.0)
+    tl.store(first_ptr + pid, first * tl.num_programs(0), mask=pid < 3)
+    tl.atomic_max(mx_ptr, tl.max(tl.where(offs < n, v, float("-inf")), axis=0))
+    tl.atomic_min(mn_ptr + offs % 4, v, mask=offs < n)
+
+
+@case(scalar_forms)
+def scalar_and_atomic_extremes(device):
+    x = torch.randn(150, device=device)
+    first = torch.full((4,), -7.0, device=device)
+    mx = torch.full((1,), float("-inf"), device=device)
+    mn = torch.full((4,), float("inf"), device=device)
+
+    def ref():
+        f = torch.tensor([x[0], x[64], x[128], -7.0], device=x.device)
+        f[:3] *= 3
+        return {"first": f, "mx": x.max().reshape(1), "mn": x.view(-1, 2)[:, :1].new_tensor(
+            [x[i::4].min().item() for i in range(4)])}
+    return tle.Launch(grid=(3,), args=(x, first, mx, mn, 150), kwargs=dict(BLOCK=64),
+                      outputs={"first": first, "mx": mx, "mn": mn}, reference=ref)
+
+
+# -- math and casts: exp and log as Triton lowers them, float remainder, casts through fp16, bitcasts -----
+@tle.jit
+def math_casts(x_ptr, i_ptr, f_ptr, h_ptr, k_ptr, bits_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(x_ptr + offs, mask=m, other=1.0)
+    i = tl.load(i_ptr + offs, mask=m, other=1)
+    f = tl.exp(x) + tl.log(tl.abs(x) + 1.0) + x % 0.75 - x + tl.where(x > 0, 1.0, -2.0)
+    tl.store(f_ptr + offs, f, mask=m)
+    tl.store(h_ptr + offs, (x * 3.0).to(tl.float16).to(tl.bfloat16), mask=m)
+    tl.store(k_ptr + offs, (~i) ^ (i // -3) ^ (i % -3), mask=m)
+    tl.store(bits_ptr + offs, x.to(tl.int32, bitcast=True) & 0xFFFF, mask=m)
+
+
+@case(math_casts)
+def math_and_casts(device):
+    x = torch.randn(100, device=device) * 2
+    i = torch.randint(-1000, 1000, (100,), device=device, dtype=torch.int32)
+    f = _nan_like(x)
+    h = torch.full((100,), float("nan"), device=device, dtype=torch.bfloat16)
+    k, bits = torch.full_like(i, -7), torch.full_like(i, -7)
+
+    def ref():
+        fr = torch.exp(x) + torch.log(x.abs() + 1.0) + torch.fmod(x, 0.75) - x + torch.where(x > 0, 1.0, -2.0)
+        q = torch.div(i, -3, rounding_mode="trunc")
+        return {"f": fr, "h": (x * 3.0).half().bfloat16(), "k": (~i) ^ q.int() ^ torch.fmod(i, -3).int(),
+                "bits": x.view(torch.int32) & 0xFFFF}
+    return tle.Launch(grid=(2,), args=(x, i, f, h, k, bits, 100), kwargs=dict(BLOCK=64),
+                      outputs={"f": f, "h": h, "k": k, "bits": bits}, reference=ref,
+                      tolerances={"f": (1e-5, 1e-5)})

@@ -1,0 +1,223 @@
+"""How the TileLang lowering carries out every load, store and atomic of the kernels and corpus cases: which
+become bulk copies (T.copy, bounds-predicated, issued as TMA or cp.async where TileLang can), which stay
+element-wise T.Parallel code, which run as scalars. The numeric tests cannot see these decisions (an
+element-wise copy computes the same thing, slower); this test pins them, as `tle compare` prints them."""
+import pytest
+
+import tle
+from kernel_cases import example_kernels
+from syntax_corpus import CASES
+from tle.cli import meta_copy
+
+pytestmark = pytest.mark.skipif(tle.available_backends().get("tilelang") is not None,
+                                reason="TileLang backend unavailable")
+
+# (op, access kind, how the TileLang lowering carries it out), in program order
+PLANS = {
+    'matmul.matmul_kernel': [
+        ('load', 'box', 'T.copy into shared'),
+        ('load', 'box', 'T.copy into shared'),
+        ('store', 'box', 'T.copy from fragment'),
+    ],
+    'matmul_smem.matmul_smem_kernel': [
+        ('tle.gpu.alloc', 'buffer', 'T.alloc_shared a_smem'),
+        ('tle.gpu.alloc', 'buffer', 'T.alloc_shared b_smem'),
+        ('tle.gpu.alloc', 'buffer', 'T.alloc_shared c_smem'),
+        ('tle.gpu.pipeline', 'loop', 'T.Pipelined(num_stages=2)'),
+        ('tle.gpu.copy', 'box', 'T.copy into a_smem'),
+        ('tle.gpu.copy', 'box', 'T.copy into b_smem'),
+        ('tle.gpu.local_load', 'buffer', 'reads a_smem in place'),
+        ('tle.gpu.local_load', 'buffer', 'reads b_smem in place'),
+        ('tle.gpu.local_store', 'buffer', 'T.Parallel into the buffer'),
+        ('tle.gpu.copy', 'box', 'T.copy from c_smem'),
+    ],
+    'raw_vector_add.add_kernel': [
+        ('load', 'box', 'T.copy into fragment'),
+        ('load', 'box', 'T.copy into fragment'),
+        ('tle.call', 'raw', 'thread-level code on shared buffers'),
+        ('store', 'box', 'T.copy from shared'),
+    ],
+    'rmsnorm.rmsnorm_fwd_kernel': [
+        ('load', 'box', 'T.copy into fragment'),
+        ('load', 'box', 'T.copy into fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+    ],
+    'softmax.softmax_kernel': [
+        ('load', 'box', 'T.Parallel into fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+    ],
+    'sparse_mla.sparse_mla_fwd_kernel': [
+        ('load', 'box', 'T.Parallel into shared'),
+        ('load', 'box', 'T.Parallel into shared'),
+        ('load', 'box', 'T.Parallel into shared in stage 0 of T.Pipelined'),
+        ('load', 'gather', 'T.Parallel into shared'),
+        ('load', 'gather', 'T.Parallel into shared'),
+        ('store', 'box', 'T.Parallel'),
+        ('store', 'box', 'T.Parallel'),
+    ],
+    'sparse_mla_smem.sparse_mla_fwd_smem_kernel': [
+        ('tle.gpu.alloc', 'buffer', 'T.alloc_shared q_smem'),
+        ('tle.gpu.alloc', 'buffer', 'T.alloc_shared tq_smem'),
+        ('tle.gpu.alloc', 'buffer', 'T.alloc_shared kv_smem'),
+        ('tle.gpu.alloc', 'buffer', 'T.alloc_shared tkv_smem'),
+        ('tle.gpu.copy', 'box', 'T.Parallel into q_smem'),
+        ('tle.gpu.copy', 'box', 'T.Parallel into tq_smem'),
+        ('tle.gpu.pipeline', 'loop', 'T.Pipelined(num_stages=2)'),
+        ('load', 'box', 'T.Parallel into shared in stage 0 of T.Pipelined'),
+        ('tle.gpu.copy', 'gather', 'T.Parallel into kv_smem'),
+        ('tle.gpu.copy', 'gather', 'T.Parallel into tkv_smem'),
+        ('tle.gpu.local_load', 'buffer', 'reads kv_smem in place'),
+        ('tle.gpu.local_load', 'buffer', 'reads tkv_smem in place'),
+        ('tle.gpu.local_load', 'buffer', 'reads tq_smem in place'),
+        ('tle.gpu.local_load', 'buffer', 'reads q_smem in place'),
+        ('store', 'box', 'T.Parallel'),
+        ('store', 'box', 'T.Parallel'),
+    ],
+    'vector_add.add_kernel': [
+        ('load', 'box', 'T.copy into fragment'),
+        ('load', 'box', 'T.copy into fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+    ],
+    'argmax_rows': [
+        ('load', 'box', 'T.Parallel into fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+        ('atomic', 'box', 'T.atomic_add per element'),
+    ],
+    'atomic_histogram': [
+        ('load', 'box', 'T.copy into fragment'),
+        ('atomic', 'general', 'T.atomic_add per element'),
+    ],
+    'atomic_scalar': [
+        ('load', 'box', 'T.copy into fragment'),
+        ('atomic', 'scalar', 'T.atomic_add on one thread'),
+    ],
+    'carried_loop': [
+        ('load', 'box', 'T.copy into fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+        ('store', 'scalar', 'scalar statement'),
+    ],
+    'data_mask': [
+        ('load', 'box', 'T.copy into fragment'),
+        ('store', 'box', 'T.Parallel'),
+    ],
+    'dot_transposed': [
+        ('load', 'box', 'T.copy into shared'),
+        ('load', 'box', 'T.copy into shared'),
+        ('store', 'box', 'T.copy from fragment'),
+    ],
+    'dot_variants': [
+        ('load', 'box', 'T.copy into shared'),
+        ('load', 'box', 'T.copy into shared'),
+        ('load', 'box', 'T.copy into shared'),
+        ('store', 'box', 'T.copy from fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+    ],
+    'gather': [
+        ('load', 'box', 'read at each use'),
+        ('load', 'gather', 'T.Parallel into fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+    ],
+    'integer_semantics': [
+        ('load', 'box', 'T.Parallel into fragment'),
+        ('load', 'box', 'T.Parallel into fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+    ],
+    'loops_and_branches': [
+        ('load', 'box', 'T.copy into fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+    ],
+    'mask_forms': [
+        ('load', 'box', 'T.copy into fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+        ('store', 'box', 'T.Parallel'),
+        ('store', 'box', 'T.Parallel'),
+    ],
+    'masked_prefix': [
+        ('load', 'box', 'T.Parallel into fragment'),
+        ('store', 'box', 'T.Parallel'),
+    ],
+    'math_and_casts': [
+        ('load', 'box', 'T.Parallel into fragment'),
+        ('load', 'box', 'T.Parallel into fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+    ],
+    'odd_2d_masked': [
+        ('load', 'box', 'T.copy into fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+    ],
+    'reductions_2d': [
+        ('load', 'box', 'T.copy into fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+        ('load', 'box', 'T.Parallel into fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+    ],
+    'reshape_and_transpose': [
+        ('load', 'box', 'T.copy into fragment'),
+        ('load', 'box', 'T.copy into fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+    ],
+    'runtime_branch': [
+        ('load', 'box', 'T.copy into fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+    ],
+    'scalar_and_atomic_extremes': [
+        ('load', 'scalar', 'scalar expression'),
+        ('load', 'box', 'T.copy into fragment'),
+        ('store', 'scalar', 'scalar statement'),
+        ('atomic', 'scalar', 'T.atomic_max on one thread'),
+        ('atomic', 'general', 'T.atomic_min per element'),
+    ],
+    'static_range_carried': [
+        ('load', 'box', 'T.copy into fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+    ],
+    'tl_range_stages': [
+        ('load', 'box', 'T.copy into fragment'),
+        ('store', 'scalar', 'scalar statement'),
+    ],
+    'tle_load_async': [
+        ('load', 'box', 'T.copy into fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+    ],
+    'transposed_input': [
+        ('load', 'strided', 'T.Parallel into fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+    ],
+}
+KERNELS = dict(example_kernels())
+
+
+def plan(name):
+    if name in CASES:
+        kernel, make = CASES[name]
+        launch = make("cpu")
+        args = launch.args
+    else:
+        kernel = KERNELS[name]
+        launch = kernel.example("cpu", "small")
+        args = [meta_copy(a) for a in launch.args]
+    report = kernel.lower(*args, grid=launch.grid, backend="tilelang", **launch.kwargs).compiled.access_report
+    # the reason after "(" and the pipelining details after "," vary in wording; the decision does not
+    return [(op, kind, how.split(" (")[0].split(",")[0]) for _, op, kind, how in report]
+
+
+def test_every_kernel_and_case_has_a_plan():
+    assert set(PLANS) == set(KERNELS) | set(CASES)
+
+
+@pytest.mark.parametrize("name", sorted(PLANS))
+def test_access_plan(name):
+    assert plan(name) == PLANS[name]
