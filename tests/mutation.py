@@ -860,7 +860,7 @@ def pytest_args(args) -> list[str]:
     if args.pytest_args is not None:
         return shlex.split(args.pytest_args)
     # the numeric tests first: they kill most mutants, and -x stops at the first failure
-    first = ["tests/cpu/test_syntax_corpus.py", "tests/cpu/test_kernels_interpreter.py"]
+    first = ["tests/cpu/test_syntax_corpus.py", "tests/cpu/test_kernels_interpreter.py", "tests/cpu/test_access_plans.py"]
     rest = sorted(f"tests/cpu/{f}" for f in os.listdir(os.path.join(ROOT, "tests", "cpu"))
                   if f.startswith("test_") and f.endswith(".py") and f"tests/cpu/{f}" not in first)
     out = [*first, *rest, "-x", "-q", "-p", "no:cacheprovider", "-m", "not slow"]
