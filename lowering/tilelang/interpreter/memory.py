@@ -206,10 +206,7 @@ class Memory:
         st = self.storages[info.data]
         if st.scope == VAR:
             return self._store_var(st, info, idx, value, fr)
-        flat, ok = info.address(idx)
-        shape = _lanes(flat.shape, value.shape, fr.lanes, *(() if fr.mask is None else (fr.mask.shape,)))
-        flat, ok, value = flat.expand(shape), ok.expand(shape), value.expand(shape)
-        act = torch.ones(shape, dtype=torch.bool) if fr.mask is None else fr.mask.expand(shape)
+        flat, ok, value, act, shape = _write_lanes(info, idx, value, fr)
         bad = ~ok & act
         if bad.any():
             if not (predicated and st.scope == GLOBAL):
@@ -275,10 +272,7 @@ class Memory:
         st = self.storages[info.data]
         if st.scope != GLOBAL:
             raise Unsupported(f"atomics on {st.scope} buffer {info.name}")
-        flat, ok = info.address(idx)
-        shape = _lanes(flat.shape, value.shape, fr.lanes, *(() if fr.mask is None else (fr.mask.shape,)))
-        flat, ok, value = flat.expand(shape), ok.expand(shape), value.expand(shape)
-        act = torch.ones(shape, dtype=torch.bool) if fr.mask is None else fr.mask.expand(shape)
+        flat, ok, value, act, shape = _write_lanes(info, idx, value, fr)
         bad = ~ok & act
         if bad.any():
             raise OutOfBounds(f"atomic on {_index_text(info, idx, bad)} outside its shape {list(info.shape)}")
@@ -298,6 +292,15 @@ class Memory:
             st.data.scatter_reduce_(0, pos, val, reduce="amax" if kind == "max" else "amin", include_self=True)
         else:
             raise Unsupported(f"atomic {kind}")
+
+
+def _write_lanes(info: BufferInfo, idx, value, fr):
+    """A write's lanes: (flat offsets, in bounds, value, active, shape), all expanded to its shape (the
+    statement's lanes: a value the same in every lane is still written by each)."""
+    flat, ok = info.address(idx)
+    shape = _lanes(flat.shape, value.shape, fr.lanes, *(() if fr.mask is None else (fr.mask.shape,)))
+    act = torch.ones(shape, dtype=torch.bool) if fr.mask is None else fr.mask.expand(shape)
+    return flat.expand(shape), ok.expand(shape), value.expand(shape), act, shape
 
 
 def _check_not_wrapped(info: BufferInfo, idx, act):
