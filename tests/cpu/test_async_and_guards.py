@@ -98,6 +98,18 @@ def test_tilelang_async_gather_is_a_pipelined_zero_filled_copy():
     assert "cp_async_wait<1>" in cuda                                # one stage in flight
 
 
+@pytest.mark.parametrize("backend", ["triton", "tilelang"])
+def test_sparse_mla_without_the_hint_computes_the_same(backend):
+    """ASYNC=False: plain gathers in a plain loop (the example launch has the hint)."""
+    from tle.cli import poison
+    from tle.examples import compare_outputs
+    from tle.kernels.sparse_mla import sparse_mla_fwd_kernel as k
+    launch = k.example("cpu", "small")
+    poison(launch)
+    run_on(backend, k, launch.grid, *launch.args, **dict(launch.kwargs, ASYNC=False))
+    compare_outputs(launch)
+
+
 @pytest.mark.slow
 def test_tilelang_plain_gather_is_not_pipelined_when_the_loop_says_so():
     if tle.available_backends().get("tilelang") is not None:
