@@ -262,7 +262,7 @@ def test_render_tilelang_control_flow():
     assert text.count("outs[tx] = ") == 2       # both inserts write the output buffer
 
 
-def test_rendered_tilelang_parses_as_a_prim_func(tmp_path):
+def test_rendered_tilelang_parses_and_computes_what_the_mlir_says(tmp_path):
     pytest.importorskip("tilelang.language")
     body = control_flow.body()
     lines = render_tilelang(body, ["x", "out"], ["tx"], [256], indent=2)
@@ -276,8 +276,13 @@ def test_rendered_tilelang_parses_as_a_prim_func(tmp_path):
                 tx = T.get_thread_binding(0)
         """) + "\n".join(lines) + "\n"
     (tmp_path / "raw_tl.py").write_text(src)
-    script = _load(tmp_path / "raw_tl.py", "raw_tl").k.script()
+    func = _load(tmp_path / "raw_tl.py", "raw_tl").k
+    script = func.script()
     assert "T.exp" in script and "out[tx]" in script
+    from tle.lowering.tilelang.interpreter import Program
+    x, out = torch.randn(256), torch.full((256,), float("nan"))
+    Program(func).run([x, out])                       # the thread-level code, run per thread
+    torch.testing.assert_close(out, torch.where(x > 0, torch.exp(x) + 3 * x, -x))
 
 
 # -- Triton ------------------------------------------------------------------------------------------------
