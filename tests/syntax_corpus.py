@@ -573,3 +573,42 @@ def math_and_casts(device):
     return tle.Launch(grid=(2,), args=(x, i, f, h, k, bits, 100), kwargs=dict(BLOCK=64),
                       outputs={"f": f, "h": h, "k": k, "bits": bits}, reference=ref,
                       tolerances={"f": (1e-5, 1e-5)})
+
+
+# -- bounds written as <=, > and >=, exact (a bulk copy) or tighter than the tensor; an int data mask -----
+@tle.jit
+def bound_forms(x_ptr, k_ptr, a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, n, M, rows, N, BLOCK: tl.constexpr,
+                BM: tl.constexpr, BN: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs <= n - 1, other=0.0)
+    tl.store(a_ptr + offs, x + 1.0, mask=n > offs)
+    tl.store(b_ptr + offs, x + 2.0, mask=n - 1 >= offs)
+    k = tl.load(k_ptr + offs, mask=offs < n, other=0)
+    tl.store(c_ptr + offs, k, mask=(offs < n) & (k * k > 4))
+    rm = tl.arange(0, BM)
+    rn = tl.arange(0, BN)
+    tile = rm[:, None] * N + rn[None, :]
+    inside = (rm[:, None] < rows) & (rn[None, :] < N)          # fewer rows than the tensor has
+    y = tl.load(x_ptr + tile, mask=inside, other=0.0)
+    tl.store(d_ptr + tile, y * 3.0, mask=inside)
+    tl.store(e_ptr + tile, y - 3.0, mask=(rm[:, None] <= M - 1) & (rn[None, :] <= N - 1))
+
+
+@case(bound_forms)
+def mask_bounds(device):
+    n, M, rows, N = 150, 12, 9, 12
+    x = torch.randn(n, device=device)
+    k = torch.randint(-5, 6, (n,), device=device, dtype=torch.int32)
+    a, b = _nan_like(x), _nan_like(x)
+    c = torch.full_like(k, -7)
+    d, e = torch.full((M, N), -7.0, device=device), torch.full((M, N), -7.0, device=device)
+
+    def ref():
+        xm = x[:M * N].view(M, N)
+        dr = torch.full((M, N), -7.0, device=x.device)
+        dr[:rows] = xm[:rows] * 3.0
+        seen = torch.where(torch.arange(M, device=x.device)[:, None] < rows, xm, 0.0)
+        return {"a": x + 1.0, "b": x + 2.0, "c": torch.where(k * k > 4, k, torch.full_like(k, -7)), "d": dr,
+                "e": seen - 3.0}
+    return tle.Launch(grid=(3,), args=(x, k, a, b, c, d, e, n, M, rows, N), kwargs=dict(BLOCK=64, BM=16, BN=16),
+                      outputs={"a": a, "b": b, "c": c, "d": d, "e": e}, reference=ref)

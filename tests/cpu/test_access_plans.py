@@ -138,6 +138,16 @@ PLANS = {
         ('store', 'box', 'T.Parallel'),
         ('store', 'box', 'T.Parallel'),
     ],
+    'mask_bounds': [
+        ('load', 'box', 'T.copy into fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+        ('load', 'box', 'T.copy into fragment'),
+        ('store', 'box', 'T.Parallel'),
+        ('load', 'box', 'T.Parallel into fragment'),
+        ('store', 'box', 'T.Parallel'),
+        ('store', 'box', 'T.copy from fragment'),
+    ],
     'masked_prefix': [
         ('load', 'box', 'T.Parallel into fragment'),
         ('store', 'box', 'T.Parallel'),
