@@ -48,7 +48,8 @@ changes the generated code compiles afresh and one that does not reuses the pris
 read from or written to the user's own caches.
 
 The test command (default: pytest tests/cpu -x -q -p no:cacheprovider -k "not golden" -m "not slow"; a
-mutant runs a quick stage first, QUICK, and the whole command only if that passes)
+mutant runs a quick stage first, QUICK, and the whole command only if that passes; for a mutant under
+lowering/tilelang/ the whole command leaves out the tests named for Triton, which never run that code)
 runs once on the pristine copy first and must pass; then a canary mutant (every target made to raise
 on import) must be caught, proving the tests run the copy's code. Golden files are left out by
 default: they pin the generated text, so they catch any textual change; --with-goldens includes them.
@@ -762,8 +763,12 @@ class Campaign:
         self.files = files
         self.texts = texts
         self.cmd = [sys.executable, "-m", "pytest", *pytest_args(args)]
+        self.tilelang_cmd = [sys.executable, "-m", "pytest", *pytest_args(args, without_triton=True)]
         self.quick = [sys.executable, "-m", "pytest", *QUICK, "-x", "-q", "-p", "no:cacheprovider"] \
             if args.pytest_args is None and args.quick else None
+        if self.quick:      # what the quick stage ran need not run again
+            rest = [a for q in QUICK for a in ("--deselect", q)]
+            self.cmd, self.tilelang_cmd = self.cmd + rest, self.tilelang_cmd + rest
         self.base = tempfile.mkdtemp(prefix="tle-mutation-", dir=args.workdir)
         self.workers: list[Worker] = []
         self.running: set = set()
@@ -776,8 +781,14 @@ class Campaign:
         for w in self.workers:
             check_isolation(w, self.files)
         log("isolation checked: tle, tle.lowering, tle.kernels and the targets import from the copies")
-        log("baseline: " + " ".join(shlex.quote(c) for c in self.cmd))
-        rc, secs, out = self.workers[0].run(self.cmd, self.args.timeout, self.running)
+        log("baseline: " + " ".join(shlex.quote(c) for c in (self.quick or []) + ["then"] * bool(self.quick)
+                                     + self.cmd))
+        rc, secs, out = 0, 0.0, ""
+        if self.quick:
+            rc, secs, out = self.workers[0].run(self.quick, self.args.timeout, self.running)
+        if rc == 0:
+            rc, more, out = self.workers[0].run(self.cmd, self.args.timeout, self.running)
+            secs += more
         self.baseline_seconds = secs
         if rc != 0:
             sys.exit(f"mutation: the baseline run fails (exit code {rc}, {secs:.1f}s); fix it first:\n"
@@ -824,7 +835,8 @@ class Campaign:
                     # the tests that kill most mutants first: a mutant they kill is done in seconds
                     rc, secs, out = w.run(self.quick, self.args.timeout, self.running)
                 if rc == 0:
-                    rc, more, out = w.run(self.cmd, self.args.timeout, self.running)
+                    cmd = self.tilelang_cmd if m.file.startswith("lowering/tilelang/") else self.cmd
+                    rc, more, out = w.run(cmd, self.args.timeout, self.running)
                     secs += more
             finally:
                 w.write(m.file, self.texts[m.file])
@@ -868,12 +880,15 @@ class Campaign:
             shutil.rmtree(self.base, ignore_errors=True)
 
 
-def pytest_args(args) -> list[str]:
+def pytest_args(args, without_triton: bool = False) -> list[str]:
+    """The whole test command's arguments; `without_triton`: for a mutant of the TileLang backend, which no
+    test of the Triton lowering runs, leave those tests out (they are the slowest)."""
     if args.pytest_args is not None:
         return shlex.split(args.pytest_args)
     out = ["tests/cpu", "-x", "-q", "-p", "no:cacheprovider", "-m", "not slow"]
-    if not args.with_goldens:
-        out += ["-k", "not golden"]
+    skip = ([] if args.with_goldens else ["golden"]) + (["triton"] if without_triton else [])
+    if skip:
+        out += ["-k", " and ".join(f"not {w}" for w in skip)]
     return out
 
 
