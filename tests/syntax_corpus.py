@@ -612,3 +612,37 @@ def mask_bounds(device):
                 "e": seen - 3.0}
     return tle.Launch(grid=(3,), args=(x, k, a, b, c, d, e, n, M, rows, N), kwargs=dict(BLOCK=64, BM=16, BN=16),
                       outputs={"a": a, "b": b, "c": c, "d": d, "e": e}, reference=ref)
+
+
+# -- boxes whose base splits over several dimensions: a block at a constant offset of a matrix in a batch,
+#    a constant offset into a flat output, a tensor with a unit dimension ------------------------------
+@tle.jit
+def sub_blocks(x_ptr, u_ptr, y_ptr, z_ptr, w_ptr, M, N, R0: tl.constexpr, C0: tl.constexpr, BM: tl.constexpr,
+               BN: tl.constexpr):
+    b = tl.program_id(0)
+    rm = tl.arange(0, BM)
+    rn = tl.arange(0, BN)
+    t = tl.load(x_ptr + b * M * N + (R0 + rm)[:, None] * N + (C0 + rn)[None, :])
+    tl.store(y_ptr + b * BM * BN + rm[:, None] * BN + rn[None, :], t * 2.0)
+    tl.store(z_ptr + 7 + b * BN + rn, tl.sum(t, axis=0))
+    rb = tl.arange(0, 4)
+    u = tl.load(u_ptr + rb[:, None] * BN + rn[None, :])          # u is (4, 1, BN): a unit middle dimension
+    tl.store(w_ptr + b * BN + rn, tl.max(u, axis=0) + b)
+
+
+@case(sub_blocks)
+def offset_boxes(device):
+    B, M, N, R0, C0, BM, BN = 3, 10, 12, 2, 3, 4, 8
+    x = torch.randn(B, M, N, device=device)
+    u = torch.randn(4, 1, BN, device=device)
+    y = torch.full((B, BM, BN), float("nan"), device=device)
+    z = torch.full((7 + B * BN + 5,), -7.0, device=device)
+    w = torch.full((B, BN), float("nan"), device=device)
+
+    def ref():
+        blk = x[:, R0:R0 + BM, C0:C0 + BN]
+        zr = torch.full_like(z, -7.0)
+        zr[7:7 + B * BN] = blk.sum(1).reshape(-1)
+        return {"y": blk * 2.0, "z": zr, "w": u.amax(0).reshape(1, BN) + torch.arange(B, device=x.device)[:, None]}
+    return tle.Launch(grid=(B,), args=(x, u, y, z, w, M, N), kwargs=dict(R0=R0, C0=C0, BM=BM, BN=BN),
+                      outputs={"y": y, "z": z, "w": w}, reference=ref, tolerances={"z": (1e-5, 1e-5)})

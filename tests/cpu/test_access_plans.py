@@ -160,6 +160,13 @@ PLANS = {
         ('store', 'box', 'T.copy from fragment'),
         ('store', 'box', 'T.copy from fragment'),
     ],
+    'offset_boxes': [
+        ('load', 'box', 'T.copy into fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+        ('load', 'box', 'T.copy into fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+    ],
     'odd_2d_masked': [
         ('load', 'box', 'T.copy into fragment'),
         ('store', 'box', 'T.copy from fragment'),
