@@ -646,3 +646,30 @@ def offset_boxes(device):
         return {"y": blk * 2.0, "z": zr, "w": u.amax(0).reshape(1, BN) + torch.arange(B, device=x.device)[:, None]}
     return tle.Launch(grid=(B,), args=(x, u, y, z, w, M, N), kwargs=dict(R0=R0, C0=C0, BM=BM, BN=BN),
                       outputs={"y": y, "z": z, "w": w}, reference=ref, tolerances={"z": (1e-5, 1e-5)})
+
+
+# -- expressions: an arange that does not start at 0, !=, grid sizes past the grid's rank, NaN literals ---
+@tle.jit
+def expr_forms(x_ptr, y_ptr, z_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(3, 3 + BLOCK)
+    x = tl.load(x_ptr + offs)
+    odd = (offs % 2) != 0
+    y = tl.where(odd, x, -x) * tl.num_programs(0) + tl.num_programs(1) + tl.num_programs(2)
+    tl.store(y_ptr + offs - 3, y)
+    nan32 = tl.full([BLOCK], float("nan"), tl.float32)
+    nan16 = tl.full([BLOCK], float("nan"), tl.bfloat16).to(tl.float32)    # Triton's interpreter compares bf16 bits
+    flags = tl.where(nan32 != nan32, 1, 0) + tl.where(nan16 != nan16, 2, 0)
+    tl.store(z_ptr + offs - 3, flags)
+
+
+@case(expr_forms)
+def expression_forms(device):
+    x = torch.randn(67, device=device)
+    y = torch.full((64,), float("nan"), device=device)
+    z = torch.full((64,), -7, device=device, dtype=torch.int32)
+
+    def ref():
+        i = torch.arange(3, 67, device=x.device)
+        return {"y": torch.where(i % 2 != 0, x[3:], -x[3:]) + 2.0,
+                "z": torch.full((64,), 3, device=x.device, dtype=torch.int32)}
+    return tle.Launch(grid=(1,), args=(x, y, z), kwargs=dict(BLOCK=64), outputs={"y": y, "z": z}, reference=ref)

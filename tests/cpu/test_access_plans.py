@@ -114,6 +114,11 @@ PLANS = {
         ('store', 'box', 'T.copy from fragment'),
         ('store', 'box', 'T.copy from fragment'),
     ],
+    'expression_forms': [
+        ('load', 'box', 'T.copy into fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+    ],
     'gather': [
         ('load', 'box', 'read at each use'),
         ('load', 'gather', 'T.Parallel into fragment'),
