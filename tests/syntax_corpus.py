@@ -673,3 +673,32 @@ def expression_forms(device):
         return {"y": torch.where(i % 2 != 0, x[3:], -x[3:]) + 2.0,
                 "z": torch.full((64,), 3, device=x.device, dtype=torch.int32)}
     return tle.Launch(grid=(1,), args=(x, y, z), kwargs=dict(BLOCK=64), outputs={"y": y, "z": z}, reference=ref)
+
+
+# -- masked scalar loads, and a non-zero `other` where the mask ends one short of the tile or at it ------
+@tle.jit
+def edge_loads(x_ptr, e_ptr, f_ptr, s_ptr, LIMIT: tl.constexpr, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    v = tl.load(x_ptr + pid, mask=pid < LIMIT, other=7.0)          # in bounds, masked off past LIMIT
+    w = tl.load(x_ptr + pid, mask=pid < LIMIT)                     # no `other`: zero
+    tl.store(s_ptr + pid, v + 10.0 * w)
+    offs = tl.arange(0, BLOCK)
+    short = tl.load(e_ptr + offs, mask=offs < BLOCK - 1, other=5.0)     # e has BLOCK - 1 elements
+    full = tl.load(f_ptr + offs, mask=offs < BLOCK, other=5.0)          # always true: `other` unused
+    tl.store(f_ptr + BLOCK + offs, short + full * 100.0, mask=pid == 0)
+
+
+@case(edge_loads)
+def masked_edges(device):
+    x = torch.randn(8, device=device)
+    e = torch.randn(63, device=device)
+    f = torch.cat([torch.randn(64, device=device), torch.full((64,), float("nan"), device=device)])
+    s = torch.full((8,), float("nan"), device=device)
+
+    def ref():
+        lim = torch.arange(8, device=x.device) < 5
+        short = torch.cat([e, torch.full((1,), 5.0, device=e.device)])
+        return {"s": torch.where(lim, x * 11.0, torch.full_like(x, 7.0)),
+                "f": torch.cat([f[:64], short + f[:64] * 100.0])}
+    return tle.Launch(grid=(8,), args=(x, e, f, s), kwargs=dict(LIMIT=5, BLOCK=64), outputs={"s": s, "f": f},
+                      reference=ref)

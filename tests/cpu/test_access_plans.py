@@ -218,6 +218,14 @@ PLANS = {
         ('load', 'strided', 'T.Parallel into fragment'),
         ('store', 'box', 'T.copy from fragment'),
     ],
+    'masked_edges': [
+        ('load', 'scalar', 'scalar expression'),
+        ('load', 'scalar', 'scalar expression'),
+        ('store', 'scalar', 'scalar statement'),
+        ('load', 'box', 'T.Parallel into fragment'),
+        ('load', 'box', 'T.copy into fragment'),
+        ('store', 'box', 'T.Parallel'),
+    ],
 }
 KERNELS = dict(example_kernels())
 
