@@ -89,8 +89,10 @@ DEFAULT_TARGETS = ("lowering/tilelang", "lowering/analysis")
 DEFAULT_EXCLUDED = ("lowering/tilelang/interpreter",)
 # run before the whole test command (unless --no-quick or --pytest-args): the TileLang numerics and access
 # plans of the kernels and corpus cases, which kill most mutants of the lowering in a few seconds
-QUICK = ("tests/cpu/test_access_plans.py", "tests/cpu/test_syntax_corpus.py::test_tilelang_interpreter",
+QUICK = ("tests/cpu/test_access_analysis.py", "tests/cpu/test_access_plans.py",
+         "tests/cpu/test_syntax_corpus.py::test_tilelang_interpreter",
          "tests/cpu/test_kernels_interpreter.py::test_tilelang_lowering_matches_reference")
+QUICK_GOLDENS = ("tests/cpu/test_golden.py::test_golden",)    # joins QUICK under --with-goldens
 COPIED = ("tle", "lowering", "kernels", "tests", "pyproject.toml", "README.md")
 OPERATORS = ("comparison", "off-by-one", "arithmetic", "boolean", "string-token", "dropped-mask", "transpose")
 STATUSES = ("killed", "survived", "timeout", "error")
@@ -764,10 +766,11 @@ class Campaign:
         self.texts = texts
         self.cmd = [sys.executable, "-m", "pytest", *pytest_args(args)]
         self.tilelang_cmd = [sys.executable, "-m", "pytest", *pytest_args(args, without_triton=True)]
-        self.quick = [sys.executable, "-m", "pytest", *QUICK, "-x", "-q", "-p", "no:cacheprovider"] \
+        quick = QUICK + (QUICK_GOLDENS if args.with_goldens else ())
+        self.quick = [sys.executable, "-m", "pytest", *quick, "-x", "-q", "-p", "no:cacheprovider"] \
             if args.pytest_args is None and args.quick else None
         if self.quick:      # what the quick stage ran need not run again
-            rest = [a for q in QUICK for a in ("--deselect", q)]
+            rest = [a for q in quick for a in ("--deselect", q)]
             self.cmd, self.tilelang_cmd = self.cmd + rest, self.tilelang_cmd + rest
         self.base = tempfile.mkdtemp(prefix="tle-mutation-", dir=args.workdir)
         self.workers: list[Worker] = []
