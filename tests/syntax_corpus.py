@@ -702,3 +702,28 @@ def masked_edges(device):
                 "f": torch.cat([f[:64], short + f[:64] * 100.0])}
     return tle.Launch(grid=(8,), args=(x, e, f, s), kwargs=dict(LIMIT=5, BLOCK=64), outputs={"s": s, "f": f},
                       reference=ref)
+
+
+# -- integer arguments divided: the TileLang lowering compiles them in as constants and folds the ---------
+# -- arithmetic, which must keep Triton's truncating // and % -------------------------------------------
+@tle.jit
+def scalar_int_div(out_ptr, a, b, c):
+    tl.store(out_ptr + 0, a // b)
+    tl.store(out_ptr + 1, a % b)
+    tl.store(out_ptr + 2, a // c)
+    tl.store(out_ptr + 3, a % c)
+    tl.store(out_ptr + 4, (a * c) // (b * c))
+    tl.store(out_ptr + 5, (a - c * 4) // b + (a - c * 4) % b)
+
+
+@case(scalar_int_div)
+def folded_int_division(device):
+    a, b, c = -7, 2, -3
+    out = torch.full((6,), -99, device=device, dtype=torch.int32)
+
+    def trunc(x, y):
+        return int(x / y)
+    expect = [trunc(a, b), a - trunc(a, b) * b, trunc(a, c), a - trunc(a, c) * c, trunc(a * c, b * c),
+              trunc(a - c * 4, b) + (a - c * 4) - trunc(a - c * 4, b) * b]
+    return tle.Launch(grid=(1,), args=(out, a, b, c), kwargs={}, outputs={"out": out},
+                      reference=lambda: {"out": torch.tensor(expect, device=out.device, dtype=torch.int32)})

@@ -226,6 +226,14 @@ PLANS = {
         ('load', 'box', 'T.copy into fragment'),
         ('store', 'box', 'T.Parallel'),
     ],
+    'folded_int_division': [
+        ('store', 'scalar', 'scalar statement'),
+        ('store', 'scalar', 'scalar statement'),
+        ('store', 'scalar', 'scalar statement'),
+        ('store', 'scalar', 'scalar statement'),
+        ('store', 'scalar', 'scalar statement'),
+        ('store', 'scalar', 'scalar statement'),
+    ],
 }
 KERNELS = dict(example_kernels())
 
