@@ -94,7 +94,8 @@ QUICK = ("tests/cpu/test_access_analysis.py", "tests/cpu/test_access_plans.py",
          "tests/cpu/test_kernels_interpreter.py::test_tilelang_lowering_matches_reference")
 QUICK_GOLDENS = ("tests/cpu/test_golden.py::test_golden",)    # joins QUICK under --with-goldens
 COPIED = ("tle", "lowering", "kernels", "tests", "pyproject.toml", "README.md")
-OPERATORS = ("comparison", "off-by-one", "arithmetic", "boolean", "string-token", "dropped-mask", "transpose")
+OPERATORS = ("comparison", "off-by-one", "arithmetic", "boolean", "string-token", "dropped-mask", "transpose",
+             "known")
 STATUSES = ("killed", "survived", "timeout", "error")
 CACHE_VARS = ("TLE_CACHE_DIR", "TRITON_CACHE_DIR", "TILELANG_CACHE_DIR")
 MAX_INT = 64
@@ -617,6 +618,44 @@ def find_mutants(files) -> tuple[list[Mutant], dict[str, str]]:
     return mutants, texts
 
 
+# realistic bugs, written out by hand, that the numeric tests (no goldens) must keep catching:
+# (file, exact text, replacement, what the bug is); --known runs these instead of the generated mutants
+KNOWN_BUGS = (
+    ("lowering/triton/codegen.py", 'return f"tl.{o}({self.expr(ops[0])}, {self.expr(ops[1])})"',
+     'return f"tl.maximum({self.expr(ops[0])}, {self.expr(ops[1])})"',
+     "the Triton generator emits tl.maximum for tl.minimum"),
+    ("lowering/transforms/fold.py", "return q if (a >= 0) == (b > 0) else -q", "return a // b",
+     "constant folding floors // on signed integers (Python's rule, not Triton's)"),
+    ("lowering/tilelang/codegen.py", 'return f"T.truncdiv({x}, {y})"', 'return f"T.floordiv({x}, {y})"',
+     "the TileLang generator floors // on signed integers"),
+    ("lowering/tilelang/codegen.py",
+     "        if mask is not None:\n            self.emit(f\"if {self.elem(mask, idx)}:\", indent + 1)",
+     "        if False:\n            self.emit(f\"if {self.elem(mask, idx)}:\", indent + 1)",
+     "the TileLang generator drops the mask of a T.Parallel store"),
+    ("lowering/tilelang/codegen.py", 'self.emit(f"T.reduce_{kind}(', 'self.emit(f"T.reduce_{\'max\' if kind == \'sum\' else kind}(',
+     "the TileLang generator emits T.reduce_max for a sum"),
+    ("lowering/analysis/access.py", "_max_over_tile(d_form, tile_shape) < 0:", "_max_over_tile(d_form, tile_shape) <= 0:",
+     "the box planner takes a mask whose last element is false (offs < 127 over 128) as always true"),
+)
+
+
+def known_mutants() -> tuple[list[Mutant], dict[str, str]]:
+    mutants, texts = [], {}
+    for f, old, new, what in KNOWN_BUGS:
+        if f not in texts:
+            with open(os.path.join(ROOT, f), encoding="utf-8") as fh:
+                texts[f] = fh.read()
+        text = texts[f]
+        if text.count(old) != 1:
+            sys.exit(f"mutation: the known bug `{what}` expects its text once in {f}, found it "
+                     f"{text.count(old)} times: update KNOWN_BUGS")
+        start = text.index(old)
+        line = text.count("\n", 0, start) + 1
+        mutants.append(Mutant(f, line, start - text.rfind("\n", 0, start), "known", what, _oneline(new),
+                              start, start + len(old), new))
+    return mutants, texts
+
+
 # ---------------------------------------------------------------------------------------------------
 # running
 # ---------------------------------------------------------------------------------------------------
@@ -1016,6 +1055,8 @@ def parse_args(argv=None):
                    help="files or folders to mutate, relative to the project root (default: %(default)s)")
     p.add_argument("--exclude", nargs="*", default=list(DEFAULT_EXCLUDED), metavar="PATH",
                    help="folders or files under --paths left alone (default: %(default)s)")
+    p.add_argument("--known", action="store_true",
+                   help="run the hand-written realistic bugs of KNOWN_BUGS (any folder) instead of the generated mutants")
     p.add_argument("--rerun", metavar="JSON", help="run again the mutants that survived in an earlier --json report")
     p.add_argument("--list", action="store_true", help="print the selected mutants and their counts, run nothing")
     p.add_argument("--only", action="append", metavar="SUBSTRING",
@@ -1072,10 +1113,14 @@ def select(mutants: list[Mutant], args) -> tuple[list[Mutant], str]:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    files = target_files(args.paths, args.exclude)
-    if not files:
-        sys.exit("mutation: no .py files to mutate")
-    mutants, texts = find_mutants(files)
+    if args.known:
+        mutants, texts = known_mutants()
+        files = sorted(texts)
+    else:
+        files = target_files(args.paths, args.exclude)
+        if not files:
+            sys.exit("mutation: no .py files to mutate")
+        mutants, texts = find_mutants(files)
     chosen, selection = select(mutants, args)
     if args.list:
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)     # quiet when piped into head
