@@ -653,7 +653,7 @@ def offset_boxes(device):
 def expr_forms(x_ptr, y_ptr, z_ptr, BLOCK: tl.constexpr):
     offs = tl.arange(3, 3 + BLOCK)
     x = tl.load(x_ptr + offs)
-    odd = (offs % 2) != 0
+    odd = (offs % 5) != 0
     y = tl.where(odd, x, -x) * tl.num_programs(0) + tl.num_programs(1) + tl.num_programs(2)
     tl.store(y_ptr + offs - 3, y)
     nan32 = tl.full([BLOCK], float("nan"), tl.float32)
@@ -670,7 +670,7 @@ def expression_forms(device):
 
     def ref():
         i = torch.arange(3, 67, device=x.device)
-        return {"y": torch.where(i % 2 != 0, x[3:], -x[3:]) + 2.0,
+        return {"y": torch.where(i % 5 != 0, x[3:], -x[3:]) + 2.0,
                 "z": torch.full((64,), 3, device=x.device, dtype=torch.int32)}
     return tle.Launch(grid=(1,), args=(x, y, z), kwargs=dict(BLOCK=64), outputs={"y": y, "z": z}, reference=ref)
 

@@ -1,5 +1,7 @@
 """Golden files: the IR text and the generated Triton and TileLang sources of every kernel at its small
-example, compared exactly. Regenerate after an intended change with TLE_UPDATE_GOLDEN=1 and review the diff
+example, and the TileLang source of every syntax-corpus case (golden/corpus/), compared exactly. The numeric
+tests check what generated code computes; these pin how it does it (which accesses are bulk copies, what
+is pipelined, what is kept in a buffer, how it reads), which no numeric test can see. Regenerate after an intended change with TLE_UPDATE_GOLDEN=1 and review the diff
 it prints (pytest -s); never in CI, where a regenerated golden would pass whatever the lowering now makes.
 A missing golden file fails: only a TileLang backend that cannot run here skips its files.
 
@@ -15,6 +17,7 @@ import pytest
 import tle
 
 from kernel_cases import example_kernels
+from syntax_corpus import CASES
 from tle.cli import meta_copy
 
 GOLDEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden")
@@ -64,26 +67,43 @@ def update_golden(path: str, text: str) -> str:
     return golden_diff(path, old, text)
 
 
-@pytest.mark.parametrize("artifact", list(ARTIFACTS))
-@pytest.mark.parametrize("name, kernel", KERNELS, ids=[n for n, _ in KERNELS])
-def test_golden(name, kernel, artifact):
+def check_golden(path: str, text: str):
     refused = update_refusal(os.environ) if UPDATE else None
     if refused:
         pytest.fail(refused, pytrace=False)
-    backend, suffix = ARTIFACTS[artifact]
-    path = os.path.join(GOLDEN, f"{name}.{suffix}")        # module.kernel: kernel names may repeat
-    why = tle.available_backends().get(backend)
-    if backend == "tilelang" and why is not None:        # the environment cannot lower it; files are not at fault
-        pytest.skip(f"TileLang backend unavailable here ({why})")
-    launch = kernel.example("cpu", "small")
-    lowered = kernel.lower(*[meta_copy(a) for a in launch.args], grid=launch.grid, backend=backend,
-                           **launch.kwargs)
-    text = normalize(lowered.ir + "\n" if artifact == "ir" else lowered.source, kernel)
     if UPDATE:
         print(update_golden(path, text), end="")          # pytest -s shows what changed
         return
     expected = read_golden(path)
-    assert text == expected, f"{artifact} of {name} differs from {path} (TLE_UPDATE_GOLDEN=1 regenerates it)"
+    assert text == expected, f"{os.path.relpath(path)} differs (TLE_UPDATE_GOLDEN=1 regenerates it)"
+
+
+def skip_without(backend: str):
+    why = tle.available_backends().get(backend)
+    if backend == "tilelang" and why is not None:        # the environment cannot lower it; files are not at fault
+        pytest.skip(f"TileLang backend unavailable here ({why})")
+
+
+@pytest.mark.parametrize("artifact", list(ARTIFACTS))
+@pytest.mark.parametrize("name, kernel", KERNELS, ids=[n for n, _ in KERNELS])
+def test_golden(name, kernel, artifact):
+    backend, suffix = ARTIFACTS[artifact]
+    skip_without(backend)
+    launch = kernel.example("cpu", "small")
+    lowered = kernel.lower(*[meta_copy(a) for a in launch.args], grid=launch.grid, backend=backend,
+                           **launch.kwargs)
+    text = normalize(lowered.ir + "\n" if artifact == "ir" else lowered.source, kernel)
+    check_golden(os.path.join(GOLDEN, f"{name}.{suffix}"), text)        # module.kernel: kernel names may repeat
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_golden_corpus(name):
+    skip_without("tilelang")
+    kernel, make = CASES[name]
+    launch = make("cpu")
+    lowered = kernel.lower(*[meta_copy(a) for a in launch.args], grid=launch.grid, backend="tilelang",
+                           **launch.kwargs)
+    check_golden(os.path.join(GOLDEN, "corpus", f"{name}.tilelang.py"), normalize(lowered.source, kernel))
 
 
 # -- the policy above, on files of its own ------------------------------------------------------------------
