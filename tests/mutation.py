@@ -92,7 +92,7 @@ DEFAULT_EXCLUDED = ("lowering/tilelang/interpreter",)
 QUICK = ("tests/cpu/test_access_analysis.py", "tests/cpu/test_access_plans.py",
          "tests/cpu/test_syntax_corpus.py::test_tilelang_interpreter",
          "tests/cpu/test_kernels_interpreter.py::test_tilelang_lowering_matches_reference")
-QUICK_GOLDENS = ("tests/cpu/test_golden.py::test_golden",)    # joins QUICK under --with-goldens
+QUICK_GOLDENS = ("tests/cpu/test_golden.py",)    # under --with-goldens, first: they kill in seconds
 COPIED = ("tle", "lowering", "kernels", "tests", "pyproject.toml", "README.md")
 OPERATORS = ("comparison", "off-by-one", "arithmetic", "boolean", "string-token", "dropped-mask", "transpose",
              "known")
@@ -805,7 +805,7 @@ class Campaign:
         self.texts = texts
         self.cmd = [sys.executable, "-m", "pytest", *pytest_args(args)]
         self.tilelang_cmd = [sys.executable, "-m", "pytest", *pytest_args(args, without_triton=True)]
-        quick = QUICK + (QUICK_GOLDENS if args.with_goldens else ())
+        quick = (QUICK_GOLDENS if args.with_goldens else ()) + QUICK
         self.quick = [sys.executable, "-m", "pytest", *quick, "-x", "-q", "-p", "no:cacheprovider"] \
             if args.pytest_args is None and args.quick else None
         if self.quick:      # what the quick stage ran need not run again
@@ -1065,6 +1065,9 @@ def parse_args(argv=None):
     p.add_argument("--operator", action="append", choices=OPERATORS, help="keep only these operators; repeatable")
     p.add_argument("--sample", type=int, metavar="K", help="run a random sample of K mutants (after --only)")
     p.add_argument("--seed", type=int, default=0, help="seed for --sample (default: %(default)s)")
+    p.add_argument("--shuffle", action="store_true",
+                   help="run the selection in a random order (--seed): interrupted (Ctrl-C or SIGTERM), what finished is a "
+                        "random sample")
     p.add_argument("--limit", type=int, metavar="N", help="run at most the first N selected mutants")
     p.add_argument("--jobs", type=int, default=2, help="mutants run in parallel (default: %(default)s)")
     p.add_argument("--timeout", type=float, default=900, help="seconds per test run (default: %(default)s)")
@@ -1105,10 +1108,17 @@ def select(mutants: list[Mutant], args) -> tuple[list[Mutant], str]:
         keep = set(map(id, random.Random(args.seed).sample(sel, args.sample)))
         sel = [m for m in sel if id(m) in keep]
         notes.append(f"sample of {args.sample}, seed {args.seed}")
+    if args.shuffle:      # an interrupted campaign is then a random sample of the selection
+        sel = random.Random(args.seed).sample(sel, len(sel))
+        notes.append(f"shuffled, seed {args.seed}")
     if args.limit is not None:
         sel = sel[:args.limit]
         notes.append(f"limit {args.limit}")
     return sel, (f"{len(sel)} of {len(mutants)}: " + "; ".join(notes)) if notes else f"all {len(mutants)}"
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 def main(argv=None) -> int:
@@ -1132,6 +1142,10 @@ def main(argv=None) -> int:
         return 0
     if not chosen:
         sys.exit("mutation: no mutants selected")
+    # Ctrl-C, or SIGTERM (a campaign run in the background ignores SIGINT), stops the running tests and
+    # reports what finished
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _interrupt)
     campaign = Campaign(args, files, texts)
     try:
         campaign.prepare()
