@@ -80,7 +80,8 @@ def test_constant_offsets_add_up():
     assert form.axes == ((0, -2),) and form.const == -4 and len(form.syms) == 2
 
 
-@pytest.mark.parametrize("a,b", [(7, 2), (-7, 2), (7, -2), (-7, -2), (6, 3), (-6, 3), (0, 5), (1, 7)])
+@pytest.mark.parametrize("a,b", [(7, 2), (-7, 2), (7, -2), (-7, -2), (6, 3), (-6, 3), (0, 5), (1, 7), (-1, 1),
+                                 (5, 1), (-5, -1), (5, -1)])
 def test_integer_division_of_known_values_truncates(a, b):
     """Triton's // and % on integers truncate toward zero (C semantics), unlike Python's."""
     k = ir_of(offsets, meta(64), meta(4096), a, b, BLOCK=16)
@@ -261,6 +262,7 @@ def flat_box(x_ptr, y_ptr, START, BLOCK: tl.constexpr):
     ((4, 3, 16), 16 * 3 * 4, "past its end"),                                      # a row past the end
     ((4, 3, 16), 16 * 3 + 4, "not provably inside"),                               # runs into the next row
     ((4, 3, 16), -16, "may be negative"),
+    ((2, 16), 16, [(1, 1, None), (0, 16, 0)]),                                     # a dimension of 2
 ])
 def test_box_plan_splits_a_constant_base(shape, start, expect):
     x = meta(*shape)
@@ -270,6 +272,27 @@ def test_box_plan_splits_a_constant_base(shape, start, expect):
         assert plan is None and expect in why
     else:
         assert why == "" and starts(plan) == [(Affine(s), e, a) for s, e, a in expect]
+
+
+def test_box_plan_over_a_broadcast_dimension():
+    x = meta(16).expand(4, 16)                                 # strides (0, 1): every row is the same memory
+    k = ir_of(flat_box, x, meta(16), 0, BLOCK=16)
+    plan, why = plan_of(k, ops_named(k, "load")[0], x, dict(START=0))
+    assert why == "" and starts(plan) == [(Affine(0), 1, None), (Affine(0), 16, 0)]
+
+
+@tle.jit
+def flat_rows(x_ptr, y_ptr, BLOCK: tl.constexpr):
+    r = tl.arange(0, 2)
+    c = tl.arange(0, BLOCK)
+    tl.store(y_ptr + r[:, None] * BLOCK + c[None, :], tl.load(x_ptr + r[:, None] * BLOCK + c[None, :]))
+
+
+def test_box_plan_over_a_dimension_of_two():
+    x = meta(2, 16)
+    k = ir_of(flat_rows, x, meta(2, 16), BLOCK=16)
+    plan, why = plan_of(k, ops_named(k, "load")[0], x, {})
+    assert why == "" and starts(plan) == [(Affine(0), 2, 0), (Affine(0), 16, 1)]
 
 
 @tle.jit
