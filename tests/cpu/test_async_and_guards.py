@@ -134,3 +134,40 @@ def test_triton_pipeliner_issues_the_index_tile_ahead_and_keeps_the_kv_gathers_p
     assert copies and all("!tt.ptr<i32>" in ln for ln in copies)
     gathers = [ln for ln in ttgir if " = tt.load " in ln and "!tt.ptr<bf16>" in ln]
     assert len(gathers) == 4            # q and its tail before the loop, kv and its tail inside
+
+
+# -- a masked-off row of an asynchronous gather is sent past the tensor (TileLang zero-fills it) only while
+# -- that row index stays inside int32 --------------------------------------------------------------------
+@tle.jit
+def async_row_gather(x_ptr, idx_ptr, out_ptr, n_rows, D: tl.constexpr, BI: tl.constexpr, STEPS: tl.constexpr):
+    d = tl.arange(0, D)
+    acc = tl.zeros([D], tl.float32)
+    for s in tl.range(STEPS):
+        rows = tl.load(idx_ptr + s * BI + tl.arange(0, BI))
+        valid = (rows >= 0) & (rows < n_rows)
+        t = tle.load(x_ptr + rows[:, None] * D + d[None, :], mask=valid[:, None], other=0.0, is_async=True)
+        acc += tl.sum(t, axis=0)
+    tl.store(out_ptr + d, acc)
+
+
+@pytest.mark.parametrize("n_rows, zero_filled", [(1000, True), (11184810, True), (11184811, False)])
+def test_out_of_range_rows_stay_inside_int32(n_rows, zero_filled):
+    # the row sent out is ceil(2 * extent / 64); with the extent, 192 * n_rows must stay below 2**31
+    x = torch.empty(n_rows, 64, device="meta")
+    idx = torch.empty(64, dtype=torch.int32, device="meta")
+    lowered = async_row_gather.lower(x, idx, torch.empty(64, device="meta"), n_rows, grid=(1,), backend="tilelang",
+                                     D=64, BI=16, STEPS=4)
+    (how,) = [how for _, op, kind, how in lowered.compiled.access_report if kind == "gather"]
+    assert ("masked rows zero-filled by bounds predication" in how) == zero_filled
+    assert "is_async: stage 0 of T.Pipelined" in how
+
+
+@pytest.mark.parametrize("backend", ["triton", "tilelang"])
+def test_async_row_gather_numerics_on_cpu(backend):
+    n_rows = 50
+    x = torch.randn(n_rows, 64)
+    idx = torch.randint(-3, n_rows + 3, (64,), dtype=torch.int32)
+    out = torch.full((64,), float("nan"))
+    run_on(backend, async_row_gather, (1,), x, idx, out, n_rows, D=64, BI=16, STEPS=4)
+    valid = (idx >= 0) & (idx < n_rows)
+    torch.testing.assert_close(out, x[idx.long().clamp(0, n_rows - 1)][valid].sum(0), atol=1e-4, rtol=1e-4)
