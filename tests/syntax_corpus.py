@@ -727,3 +727,23 @@ def folded_int_division(device):
               trunc(a - c * 4, b) + (a - c * 4) - trunc(a - c * 4, b) * b]
     return tle.Launch(grid=(1,), args=(out, a, b, c), kwargs={}, outputs={"out": out},
                       reference=lambda: {"out": torch.tensor(expect, device=out.device, dtype=torch.int32)})
+
+
+# -- a keep_dims reduction along the first axis, broadcast back; an unmasked scalar load ------------------
+@tle.jit
+def first_axis_keep(x_ptr, s_ptr, y_ptr, M: tl.constexpr, N: tl.constexpr):
+    rm = tl.arange(0, M)
+    rn = tl.arange(0, N)
+    x = tl.load(x_ptr + rm[:, None] * N + rn[None, :])
+    scale = tl.load(s_ptr + 1)
+    y = (x - tl.max(x, axis=0, keep_dims=True)) * scale
+    tl.store(y_ptr + rm[:, None] * N + rn[None, :], y)
+
+
+@case(first_axis_keep)
+def keep_dims_first_axis(device):
+    x = torch.randn(8, 16, device=device)
+    s = torch.tensor([5.0, 3.0], device=device)
+    y = torch.full_like(x, float("nan"))
+    return tle.Launch(grid=(1,), args=(x, s, y), kwargs=dict(M=8, N=16), outputs={"y": y},
+                      reference=lambda: {"y": (x - x.amax(0, keepdim=True)) * 3.0})

@@ -234,6 +234,11 @@ PLANS = {
         ('store', 'scalar', 'scalar statement'),
         ('store', 'scalar', 'scalar statement'),
     ],
+    'keep_dims_first_axis': [
+        ('load', 'box', 'T.copy into fragment'),
+        ('load', 'scalar', 'scalar expression'),
+        ('store', 'box', 'T.copy from fragment'),
+    ],
 }
 KERNELS = dict(example_kernels())
 
