@@ -747,3 +747,19 @@ def keep_dims_first_axis(device):
     y = torch.full_like(x, float("nan"))
     return tle.Launch(grid=(1,), args=(x, s, y), kwargs=dict(M=8, N=16), outputs={"y": y},
                       reference=lambda: {"y": (x - x.amax(0, keepdim=True)) * 3.0})
+
+
+# -- masked scalar atomics (one thread does each) -------------------------------------------------------
+@tle.jit
+def masked_scalar_atomics(cnt_ptr, LIMIT: tl.constexpr):
+    pid = tl.program_id(0)
+    tl.atomic_add(cnt_ptr + 0, 1, mask=pid < LIMIT)
+    tl.atomic_max(cnt_ptr + 1, pid, mask=(pid % 2) == 1)
+    tl.atomic_add(cnt_ptr + 2, pid)
+
+
+@case(masked_scalar_atomics)
+def scalar_atomics_masked(device):
+    cnt = torch.zeros(3, device=device, dtype=torch.int32)
+    return tle.Launch(grid=(8,), args=(cnt,), kwargs=dict(LIMIT=5), outputs={"cnt": cnt},
+                      reference=lambda: {"cnt": torch.tensor([5, 7, 28], device=cnt.device, dtype=torch.int32)})

@@ -239,6 +239,11 @@ PLANS = {
         ('load', 'scalar', 'scalar expression'),
         ('store', 'box', 'T.copy from fragment'),
     ],
+    'scalar_atomics_masked': [
+        ('atomic', 'scalar', 'T.atomic_add on one thread'),
+        ('atomic', 'scalar', 'T.atomic_max on one thread'),
+        ('atomic', 'scalar', 'T.atomic_add on one thread'),
+    ],
 }
 KERNELS = dict(example_kernels())
 

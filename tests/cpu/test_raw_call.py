@@ -363,6 +363,18 @@ def test_tilelang_needs_the_kernel_thread_count():
     assert "the kernel's threads" in str(err) and "num_warps=32" in str(err)
 
 
+@pytest.mark.parametrize("threads, hint", [
+    (1024, "launch the kernel with num_warps=32"),
+    (96, "give the call 32 * 2**k threads and launch the kernel with num_warps=2**k"),    # 3 warps
+    (100, "give the call 32 * 2**k threads and launch the kernel with num_warps=2**k"),   # not whole warps
+])
+def test_tilelang_thread_count_hint(threads, hint):
+    _tilelang_or_skip()
+    with pytest.raises(UnsupportedConstruct) as e:
+        _call(backend="tilelang", hw={"threads": (threads,)}, num_warps=4)
+    assert f"runs 128 (32 * num_warps=4), not {threads}; {hint}" in str(e.value)
+
+
 def test_tilelang_notes_an_order_other_than_row_major():
     _tilelang_or_skip()
     meta = torch.empty(4, 32, device="meta")
