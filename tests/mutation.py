@@ -632,9 +632,11 @@ KNOWN_BUGS = (
      "        if mask is not None:\n            self.emit(f\"if {self.elem(mask, idx)}:\", indent + 1)",
      "        if False:\n            self.emit(f\"if {self.elem(mask, idx)}:\", indent + 1)",
      "the TileLang generator drops the mask of a T.Parallel store"),
-    ("lowering/tilelang/codegen.py", 'self.emit(f"T.reduce_{kind}(', 'self.emit(f"T.reduce_{\'max\' if kind == \'sum\' else kind}(',
+    ("lowering/tilelang/codegen.py", 'self.emit(f"T.reduce_{kind}(',
+     'self.emit(f"T.reduce_{\'max\' if kind == \'sum\' else kind}(',
      "the TileLang generator emits T.reduce_max for a sum"),
-    ("lowering/analysis/access.py", "_max_over_tile(d_form, tile_shape) < 0:", "_max_over_tile(d_form, tile_shape) <= 0:",
+    ("lowering/analysis/access.py", "_max_over_tile(d_form, tile_shape) < 0:",
+     "_max_over_tile(d_form, tile_shape) <= 0:",
      "the box planner takes a mask whose last element is false (offs < 127 over 128) as always true"),
 )
 
@@ -1056,7 +1058,8 @@ def parse_args(argv=None):
     p.add_argument("--exclude", nargs="*", default=list(DEFAULT_EXCLUDED), metavar="PATH",
                    help="folders or files under --paths left alone (default: %(default)s)")
     p.add_argument("--known", action="store_true",
-                   help="run the hand-written realistic bugs of KNOWN_BUGS (any folder) instead of the generated mutants")
+                   help="run the hand-written realistic bugs of KNOWN_BUGS (any folder) instead of the generated "
+                        "mutants")
     p.add_argument("--rerun", metavar="JSON", help="run again the mutants that survived in an earlier --json report")
     p.add_argument("--list", action="store_true", help="print the selected mutants and their counts, run nothing")
     p.add_argument("--only", action="append", metavar="SUBSTRING",
@@ -1066,8 +1069,8 @@ def parse_args(argv=None):
     p.add_argument("--sample", type=int, metavar="K", help="run a random sample of K mutants (after --only)")
     p.add_argument("--seed", type=int, default=0, help="seed for --sample (default: %(default)s)")
     p.add_argument("--shuffle", action="store_true",
-                   help="run the selection in a random order (--seed): interrupted (Ctrl-C or SIGTERM), what finished is a "
-                        "random sample")
+                   help="run the selection in a random order (--seed): interrupted (Ctrl-C or SIGTERM), what "
+                        "finished is a random sample")
     p.add_argument("--limit", type=int, metavar="N", help="run at most the first N selected mutants")
     p.add_argument("--jobs", type=int, default=2, help="mutants run in parallel (default: %(default)s)")
     p.add_argument("--timeout", type=float, default=900, help="seconds per test run (default: %(default)s)")

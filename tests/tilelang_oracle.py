@@ -7,7 +7,15 @@ report says are "zero-filled by bounds predication". Everywhere else such a read
 strict unless the lowering says it relies on it."""
 import math
 
+import pytest
+
+import tle
+
 ZERO_FILL = "zero-filled by bounds predication"
+
+# tests that lower to TileLang skip where the backend cannot run (no tilelang, no nvcc)
+needs_tilelang = pytest.mark.skipif(tle.available_backends().get("tilelang") is not None,
+                                    reason="TileLang backend unavailable")
 
 
 def interpret_tilelang(kernel, grid, *args, num_warps=4, **kwargs):

@@ -8,7 +8,7 @@ import triton.language as tl
 
 import tle
 from tle.lowering.analysis import Affine, AffineAnalysis, classify_accesses
-from tle.lowering.analysis.access import mask_always_true, mask_conjuncts, plan_box
+from tle.lowering.analysis.access import classify, mask_always_true, mask_conjuncts, plan_box
 
 
 def ir_of(kernel, *args, **constexprs):
@@ -208,7 +208,7 @@ def box_2d(x_ptr, y_ptr, M, N, ROW: tl.constexpr, COL: tl.constexpr, BM: tl.cons
 
 def plan_of(k, op, tensor, known):
     aff = analysis(k, **known)
-    acc = [a for a in classify_accesses(k, aff.known).values() if a.op is op][0]
+    acc = classify(op, aff, {p.value.id: p for p in k.params})
     mask = op.operands[1] if op.name == "load" else (op.operands[2] if len(op.operands) > 2 else None)
     return plan_box(acc, mask, op.operands[0].type.shape, tuple(tensor.shape), tuple(tensor.stride()), aff)
 
@@ -221,7 +221,7 @@ def test_box_plan_of_an_offset_masked_tile():
     M, N = 40, 48
     x = meta(M, N)
     k = ir_of(box_2d, x, meta(64, 16), M, N, ROW=3, COL=5, BM=8, BN=16, ROW_LIMIT=4)
-    pid = [p for p in ops_named(k, "program_id")][0].results[0]
+    pid = ops_named(k, "program_id")[0].results[0]
     load = ops_named(k, "load")[0]
     plan, why = plan_of(k, load, x, dict(M=M, N=N))
     assert why == ""

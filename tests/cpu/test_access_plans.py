@@ -4,13 +4,12 @@ element-wise T.Parallel code, which run as scalars. The numeric tests cannot see
 element-wise copy computes the same thing, slower); this test pins them, as `tle compare` prints them."""
 import pytest
 
-import tle
 from kernel_cases import example_kernels
 from syntax_corpus import CASES
+from tilelang_oracle import needs_tilelang
 from tle.cli import meta_copy
 
-pytestmark = pytest.mark.skipif(tle.available_backends().get("tilelang") is not None,
-                                reason="TileLang backend unavailable")
+pytestmark = needs_tilelang
 
 # (op, access kind, how the TileLang lowering carries it out), in program order
 PLANS = {

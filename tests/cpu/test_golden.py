@@ -1,9 +1,10 @@
 """Golden files: the IR text and the generated Triton and TileLang sources of every kernel at its small
 example, and the TileLang source of every syntax-corpus case (golden/corpus/), compared exactly. The numeric
 tests check what generated code computes; these pin how it does it (which accesses are bulk copies, what
-is pipelined, what is kept in a buffer, how it reads), which no numeric test can see. Regenerate after an intended change with TLE_UPDATE_GOLDEN=1 and review the diff
-it prints (pytest -s); never in CI, where a regenerated golden would pass whatever the lowering now makes.
-A missing golden file fails: only a TileLang backend that cannot run here skips its files.
+is pipelined, what is kept in a buffer, how it reads), which no numeric test can see. Regenerate after an
+intended change with TLE_UPDATE_GOLDEN=1 and review the diff it prints (pytest -s); never in CI, where a
+regenerated golden would pass whatever the lowering now makes. A missing golden file fails: only a TileLang
+backend that cannot run here skips its files.
 
 The kernels' absolute file paths (which appear in generated headers) are replaced by their file names,
 so the files do not depend on where the project lives.

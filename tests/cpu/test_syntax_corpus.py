@@ -3,13 +3,9 @@ interpreter and of the TileLang lowering in the interpreter of TileLang programs
 lowering compiled to CUDA for sm_90a."""
 import pytest
 
-import tle
 from syntax_corpus import CASES
 from tle.examples import compare_outputs
-from tilelang_oracle import interpret_launch
-
-needs_tilelang = pytest.mark.skipif(tle.available_backends().get("tilelang") is not None,
-                                    reason="TileLang backend unavailable")
+from tilelang_oracle import interpret_launch, needs_tilelang
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

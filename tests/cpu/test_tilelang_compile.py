@@ -2,9 +2,11 @@
 A cold compile takes seconds per kernel; TileLang's disk cache makes repeats fast. Below, what the backend
 does without compiling."""
 import pytest
+import torch
 
 import tle
 from kernel_cases import example_kernels
+from tilelang_oracle import needs_tilelang
 from tle.cli import meta_copy
 
 KERNELS = example_kernels()
@@ -25,12 +27,8 @@ def test_tilelang_compiles_to_cuda_and_ptx(name, kernel):
 
 
 # -- what needs no compile: the stages' names, nvcc detection, the refusal to launch on CPU ----------------
-needs_tilelang = pytest.mark.skipif(tle.available_backends().get("tilelang") is not None,
-                                    reason="TileLang backend unavailable")
-
-
 def vector_add_lowered():
-    name, kernel = [(n, k) for n, k in KERNELS if n == "vector_add.add_kernel"][0]
+    kernel = dict(KERNELS)["vector_add.add_kernel"]
     launch = kernel.example("cpu", "small")
     return kernel.lower(*[meta_copy(a) for a in launch.args], grid=launch.grid, backend="tilelang",
                         **launch.kwargs), kernel, launch
@@ -62,7 +60,6 @@ def test_backend_needs_nvcc(monkeypatch, tmp_path):
 
 @needs_tilelang
 def test_launch_on_cpu_tensors_is_refused():
-    import torch
     from tle.lowering.tilelang.backend import Backend
     assert "CUDA tensors only" in Backend().launch_unavailable_reason(torch.device("cpu"))
     _, kernel, launch = vector_add_lowered()
