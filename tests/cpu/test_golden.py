@@ -24,12 +24,27 @@ from tle.cli import meta_copy
 GOLDEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden")
 UPDATE = os.environ.get("TLE_UPDATE_GOLDEN", "") not in ("", "0")
 KERNELS = example_kernels()
-ARTIFACTS = {"ir": ("triton", "ir.txt"), "triton": ("triton", "triton.py"), "tilelang": ("tilelang", "tilelang.py")}
+ARTIFACTS = {"ir": ("triton", "ir.txt"), "triton": ("triton", "triton.py"), "tilelang": ("tilelang", "tilelang.py"),
+             "triton-report": ("triton", "triton.report.txt"), "tilelang-report": ("tilelang", "tilelang.report.txt")}
 
 
 def normalize(text: str, kernel) -> str:
     folder = os.path.dirname(os.path.abspath(inspect.getsourcefile(kernel.fn)))
     return text.replace(folder + os.sep, "")
+
+
+def report_text(lowered) -> str:
+    """The lowering's notes and its access report (what `tle inspect` shows of each load, store, atomic
+    and extension site): how each access was lowered, which no numeric test and no source diff names."""
+    out = ["# notes"] + (list(lowered.notes) or ["none"]) + ["# accesses: line op kind: how"]
+    out += [f"{line} {op} {kind}: {how}" for line, op, kind, how in lowered.compiled.access_report]
+    return "\n".join(out) + "\n"
+
+
+def artifact_text(lowered, artifact: str) -> str:
+    if artifact == "ir":
+        return lowered.ir + "\n"
+    return report_text(lowered) if artifact.endswith("-report") else lowered.source
 
 
 def update_refusal(env) -> str | None:
@@ -93,18 +108,20 @@ def test_golden(name, kernel, artifact):
     launch = kernel.example("cpu", "small")
     lowered = kernel.lower(*[meta_copy(a) for a in launch.args], grid=launch.grid, backend=backend,
                            **launch.kwargs)
-    text = normalize(lowered.ir + "\n" if artifact == "ir" else lowered.source, kernel)
+    text = normalize(artifact_text(lowered, artifact), kernel)
     check_golden(os.path.join(GOLDEN, f"{name}.{suffix}"), text)        # module.kernel: kernel names may repeat
 
 
+@pytest.mark.parametrize("artifact", ["tilelang", "tilelang-report"])
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_golden_corpus(name):
+def test_golden_corpus(name, artifact):
     skip_without("tilelang")
     kernel, make = CASES[name]
     launch = make("cpu")
     lowered = kernel.lower(*[meta_copy(a) for a in launch.args], grid=launch.grid, backend="tilelang",
                            **launch.kwargs)
-    check_golden(os.path.join(GOLDEN, "corpus", f"{name}.tilelang.py"), normalize(lowered.source, kernel))
+    suffix = ARTIFACTS[artifact][1]
+    check_golden(os.path.join(GOLDEN, "corpus", f"{name}.{suffix}"), normalize(artifact_text(lowered, artifact), kernel))
 
 
 # -- the policy above, on files of its own ------------------------------------------------------------------
