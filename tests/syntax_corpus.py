@@ -763,3 +763,183 @@ def scalar_atomics_masked(device):
     cnt = torch.zeros(3, device=device, dtype=torch.int32)
     return tle.Launch(grid=(8,), args=(cnt,), kwargs=dict(LIMIT=5), outputs={"cnt": cnt},
                       reference=lambda: {"cnt": torch.tensor([5, 7, 28], device=cnt.device, dtype=torch.int32)})
+
+
+# -- index values: aranges read as values, an unmasked scatter and tile atomics, a loop that may not run ---
+@tle.jit
+def index_values(x_ptr, p_ptr, h_ptr, y_ptr, q_ptr, lo, hi, steps, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs)
+    perm = tl.load(p_ptr + offs)
+    h = tl.load(h_ptr + offs)
+    ramp = tl.arange(3, 3 + BLOCK).to(tl.float32) * 0.5 + offs.to(tl.float32)
+    y = x * 2.0 + 1.0
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for i in range(lo, hi, 3):                 # the counter is never read; the loop may run no steps
+        acc += tl.sum(y, axis=0)               # `y` is first held in a buffer here, inside the loop
+    s = tl.sum(y, axis=0) + tl.max(y, axis=0)
+    for j in tl.range(0, steps, num_stages=1):     # one stage: a plain loop
+        h = h * 0.5 + x                        # the carried tile starts from a load nothing else reads
+    tl.store(y_ptr + perm, acc + ramp + s + h)
+    tl.atomic_add(q_ptr + offs % 4, x)
+
+
+@case(index_values)
+def index_values_scatter(device):
+    x = torch.randn(64, device=device)
+    perm = torch.randperm(64, device=device).to(torch.int32)
+    h0 = torch.randn(64, device=device)
+    y = _nan_like(x)
+    q = torch.zeros(4, device=device)
+
+    def ref():
+        yy = x * 2.0 + 1.0
+        h = h0.clone()
+        for _ in range(3):
+            h = h * 0.5 + x
+        ramp = torch.arange(3, 67, device=x.device, dtype=torch.float32) * 0.5 + torch.arange(64, device=x.device)
+        out = torch.empty_like(x)
+        out[perm.long()] = ramp + yy.sum() + yy.max() + h
+        return {"y": out, "q": x.view(16, 4).sum(0)}
+    return tle.Launch(grid=(1,), args=(x, perm, h0, y, q, 5, 5, 3), kwargs=dict(BLOCK=64),
+                      outputs={"y": y, "q": q}, reference=ref, tolerances={"y": (1e-4, 1e-4), "q": (1e-5, 1e-5)})
+
+
+# -- gathers through an index tile: pipelined and asynchronous, masked on both axes; synchronous, masked on rows
+@tle.jit
+def row_gathers(x_ptr, idx_ptr, y_ptr, z_ptr, D, BI: tl.constexpr, BD: tl.constexpr, STEPS: tl.constexpr):
+    offs_i = tl.arange(0, BI)
+    offs_d = tl.arange(0, BD)
+    acc = tl.zeros([BI, BD], dtype=tl.float32)
+    for s in tl.range(0, STEPS, num_stages=2):
+        rows = tl.load(idx_ptr + s * BI + offs_i)
+        m = (rows >= 0)[:, None] & (offs_d[None, :] < D)
+        acc += tle.load(x_ptr + rows[:, None] * BD + offs_d[None, :], mask=m, other=0.0, is_async=True)
+    tl.store(y_ptr + offs_i[:, None] * BD + offs_d[None, :], acc)
+    first = tl.load(idx_ptr + offs_i)
+    g = tl.load(x_ptr + first[:, None] * BD + offs_d[None, :], mask=(first >= 0)[:, None], other=0.0)
+    tl.store(z_ptr + offs_i[:, None] * BD + offs_d[None, :], g * 2.0)
+
+
+@case(row_gathers)
+def gathers_masked_rows(device):
+    x = torch.randn(40, 32, device=device)
+    idx = torch.randint(0, 40, (3 * 16,), device=device, dtype=torch.int32)
+    idx[::5] = -1
+    y = torch.full((16, 32), float("nan"), device=device)
+    z = torch.full((16, 32), float("nan"), device=device)
+
+    def ref():
+        r = idx.long().view(3, 16)
+        g = torch.where((r >= 0)[..., None], x[r.clamp(min=0)], 0.0)
+        g[..., 29:] = 0.0
+        first = torch.where((r[0] >= 0)[:, None], x[r[0].clamp(min=0)], 0.0)
+        return {"y": g.sum(0), "z": first * 2.0}
+    return tle.Launch(grid=(1,), args=(x, idx, y, z, 29), kwargs=dict(BI=16, BD=32, STEPS=3),
+                      outputs={"y": y, "z": z}, reference=ref, tolerances={"y": (1e-5, 1e-5)})
+
+
+# -- dot operands and accumulators: a column-major operand also stored, updates written in place or not ----
+@tle.jit
+def operand_reuse(a_ptr, b_ptr, c_ptr, h_ptr, g_ptr, d_ptr, e_ptr, f_ptr, s_ptr, t_ptr,
+                  BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    rm = tl.arange(0, BM)
+    rn = tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    a = tl.load(a_ptr + rm[:, None] + rk[None, :] * BM)     # stored column-major
+    b = tl.load(b_ptr + rk[:, None] * BN + rn[None, :])
+    c = tl.load(c_ptr + rm[:, None] * BN + rn[None, :])
+    h = tl.load(h_ptr + rm[:, None] * BN + rn[None, :])
+    g = tl.load(g_ptr + rm[:, None] * BN + rn[None, :])
+    d = tl.dot(a, b, c * 2.0 + 1.0)            # c is read again below: not overwritten
+    e = tl.dot(a, b, h.to(tl.float32))         # a cast is never written in place
+    f = tl.dot(a, b, (g * 0.5) - 1.0)          # g is read nowhere else: the update is written into it
+    tl.store(f_ptr + rm[:, None] * BN + rn[None, :], f)
+    tl.store(d_ptr + rm[:, None] * BN + rn[None, :], d)
+    tl.store(e_ptr + rm[:, None] * BN + rn[None, :], e)
+    tl.store(s_ptr + rm[:, None] * BN + rn[None, :], c)
+    tl.store(t_ptr + rm[:, None] * BK + rk[None, :], a)    # the operand itself, in row-major order
+
+
+@case(operand_reuse)
+def dot_operand_reuse(device):
+    at = (torch.randn(32, 64, device=device) / 4).half()    # A^T, contiguous: A is column-major
+    b = (torch.randn(32, 64, device=device) / 4).half()
+    c = torch.randn(64, 64, device=device)
+    h = torch.randn(64, 64, device=device).half()
+    g = torch.randn(64, 64, device=device)
+    outs = {k: torch.full((64, 64), float("nan"), device=device) for k in ("d", "e", "f", "s")}
+    outs["t"] = torch.full((64, 32), float("nan"), device=device, dtype=torch.float16)
+    p = lambda: at.float().t() @ b.float()     # noqa: E731
+    return tle.Launch(grid=(1,), args=(at, b, c, h, g, *outs.values()),
+                      kwargs=dict(BM=64, BN=64, BK=32), outputs=outs,
+                      reference=lambda: {"d": p() + c * 2.0 + 1.0, "e": p() + h.float(), "f": p() + g * 0.5 - 1.0,
+                                         "s": c, "t": at.t()},
+                      tolerances={"d": (1e-3, 1e-3), "e": (1e-3, 1e-3), "f": (1e-3, 1e-3)})
+
+
+# -- a tle.gpu buffer written again while a tile read from it is in use, and from another dtype -----------
+@tle.jit
+def buffer_rewrites(x_ptr, w_ptr, y_ptr, z_ptr, r_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    buf = tle.gpu.alloc([BLOCK], dtype=tl.float16, scope=tle.gpu.storage_kind.smem)
+    w = tl.load(w_ptr + offs)
+    tle.gpu.copy(x_ptr + offs, buf, [BLOCK])
+    t = tle.gpu.local_load(buf)
+    tle.gpu.local_store(buf, w.to(tl.float16))      # written again at once: `t` is kept in a copy
+    u = tle.gpu.local_load(buf)
+    tle.gpu.local_store(buf, (u * 2.0).to(tl.float16))    # the new contents read the buffer itself
+    v = tle.gpu.local_load(buf)
+    tl.store(y_ptr + offs, t.to(tl.float32) + v.to(tl.float32))
+    tle.gpu.local_store(buf, w)                     # from a float32 fragment into the float16 buffer
+    tl.store(z_ptr + offs, tle.gpu.local_load(buf).to(tl.float32))
+    tle.gpu.local_store(buf, tl.load(x_ptr + offs))  # from a float16 fragment: a plain copy
+    r = tle.gpu.local_load(buf)
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for k in range(2):                              # read in a loop before the next write: in place
+        acc += r.to(tl.float32) * (k + 1)
+    seen = tl.zeros([BLOCK], dtype=tl.float32)
+    for k in range(2):                              # written in a loop that carries a tile too
+        seen += acc
+        tle.gpu.local_store(buf, (acc * k).to(tl.float16))
+    tl.store(r_ptr + offs, seen + tle.gpu.local_load(buf).to(tl.float32))
+
+
+@case(buffer_rewrites)
+def buffer_written_while_read(device):
+    x = torch.randn(128, device=device).half()
+    w = torch.randn(128, device=device)
+    y, z, r = _nan_like(w), _nan_like(w), _nan_like(w)
+
+    def ref():
+        acc = x.float() * 3.0
+        return {"y": x.float() + (w.half() * 2).float(), "z": w.half().float(), "r": 2 * acc + acc.half().float()}
+    return tle.Launch(grid=(1,), args=(x, w, y, z, r), kwargs=dict(BLOCK=128), outputs={"y": y, "z": z, "r": r},
+                      reference=ref, tolerances={"y": (1e-3, 1e-3), "z": (1e-3, 1e-3), "r": (1e-3, 1e-3)})
+
+
+# -- unit and two-element axes: (M, 1) and (1, N) tiles broadcast together, a (32, 2) tile flattened ------
+@tle.jit
+def unit_axes(c_ptr, r_ptr, p_ptr, o_ptr, f_ptr, M: tl.constexpr, N: tl.constexpr):
+    rm = tl.arange(0, M)
+    rn = tl.arange(0, N)
+    col = tl.load(c_ptr + rm[:, None])                 # shape (M, 1), held as loaded
+    row = tl.load(r_ptr + rn[None, :])                 # shape (1, N)
+    tl.store(o_ptr + rm[:, None] * N + rn[None, :], col * 2.0 + row)
+    r32 = tl.arange(0, 32)
+    r2 = tl.arange(0, 2)
+    pair = tl.load(p_ptr + r32[:, None] * 2 + r2[None, :])
+    flat = tl.reshape(pair * 3.0, (64,))
+    first = tl.load(p_ptr + r32[:, None] * 2)           # shape (32, 1)
+    tl.store(f_ptr + tl.arange(0, 64), flat + tl.reshape(tl.broadcast_to(first, (32, 2)), (64,)))
+
+
+@case(unit_axes)
+def unit_and_pair_axes(device):
+    c, r = torch.randn(16, device=device), torch.randn(32, device=device)
+    pr = torch.randn(32, 2, device=device)
+    o = torch.full((16, 32), float("nan"), device=device)
+    f = torch.full((64,), float("nan"), device=device)
+    return tle.Launch(grid=(1,), args=(c, r, pr, o, f), kwargs=dict(M=16, N=32), outputs={"o": o, "f": f},
+                      reference=lambda: {"o": c[:, None] * 2.0 + r[None, :],
+                                         "f": (pr * 3.0 + pr[:, :1].expand(32, 2)).reshape(64)})

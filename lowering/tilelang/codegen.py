@@ -128,8 +128,10 @@ class TileLangCodegen:
             return self.scalars[v.id]
         if v.id in self.substitutes:
             return self.substitutes[v.id](idx)
-        if v.id in self.buffers:
-            b = self.buffers[v.id]
+        b = self.buffers.get(v.id)
+        # a buffer filled in a block that does not enclose this point (the body of a loop that may run no
+        # steps) holds nothing here: compute the value again
+        if b is not None and self._visible(b):
             if v.id in self._keepdims:          # a keep_dims reduction: its buffer has no unit axis
                 ax = self._keepdims[v.id]
                 idx = idx[:ax] + idx[ax + 1:]
@@ -773,7 +775,9 @@ class TileLangCodegen:
     def _emit_loop_body(self, op: Op, slots, indent: int):
         before = len(self.lines)
         self.block(op.body, indent)
+        self.blocks.append(op.body)         # the yielded values are the body's, read at its end
         self._write_slots(slots, op.body.terminator.operands, indent)
+        self.blocks.pop()
         if len(self.lines) == before:
             self.emit("pass", indent)
 
