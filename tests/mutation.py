@@ -673,6 +673,7 @@ class Result:
     seconds: float
     failed_test: str | None
     description: str
+    source: str = ""     # the mutated line as it read (stripped): --rerun finds it again after edits above it
 
 
 class Worker:
@@ -890,7 +891,7 @@ class Campaign:
         status = classify(rc, out)
         failed = first_failure(out) if status != "survived" else None
         return Result(m.file, m.line, m.col, m.operator, m.original, m.mutated, status, round(secs, 2), failed,
-                      m.describe(full=True))
+                      m.describe(full=True), source_line(self.texts[m.file], m.line))
 
     def run(self, mutants: list[Mutant]) -> list[Result]:
         done: list[tuple[int, Result]] = []
@@ -1092,14 +1093,42 @@ def parse_args(argv=None):
     return args
 
 
-def select(mutants: list[Mutant], args) -> tuple[list[Mutant], str]:
+def source_line(text: str, line: int) -> str:
+    lines = text.splitlines()
+    return lines[line - 1].strip() if 0 < line <= len(lines) else ""
+
+
+def rerun_selection(mutants: list[Mutant], rows: list[dict], texts: dict[str, str]) -> list[Mutant]:
+    """The mutants that survived in an earlier report's `rows`. A row that names its line's text
+    (`source`) matches the mutant on the line with that text nearest its old number, so edits elsewhere
+    in the file do not lose it; a row without one matches on its line number."""
+    by_text: dict[tuple, list[Mutant]] = {}
+    for m in mutants:
+        key = (m.file, source_line(texts.get(m.file, ""), m.line), m.col, m.operator, m.mutated)
+        by_text.setdefault(key, []).append(m)
+    by_line = {(m.file, m.line, m.col, m.operator, m.mutated): m for m in mutants}
+    chosen = set()
+    for r in rows:
+        if r["status"] != "survived":
+            continue
+        if r.get("source"):
+            found = by_text.get((r["file"], r["source"], r["col"], r["operator"], r["mutated"]), [])
+            if found:
+                chosen.add(id(min(found, key=lambda m: abs(m.line - r["line"]))))
+        else:
+            m = by_line.get((r["file"], r["line"], r["col"], r["operator"], r["mutated"]))
+            if m is not None:
+                chosen.add(id(m))
+    return [m for m in mutants if id(m) in chosen]
+
+
+def select(mutants: list[Mutant], args, texts: dict[str, str] | None = None) -> tuple[list[Mutant], str]:
     sel, notes = mutants, []
     if args.rerun:
         with open(args.rerun) as f:
             earlier = json.load(f)
         rows = earlier["results"] if isinstance(earlier, dict) else earlier
-        again = {(r["file"], r["line"], r["col"], r["operator"], r["mutated"]) for r in rows if r["status"] == "survived"}
-        sel = [m for m in sel if (m.file, m.line, m.col, m.operator, m.mutated) in again]
+        sel = rerun_selection(sel, rows, texts or {})
         notes.append(f"the survivors of {os.path.basename(args.rerun)}")
     if args.only:
         sel = [m for m in sel if any(s in m.describe(full=True) for s in args.only)]
@@ -1134,7 +1163,7 @@ def main(argv=None) -> int:
         if not files:
             sys.exit("mutation: no .py files to mutate")
         mutants, texts = find_mutants(files)
-    chosen, selection = select(mutants, args)
+    chosen, selection = select(mutants, args, texts)
     if args.list:
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)     # quiet when piped into head
         for i, m in enumerate(chosen, 1):
