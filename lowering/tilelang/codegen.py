@@ -333,10 +333,14 @@ class TileLangCodegen:
         return " + ".join(terms)
 
     # -- statements --------------------------------------------------------------------------------------
-    def block(self, blk: Block, indent: int):
+    def block(self, blk: Block, indent: int, slots=None):
+        """Emit `blk`'s ops; with `slots` (of a loop or branch), then write what it yields into them, while
+        the block's own buffers are still visible."""
         self.blocks.append(blk)
         for op in blk.ops:
             self.statement(op, indent)
+        if slots is not None:
+            self._write_slots(slots, blk.terminator.operands if blk.terminator else [], indent)
         self.blocks.pop()
 
     def statement(self, op: Op, indent: int):
@@ -774,10 +778,7 @@ class TileLangCodegen:
 
     def _emit_loop_body(self, op: Op, slots, indent: int):
         before = len(self.lines)
-        self.block(op.body, indent)
-        self.blocks.append(op.body)         # the yielded values are the body's, read at its end
-        self._write_slots(slots, op.body.terminator.operands, indent)
-        self.blocks.pop()
+        self.block(op.body, indent, slots)
         if len(self.lines) == before:
             self.emit("pass", indent)
 
@@ -951,10 +952,7 @@ class TileLangCodegen:
                     break
                 self.emit("else:", indent)
             before = len(self.lines)
-            self.block(blk, indent + 1)
-            self.blocks.append(blk)
-            self._write_slots(slots, blk.terminator.operands if blk.terminator else [], indent + 1)
-            self.blocks.pop()
+            self.block(blk, indent + 1, slots)
             if len(self.lines) == before:
                 self.emit("pass", indent + 1)
 
