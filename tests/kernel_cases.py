@@ -4,6 +4,7 @@ import pkgutil
 
 import tle
 import tle.kernels
+from tle.cli import meta_copy
 
 
 def example_kernels() -> list[tuple[str, "tle.Kernel"]]:
@@ -17,3 +18,11 @@ def example_kernels() -> list[tuple[str, "tle.Kernel"]]:
                 found.append((f"{info.name}.{name}", obj))
     return found
 
+
+
+def lower_example(kernel, backend: str, launch=None, **overrides):
+    """Lower `kernel` for `launch` (default: its small CPU example) on meta copies of the arguments: the
+    lowering sees shapes, strides and dtypes, never data. `overrides` replace launch keywords."""
+    launch = launch or kernel.example("cpu", "small")
+    return kernel.lower(*[meta_copy(a) for a in launch.args], grid=launch.grid, backend=backend,
+                        **{**launch.kwargs, **overrides})

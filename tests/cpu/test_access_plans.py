@@ -4,10 +4,9 @@ element-wise T.Parallel code, which run as scalars. The numeric tests cannot see
 element-wise copy computes the same thing, slower); this test pins them, as `tle compare` prints them."""
 import pytest
 
-from kernel_cases import example_kernels
+from kernel_cases import example_kernels, lower_example
 from syntax_corpus import CASES
 from tilelang_oracle import needs_tilelang
-from tle.cli import meta_copy
 
 pytestmark = needs_tilelang
 
@@ -305,13 +304,9 @@ KERNELS = dict(example_kernels())
 def plan(name):
     if name in CASES:
         kernel, make = CASES[name]
-        launch = make("cpu")
-        args = launch.args
+        report = lower_example(kernel, "tilelang", make("cpu")).compiled.access_report
     else:
-        kernel = KERNELS[name]
-        launch = kernel.example("cpu", "small")
-        args = [meta_copy(a) for a in launch.args]
-    report = kernel.lower(*args, grid=launch.grid, backend="tilelang", **launch.kwargs).compiled.access_report
+        report = lower_example(KERNELS[name], "tilelang").compiled.access_report
     # the reason after "(" and the pipelining details after "," vary in wording; the decision does not
     return [(op, kind, how.split(" (")[0].split(",")[0]) for _, op, kind, how in report]
 

@@ -5,7 +5,7 @@ import torch
 import triton.language as tl
 
 import tle
-from tle.cli import meta_copy
+from kernel_cases import lower_example
 from tilelang_oracle import run_on
 
 
@@ -78,8 +78,7 @@ def test_tilelang_async_gather_is_a_pipelined_zero_filled_copy():
     if tle.available_backends().get("tilelang") is not None:
         pytest.skip("TileLang unavailable here")
     from tle.kernels.sparse_mla import sparse_mla_fwd_kernel as k
-    launch = k.example("cpu", "small")
-    lw = k.lower(*[meta_copy(a) for a in launch.args], grid=launch.grid, backend="tilelang", **launch.kwargs)
+    lw = lower_example(k, "tilelang")
     src = lw.source
     assert "T.Pipelined(2, num_stages=2, order=[0, 1, 2, 3], stage=[0, 0, 0, 1])" in src
     body = src.split("T.Pipelined(")[1]
@@ -115,9 +114,7 @@ def test_tilelang_plain_gather_is_not_pipelined_when_the_loop_says_so():
     if tle.available_backends().get("tilelang") is not None:
         pytest.skip("TileLang unavailable here")
     from tle.kernels.sparse_mla import sparse_mla_fwd_kernel as k
-    launch = k.example("cpu", "small")
-    lw = k.lower(*[meta_copy(a) for a in launch.args], grid=launch.grid, backend="tilelang", ASYNC=False,
-                 **launch.kwargs)
+    lw = lower_example(k, "tilelang", ASYNC=False)
     assert "T.Pipelined(" not in lw.source and "T.serial(" in lw.source
 
 
@@ -127,8 +124,7 @@ def test_triton_pipeliner_issues_the_index_tile_ahead_and_keeps_the_kv_gathers_p
     (sm_90a): the index-tile load becomes an asynchronous copy; the KV gathers, hinted one included,
     stay synchronous loads. A change of Triton's choice shows here first."""
     from tle.kernels.sparse_mla import sparse_mla_fwd_kernel as k
-    launch = k.example("cpu", "small")
-    lw = k.lower(*[meta_copy(a) for a in launch.args], grid=launch.grid, backend="triton", **launch.kwargs)
+    lw = lower_example(k, "triton")
     ttgir = lw.stage("ttgir").splitlines()
     copies = [ln for ln in ttgir if "ttg.async_copy_global_to_local" in ln]
     assert copies and all("!tt.ptr<i32>" in ln for ln in copies)

@@ -17,9 +17,8 @@ import pytest
 
 import tle
 
-from kernel_cases import example_kernels
+from kernel_cases import example_kernels, lower_example
 from syntax_corpus import CASES
-from tle.cli import meta_copy
 
 GOLDEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden")
 UPDATE = os.environ.get("TLE_UPDATE_GOLDEN", "") not in ("", "0")
@@ -105,9 +104,7 @@ def skip_without(backend: str):
 def test_golden(name, kernel, artifact):
     backend, suffix = ARTIFACTS[artifact]
     skip_without(backend)
-    launch = kernel.example("cpu", "small")
-    lowered = kernel.lower(*[meta_copy(a) for a in launch.args], grid=launch.grid, backend=backend,
-                           **launch.kwargs)
+    lowered = lower_example(kernel, backend)
     text = normalize(artifact_text(lowered, artifact), kernel)
     check_golden(os.path.join(GOLDEN, f"{name}.{suffix}"), text)        # module.kernel: kernel names may repeat
 
@@ -117,9 +114,7 @@ def test_golden(name, kernel, artifact):
 def test_golden_corpus(name, artifact):
     skip_without("tilelang")
     kernel, make = CASES[name]
-    launch = make("cpu")
-    lowered = kernel.lower(*[meta_copy(a) for a in launch.args], grid=launch.grid, backend="tilelang",
-                           **launch.kwargs)
+    lowered = lower_example(kernel, "tilelang", make("cpu"))
     suffix = ARTIFACTS[artifact][1]
     check_golden(os.path.join(GOLDEN, "corpus", f"{name}.{suffix}"), normalize(artifact_text(lowered, artifact), kernel))
 

@@ -6,7 +6,7 @@ import torch
 import triton.language as tl
 
 import tle
-from tle.cli import meta_copy
+from kernel_cases import lower_example
 from tilelang_oracle import run_on
 
 BACKENDS = ["triton", "tilelang"]
@@ -105,9 +105,7 @@ def test_tilelang_copies_a_tile_the_buffer_outlives():
 
 def test_matmul_with_tle_gpu_staging_feeds_the_buffers_to_gemm():
     from tle.kernels.matmul_smem import matmul_smem_kernel
-    launch = matmul_smem_kernel.example("cpu", "small")
-    src = matmul_smem_kernel.lower(*[meta_copy(a) for a in launch.args], grid=launch.grid, backend="tilelang",
-                                   **launch.kwargs).source
+    src = lower_example(matmul_smem_kernel, "tilelang").source
     assert "T.gemm(a_smem, b_smem, acc)" in src and "T.Pipelined(" in src
 
 

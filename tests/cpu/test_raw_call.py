@@ -10,7 +10,7 @@ import triton.language as tl
 pytest.importorskip("jaxlib.mlir")
 
 import tle  # noqa: E402
-from tle.cli import meta_copy  # noqa: E402
+from kernel_cases import lower_example  # noqa: E402
 from tle.lowering.errors import LoweringError, UnsupportedConstruct  # noqa: E402
 from tle.lowering.tilelang.interpreter import OutOfBounds  # noqa: E402
 from tle.raw.mlir import arith, ir, nvvm, tensor  # noqa: E402
@@ -148,9 +148,7 @@ def test_raw_vector_add_on_tilelang_matches_torch(n):
 
 
 def _lower(backend):
-    launch = rva.add_kernel.example("cpu", "small")
-    return rva.add_kernel.lower(*[meta_copy(a) for a in launch.args], grid=launch.grid, backend=backend,
-                                **launch.kwargs)
+    return lower_example(rva.add_kernel, backend)
 
 
 def test_raw_vector_add_ir_and_triton_source():

@@ -5,9 +5,8 @@ import pytest
 import torch
 
 import tle
-from kernel_cases import example_kernels
+from kernel_cases import example_kernels, lower_example
 from tilelang_oracle import needs_tilelang
-from tle.cli import meta_copy
 
 KERNELS = example_kernels()
 
@@ -15,9 +14,7 @@ KERNELS = example_kernels()
 @pytest.mark.slow
 @pytest.mark.parametrize("name, kernel", KERNELS, ids=[n for n, _ in KERNELS])
 def test_tilelang_compiles_to_cuda_and_ptx(name, kernel):
-    launch = kernel.example("cpu", "small")
-    args = [meta_copy(a) for a in launch.args]
-    lowered = kernel.lower(*args, grid=launch.grid, backend="tilelang", **launch.kwargs)
+    lowered = lower_example(kernel, "tilelang")
     assert lowered.backend == "tilelang"
     assert {"cuda", "ptx"} <= set(lowered.stages)
     cuda = lowered.stage("cuda")
@@ -30,8 +27,7 @@ def test_tilelang_compiles_to_cuda_and_ptx(name, kernel):
 def vector_add_lowered():
     kernel = dict(KERNELS)["vector_add.add_kernel"]
     launch = kernel.example("cpu", "small")
-    return kernel.lower(*[meta_copy(a) for a in launch.args], grid=launch.grid, backend="tilelang",
-                        **launch.kwargs), kernel, launch
+    return lower_example(kernel, "tilelang", launch), kernel, launch
 
 
 @needs_tilelang
