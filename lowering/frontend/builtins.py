@@ -59,8 +59,7 @@ def arange(tr, start, end=None):
     if n <= 0 or n & (n - 1):
         raise LoweringError(f"arange({start}, {end}): the length must be a power of two (Triton semantics)",
                             tr.b.loc)
-    v = TV(tr.b.arange(0, n), tr.b)
-    return v + start if start else v
+    return TV(tr.b.arange(start, end), tr.b)       # the range as written: tl.arange(3, 11) stays one op
 
 
 @builtin(tl.full)
