@@ -398,6 +398,7 @@ class TileLangCodegen:
             name = self.ids.define(v)
             self.emit(f"{name} = {e}", indent)
             self.scalars[v.id] = name
+            self._lets.append((len(self.lines) - 1, name))
             return
         pipelined_async = op.attrs.get("async") == "pipelined"
         dot_operand = any(u.name == "dot" for u in self._value_users(v))
@@ -754,7 +755,9 @@ class TileLangCodegen:
         else:
             self.emit(f"for {counter} in T.serial({trip}):", indent)
         if not simple:
-            self.emit(f"{ivn} = {self.scalar(lo)} + {counter} * {self.scalar(step)}", indent + 1)
+            start = "" if _is_const(lo, 0) else f"{self.scalar(lo)} + "
+            stride = "" if _is_const(step, 1) else f" * {self.scalar(step)}"
+            self.emit(f"{ivn} = {start}{counter}{stride}", indent + 1)
             self._lets.append((len(self.lines) - 1, ivn))
         self.scalars[iv.id] = ivn
         staged = self._index_tiles_to_stage(op.body) if pipelined else set()
@@ -828,6 +831,10 @@ class TileLangCodegen:
     def _trip(self, lo, hi, step) -> str:
         if _is_const(lo, 0) and _is_const(step, 1):
             return self.scalar(hi)
+        bounds = [_const_value(v) for v in (lo, hi, step)]
+        if None not in bounds and bounds[2] > 0:     # a constant trip count (it makes a T.Pipelined loop static)
+            lo_, hi_, step_ = bounds
+            return str(max(0, -(-(hi_ - lo_) // step_)))
         return f"T.ceildiv({self.scalar(hi)} - {self.scalar(lo)}, {self.scalar(step)})"
 
     def _stages_operands(self, body: Block) -> bool:
@@ -894,6 +901,7 @@ class TileLangCodegen:
                 if kind == "var":
                     tmp = self.ids.fresh(slot + "_next")
                     self.emit(f"{tmp} = {expr}", indent)
+                    self._lets.append((len(self.lines) - 1, tmp))
                     staged.append((kind, slot, tmp, out))
                 else:
                     tmp = self.alloc(slot.name + "_next", out.type.shape, out.type.elem, "fragment")
@@ -1311,6 +1319,14 @@ def _axes_used(v: Value, rank: int) -> set[int] | None:
 def _nested(op: Op) -> list[Op]:
     """The ops inside `op`'s regions."""
     return [o for r in op.regions for o in r.walk()]
+
+
+def _const_value(v: Value):
+    """The value of an integer constant, else None."""
+    op = v.defining_op
+    if op is None or op.name != "const" or not v.type.elem.is_int:
+        return None
+    return int(op.attrs["value"])
 
 
 def _is_const(v: Value, value) -> bool:

@@ -30,7 +30,7 @@ def index_values(
         T.copy(x_ptr[0:64], x)
         T.copy(h_ptr[0:64], h)
         T.clear(acc)
-        for i_it in T.serial(T.ceildiv(5 - 5, 3)):
+        for i_it in T.serial(0):
             for i0 in T.Parallel(64):
                 y[i0] = ((x[i0] * 2.0) + 1.0)
             T.reduce_sum(y, sum_1, dim=0)
