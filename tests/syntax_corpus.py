@@ -943,3 +943,335 @@ def unit_and_pair_axes(device):
     return tle.Launch(grid=(1,), args=(c, r, pr, o, f), kwargs=dict(M=16, N=32), outputs={"o": o, "f": f},
                       reference=lambda: {"o": c[:, None] * 2.0 + r[None, :],
                                          "f": (pr * 3.0 + pr[:, :1].expand(32, 2)).reshape(64)})
+
+# -- a loop of dot operands without num_stages of its own: the launch's num_stages decides ---------------
+@tle.jit
+def k_loop(a_ptr, b_ptr, c_ptr, K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    rm = tl.arange(0, BM)
+    rn = tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    acc = tl.zeros([BM, BN], dtype=tl.float32)
+    for k in range(0, K, BK):
+        a = tl.load(a_ptr + rm[:, None] * K + (k + rk)[None, :])
+        b = tl.load(b_ptr + (k + rk)[:, None] * BN + rn[None, :])
+        acc = tl.dot(a, b, acc)
+    tl.store(c_ptr + rm[:, None] * BN + rn[None, :], acc)
+
+
+def _k_loop(device, stages):
+    a = (torch.randn(32, 64, device=device) / 4).half()
+    b = (torch.randn(64, 32, device=device) / 4).half()
+    c = torch.full((32, 32), float("nan"), device=device)
+    return tle.Launch(grid=(1,), args=(a, b, c), kwargs=dict(K=64, BM=32, BN=32, BK=16, num_stages=stages),
+                      outputs={"c": c}, reference=lambda: {"c": a.float() @ b.float()},
+                      tolerances={"c": (1e-3, 1e-3)})
+
+
+@case(k_loop)
+def launch_two_stages(device):
+    return _k_loop(device, 2)
+
+
+@case(k_loop)
+def launch_one_stage(device):
+    return _k_loop(device, 1)
+
+
+# -- accumulations under a branch in a loop, a scalar counted there, an accumulator also carried -----------
+@tle.jit
+def branch_accumulate(a_ptr, b_ptr, x_ptr, c_ptr, p_ptr, q_ptr, n, BM: tl.constexpr, BN: tl.constexpr,
+                      BK: tl.constexpr):
+    rm = tl.arange(0, BM)
+    rn = tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    a = tl.load(a_ptr + rm[:, None] * BK + rk[None, :])
+    b = tl.load(b_ptr + rk[:, None] * BN + rn[None, :])
+    tile = rm[:, None] * BN + rn[None, :]
+    acc = tl.zeros([BM, BN], dtype=tl.float32)
+    prev = tl.zeros([BM, BN], dtype=tl.float32)
+    out = tl.zeros([BM, BN], dtype=tl.float32)
+    cnt = 0
+    for i in range(n):
+        if i % 2 == 0:
+            acc = tl.dot(a, b, acc)            # the else keeps acc: the branch writes the loop's own slot
+        if i % 3 == 0:
+            cnt += 1                           # a carried scalar, the same way
+        x = tl.load(x_ptr + tile)
+        t = x + i * 1.0
+        prev = t                               # `t` is carried by the loop and accumulated into below
+        out += tl.dot(a, b, t)
+    tl.store(c_ptr + tile, acc + out)
+    tl.store(p_ptr + tile, prev)
+    tl.store(q_ptr, cnt)
+
+
+@case(branch_accumulate)
+def branch_accumulations(device):
+    a = (torch.randn(32, 32, device=device) / 4).half()
+    b = (torch.randn(32, 32, device=device) / 4).half()
+    x = torch.randn(32, 32, device=device)
+    c, p = _nan_like(x), _nan_like(x)
+    q = torch.full((1,), -7, device=device, dtype=torch.int32)
+
+    def ref():
+        ab = a.float() @ b.float()
+        out = sum(ab + x + i for i in range(5))
+        return {"c": 3 * ab + out, "p": x + 4.0, "q": torch.tensor([2], device=x.device, dtype=torch.int32)}
+    return tle.Launch(grid=(1,), args=(a, b, x, c, p, q, 5), kwargs=dict(BM=32, BN=32, BK=32),
+                      outputs={"c": c, "p": p, "q": q}, reference=ref,
+                      tolerances={"c": (1e-3, 1e-3), "p": (1e-5, 1e-5)})
+
+
+# -- tle.gpu buffers: written by the op right after a read, under a branch beside another buffer ----------
+@tle.jit
+def buffer_paths(x_ptr, y_ptr, o_ptr, p_ptr, flag, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    buf = tle.gpu.alloc([BLOCK], dtype=tl.float32, scope=tle.gpu.storage_kind.smem)
+    aux = tle.gpu.alloc([BLOCK], dtype=tl.float32, scope=tle.gpu.storage_kind.smem)
+    xp = x_ptr + offs
+    yp = y_ptr + offs
+    tle.gpu.copy(xp, buf, [BLOCK])
+    t = tle.gpu.local_load(buf)
+    tle.gpu.copy(yp, buf, [BLOCK])            # the very next op writes buf: `t` is kept in a copy
+    u = tle.gpu.local_load(buf)
+    tle.gpu.local_store(aux, t * 2.0)         # the last read of `t`
+    kept = tle.gpu.local_load(aux)            # read after the branch below, which writes only buf
+    if flag > 0:
+        tle.gpu.local_store(buf, u * 3.0)
+    else:
+        tle.gpu.local_store(buf, u - 1.0)
+    r = tle.gpu.local_load(buf)               # the buffer's version from the branch
+    tl.store(o_ptr + offs, r + kept)
+    tl.store(p_ptr + offs, u)
+
+
+@case(buffer_paths)
+def buffer_versions(device):
+    x, y = torch.randn(64, device=device), torch.randn(64, device=device)
+    o, p = _nan_like(x), _nan_like(x)
+    return tle.Launch(grid=(1,), args=(x, y, o, p, 1), kwargs=dict(BLOCK=64), outputs={"o": o, "p": p},
+                      reference=lambda: {"o": y * 3.0 + x * 2.0, "p": y})
+
+
+# -- index tiles: also summed, gathered by a plain load in a pipelined loop, staged over three stages ------
+@tle.jit
+def index_uses(x_ptr, idx_ptr, s_ptr, y_ptr, z_ptr, D: tl.constexpr, BI: tl.constexpr, STEPS: tl.constexpr):
+    offs_i = tl.arange(0, BI)
+    offs_d = tl.arange(0, D)
+    first = tl.load(idx_ptr + offs_i)
+    g = tl.load(x_ptr + first[:, None] * D + offs_d[None, :])
+    tl.store(s_ptr, tl.sum(first, axis=0))          # the index tile is also reduced: held in a fragment
+    acc = tl.zeros([BI, D], dtype=tl.float32)
+    for s in tl.range(0, STEPS, num_stages=2):      # a plain gather: nothing to stage
+        rows = tl.load(idx_ptr + s * BI + offs_i)
+        acc += tl.load(x_ptr + rows[:, None] * D + offs_d[None, :])
+    acc2 = tl.zeros([BI, D], dtype=tl.float32)
+    for s in tl.range(0, STEPS, num_stages=3):      # an asynchronous gather: its index tile staged
+        rows = tl.load(idx_ptr + s * BI + offs_i)
+        acc2 += tle.load(x_ptr + rows[:, None] * D + offs_d[None, :], is_async=True)
+    acc3 = tl.zeros([BI, D], dtype=tl.float32)
+    for s in tl.range(0, STEPS, num_stages=2):      # a let after the gather: the loop names no stages
+        rows = tl.load(idx_ptr + s * BI + offs_i)
+        v = tle.load(x_ptr + rows[:, None] * D + offs_d[None, :], is_async=True)
+        w = (s + 1) * 0.5
+        acc3 += v * w
+    tl.store(y_ptr + offs_i[:, None] * D + offs_d[None, :], g + acc + acc2)
+    tl.store(z_ptr + offs_i[:, None] * D + offs_d[None, :], acc3)
+
+
+@case(index_uses)
+def index_tile_uses(device):
+    x = torch.randn(40, 32, device=device)
+    idx = torch.randint(0, 40, (3 * 16,), device=device, dtype=torch.int32)
+    s = torch.full((1,), -7, device=device, dtype=torch.int32)
+    y = torch.full((16, 32), float("nan"), device=device)
+    z = torch.full((16, 32), float("nan"), device=device)
+
+    def ref():
+        r = idx.long().view(3, 16)
+        g = x[r]
+        return {"s": r[0].sum().view(1).int(), "y": g[0] + 2 * g.sum(0),
+                "z": sum(g[i] * (i + 1) * 0.5 for i in range(3))}
+    return tle.Launch(grid=(1,), args=(x, idx, s, y, z), kwargs=dict(D=32, BI=16, STEPS=3),
+                      outputs={"s": s, "y": y, "z": z}, reference=ref,
+                      tolerances={"y": (1e-5, 1e-5), "z": (1e-5, 1e-5)})
+
+
+# -- dot operands read element by element with strides, and a loaded accumulator --------------------------
+@tle.jit
+def strided_operands(a_ptr, b_ptr, c_ptr, d_ptr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    rm = tl.arange(0, BM)
+    rn = tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    a = tl.load(a_ptr + rm[:, None] + rk[None, :] * 2)          # consecutive along the rows
+    b = tl.load(b_ptr + rk[:, None] * 2 + rn[None, :] * 3)      # consecutive along neither axis
+    a1 = tl.load(a_ptr + rm[:, None] + rk[None, :])               # consecutive along both axes
+    c = tl.load(c_ptr + rm[:, None] * BN + rn[None, :])
+    tl.store(d_ptr + rm[:, None] * BN + rn[None, :], tl.dot(a, b, c) + tl.dot(a1, b))
+
+
+@case(strided_operands)
+def strided_dot_operands(device):
+    a = (torch.randn(128, device=device) / 4).half()
+    b = (torch.randn(256, device=device) / 4).half()
+    c = torch.randn(32, 32, device=device)
+    d = _nan_like(c)
+    r = torch.arange(32, device=device)
+
+    def ref():
+        am = a[r[:, None] + r[None, :] * 2].float()
+        bm = b[r[:, None] * 2 + r[None, :] * 3].float()
+        a1 = a[r[:, None] + r[None, :]].float()
+        return {"d": am @ bm + c + a1 @ bm}
+    return tle.Launch(grid=(1,), args=(a, b, c, d), kwargs=dict(BM=32, BN=32, BK=32), outputs={"d": d},
+                      reference=ref, tolerances={"d": (1e-3, 1e-3)})
+
+
+# -- masked asynchronous gathers without `other`: unit row stride, two columns, one column, two rows -------
+@tle.jit
+def narrow_gathers(x_ptr, t_ptr, u_ptr, idx_ptr, y_ptr, z_ptr, w_ptr, v_ptr, h_ptr, e_ptr, BI: tl.constexpr,
+                   STEPS: tl.constexpr):
+    offs_i = tl.arange(0, BI)
+    c2 = tl.arange(0, 2)
+    c1 = tl.arange(0, 1)
+    r2 = tl.arange(0, 2)
+    acc1 = tl.zeros([BI], dtype=tl.float32)
+    acc2 = tl.zeros([BI, 2], dtype=tl.float32)
+    acc3 = tl.zeros([BI, 1], dtype=tl.float32)
+    acc4 = tl.zeros([2, 1], dtype=tl.float32)
+    acc5 = tl.zeros([2], dtype=tl.float32)
+    for s in tl.range(0, STEPS, num_stages=2):
+        rows = tl.load(idx_ptr + s * BI + offs_i)
+        pair = tl.load(idx_ptr + s * BI + r2)
+        ok = rows >= 0
+        g1 = tle.load(x_ptr + rows, mask=ok, is_async=True)
+        g2 = tle.load(t_ptr + rows[:, None] * 2 + c2[None, :], mask=ok[:, None] & (c2[None, :] < 2), is_async=True)
+        g3 = tle.load(u_ptr + rows[:, None] + c1[None, :], mask=ok[:, None], is_async=True)
+        g4 = tle.load(u_ptr + pair[:, None] + c1[None, :], mask=(pair >= 0)[:, None], is_async=True)
+        acc1 += tl.where(ok, g1, 0.0)          # masked-off elements of a load without `other` are unspecified
+        acc2 += tl.where(ok[:, None], g2, 0.0)
+        acc3 += tl.where(ok[:, None], g3, 0.0)
+        acc4 += tl.where((pair >= 0)[:, None], g4, 0.0)
+    for s in tl.range(0, STEPS, num_stages=2):
+        rows = tl.load(idx_ptr + s * BI + offs_i)
+        g1 = tle.load(x_ptr + rows, mask=rows >= 0, is_async=True)
+        r0 = tl.load(idx_ptr + s * BI + 1)     # a scalar let after a statement: the loop names no stages
+        g5 = tle.load(t_ptr + r0 * 2 + c2, mask=r0 >= 0, is_async=True)
+        acc5 += tl.where(r0 >= 0, g5, 0.0) + tl.sum(tl.where(rows >= 0, g1, 0.0), axis=0)
+    first = tl.load(idx_ptr + offs_i)
+    h = tl.load(x_ptr + first, mask=first >= 0)        # a synchronous gather without `other`
+    tl.store(y_ptr + offs_i, acc1)
+    tl.store(z_ptr + offs_i[:, None] * 2 + c2[None, :], acc2)
+    tl.store(w_ptr + offs_i[:, None] + c1[None, :], acc3)
+    tl.store(v_ptr + r2[:, None] + c1[None, :], acc4)
+    tl.store(h_ptr + offs_i, tl.where(first >= 0, h, 0.0))
+    tl.store(e_ptr + c2, acc5)
+
+
+@case(narrow_gathers)
+def gathers_without_other(device):
+    x, t, u = torch.randn(40, device=device), torch.randn(40, 2, device=device), torch.randn(40, device=device)
+    idx = torch.randint(0, 40, (3 * 16,), device=device, dtype=torch.int32)
+    idx[::3] = -1
+    idx[17] = -1                 # the scalar row of step 1
+    outs = {k: torch.full(s, float("nan"), device=device)
+            for k, s in (("y", (16,)), ("z", (16, 2)), ("w", (16, 1)), ("v", (2, 1)), ("h", (16,)), ("e", (2,)))}
+
+    def ref():
+        r = idx.long().view(3, 16)
+        ok = r >= 0
+        rc = r.clamp(min=0)
+        g1 = torch.where(ok, x[rc], 0.0)
+        g2 = torch.where(ok[..., None], t[rc], 0.0)
+        g3 = torch.where(ok, u[rc], 0.0)
+        return {"y": g1.sum(0), "z": g2.sum(0), "w": g3.sum(0)[:, None], "v": g3[:, :2].sum(0)[:, None],
+                "h": g1[0], "e": g2[:, 1].sum(0) + g1.sum()}
+    return tle.Launch(grid=(1,), args=(x, t, u, idx, *outs.values()), kwargs=dict(BI=16, STEPS=3),
+                      outputs=outs, reference=ref, tolerances={k: (1e-5, 1e-5) for k in outs})
+
+
+# -- a kernel whose body a constexpr switches off, given an empty tensor -----------------------------------
+@tle.jit
+def switched_off(x_ptr, y_ptr, n, ON: tl.constexpr, BLOCK: tl.constexpr):
+    if ON:
+        offs = tl.arange(0, BLOCK)
+        tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n, other=0.0))
+
+
+@case(switched_off)
+def empty_body(device):
+    x = torch.empty(0, device=device)
+    y = torch.arange(8, device=device, dtype=torch.float32)
+    return tle.Launch(grid=(1,), args=(x, y, 0), kwargs=dict(ON=False, BLOCK=8), outputs={"y": y},
+                      reference=lambda: {"y": torch.arange(8, device=device, dtype=torch.float32)})
+
+
+# -- an offset named once and reused, beside one that shares only part of it ------------------------------
+@tle.jit
+def named_offsets(x_ptr, y_ptr, z_ptr, B: tl.constexpr):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    base = pid_m * 64 + pid_n * 8
+    offs = tl.arange(0, B)
+    tl.store(y_ptr + base + offs, tl.load(x_ptr + base + offs) * 2.0)
+    tl.store(z_ptr + pid_m * 64 + pid_n * 16 + offs, tl.load(x_ptr + pid_m * 64 + pid_n * 16 + offs))
+
+
+@case(named_offsets)
+def partly_named_offsets(device):
+    x = torch.randn(128, device=device)
+    y, z = torch.zeros(128, device=device), torch.zeros(128, device=device)
+
+    def ref():
+        yy, zz = torch.zeros_like(x), torch.zeros_like(x)
+        for m in range(2):
+            for n in range(3):
+                yy[m * 64 + n * 8:m * 64 + n * 8 + 8] = x[m * 64 + n * 8:m * 64 + n * 8 + 8] * 2.0
+                zz[m * 64 + n * 16:m * 64 + n * 16 + 8] = x[m * 64 + n * 16:m * 64 + n * 16 + 8]
+        return {"y": yy, "z": zz}
+    return tle.Launch(grid=(2, 3), args=(x, y, z), kwargs=dict(B=8), outputs={"y": y, "z": z}, reference=ref)
+
+
+# -- bounds computed in steps that the box analysis folds away: lets that become unused one after another ----
+@tle.jit
+def folded_bounds(x_ptr, y_ptr, n, B: tl.constexpr):
+    start = tl.program_id(0) * B
+    rem = n - start
+    over = start - n
+    left = 0 - over                        # unused once its mask is folded, and then `over` is too
+    offs = tl.arange(0, B)
+    tl.store(y_ptr + start + offs, tl.load(x_ptr + start + offs, mask=offs < rem, other=0.0) + 1.0,
+             mask=offs < left)
+
+
+@case(folded_bounds)
+def bound_lets(device):
+    x = torch.randn(100, device=device)
+    y = _nan_like(x)
+    return tle.Launch(grid=(4,), args=(x, y, 100), kwargs=dict(B=32), outputs={"y": y},
+                      reference=lambda: {"y": x + 1.0})
+
+
+# -- an unnamed scalar read by two ops ---------------------------------------------------------------------
+@tle.jit
+def _scaled_pair(v, w):
+    return v * 2.0 + w, v - w
+
+
+@tle.jit
+def reused_scalar(x_ptr, y_ptr, z_ptr, B: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = pid * B + tl.arange(0, B)
+    p, q = _scaled_pair(pid.to(tl.float32) + 0.5, 1.0)
+    x = tl.load(x_ptr + offs)
+    tl.store(y_ptr + offs, x * p)
+    tl.store(z_ptr + offs, x + q)
+
+
+@case(reused_scalar)
+def scalar_read_twice(device):
+    x = torch.randn(96, device=device)
+    y, z = _nan_like(x), _nan_like(x)
+    s = torch.arange(3, device=device, dtype=torch.float32).repeat_interleave(32) + 0.5
+    return tle.Launch(grid=(3,), args=(x, y, z), kwargs=dict(B=32), outputs={"y": y, "z": z},
+                      reference=lambda: {"y": x * (s * 2.0 + 1.0), "z": x + (s - 1.0)})

@@ -74,7 +74,11 @@ class TileLangCompiled(api.Compiled):
         import torch
         flat = []
         for is_t, extent, a in zip(self._tensor_args, self._extents, args):
-            if is_t:
+            if is_t and extent == 0:
+                # TileLang has no zero-size buffers: the kernel declares one element, which nothing in
+                # bounds can read; an empty tensor is passed as a fresh one-element tensor
+                flat.append(a.new_empty(1))
+            elif is_t:
                 # the kernel takes every tensor as the flat storage span it addresses
                 flat.append(a.view(-1) if a.is_contiguous() else torch.as_strided(a, (extent,), (1,)))
             else:

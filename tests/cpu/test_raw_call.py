@@ -14,7 +14,7 @@ from kernel_cases import lower_example  # noqa: E402
 from tle.lowering.errors import LoweringError, UnsupportedConstruct  # noqa: E402
 from tle.lowering.tilelang.interpreter import OutOfBounds  # noqa: E402
 from tle.raw.mlir import arith, ir, nvvm, tensor  # noqa: E402
-from raw_functions import thread_index, triple_2d  # noqa: E402
+from raw_functions import F4x32, thread_index, triple_2d  # noqa: E402
 from tilelang_oracle import interpret_tilelang, run_on  # noqa: E402
 
 from tle.kernels import raw_vector_add as rva  # noqa: E402
@@ -363,6 +363,7 @@ def test_tilelang_needs_the_kernel_thread_count():
 
 @pytest.mark.parametrize("threads, hint", [
     (1024, "launch the kernel with num_warps=32"),
+    (32, "launch the kernel with num_warps=1"),
     (96, "give the call 32 * 2**k threads and launch the kernel with num_warps=2**k"),    # 3 warps
     (100, "give the call 32 * 2**k threads and launch the kernel with num_warps=2**k"),   # not whole warps
 ])
@@ -410,3 +411,54 @@ def test_call_outside_a_kernel_and_exports():
     assert tle.call is tle.raw.call and tle.hardware_constraint is tle.raw.hardware_constraint
     with pytest.raises(RuntimeError, match="inside a @tle.jit kernel"):
         tle.call(copy_tile, args=[], hardware={"threads": (1024,)})
+
+
+# -- thread-level code that reads fewer thread indices than it is given (TileLang only: not element-wise) ----
+@tle.raw.language(name="mlir")
+def bump_first(x: F128, out: F128):
+    """out[0] = x[0] + 1, the same on every thread: no thread index read."""
+    c0 = arith.constant(ir.IndexType.get(), 0)
+    tensor.insert(arith.addf(tensor.extract(x, [c0]), arith.constant(ir.F32Type.get(), 1.0)), out, [c0])
+
+
+@tle.raw.language(name="mlir")
+@tle.hardware_constraint(threads_dim=2, sync_scope="none")
+def first_column(x: F4x32, out: F4x32):
+    """out[ty, 0] = 3 * x[ty, 0]: only the y thread index read."""
+    c0 = arith.constant(ir.IndexType.get(), 0)
+    ty = thread_index(nvvm.ThreadIdYOp)
+    v = tensor.extract(x, [ty, c0])
+    tensor.insert(arith.mulf(v, arith.constant(ir.F32Type.get(), 3.0)), out, [ty, c0])
+
+
+@tle.jit
+def column_kernel(x_ptr, o_ptr):
+    offs = tl.arange(0, 4)[:, None] * 32 + tl.arange(0, 32)[None, :]
+    x = tl.load(x_ptr + offs)
+    res = tl.zeros_like(x)
+    tle.call(first_column, args=[x, res], hardware={"threads": (32, 4)})
+    tl.store(o_ptr + offs, res)
+
+
+def test_unread_thread_index_is_not_computed():
+    _tilelang_or_skip()
+    hw, layout = {"threads": (128,)}, {"space": "shared", "order": [0]}
+    src = _call(backend="tilelang", block=128, fn=bump_first, hw=hw, num_warps=4).source
+    assert "T.get_thread_binding(0)" not in src and "out[0] = " in src
+    x, out = torch.randn(128), torch.full((128,), float("nan"))
+    interpret_tilelang(call_kernel, (1,), x, out, BLOCK=128, FN=bump_first, HW=hw, LAYOUT=layout)
+    torch.testing.assert_close(out, torch.cat([x[:1] + 1, torch.zeros(127)]))
+
+
+def test_unread_thread_axis_is_not_computed():
+    _tilelang_or_skip()
+    meta = torch.empty(4, 32, device="meta")
+    src = column_kernel.lower(meta, meta, grid=(1,), backend="tilelang").source
+    assert "tid_y = tid // 32" in src and "tid_x" not in src
+    # the written copy is named after the kernel's tile, not the raw function's parameter
+    assert "res = T.alloc_shared((4, 32), 'float32')" in src
+    x, out = torch.randn(4, 32), torch.full((4, 32), float("nan"))
+    interpret_tilelang(column_kernel, (1,), x, out)
+    expected = torch.zeros(4, 32)
+    expected[:, 0] = 3 * x[:, 0]
+    torch.testing.assert_close(out, expected)

@@ -6,7 +6,7 @@ import torch
 
 import tle
 from kernel_cases import example_kernels, lower_example
-from tilelang_oracle import needs_tilelang
+from tilelang_oracle import interpret_tilelang, needs_tilelang
 
 KERNELS = example_kernels()
 
@@ -61,3 +61,54 @@ def test_launch_on_cpu_tensors_is_refused():
     _, kernel, launch = vector_add_lowered()
     with pytest.raises(tle.LaunchError, match="tensors x_ptr, y_ptr, out_ptr on cpu: TileLang kernels run on CUDA"):
         kernel[launch.grid](*launch.args, backend="tilelang", **launch.kwargs)
+
+
+def test_launch_refusal_with_a_gpu_present(monkeypatch):
+    pytest.importorskip("tilelang")
+    from tle.lowering.tilelang.backend import Backend
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert "CUDA tensors only" in Backend().launch_unavailable_reason(torch.device("cpu"))
+    assert Backend().launch_unavailable_reason(torch.device("cuda")) is None
+
+
+@pytest.mark.parametrize("capability, arch", [((9, 0), "sm_90a"), ((8, 0), "sm_80"), ((10, 0), "sm_100")])
+def test_target_follows_the_gpu(monkeypatch, capability, arch):
+    pytest.importorskip("tilelang")
+    from tle.lowering.tilelang import backend
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: capability)
+    assert backend._target() == {"kind": "cuda", "arch": arch}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert backend._target() == {"kind": "cuda", "arch": "sm_90a"}     # no GPU: compile for the H100/H200
+
+
+@needs_tilelang
+def test_compiled_once_per_lowering(monkeypatch):
+    from tle.lowering.tilelang import backend
+    lowered, _, _ = vector_add_lowered()
+    c = lowered.compiled
+    fresh = backend.TileLangCompiled(c.ir, c.spec, c.source, c.path, c.notes)
+    calls = []
+
+    class Compiler:       # stands in for tilelang.compile: records what it is asked to build
+        @staticmethod
+        def compile(prim_func, out_idx, target):
+            calls.append(prim_func)
+            return object()
+    monkeypatch.setattr(backend, "_import_tilelang", lambda: Compiler)
+    monkeypatch.setattr(backend, "load_module", lambda path, name: type("M", (), {c.ir.name: "prim_func"}))
+    first = fresh.kernel
+    assert fresh.kernel is first and calls == ["prim_func"]
+
+
+@needs_tilelang
+def test_each_tensor_shape_gets_its_own_lowering():
+    """TileLang compiles for the tensors' shapes: the same integers with a larger tensor are another
+    program (the kernel declares each tensor's size)."""
+    kernel = dict(KERNELS)["vector_add.add_kernel"]
+    for size in (256, 512):
+        x, y = torch.randn(size), torch.randn(size)
+        out = torch.full((size,), float("nan"))
+        interpret_tilelang(kernel, (2,), x, y, out, 200, BLOCK_SIZE=128)
+        torch.testing.assert_close(out[:200], x[:200] + y[:200])
+        assert out[200:].isnan().all()
