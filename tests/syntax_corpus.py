@@ -1066,16 +1066,22 @@ def index_uses(x_ptr, idx_ptr, s_ptr, y_ptr, z_ptr, D: tl.constexpr, BI: tl.cons
         rows = tl.load(idx_ptr + s * BI + offs_i)
         acc += tl.load(x_ptr + rows[:, None] * D + offs_d[None, :])
     acc2 = tl.zeros([BI, D], dtype=tl.float32)
-    for s in tl.range(0, STEPS, num_stages=3):      # an asynchronous gather: its index tile staged
+    for s in tl.range(0, STEPS, num_stages=3):      # an asynchronous gather through a plain index tile
         rows = tl.load(idx_ptr + s * BI + offs_i)
         acc2 += tle.load(x_ptr + rows[:, None] * D + offs_d[None, :], is_async=True)
+    acc4 = tl.zeros([BI, D], dtype=tl.float32)
+    for s in tl.range(0, STEPS, num_stages=3):      # the index tile padded with -1: read synchronously, staged
+        rows = tl.load(idx_ptr + s * BI + offs_i, mask=offs_i < BI - 2, other=-1)
+        acc4 += tle.load(x_ptr + rows[:, None] * D + offs_d[None, :], mask=(rows >= 0)[:, None], other=0.0,
+                         is_async=True)
     acc3 = tl.zeros([BI, D], dtype=tl.float32)
     for s in tl.range(0, STEPS, num_stages=2):      # a let after the gather: the loop names no stages
-        rows = tl.load(idx_ptr + s * BI + offs_i)
-        v = tle.load(x_ptr + rows[:, None] * D + offs_d[None, :], is_async=True)
+        rows = tl.load(idx_ptr + s * BI + offs_i, mask=offs_i < BI - 2, other=-1)
+        v = tle.load(x_ptr + rows[:, None] * D + offs_d[None, :], mask=(rows >= 0)[:, None], other=0.0,
+                     is_async=True)
         w = (s + 1) * 0.5
         acc3 += v * w
-    tl.store(y_ptr + offs_i[:, None] * D + offs_d[None, :], g + acc + acc2)
+    tl.store(y_ptr + offs_i[:, None] * D + offs_d[None, :], g + acc + acc2 + acc4)
     tl.store(z_ptr + offs_i[:, None] * D + offs_d[None, :], acc3)
 
 
@@ -1090,8 +1096,10 @@ def index_tile_uses(device):
     def ref():
         r = idx.long().view(3, 16)
         g = x[r]
-        return {"s": r[0].sum().view(1).int(), "y": g[0] + 2 * g.sum(0),
-                "z": sum(g[i] * (i + 1) * 0.5 for i in range(3))}
+        padded = g.clone()
+        padded[:, 14:] = 0.0
+        return {"s": r[0].sum().view(1).int(), "y": g[0] + 2 * g.sum(0) + padded.sum(0),
+                "z": sum(padded[i] * (i + 1) * 0.5 for i in range(3))}
     return tle.Launch(grid=(1,), args=(x, idx, s, y, z), kwargs=dict(D=32, BI=16, STEPS=3),
                       outputs={"s": s, "y": y, "z": z}, reference=ref,
                       tolerances={"y": (1e-5, 1e-5), "z": (1e-5, 1e-5)})
@@ -1153,7 +1161,7 @@ def narrow_gathers(x_ptr, t_ptr, u_ptr, idx_ptr, y_ptr, z_ptr, w_ptr, v_ptr, h_p
         acc3 += tl.where(ok[:, None], g3, 0.0)
         acc4 += tl.where((pair >= 0)[:, None], g4, 0.0)
     for s in tl.range(0, STEPS, num_stages=2):
-        rows = tl.load(idx_ptr + s * BI + offs_i)
+        rows = tl.load(idx_ptr + s * BI + offs_i, mask=offs_i < BI - 1, other=-1)   # read synchronously
         g1 = tle.load(x_ptr + rows, mask=rows >= 0, is_async=True)
         r0 = tl.load(idx_ptr + s * BI + 1)     # a scalar let after a statement: the loop names no stages
         g5 = tle.load(t_ptr + r0 * 2 + c2, mask=r0 >= 0, is_async=True)
@@ -1185,7 +1193,7 @@ def gathers_without_other(device):
         g2 = torch.where(ok[..., None], t[rc], 0.0)
         g3 = torch.where(ok, u[rc], 0.0)
         return {"y": g1.sum(0), "z": g2.sum(0), "w": g3.sum(0)[:, None], "v": g3[:, :2].sum(0)[:, None],
-                "h": g1[0], "e": g2[:, 1].sum(0) + g1.sum()}
+                "h": g1[0], "e": g2[:, 1].sum(0) + g1[:, :15].sum()}
     return tle.Launch(grid=(1,), args=(x, t, u, idx, *outs.values()), kwargs=dict(BI=16, STEPS=3),
                       outputs=outs, reference=ref, tolerances={k: (1e-5, 1e-5) for k in outs})
 

@@ -794,7 +794,17 @@ class TileLangCodegen:
                 if acc.offset is not None:
                     gathered.update(vid for vid, _, _ in acc.offset.data)
         return {o.result.id for o in body.ops if o.name == "load" and o.result.id in self.index_loads and
-                o.result.id in gathered}
+                o.result.id in gathered and self._stays_synchronous(o)}
+
+    def _stays_synchronous(self, load: Op) -> bool:
+        """Does TileLang keep this read of global memory into shared synchronous inside T.Pipelined? It
+        issues a plain or zero-filled copy as cp.async, and its software pipeline does not wait for one
+        before a statement of the same stage: an index tile read that way and then gathered through in
+        its own stage would be read before it lands. A masked read whose `other` is not zero stays a
+        plain read."""
+        ptr, mask, other = load.operands[:3]
+        return mask is not None and other is not None and not _is_zero(other) and \
+            not mask_always_true(mask, ptr.type.shape, self.aff)
 
     def _stage_plan(self, start: int, indent: int, stages: int):
         """(order, stage) for T.Pipelined over the statements emitted at `indent` from line `start`: the

@@ -250,7 +250,7 @@ PLANS = {
         ('atomic', 'general', 'T.atomic_add per element'),
     ],
     'gathers_masked_rows': [
-        ('load', 'box', 'T.Parallel into shared in stage 0 of T.Pipelined'),
+        ('load', 'box', 'read at each use'),
         ('load', 'gather', 'T.Parallel into shared'),
         ('store', 'box', 'T.copy from fragment'),
         ('load', 'box', 'read at each use'),
@@ -336,6 +336,8 @@ PLANS = {
         ('store', 'scalar', 'scalar statement'),
         ('load', 'box', 'read at each use'),
         ('load', 'gather', 'T.Parallel into fragment'),
+        ('load', 'box', 'read at each use'),
+        ('load', 'gather', 'T.Parallel into shared'),
         ('load', 'box', 'T.Parallel into shared in stage 0 of T.Pipelined'),
         ('load', 'gather', 'T.Parallel into shared'),
         ('load', 'box', 'read at each use'),
@@ -351,8 +353,8 @@ PLANS = {
         ('store', 'box', 'T.copy from fragment'),
     ],
     'gathers_without_other': [
-        ('load', 'box', 'T.Parallel into shared in stage 0 of T.Pipelined'),
-        ('load', 'box', 'T.Parallel into shared in stage 0 of T.Pipelined'),
+        ('load', 'box', 'read at each use'),
+        ('load', 'box', 'read at each use'),
         ('load', 'gather', 'T.Parallel into shared'),
         ('load', 'gather', 'T.Parallel into shared'),
         ('load', 'gather', 'T.Parallel into shared'),

@@ -20,15 +20,13 @@ def row_gathers(
         y_ptr_v = T.StridedTensor((16, 32), (32, 1), 'float32', data=y_ptr.data)
         z_ptr_v = T.StridedTensor((16, 32), (32, 1), 'float32', data=z_ptr.data)
         acc = T.alloc_fragment((16, 32), 'float32')
-        rows = T.alloc_shared((16,), 'int32')
         t = T.alloc_shared((16, 32), 'float32')
         g = T.alloc_fragment((16, 32), 'float32')
         t_1 = T.alloc_fragment((16, 32), 'float32')
         T.clear(acc)
-        for s in T.Pipelined(3, num_stages=2, order=[0, 1, 2], stage=[0, 0, 1]):
-            T.copy(idx_ptr[s * 16:s * 16 + 16], rows)
+        for s in T.Pipelined(3, num_stages=2):
             for i0, i1 in T.Parallel(16, 32):
-                t[i0, i1] = T.if_then_else(((rows[i0] >= 0) & (i1 < 29)), x_ptr[((rows[i0] * 32) + i1)], 0.0)
+                t[i0, i1] = T.if_then_else(((idx_ptr[((s * 16) + i0)] >= 0) & (i1 < 29)), x_ptr[((idx_ptr[((s * 16) + i0)] * 32) + i1)], 0.0)
             for i0, i1 in T.Parallel(16, 32):
                 acc[i0, i1] = (acc[i0, i1] + t[i0, i1])
         T.copy(acc, y_ptr_v[0:16, 0:32])

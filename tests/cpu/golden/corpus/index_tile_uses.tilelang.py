@@ -26,11 +26,13 @@ def index_uses(
         acc = T.alloc_fragment((16, 32), 'float32')
         t = T.alloc_fragment((16, 32), 'float32')
         acc2 = T.alloc_fragment((16, 32), 'float32')
-        rows = T.alloc_shared((16,), 'int32')
         t_1 = T.alloc_shared((16, 32), 'float32')
+        acc4 = T.alloc_fragment((16, 32), 'float32')
+        rows = T.alloc_shared((16,), 'int32')
+        t_2 = T.alloc_shared((16, 32), 'float32')
         acc3 = T.alloc_fragment((16, 32), 'float32')
         v = T.alloc_shared((16, 32), 'float32')
-        t_2 = T.alloc_fragment((16, 32), 'float32')
+        t_3 = T.alloc_fragment((16, 32), 'float32')
         T.copy(idx_ptr[0:16], first)
         for i0, i1 in T.Parallel(16, 32):
             g[i0, i1] = x_ptr[((first[i0] * 32) + i1)]
@@ -43,20 +45,27 @@ def index_uses(
             for i0, i1 in T.Parallel(16, 32):
                 acc[i0, i1] = (acc[i0, i1] + t[i0, i1])
         T.clear(acc2)
-        for s_1 in T.Pipelined(3, num_stages=3, order=[0, 1, 2], stage=[0, 0, 2]):
-            T.copy(idx_ptr[s_1 * 16:s_1 * 16 + 16], rows)
+        for s_1 in T.Pipelined(3, num_stages=3):
             for i0, i1 in T.Parallel(16, 32):
-                t_1[i0, i1] = x_ptr[((rows[i0] * 32) + i1)]
+                t_1[i0, i1] = x_ptr[((idx_ptr[((s_1 * 16) + i0)] * 32) + i1)]
             for i0, i1 in T.Parallel(16, 32):
                 acc2[i0, i1] = (acc2[i0, i1] + t_1[i0, i1])
-        T.clear(acc3)
-        for s_2 in T.Pipelined(3, num_stages=2):
+        T.clear(acc4)
+        for s_2 in T.Pipelined(3, num_stages=3, order=[0, 1, 2], stage=[0, 0, 2]):
+            for i0 in T.Parallel(16):
+                rows[i0] = T.if_then_else((i0 < 14), idx_ptr[((s_2 * 16) + i0)], -1)
             for i0, i1 in T.Parallel(16, 32):
-                v[i0, i1] = x_ptr[((idx_ptr[((s_2 * 16) + i0)] * 32) + i1)]
-            w = (T.cast((s_2 + 1), 'float32') * 0.5)
+                t_2[i0, i1] = x_ptr[((T.if_then_else((rows[i0] >= 0), rows[i0], 80) * 32) + i1)]
+            for i0, i1 in T.Parallel(16, 32):
+                acc4[i0, i1] = (acc4[i0, i1] + t_2[i0, i1])
+        T.clear(acc3)
+        for s_3 in T.Pipelined(3, num_stages=2):
+            for i0, i1 in T.Parallel(16, 32):
+                v[i0, i1] = x_ptr[((T.if_then_else((T.if_then_else((i0 < 14), idx_ptr[((s_3 * 16) + i0)], -1) >= 0), T.if_then_else((i0 < 14), idx_ptr[((s_3 * 16) + i0)], -1), 80) * 32) + i1)]
+            w = (T.cast((s_3 + 1), 'float32') * 0.5)
             for i0, i1 in T.Parallel(16, 32):
                 acc3[i0, i1] = (acc3[i0, i1] + (v[i0, i1] * w))
         for i0, i1 in T.Parallel(16, 32):
-            t_2[i0, i1] = ((g[i0, i1] + acc[i0, i1]) + acc2[i0, i1])
-        T.copy(t_2, y_ptr_v[0:16, 0:32])
+            t_3[i0, i1] = (((g[i0, i1] + acc[i0, i1]) + acc2[i0, i1]) + acc4[i0, i1])
+        T.copy(t_3, y_ptr_v[0:16, 0:32])
         T.copy(acc3, z_ptr_v[0:16, 0:32])
