@@ -1283,3 +1283,31 @@ def scalar_read_twice(device):
     s = torch.arange(3, device=device, dtype=torch.float32).repeat_interleave(32) + 0.5
     return tle.Launch(grid=(3,), args=(x, y, z), kwargs=dict(B=32), outputs={"y": y, "z": z},
                       reference=lambda: {"y": x * (s * 2.0 + 1.0), "z": x + (s - 1.0)})
+
+
+# -- loop bounds: a range from the outer counter, constant ranges with a start, empty, negative; an unread load --
+@tle.jit
+def bounded_loops(x_ptr, y_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs)
+    unread = tl.load(x_ptr + 1)                # nothing reads it: not emitted
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for i in range(4):
+        for j in range(i, 8, 2):               # starts at the outer counter
+            acc += x * (j + 1)
+    for k in range(3, 10):                     # seven steps
+        acc += x
+    for k in range(5, 3):                      # no steps
+        acc += x * 100.0
+    for k in range(-4, 0):                     # four steps
+        acc -= x * k
+    tl.store(y_ptr + offs, acc)
+
+
+@case(bounded_loops)
+def loop_bounds(device):
+    x = torch.randn(32, device=device)
+    y = _nan_like(x)
+    inner = sum(j + 1 for i in range(4) for j in range(i, 8, 2))
+    return tle.Launch(grid=(1,), args=(x, y), kwargs=dict(BLOCK=32), outputs={"y": y},
+                      reference=lambda: {"y": x * (inner + 7 + 10)}, tolerances={"y": (1e-5, 1e-5)})

@@ -389,6 +389,11 @@ PLANS = {
         ('store', 'box', 'T.copy from fragment'),
     ],
 
+    'loop_bounds': [
+        ('load', 'box', 'T.copy into fragment'),
+        ('load', 'scalar', 'scalar expression'),
+        ('store', 'box', 'T.copy from fragment'),
+    ],
 }
 KERNELS = dict(example_kernels())
 
