@@ -149,7 +149,10 @@ class Program:
         k, value = key(node.var), self.expr(node.value)
 
         def bind(fr):
-            fr.env[k] = value(fr)
+            # a let holds the value at its definition: a read of a buffer (a T.alloc_var) can come back as
+            # a view of its storage, which a later store to the buffer would change
+            v = value(fr)
+            fr.env[k] = v.clone() if isinstance(v, torch.Tensor) else v
         return bind
 
     def _DeclBuffer(self, node):
