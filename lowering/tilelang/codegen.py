@@ -903,8 +903,10 @@ class TileLangCodegen:
                 idx = [f"i{d}" for d in range(out.type.rank)]
                 pending.append((kind, slot, self.elem(out, idx), out))
         names = [s if k == "var" else s.name for k, s, _, _ in pending]
+        # a slot's name read as a whole word (`acc` is not read by `acc1[i0] + t[i0]`)
         hazard = len(pending) > 1 and any(
-            any(n in expr for n in names if n != own) for (own, (_, _, expr, _)) in zip(names, pending))
+            any(re.search(rf"\b{re.escape(n)}\b", expr) for n in names if n != own)
+            for (own, (_, _, expr, _)) in zip(names, pending))
         staged = []
         for kind, slot, expr, out in pending:
             if hazard:
