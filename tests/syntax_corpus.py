@@ -1311,3 +1311,46 @@ def loop_bounds(device):
     inner = sum(j + 1 for i in range(4) for j in range(i, 8, 2))
     return tle.Launch(grid=(1,), args=(x, y), kwargs=dict(BLOCK=32), outputs={"y": y},
                       reference=lambda: {"y": x * (inner + 7 + 10)}, tolerances={"y": (1e-5, 1e-5)})
+
+
+# -- pipelined lookups: through a 2-D index tile, a plain gather, carried scalars swapped beside a staged gather --
+@tle.jit
+def table_lookups(x_ptr, idx_ptr, y_ptr, z_ptr, BI: tl.constexpr, BJ: tl.constexpr, STEPS: tl.constexpr):
+    oi = tl.arange(0, BI)
+    oj = tl.arange(0, BJ)
+    acc = tl.zeros([BI, BJ], dtype=tl.float32)
+    acc1 = tl.zeros([BI], dtype=tl.float32)
+    for s in tl.range(0, STEPS, num_stages=2):
+        ids = tl.load(idx_ptr + s * BI * BJ + oi[:, None] * BJ + oj[None, :])     # a 2-D index tile
+        acc += tle.load(x_ptr + ids, mask=ids >= 0, other=0.0, is_async=True)
+        rows = tl.load(idx_ptr + s * BI * BJ + oi, mask=oi < BI - 2, other=-1)
+        acc1 += tl.load(x_ptr + rows, mask=rows >= 0, other=0.0)                # a plain gather: nothing staged
+    acc2 = tl.zeros([BI], dtype=tl.float32)
+    fa = 2.0
+    fb = 3.0
+    for s in tl.range(0, STEPS, num_stages=2):
+        rows = tl.load(idx_ptr + s * BI * BJ + oi, mask=oi < BI - 2, other=-1)
+        acc2 += tle.load(x_ptr + rows, mask=rows >= 0, other=0.0, is_async=True)
+        fa, fb = fb, fa                        # swapped through temporaries: the loop names no stages
+    tl.store(y_ptr + oi[:, None] * BJ + oj[None, :], acc)
+    tl.store(z_ptr + oi, acc1 + acc2 * fa + fb)
+
+
+@case(table_lookups)
+def pipelined_lookups(device):
+    x = torch.randn(64, device=device)
+    idx = torch.randint(0, 64, (3 * 64,), device=device, dtype=torch.int32)
+    idx[::7] = -1
+    y = torch.full((16, 4), float("nan"), device=device)
+    z = torch.full((16,), float("nan"), device=device)
+
+    def ref():
+        blocks = idx.long().view(3, 64)
+        ids = blocks.view(3, 16, 4)
+        acc = torch.where(ids >= 0, x[ids.clamp(min=0)], 0.0).sum(0)
+        rows = blocks[:, :16].clone()
+        rows[:, 14:] = -1
+        g = torch.where(rows >= 0, x[rows.clamp(min=0)], 0.0).sum(0)
+        return {"y": acc, "z": g + g * 3.0 + 2.0}
+    return tle.Launch(grid=(1,), args=(x, idx, y, z), kwargs=dict(BI=16, BJ=4, STEPS=3), outputs={"y": y, "z": z},
+                      reference=ref, tolerances={"y": (1e-5, 1e-5), "z": (1e-5, 1e-5)})

@@ -394,6 +394,16 @@ PLANS = {
         ('load', 'scalar', 'scalar expression'),
         ('store', 'box', 'T.copy from fragment'),
     ],
+    'pipelined_lookups': [
+        ('load', 'box', 'T.Parallel into fragment'),
+        ('load', 'gather', 'T.Parallel into shared'),
+        ('load', 'box', 'read at each use'),
+        ('load', 'gather', 'T.Parallel into fragment'),
+        ('load', 'box', 'read at each use'),
+        ('load', 'gather', 'T.Parallel into shared'),
+        ('store', 'box', 'T.copy from fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+    ],
 }
 KERNELS = dict(example_kernels())
 

@@ -123,3 +123,20 @@ def test_the_interpreter_is_not_a_backend():
     launch = make("cpu")
     with pytest.raises(tle.LaunchError, match="TileLang kernels run on CUDA tensors only"):
         kernel[launch.grid](*launch.args, backend="tilelang", **launch.kwargs)
+
+
+def test_a_lowering_interprets_out_of_bounds_reads_as_zero_by_default():
+    """TileLang predicates a global read outside the tensor to zero; a lowering's `interpret` does the same
+    unless asked to be strict (the oracle is strict except where the lowering relies on it)."""
+    if tle.available_backends().get("tilelang") is not None:
+        pytest.skip("TileLang backend unavailable")
+    from syntax_corpus import CASES
+    from tle.examples import compare_outputs
+    kernel, make = CASES["gathers_without_other"]          # masked rows sent past the end, zero-filled
+    launch = make("cpu")
+    lowered = kernel.lower(*launch.args, grid=launch.grid, backend="tilelang", **launch.kwargs)
+    report = lowered.compiled.interpret(list(launch.args))
+    assert report.predicated_reads
+    compare_outputs(launch)
+    with pytest.raises(OutOfBounds):
+        lowered.compiled.interpret(list(make("cpu").args), strict_reads=True)
