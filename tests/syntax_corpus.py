@@ -1290,7 +1290,7 @@ def scalar_read_twice(device):
 def bounded_loops(x_ptr, y_ptr, BLOCK: tl.constexpr):
     offs = tl.arange(0, BLOCK)
     x = tl.load(x_ptr + offs)
-    unread = tl.load(x_ptr + 1)                # nothing reads it: not emitted
+    tl.load(x_ptr + 1)                         # nothing reads it: not emitted
     acc = tl.zeros([BLOCK], dtype=tl.float32)
     for i in range(4):
         for j in range(i, 8, 2):               # starts at the outer counter

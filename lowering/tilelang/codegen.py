@@ -114,6 +114,11 @@ class TileLangCodegen:
     def emit(self, line: str, indent: int):
         self.lines.append("    " * indent + line)
 
+    def let(self, name: str, expr: str, indent: int):
+        """Emit `name = expr`, a scalar let: the stage planner and the dead-let removal know it by its line."""
+        self.emit(f"{name} = {expr}", indent)
+        self._lets.append((len(self.lines) - 1, name))
+
     def error(self, construct: str, op: Op, detail: str = ""):
         raise UnsupportedConstruct(construct, BACKEND, op.loc, detail)
 
@@ -360,9 +365,8 @@ class TileLangCodegen:
                 return
             if v.name or len(us) > 1 or any(u.parent is not op.parent for u in us):
                 name = self.ids.define(v)
-                self.emit(f"{name} = {self._render(op, [])}", indent)
+                self.let(name, self._render(op, []), indent)
                 self.scalars[v.id] = name
-                self._lets.append((len(self.lines) - 1, name))
             return
         if v.type.is_pointer or v.type.elem.is_bool:
             return
@@ -396,9 +400,8 @@ class TileLangCodegen:
             if mask is not None:
                 e = f"T.if_then_else({self.scalar(mask)}, {e}, {self.scalar(other) if other is not None else literal(0, v.type.elem)})"
             name = self.ids.define(v)
-            self.emit(f"{name} = {e}", indent)
+            self.let(name, e, indent)
             self.scalars[v.id] = name
-            self._lets.append((len(self.lines) - 1, name))
             return
         pipelined_async = op.attrs.get("async") == "pipelined"
         dot_operand = any(u.name == "dot" for u in self._value_users(v))
@@ -757,8 +760,7 @@ class TileLangCodegen:
         if not simple:
             start = "" if _is_const(lo, 0) else f"{self.scalar(lo)} + "
             stride = "" if _is_const(step, 1) else f" * {self.scalar(step)}"
-            self.emit(f"{ivn} = {start}{counter}{stride}", indent + 1)
-            self._lets.append((len(self.lines) - 1, ivn))
+            self.let(ivn, f"{start}{counter}{stride}", indent + 1)
         self.scalars[iv.id] = ivn
         staged = self._index_tiles_to_stage(op.body) if pipelined else set()
         if staged:
@@ -905,15 +907,14 @@ class TileLangCodegen:
         names = [s if k == "var" else s.name for k, s, _, _ in pending]
         # a slot's name read as a whole word (`acc` is not read by `acc1[i0] + t[i0]`)
         hazard = len(pending) > 1 and any(
-            any(re.search(rf"\b{re.escape(n)}\b", expr) for n in names if n != own)
+            any(_mentions(expr, n) for n in names if n != own)
             for (own, (_, _, expr, _)) in zip(names, pending))
         staged = []
         for kind, slot, expr, out in pending:
             if hazard:
                 if kind == "var":
                     tmp = self.ids.fresh(slot + "_next")
-                    self.emit(f"{tmp} = {expr}", indent)
-                    self._lets.append((len(self.lines) - 1, tmp))
+                    self.let(tmp, expr, indent)
                     staged.append((kind, slot, tmp, out))
                 else:
                     tmp = self.alloc(slot.name + "_next", out.type.shape, out.type.elem, "fragment")
@@ -1129,7 +1130,7 @@ class TileLangCodegen:
             how = f"T.copy from a {src.scope} buffer"
         else:
             idx = [f"i{d}" for d in range(len(buf.shape))]
-            if re.search(rf"\b{re.escape(buf.name)}\b", self.elem(val, idx)):
+            if _mentions(self.elem(val, idx), buf.name):
                 # the new contents read the buffer itself: compute them aside first
                 tmp = self.alloc(buf.name + "_next", buf.shape, buf.dtype, "fragment")
                 self.fill(tmp, val, indent)
@@ -1171,15 +1172,13 @@ class TileLangCodegen:
                 name = self.buffer_of(v, indent, "shared").name
             names.append(name)
         tid = self.ids.fresh("tid")
-        self.emit(f"{tid} = T.get_thread_binding(0)", indent)
-        self._lets.append((len(self.lines) - 1, tid))
+        self.let(tid, "T.get_thread_binding(0)", indent)
         thread_vars = [tid]
         if len(threads) > 1:               # axis x varies fastest over the kernel's flat thread index
             thread_vars = []
             for axis, expr in enumerate(_raw_thread_axes(tid, threads)):
                 name = self.ids.fresh(f"{tid}_{'xyz'[axis]}")
-                self.emit(f"{name} = {expr}", indent)
-                self._lets.append((len(self.lines) - 1, name))
+                self.let(name, expr, indent)
                 thread_vars.append(name)
         prefix = self.ids.fresh(fn.name) + "_"
         lines = render_tilelang(body, names, thread_vars=thread_vars, block_dims=list(threads), indent=indent,
@@ -1331,6 +1330,11 @@ def _axes_used(v: Value, rank: int) -> set[int] | None:
 def _nested(op: Op) -> list[Op]:
     """The ops inside `op`'s regions."""
     return [o for r in op.regions for o in r.walk()]
+
+
+def _mentions(text: str, name: str) -> bool:
+    """Does generated `text` read identifier `name` (as a whole word)?"""
+    return re.search(rf"\b{re.escape(name)}\b", text) is not None
 
 
 def _const_value(v: Value):
