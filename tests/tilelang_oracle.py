@@ -46,3 +46,31 @@ def run_on(backend, kernel, grid, *args, **kwargs):
         interpret_tilelang(kernel, grid, *args, **kwargs)
     else:
         kernel[grid](*args, backend=backend, **kwargs)
+
+
+class tilelang_through_interpreter:
+    """Within this context, launches on backend "tilelang" with CPU tensors run the TileLang lowering
+    through the interpreter of TileLang programs, and the operators of tle.ops accept "tilelang" on the CPU:
+    the operator tests check the TileLang lowering's numbers without a GPU. The oracle stays a test tool:
+    nothing outside the tests launches through it."""
+
+    def __enter__(self):
+        import tle.oplib.backend as op_backend
+        from tle.jit import Kernel
+        self.saved = real_run, real_reason = Kernel.run, op_backend.kernel_unusable_reason
+
+        def run(kernel, grid, args, kwargs):
+            if kwargs.get("backend") != "tilelang":
+                return real_run(kernel, grid, args, kwargs)
+            interpret_tilelang(kernel, grid, *args, **{k: v for k, v in kwargs.items() if k != "backend"})
+
+        def reason(name, device):
+            return None if name == "tilelang" and device.type == "cpu" else real_reason(name, device)
+
+        Kernel.run, op_backend.kernel_unusable_reason = run, reason
+        return self
+
+    def __exit__(self, *exc):
+        import tle.oplib.backend as op_backend
+        from tle.jit import Kernel
+        Kernel.run, op_backend.kernel_unusable_reason = self.saved

@@ -1,6 +1,6 @@
 """Benchmarks on a GPU: each operator's large example on both tle backends, beside torch, in one process.
 
-    python -m tle.bench vector_add softmax rmsnorm matmul [--out docs/benchmark]
+    python -m tle.bench vector_add softmax matmul [--out docs/benchmark]
 
 For each operator: check every tle backend against the torch reference, then time every
 implementation with triton.testing.do_bench (median), print a table with TB/s or TFLOP/s and the
@@ -21,8 +21,8 @@ import torch
 
 from tle.cli import check, poison
 
-KERNELS = {"vector_add": "add_kernel", "softmax": "softmax_kernel", "rmsnorm": "rmsnorm_fwd_kernel",
-           "matmul": "matmul_kernel", "sparse_mla": "sparse_mla_fwd_kernel"}
+KERNELS = {"vector_add": "add_kernel", "softmax": "softmax_kernel", "matmul": "matmul_kernel",
+           "sparse_mla": "sparse_mla_fwd_kernel"}
 # extra tle rows: (row name, backend, extra kwargs[, "module.kernel" when not the op's kernel]): the effect
 # of one hint alone, or the same operator written with tle.gpu staging (same launch)
 VARIANTS = {"sparse_mla": [("triton, is_async=False", "triton", {"ASYNC": False}),
@@ -31,7 +31,7 @@ VARIANTS = {"sparse_mla": [("triton, is_async=False", "triton", {"ASYNC": False}
                            ("tle.gpu kernel, tilelang", "tilelang", {}, "sparse_mla_smem.sparse_mla_fwd_smem_kernel")],
             "matmul": [("tle.gpu kernel, triton", "triton", {}, "matmul_smem.matmul_smem_kernel"),
                        ("tle.gpu kernel, tilelang", "tilelang", {}, "matmul_smem.matmul_smem_kernel")]}
-MEMORY_BOUND = {"vector_add", "softmax", "rmsnorm"}
+MEMORY_BOUND = {"vector_add", "softmax"}
 TLE_BACKENDS = ("triton", "tilelang")
 
 
@@ -44,14 +44,6 @@ def torch_impls(op: str, launch) -> list[tuple[str, object]]:
     elif op == "softmax":
         x = a[0]
         impls = [("torch.softmax", lambda: torch.softmax(x, -1))]
-    elif op == "rmsnorm":
-        x, w, eps = a[0], a[1], a[6]
-        # the anchor is torch's own fused rms_norm; the same formula written out in eager mode follows
-        eager = ("torch eager", lambda: (x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps) * w)
-                 .to(x.dtype))
-        impls = [eager]
-        if hasattr(torch.nn.functional, "rms_norm"):
-            impls.insert(0, ("torch.rms_norm", lambda: torch.nn.functional.rms_norm(x, (x.shape[-1],), w, eps)))
     elif op == "matmul":
         impls = [("torch.matmul", lambda: torch.matmul(a[0], a[1]))]
     elif op == "sparse_mla":

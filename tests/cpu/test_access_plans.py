@@ -35,8 +35,24 @@ PLANS = {
         ('tle.call', 'raw', 'thread-level code on shared buffers'),
         ('store', 'box', 'T.copy from shared'),
     ],
-    'rmsnorm.rmsnorm_fwd_kernel': [
+    'rms_norm.rms_norm_fwd_kernel': [
         ('load', 'box', 'T.copy into fragment'),
+        ('load', 'box', 'T.copy into fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+        ('load', 'box', 'T.copy into fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+    ],
+    'rms_norm.rms_norm_bwd_kernel': [
+        ('load', 'box', 'T.copy into fragment'),
+        ('load', 'box', 'T.copy into fragment'),
+        ('load', 'box', 'T.copy into fragment'),
+        ('load', 'box', 'T.copy into fragment'),
+        ('load', 'box', 'T.copy into fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+    ],
+    'column_sum.column_sum_kernel': [
         ('load', 'box', 'T.copy into fragment'),
         ('store', 'box', 'T.copy from fragment'),
     ],

@@ -9,7 +9,7 @@ import triton.language as tl
 import tle
 from tle import select
 from tle.kernels.matmul import matmul
-from tle.kernels.rmsnorm import rmsnorm
+from tle.kernels.rms_norm import rms_norm
 from tle.kernels.softmax import softmax
 from tle.kernels.vector_add import add
 
@@ -122,8 +122,8 @@ def test_unsupported_scalar_argument_is_named():
 
 
 @pytest.mark.parametrize("call, words", [
-    (lambda: rmsnorm(torch.randn(16), torch.ones(16)), ["'x'", "rank 1"]),
-    (lambda: rmsnorm(torch.randn(4, 16), torch.ones(15)), ["'w'", "shape"]),
+    (lambda: rms_norm(torch.tensor(1.0), torch.ones(16), backend="torch"), ["'x'", "rank 0"]),
+    (lambda: rms_norm(torch.randn(4, 16), torch.ones(15), backend="torch"), ["'weight'", "shape"]),
     (lambda: softmax(torch.randint(0, 5, (4, 16))), ["'x'", "dtype int64"]),
     (lambda: softmax(torch.randn(4, 16).t()), ["'x'", "contiguous last dimension"]),
     (lambda: add(torch.randn(8), torch.randn(8).double()), ["'y'", "dtype float64"]),

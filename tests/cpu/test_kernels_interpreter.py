@@ -28,7 +28,7 @@ def unwritten(out: torch.Tensor, ref: torch.Tensor) -> int:
 
 def test_every_kernel_is_found():
     names = {name.split(".")[-1] for name, _ in KERNELS}
-    assert {"add_kernel", "softmax_kernel", "rmsnorm_fwd_kernel", "matmul_kernel"} <= names
+    assert {"add_kernel", "softmax_kernel", "rms_norm_fwd_kernel", "matmul_kernel"} <= names
 
 
 @pytest.mark.parametrize("name, kernel", KERNELS, ids=[n for n, _ in KERNELS])

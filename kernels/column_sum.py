@@ -1,0 +1,45 @@
+"""Column sums of a small fp32 matrix: the second step of the weight and bias gradients of the norms.
+
+Backward kernels give each program a block of rows and let it add up its rows' contributions to the
+weight gradient in registers; each program writes one row of partial sums ([programs, N], fp32), and
+this kernel adds those rows up. The input is read once; the partials are a few MB at most."""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+import tle
+
+
+@tle.jit
+def column_sum_kernel(p_ptr, out_ptr, n_rows, n_cols, BLOCK_N: tl.constexpr):
+    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = cols < n_cols
+    acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for row in range(0, n_rows):
+        acc += tl.load(p_ptr + row * n_cols + cols, mask=mask, other=0.0)
+    tl.store(out_ptr + cols, acc.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+BLOCK = 256
+
+
+def column_sum(partials: torch.Tensor, dtype: torch.dtype, backend: str) -> torch.Tensor:
+    """partials [P, N] fp32 (contiguous) -> [N] in `dtype`, summed on `backend` ("triton" or "tilelang")."""
+    p, n = partials.shape
+    out = torch.empty(n, device=partials.device, dtype=dtype)
+    if n:
+        column_sum_kernel[(triton.cdiv(n, BLOCK),)](partials, out, p, n, BLOCK_N=BLOCK, backend=backend,
+                                                     num_warps=2)
+    return out
+
+
+@tle.example(column_sum_kernel)
+def _example(device, size):
+    p, n = (5, 300) if size == "small" else (528, 8192)
+    partials = torch.randn(p, n, device=device)
+    out = torch.full((n,), float("nan"), device=device)
+    return tle.Launch(grid=(triton.cdiv(n, BLOCK),), args=(partials, out, p, n), kwargs=dict(BLOCK_N=BLOCK, num_warps=2),
+                      outputs={"out": out}, reference=lambda: {"out": partials.sum(0)},
+                      bytes=(p + 1) * n * 4, label=f"{p}x{n} fp32")

@@ -1,0 +1,331 @@
+"""RMSNorm over the last dimension, and the fused residual-add variant of a pre-norm transformer block.
+
+    y = h * rsqrt(mean(h^2) + eps) * weight        h = x, or h = x + residual (rounded to x's dtype)
+
+`tle.ops.rms_norm(x, weight=None, eps=1e-6, residual=None)` returns y, or (y, h) with a residual: h is
+what the next block adds to, and what is normalized. Backward: one pass over (dy, h) per row block;
+each program adds up its rows' weight gradient in registers and writes one row of partial sums, which
+column_sum adds up (no second pass over the input)."""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+import tle
+from tle.kernels.column_sum import column_sum
+from tle.oplib import BenchSpec, Operator, Sample, as_rows, check_float, check_kernel_dtypes, programs, resolve
+from tle.oplib.rows import row_config, torch_compute_dtype
+
+MAX_COLS = 65536
+
+
+@tle.jit
+def rms_norm_fwd_kernel(x_ptr, r_ptr, w_ptr, y_ptr, h_ptr, rstd_ptr, x_row_stride, r_row_stride, y_row_stride,
+                        h_row_stride, n_rows, n_cols, eps, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                        HAS_RESIDUAL: tl.constexpr, HAS_WEIGHT: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_N)
+    row_mask = rows < n_rows
+    mask = row_mask[:, None] & (cols < n_cols)[None, :]
+    h = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    if HAS_RESIDUAL:
+        r = tl.load(r_ptr + rows[:, None] * r_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        h_out = (h + r).to(h_ptr.dtype.element_ty)
+        tl.store(h_ptr + rows[:, None] * h_row_stride + cols[None, :], h_out, mask=mask)
+        h = h_out.to(tl.float32)          # normalize the sum as rounded, as the unfused code would
+    rstd = tl.rsqrt(tl.sum(h * h, axis=1) / n_cols + eps)
+    tl.store(rstd_ptr + rows, rstd, mask=row_mask)
+    y = h * rstd[:, None]
+    if HAS_WEIGHT:
+        y = y * tl.load(w_ptr + cols, mask=cols < n_cols, other=0.0).to(tl.float32)[None, :]
+    tl.store(y_ptr + rows[:, None] * y_row_stride + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@tle.jit
+def rms_norm_bwd_kernel(dy_ptr, h_ptr, w_ptr, rstd_ptr, dh_ptr, dx_ptr, dw_ptr, dy_row_stride, h_row_stride,
+                        dh_row_stride, dx_row_stride, n_rows, n_cols, blocks_per_program, BLOCK_M: tl.constexpr,
+                        BLOCK_N: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_DH: tl.constexpr):
+    pid = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    col_mask = cols < n_cols
+    if HAS_WEIGHT:
+        w = tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
+    dw = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for i in range(0, blocks_per_program):
+        rows = (pid * blocks_per_program + i) * BLOCK_M + tl.arange(0, BLOCK_M)
+        row_mask = rows < n_rows
+        mask = row_mask[:, None] & col_mask[None, :]
+        dy = tl.load(dy_ptr + rows[:, None] * dy_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        h = tl.load(h_ptr + rows[:, None] * h_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        rstd = tl.load(rstd_ptr + rows, mask=row_mask, other=0.0)
+        h_hat = h * rstd[:, None]
+        if HAS_WEIGHT:
+            g = dy * w[None, :]
+            dw += dy * h_hat
+        else:
+            g = dy
+        dot = tl.sum(g * h_hat, axis=1) / n_cols
+        dx = (g - h_hat * dot[:, None]) * rstd[:, None]
+        if HAS_DH:         # the gradient reaching h directly (the residual stream) adds to x's
+            dx += tl.load(dh_ptr + rows[:, None] * dh_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        tl.store(dx_ptr + rows[:, None] * dx_row_stride + cols[None, :], dx.to(dx_ptr.dtype.element_ty), mask=mask)
+    if HAS_WEIGHT:
+        tl.store(dw_ptr + pid * n_cols + cols, tl.sum(dw, axis=0), mask=col_mask)
+
+
+# -- the torch backend: the same arithmetic in torch (fp32, or fp64 for fp64 inputs) ------------------------
+def _torch_forward(x, weight, residual, eps):
+    ct = torch_compute_dtype(x)
+    h = (x.to(ct) + residual.to(ct)).to(x.dtype) if residual is not None else x
+    hf = h.to(ct)
+    rstd = torch.rsqrt(hf.pow(2).mean(-1) + eps)
+    y = hf * rstd[:, None]
+    if weight is not None:
+        y = y * weight.to(ct)
+    return y.to(x.dtype), h, rstd
+
+
+def _torch_backward(dy, h, weight, rstd, dh):
+    ct = rstd.dtype
+    h_hat = h.to(ct) * rstd[:, None]
+    g = dy.to(ct) * weight.to(ct) if weight is not None else dy.to(ct)
+    dx = (g - h_hat * (g * h_hat).mean(-1, keepdim=True)) * rstd[:, None]
+    if dh is not None:
+        dx = dx + dh.to(ct)
+    dw = (dy.to(ct) * h_hat).sum(0).to(weight.dtype) if weight is not None else None
+    return dx.to(h.dtype), dw
+
+
+# -- the kernel backends ------------------------------------------------------------------------------------
+def _kernel_forward(x, weight, residual, eps, backend):
+    m, n = x.shape
+    y = torch.empty((m, n), device=x.device, dtype=x.dtype)
+    h = torch.empty_like(y) if residual is not None else x
+    rstd = torch.empty(m, device=x.device, dtype=torch.float32)
+    if m and n:
+        block_m, block_n, warps = row_config(n)
+        r = residual if residual is not None else x
+        rms_norm_fwd_kernel[(triton.cdiv(m, block_m),)](
+            x, r, weight if weight is not None else x, y, h, rstd, x.stride(0), r.stride(0), y.stride(0),
+            h.stride(0), m, n, float(eps), BLOCK_M=block_m, BLOCK_N=block_n, HAS_RESIDUAL=residual is not None,
+            HAS_WEIGHT=weight is not None, backend=backend, num_warps=warps)
+    return y, h, rstd
+
+
+def _kernel_backward(dy, h, weight, rstd, dh, backend):
+    m, n = h.shape
+    dx = torch.empty((m, n), device=h.device, dtype=h.dtype)
+    dw = None
+    block_m, block_n, warps = row_config(n)
+    blocks = triton.cdiv(m, block_m)
+    grid = programs(h.device, 2 if block_n * block_m >= 8192 else 4, blocks)
+    per_program = triton.cdiv(blocks, grid)
+    partials = torch.empty((grid, n), device=h.device, dtype=torch.float32) if weight is not None else None
+    if m and n:
+        rms_norm_bwd_kernel[(grid,)](
+            dy, h, weight if weight is not None else h, rstd, dh if dh is not None else dy, dx,
+            partials if partials is not None else rstd, dy.stride(0), h.stride(0),
+            dh.stride(0) if dh is not None else 0, dx.stride(0), m, n, per_program, BLOCK_M=block_m,
+            BLOCK_N=block_n, HAS_WEIGHT=weight is not None, HAS_DH=dh is not None, backend=backend, num_warps=warps)
+    if weight is not None:
+        dw = column_sum(partials, weight.dtype, backend) if m else torch.zeros_like(weight)
+    return dx, dw
+
+
+# -- example launches (tle show / compare, the kernel tests and goldens) -----------------------------------
+def _example_shape(size):
+    return ((33, 1000), torch.float32) if size == "small" else ((32768, 8192), torch.bfloat16)
+
+
+@tle.example(rms_norm_fwd_kernel)
+def _fwd_example(device, size):
+    (m, n), dtype = _example_shape(size)
+    x, r = torch.randn(m, n, device=device, dtype=dtype), torch.randn(m, n, device=device, dtype=dtype)
+    w = torch.rand(n, device=device, dtype=dtype) + 0.5
+    y, h = torch.full_like(x, float("nan")), torch.full_like(x, float("nan"))
+    rstd = torch.full((m,), float("nan"), device=device)
+    block_m, block_n, warps = row_config(n)
+
+    def ref():
+        y_ref, h_ref, rstd_ref = _torch_forward(x, w, r, 1e-6)
+        return {"y": y_ref, "h": h_ref, "rstd": rstd_ref}
+    return tle.Launch(grid=(triton.cdiv(m, block_m),), args=(x, r, w, y, h, rstd, n, n, n, n, m, n, 1e-6),
+                      kwargs=dict(BLOCK_M=block_m, BLOCK_N=block_n, HAS_RESIDUAL=True, HAS_WEIGHT=True,
+                                  num_warps=warps),
+                      outputs={"y": y, "h": h, "rstd": rstd}, reference=ref,
+                      bytes=4 * m * n * x.element_size(), label=f"{m}x{n} {str(dtype)[6:]}")
+
+
+@tle.example(rms_norm_bwd_kernel)
+def _bwd_example(device, size):
+    (m, n), dtype = _example_shape(size)
+    dy, h, dh = (torch.randn(m, n, device=device, dtype=dtype) for _ in range(3))
+    w = torch.rand(n, device=device, dtype=dtype) + 0.5
+    rstd = torch.rsqrt(h.float().pow(2).mean(-1) + 1e-6)
+    dx = torch.full_like(h, float("nan"))
+    block_m, block_n, warps = row_config(n)
+    blocks = triton.cdiv(m, block_m)
+    grid = 4 if size == "small" else 264
+    per_program = triton.cdiv(blocks, grid)
+    partials = torch.full((grid, n), float("nan"), device=device)
+
+    def ref():
+        dx_ref, _ = _torch_backward(dy, h, w, rstd, dh)
+        h_hat = h.float() * rstd[:, None]
+        rows = torch.arange(m, device=device) // block_m // per_program
+        dw_parts = torch.zeros(grid, n, device=device).index_add_(0, rows, dy.float() * h_hat)
+        return {"dx": dx_ref, "dw_partials": dw_parts}
+    return tle.Launch(grid=(grid,), args=(dy, h, w, rstd, dh, dx, partials, n, n, n, n, m, n, per_program),
+                      kwargs=dict(BLOCK_M=block_m, BLOCK_N=block_n, HAS_WEIGHT=True, HAS_DH=True, num_warps=warps),
+                      outputs={"dx": dx, "dw_partials": partials}, reference=ref,
+                      bytes=4 * m * n * h.element_size(), label=f"{m}x{n} {str(dtype)[6:]}")
+
+
+# -- the custom ops -----------------------------------------------------------------------------------------
+@torch.library.custom_op("tle::rms_norm", mutates_args=())
+def _rms_norm_op(x: torch.Tensor, weight: Optional[torch.Tensor], residual: Optional[torch.Tensor], eps: float,
+                 backend: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    x2 = as_rows(x, "x")
+    r2 = as_rows(residual, "residual") if residual is not None else None
+    if backend == "torch":
+        y, h, rstd = _torch_forward(x2, weight, r2, eps)
+    else:
+        y, h, rstd = _kernel_forward(x2, weight, r2, eps, backend)
+    return y.reshape(x.shape), (h.reshape(x.shape) if residual is not None else x.new_empty(0)), rstd
+
+
+@_rms_norm_op.register_fake
+def _(x, weight, residual, eps, backend):
+    rows = x.numel() // x.shape[-1] if x.shape[-1] else x.shape[:-1].numel()
+    h = x.new_empty(x.shape) if residual is not None else x.new_empty(0)
+    return x.new_empty(x.shape), h, x.new_empty(rows, dtype=torch_compute_dtype(x))
+
+
+@torch.library.custom_op("tle::rms_norm_backward", mutates_args=())
+def _rms_norm_backward_op(dy: torch.Tensor, h: torch.Tensor, weight: Optional[torch.Tensor], rstd: torch.Tensor,
+                          dh: Optional[torch.Tensor], backend: str) -> tuple[torch.Tensor, torch.Tensor]:
+    dy2, h2 = as_rows(dy, "dy"), as_rows(h, "h")
+    dh2 = as_rows(dh, "dh") if dh is not None else None
+    if backend == "torch":
+        dx, dw = _torch_backward(dy2, h2, weight, rstd, dh2)
+    else:
+        dx, dw = _kernel_backward(dy2, h2, weight, rstd, dh2, backend)
+    return dx.reshape(h.shape), (dw if dw is not None else h.new_empty(0))
+
+
+@_rms_norm_backward_op.register_fake
+def _(dy, h, weight, rstd, dh, backend):
+    return h.new_empty(h.shape), (weight.new_empty(weight.shape) if weight is not None else h.new_empty(0))
+
+
+def _setup_context(ctx, inputs, output):
+    x, weight, residual, eps, backend = inputs
+    _, h, rstd = output
+    ctx.save_for_backward(h if residual is not None else x, weight, rstd)
+    ctx.has_residual = residual is not None
+    ctx.backend = backend
+
+
+def _backward(ctx, dy, dh, _drstd):
+    h, weight, rstd = ctx.saved_tensors
+    dx, dw = torch.ops.tle.rms_norm_backward(dy, h, weight, rstd, dh if ctx.has_residual else None, ctx.backend)
+    return dx, (dw if weight is not None else None), (dx if ctx.has_residual else None), None, None
+
+
+_rms_norm_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+# -- the public surface -------------------------------------------------------------------------------------
+def rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1e-6,
+             residual: torch.Tensor | None = None, *, backend: str | None = None, fallback: str | None = None):
+    """RMSNorm of `x` over its last dimension: y, or (y, x + residual) when `residual` is given."""
+    check_float(x, "x", rank=tuple(range(1, 9)))
+    n = x.shape[-1]
+    if weight is not None:
+        check_float(weight, "weight", device=x.device, shape=(n,))
+    if residual is not None:
+        check_float(residual, "residual", device=x.device, shape=tuple(x.shape))
+        if residual.dtype != x.dtype:
+            raise tle.LaunchError(f"'residual' has dtype {residual.dtype}; expected x's dtype {x.dtype}")
+    b = resolve("rms_norm", x.device, backend, fallback=fallback)
+    check_kernel_dtypes("rms_norm", b, x=x, weight=weight)
+    if b != "torch" and n > MAX_COLS:
+        raise tle.LaunchError(f"'x' has {n} columns; rms_norm on {b} holds a row in one tile (at most {MAX_COLS})")
+    y, h, _ = torch.ops.tle.rms_norm(x, weight, residual, float(eps), b)
+    return (y, h) if residual is not None else y
+
+
+class RMSNorm(torch.nn.Module):
+    """torch.nn.RMSNorm over the last dimension, on a tle backend (`backend=`, else TLE_BACKEND)."""
+
+    def __init__(self, normalized_shape, eps: float | None = 1e-6, elementwise_affine: bool = True, device=None,
+                 dtype=None, *, backend: str | None = None, fallback: str | None = None):
+        super().__init__()
+        shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+        if len(shape) != 1:
+            raise ValueError(f"tle.ops.RMSNorm normalizes the last dimension only; got normalized_shape {shape}")
+        self.normalized_shape = shape
+        self.eps = 1e-6 if eps is None else eps
+        self.backend, self.fallback = backend, fallback
+        self.weight = torch.nn.Parameter(torch.ones(shape, device=device, dtype=dtype)) if elementwise_affine else None
+
+    def forward(self, x, residual=None):
+        b = self.backend or None
+        return rms_norm(x, self.weight, self.eps, residual, backend=b, fallback=self.fallback)
+
+    def extra_repr(self):
+        return f"{self.normalized_shape}, eps={self.eps}, backend={self.backend}"
+
+
+# -- tests and benchmarks -----------------------------------------------------------------------------------
+def reference(x, weight=None, eps=1e-6, residual=None):
+    """Plain differentiable torch (no custom op): the tests' ground truth, evaluated in fp64."""
+    h = x + residual if residual is not None else x
+    y = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    y = y * weight if weight is not None else y
+    return (y, h) if residual is not None else y
+
+
+def samples(device, dtype):
+    def t(*shape, scale=1.0, shift=0.0):
+        return torch.randn(*shape, device=device, dtype=torch.float32).mul(scale).add(shift).to(dtype)
+    return [Sample((t(5, 1), t(1, shift=1)), label="1 column"),
+            Sample((t(3, 7), t(7, shift=1)), label="7 columns"),
+            Sample((t(2, 3, 33), t(33, shift=1), 1e-5), label="rank 3, 33 columns"),
+            Sample((t(4, 1000), None), label="no weight, 1000 columns"),
+            Sample((t(6, 33), t(33, shift=1)), dict(residual=t(6, 33)), label="residual"),
+            Sample((t(0, 16), t(16)), label="no rows")]
+
+
+def _bench_make(shape, dtype, device):
+    m, n = shape
+    x = torch.randn(m, n, device=device, dtype=dtype)
+    w = torch.rand(n, device=device, dtype=dtype) + 0.5
+    return Sample((x, w, 1e-6))
+
+
+def _bench_bytes(sample, mode):
+    x, w = sample.args[0], sample.args[1]
+    # fwd: read x, write y; bwd: read dy and x, write dx (the weight and rstd are a rounding error)
+    return (2 if mode == "fwd" else 3) * x.numel() * x.element_size() + w.numel() * w.element_size()
+
+
+def _eager(sample):
+    x, w, eps = sample.args
+    return lambda x=x, w=w: torch.nn.functional.rms_norm(x, (x.shape[-1],), w, eps)
+
+
+def _liger(sample):
+    from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+    x, w, eps = sample.args
+    return lambda x=x, w=w: LigerRMSNormFunction.apply(x, w, eps)
+
+
+OPERATOR = Operator(
+    "rms_norm", fn=rms_norm, reference=reference, samples=samples, grad_inputs=(0, 1, "residual"),
+    bench=BenchSpec(shapes=[(32768, 8192), (32768, 4096), (65536, 2048), (65536, 1024), (131072, 512)],
+                    make=_bench_make, bytes=_bench_bytes, eager=_eager, peers={"liger": _liger},
+                    shape_help="ROWSxCOLS"))

@@ -1,0 +1,174 @@
+"""Every operator of tle.ops on CPU, forward and backward, against its reference evaluated in fp64: the torch
+backend (and gradcheck of it in fp64), the Triton kernels in Triton's interpreter, the TileLang kernels in the
+interpreter of TileLang programs; opcheck of every custom op the operator calls; torch.compile of a model
+built from them; the runtime surface (backend choice, fallback, errors)."""
+import warnings
+
+import pytest
+import torch
+from torch.library import opcheck
+
+import tle
+import tle.ops
+from op_cases import OPS, CustomOpCalls, as_tuple, assert_matches_reference, grad_positions, with_inputs
+from tilelang_oracle import needs_tilelang, tilelang_through_interpreter
+from tle.ops import OPERATORS
+
+CPU_DTYPES = [torch.float32, torch.float16]     # Triton's interpreter has no bf16 arithmetic
+
+
+def samples(name, dtype):
+    torch.manual_seed(0)
+    return OPERATORS[name].samples("cpu", dtype)
+
+
+@pytest.mark.parametrize("name", OPS)
+def test_torch_backend_gradcheck_fp64(name):
+    op = OPERATORS[name]
+    if op.forward_only:
+        pytest.skip(f"{name} is forward-only: {op.forward_only}")
+    for sample in samples(name, torch.float64):
+        positions = grad_positions(op, sample)
+        if not positions or any(a.numel() == 0 for a in sample.args if isinstance(a, torch.Tensor)):
+            continue
+        leaves = {p: (sample.kwargs[p] if isinstance(p, str) else sample.args[p]).detach().requires_grad_()
+                  for p in positions}
+
+        def f(*xs):
+            args, kwargs = with_inputs(sample, dict(zip(positions, xs)))
+            return tuple(o for o in as_tuple(op.fn(*args, backend="torch", **kwargs)) if o.is_floating_point())
+
+        assert torch.autograd.gradcheck(f, tuple(leaves.values()), eps=1e-6, atol=1e-5), sample.label
+
+
+@pytest.mark.parametrize("dtype", CPU_DTYPES, ids=str)
+@pytest.mark.parametrize("name", OPS)
+def test_torch_backend(name, dtype):
+    for sample in samples(name, dtype):
+        assert_matches_reference(OPERATORS[name], sample, "torch")
+
+
+@pytest.mark.parametrize("dtype", CPU_DTYPES, ids=str)
+@pytest.mark.parametrize("name", OPS)
+def test_triton_kernels_in_interpreter(name, dtype):
+    for sample in samples(name, dtype):
+        assert_matches_reference(OPERATORS[name], sample, "triton")
+
+
+@needs_tilelang
+@pytest.mark.parametrize("name", OPS)
+def test_tilelang_kernels_in_interpreter(name):
+    with tilelang_through_interpreter():
+        for sample in samples(name, torch.float32):
+            assert_matches_reference(OPERATORS[name], sample, "tilelang")
+
+
+@pytest.mark.parametrize("name", OPS)
+def test_opcheck(name):
+    """torch.library.opcheck of every tle:: op the operator calls, forward and backward (torch backend)."""
+    op = OPERATORS[name]
+    recorder = CustomOpCalls()
+    for sample in samples(name, torch.float32):
+        with recorder:
+            args, kwargs = with_inputs(sample, {p: (sample.kwargs[p] if isinstance(p, str) else sample.args[p])
+                                                .detach().requires_grad_() for p in grad_positions(op, sample)})
+            outs = [o for o in as_tuple(op.fn(*args, backend="torch", **kwargs)) if o.requires_grad]
+            if outs:
+                torch.autograd.backward(outs, [torch.ones_like(o) for o in outs])
+    assert recorder.calls, f"{name} called no tle:: custom op"
+    for func, args, kwargs in recorder.calls:
+        if func._opname.endswith("_backward"):       # first-order only: its inputs are plain tensors
+            args = [a.detach() if isinstance(a, torch.Tensor) else a for a in args]
+        opcheck(func, args, kwargs)
+
+
+# -- torch.compile -------------------------------------------------------------------------------------------
+class Block(torch.nn.Module):
+    """A pre-norm block built from the operators (those that exist; more join as they land)."""
+
+    def __init__(self, d, backend):
+        super().__init__()
+        self.norm = tle.ops.RMSNorm(d, backend=backend)
+        self.proj = torch.nn.Linear(d, d)
+
+    def forward(self, x, residual):
+        y, h = self.norm(x, residual)
+        return self.proj(y), h
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_torch_compile_fullgraph_matches_eager(backend):
+    torch.manual_seed(0)
+    block = Block(48, backend)
+    x, r = torch.randn(2, 5, 48, requires_grad=True), torch.randn(2, 5, 48, requires_grad=True)
+    compiled = torch.compile(block, fullgraph=True, backend="aot_eager")
+    eager_out, compiled_out = block(x, r), compiled(x, r)
+    for e, c in zip(eager_out, compiled_out):
+        torch.testing.assert_close(c, e)
+    g_eager = torch.autograd.grad(sum(o.sum() for o in eager_out), (x, r, block.norm.weight))
+    g_comp = torch.autograd.grad(sum(o.sum() for o in compiled_out), (x, r, block.norm.weight))
+    for e, c in zip(g_eager, g_comp):
+        torch.testing.assert_close(c, e)
+
+
+# -- the runtime surface -------------------------------------------------------------------------------------
+def test_unknown_backend_lists_the_operator_backends():
+    with pytest.raises(tle.BackendUnavailable, match=r"tle.ops.rms_norm: unknown backend 'cuda'.*torch, triton, "
+                                                     r"tilelang"):
+        tle.ops.rms_norm(torch.randn(2, 4), backend="cuda")
+
+
+def test_unusable_backend_is_an_error_unless_fallback_is_allowed(monkeypatch):
+    x = torch.randn(3, 8)
+    with pytest.raises(tle.BackendUnavailable, match="backend 'tilelang' cannot run on cpu.*fallback='torch'"):
+        tle.ops.rms_norm(x, backend="tilelang")
+    import tle.oplib.backend as b
+    b._warned.clear()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        y1 = tle.ops.rms_norm(x, backend="tilelang", fallback="torch")
+        monkeypatch.setenv("TLE_FALLBACK", "torch")
+        y2 = tle.ops.rms_norm(x, backend="tilelang")
+    said = [str(w.message) for w in caught if "running the torch reference" in str(w.message)]
+    assert len(said) == 1, said                     # once per operator, backend and reason
+    torch.testing.assert_close(y1, tle.ops.rms_norm(x, backend="torch"))
+    torch.testing.assert_close(y2, y1)
+    with pytest.raises(ValueError, match="fallback must be None or 'torch'"):
+        tle.ops.rms_norm(x, backend="torch", fallback="triton")
+
+
+def test_backend_order_call_module_env(monkeypatch):
+    x = torch.randn(3, 8)
+    monkeypatch.setenv("TLE_BACKEND", "tilelang")
+    with pytest.raises(tle.BackendUnavailable, match="'tilelang'"):
+        tle.ops.rms_norm(x)                                       # the environment's choice
+    tle.ops.RMSNorm(8, backend="torch")(x)                        # the module's beats it
+    tle.ops.rms_norm(x, backend="torch")                          # the call's beats it
+    monkeypatch.delenv("TLE_BACKEND")
+    with pytest.raises(tle.BackendUnavailable, match="'tilelang'"):
+        tle.ops.RMSNorm(8, backend="tilelang")(x)
+    with pytest.raises(tle.BackendUnavailable, match="'tilelang'"):   # the call's beats the module's
+        tle.ops.rms_norm(x, tle.ops.RMSNorm(8, backend="torch").weight, backend="tilelang")
+
+
+@pytest.mark.parametrize("bad, match", [
+    (lambda: tle.ops.rms_norm(torch.arange(8).reshape(2, 4), backend="torch"), "'x' has dtype int64"),
+    (lambda: tle.ops.rms_norm(torch.randn(2, 4), torch.randn(5), backend="torch"), r"'weight' has shape \(5,\)"),
+    (lambda: tle.ops.rms_norm(torch.randn(2, 4), residual=torch.randn(2, 5), backend="torch"), "'residual' has shape"),
+    (lambda: tle.ops.rms_norm(torch.randn(2, 4), residual=torch.randn(2, 4).half(), backend="torch"),
+     "'residual' has dtype"),
+    (lambda: tle.ops.rms_norm(torch.randn(2, 4).double(), backend="triton"), "'x' has dtype float64, which backend"),
+    (lambda: tle.ops.rms_norm("x", backend="torch"), "'x' must be a torch.Tensor"),
+    (lambda: tle.ops.rms_norm(torch.tensor(1.0), backend="torch"), "'x' has rank 0"),
+])
+def test_rms_norm_bad_inputs(bad, match):
+    with pytest.raises(tle.LaunchError, match=match):
+        bad()
+
+
+def test_non_contiguous_inputs_are_handled():
+    x = torch.randn(8, 6, 16).transpose(0, 1)          # rows not evenly strided: copied
+    w = torch.rand(16) + 0.5
+    for backend in ("torch", "triton"):
+        torch.testing.assert_close(tle.ops.rms_norm(x, w, backend=backend),
+                                   OPERATORS["rms_norm"].reference(x, w), atol=1e-5, rtol=1e-5)

@@ -1,0 +1,73 @@
+"""Every operator of tle.ops on the GPU, on both kernel backends, forward and backward, in fp32, fp16 and
+bf16: its small odd-shaped samples against the fp64 reference, its headline benchmark shape against the
+fp32 reference; opcheck of its custom ops with the kernels; torch.compile (inductor) of a model of them."""
+import pytest
+import torch
+from torch.library import opcheck
+
+import tle.ops
+from op_cases import OPS, CustomOpCalls, as_tuple, assert_matches_reference, grad_positions, with_inputs
+from tle.ops import OPERATORS
+
+BACKENDS = ("triton", "tilelang")
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def supported(name, dtype):
+    if dtype not in OPERATORS[name].dtypes:
+        pytest.skip(f"{name} does not take {dtype}")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("name", OPS)
+def test_samples(name, dtype, backend):
+    supported(name, dtype)
+    torch.manual_seed(0)
+    for sample in OPERATORS[name].samples("cuda", dtype):
+        assert_matches_reference(OPERATORS[name], sample, backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+@pytest.mark.parametrize("name", OPS)
+def test_headline_shape(name, dtype, backend):
+    supported(name, dtype)
+    op = OPERATORS[name]
+    torch.manual_seed(0)
+    sample = op.bench.make(op.bench.shapes[0], dtype, "cuda")
+    assert_matches_reference(op, sample, backend, f"at {op.bench.shapes[0]}", ref_dtype=torch.float32)
+    torch.cuda.empty_cache()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", OPS)
+def test_opcheck_with_kernels(name, backend):
+    op = OPERATORS[name]
+    recorder = CustomOpCalls()
+    torch.manual_seed(0)
+    for sample in op.samples("cuda", torch.float16)[:3]:
+        with recorder:
+            args, kwargs = with_inputs(sample, {p: (sample.kwargs[p] if isinstance(p, str) else sample.args[p])
+                                                .detach().requires_grad_() for p in grad_positions(op, sample)})
+            outs = [o for o in as_tuple(op.fn(*args, backend=backend, **kwargs)) if o.requires_grad]
+            if outs:
+                torch.autograd.backward(outs, [torch.ones_like(o) for o in outs])
+    for func, args, kwargs in recorder.calls:
+        if func._opname.endswith("_backward"):
+            args = [a.detach() if isinstance(a, torch.Tensor) else a for a in args]
+        opcheck(func, args, kwargs)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_torch_compile_inductor(backend):
+    from op_model import Model
+    torch.manual_seed(0)
+    model = Model(64, backend).cuda().to(torch.bfloat16)
+    x = torch.randn(4, 33, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    compiled = torch.compile(model, fullgraph=True)
+    eager, comp = model(x), compiled(x)
+    torch.testing.assert_close(comp.float(), eager.float(), atol=2e-2, rtol=2e-2)
+    ge = torch.autograd.grad(eager.float().sum(), x)[0]
+    gc = torch.autograd.grad(comp.float().sum(), x)[0]
+    torch.testing.assert_close(gc.float(), ge.float(), atol=5e-2, rtol=5e-2)

@@ -1,0 +1,95 @@
+"""Shared by the CPU and GPU operator tests: running an operator of tle.ops on a backend, forward and
+backward, against its reference evaluated in fp64, and capturing the custom-op calls it makes."""
+from __future__ import annotations
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from tle.examples import default_tolerance
+from tle.ops import OPERATORS
+
+OPS = sorted(OPERATORS)
+
+
+def grad_positions(op, sample) -> list:
+    """The differentiable inputs of `sample`: positions into args or keyword names, present and floating."""
+    out = []
+    for g in op.grad_inputs:
+        v = sample.kwargs.get(g) if isinstance(g, str) else (sample.args[g] if g < len(sample.args) else None)
+        if isinstance(v, torch.Tensor) and v.is_floating_point():
+            out.append(g)
+    return out
+
+
+def with_inputs(sample, replace: dict):
+    """(args, kwargs) of `sample` with the inputs named in `replace` (position or keyword) swapped."""
+    args = tuple(replace.get(i, a) for i, a in enumerate(sample.args))
+    kwargs = {k: replace.get(k, v) for k, v in sample.kwargs.items()}
+    return args, kwargs
+
+
+def as_tuple(out):
+    return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
+
+def run(op, sample, backend: str | None, grads_out=None, *, cast=None):
+    """Outputs and input gradients of `op` on `sample` (inputs cast to `cast` first, if given): with
+    backend None, the reference. `grads_out`: the upstream gradients (one per floating output)."""
+    positions = grad_positions(op, sample) if not op.forward_only else []
+    replace = {}
+    for i, a in list(enumerate(sample.args)) + list(sample.kwargs.items()):
+        if isinstance(a, torch.Tensor) and a.is_floating_point():
+            t = a.detach().to(cast) if cast is not None else a.detach().clone()
+            replace[i] = t.requires_grad_(i in positions)
+    args, kwargs = with_inputs(sample, replace)
+    if backend is None:
+        outs = as_tuple(op.reference(*args, **kwargs))
+    else:
+        outs = as_tuple(op.fn(*args, backend=backend, **kwargs))
+    grads = ()
+    if positions:
+        diff = [o for o in outs if o.is_floating_point() and o.requires_grad]
+        if grads_out is None:
+            grads_out = [torch.randn(o.shape, dtype=torch.float32, device=o.device) for o in diff]
+        grads = torch.autograd.grad(diff, [replace[p] for p in positions], [g.to(o.dtype) for g, o in zip(grads_out, diff)],
+                                    allow_unused=False)
+    return outs, grads, grads_out
+
+
+def assert_matches_reference(op, sample, backend: str, what: str = "", ref_dtype=torch.float64):
+    """`op` on `backend` against its reference in `ref_dtype` (fp64; fp32 for large cases): every output,
+    and every gradient."""
+    outs, grads, grads_out = run(op, sample, backend)
+    ref_outs, ref_grads, _ = run(op, sample, None, grads_out, cast=ref_dtype)
+    dtype = next((a.dtype for a in sample.args if isinstance(a, torch.Tensor) and a.is_floating_point()), torch.float32)
+    for i, (got, ref) in enumerate(zip(outs, ref_outs)):
+        close(got, ref, dtype, f"{op.name} [{sample.label}] {what} output {i}")
+    for p, got, ref in zip(grad_positions(op, sample), grads, ref_grads):
+        # a gradient that cancels to ~0 (one column of a norm) is rounding noise on the scale of the
+        # upstream gradient (randn, about 1): the tolerance is relative to at least that
+        close(got, ref, dtype, f"{op.name} [{sample.label}] {what} gradient of input {p}", floor=1.0)
+
+
+def close(got, ref, dtype, msg, floor=0.0):
+    assert got.shape == ref.shape, f"{msg}: shape {tuple(got.shape)}, expected {tuple(ref.shape)}"
+    if not got.is_floating_point():
+        torch.testing.assert_close(got, ref.to(got.dtype), msg=lambda m: f"{msg}: {m}")
+        return
+    ref = ref.double()
+    atol, rtol = default_tolerance(ref, dtype if got.dtype != torch.float64 else torch.float64)
+    atol = max(atol, default_tolerance(torch.tensor([floor], dtype=torch.float64), dtype)[0])
+    # an fp32 output of a half-precision operator (statistics, losses) carries the inputs' rounding
+    torch.testing.assert_close(got.double(), ref, atol=atol, rtol=rtol, msg=lambda m: f"{msg}: {m}")
+
+
+class CustomOpCalls(TorchDispatchMode):
+    """Records every call of a tle:: custom op (OpOverload, args, kwargs), for opcheck."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.namespace == "tle":
+            self.calls.append((func, args, kwargs or {}))
+        return func(*args, **(kwargs or {}))

@@ -1,0 +1,53 @@
+"""What the tests and tle-bench know of an operator: one `Operator` record per operator module.
+
+    OPERATOR = Operator("rms_norm", fn=rms_norm, reference=reference, samples=samples,
+                        grad_inputs=(0, 1, 3), bench=BenchSpec(...))
+
+The tests run `fn` on every backend over `samples(device, dtype)` against `reference` (plain torch,
+differentiable, evaluated in fp64), forward and backward; tle-bench times `fn` beside the peers of `bench`."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+
+@dataclass
+class Sample:
+    """One call of an operator: positional arguments and keywords (no `backend`)."""
+    args: tuple
+    kwargs: dict = field(default_factory=dict)
+    label: str = ""
+
+
+@dataclass
+class BenchSpec:
+    """How tle-bench measures an operator.
+
+    shapes: the default problem shapes (tuples of ints), the first being the headline one;
+    make: (shape, dtype, device) -> Sample, inputs allocated once, outside the timed region;
+    bytes: (sample, mode) -> bytes moved by the operator in that mode ("fwd" or "bwd"), each tensor read
+        or written once, for TB/s;
+    eager: (sample) -> a callable running what a torch user would write (the anchor of the ratios),
+        differentiable; torch.compile of it is the second peer;
+    peers: extra peers, name -> (sample) -> callable or None where that peer lacks the case; each raises
+        ImportError where its package is not installed."""
+    shapes: list[tuple]
+    make: Callable
+    bytes: Callable
+    eager: Callable
+    peers: dict[str, Callable] = field(default_factory=dict)
+    shape_help: str = ""          # how a shape string reads, e.g. "ROWSxCOLS"
+
+
+@dataclass
+class Operator:
+    name: str
+    fn: Callable                         # tle.ops.<name>: the public function, taking backend=
+    reference: Callable                  # same arguments, plain differentiable torch (no backend)
+    samples: Callable                    # (device, dtype) -> list[Sample]: small cases for the tests
+    grad_inputs: tuple = ()              # positions in Sample.args (or keyword names) of the inputs it differentiates
+    forward_only: str = ""               # why there is no backward, if there is none
+    bench: BenchSpec | None = None
+    dtypes: tuple = (torch.float32, torch.float16, torch.bfloat16)

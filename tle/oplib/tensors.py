@@ -1,0 +1,60 @@
+"""Contract checks and views shared by the operators: every failure names the argument."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from tle.checks import FLOAT_DTYPES, check_tensor
+from tle.errors import LaunchError
+
+__all__ = ["FLOAT_DTYPES", "check_tensor", "check_float", "check_kernel_dtypes", "as_rows", "programs",
+           "LaunchError"]
+
+# the torch backend also takes fp64 (gradcheck runs on it); the kernels take FLOAT_DTYPES
+TORCH_FLOAT_DTYPES = FLOAT_DTYPES + (torch.float64,)
+
+
+def check_float(t, name: str, *, device=None, shape=None, rank=None) -> torch.Tensor:
+    """A floating tensor (fp32, fp16 or bf16; fp64 for the torch backend) on `device` with `shape`, if given."""
+    return check_tensor(t, name, dtypes=TORCH_FLOAT_DTYPES, device=device, shape=shape, rank=rank)
+
+
+def check_kernel_dtypes(op: str, backend: str, **tensors) -> None:
+    """fp64 runs on the torch backend only: name the tensor and the backend otherwise."""
+    if backend == "torch":
+        return
+    for name, t in tensors.items():
+        if t is not None and t.dtype not in FLOAT_DTYPES:
+            raise LaunchError(f"tle.ops.{op}: '{name}' has dtype {str(t.dtype).replace('torch.', '')}, which "
+                              f"backend '{backend}' does not take (fp32, fp16, bf16; fp64 runs on 'torch')")
+
+
+def as_rows(x: torch.Tensor, name: str) -> torch.Tensor:
+    """`x` as a [rows, x.shape[-1]] matrix whose last dimension has unit stride: a view where one exists,
+    else a contiguous copy (a tensor whose rows are not evenly strided, or whose last dimension is strided)."""
+    if x.dim() == 0:
+        raise LaunchError(f"'{name}' is a scalar; expected at least one dimension")
+    n = x.shape[-1]
+    rows = math.prod(x.shape[:-1])
+    if x.numel() == 0:
+        return x.new_empty((rows, n))
+    x2 = x.reshape(rows, n)
+    if n > 1 and x2.stride(-1) != 1:
+        x2 = x2.contiguous()
+    return x2
+
+
+_sm_count: dict = {}
+
+
+def programs(device: torch.device, per_sm: int, work_items: int) -> int:
+    """How many programs a persistent kernel launches: `per_sm` per multiprocessor on a GPU (4 in all on
+    the CPU), never more than there are work items, and at least one."""
+    if device.type == "cuda":
+        if device not in _sm_count:
+            _sm_count[device] = torch.cuda.get_device_properties(device).multi_processor_count
+        n = _sm_count[device] * per_sm
+    else:
+        n = 4
+    return max(1, min(n, work_items))
