@@ -149,6 +149,8 @@ def num_dtype(x) -> T.DType:
     if isinstance(x, int):
         if -2**31 <= x < 2**31:
             return T.i32
+        if 2**31 <= x < 2**32:           # as Triton types it: a uint32 keeps a uint32 tile's type
+            return T.u32
         if -2**63 <= x < 2**63:
             return T.i64
         return T.u64

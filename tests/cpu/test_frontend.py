@@ -185,6 +185,41 @@ def test_integer_comparison_and_bitwise_ops():
         assert_close(out[i], r.to(torch.int32))
 
 
+# -- Python ints typed as Triton types them: 2^31 <= x < 2^32 is a uint32 --------------------------------
+def u32_constants_body(x_ptr, y_ptr):
+    i = tl.arange(0, 4)
+    x = tl.load(x_ptr + i).to(tl.uint32, bitcast=True)
+    h = (x * 0xCD9E8D57 + 0x9E3779B9) ^ 0xBB67AE85          # uint32 arithmetic, wrapping at 2^32
+    tl.store(y_ptr + i, (h >> 31).to(tl.int32) + (h & 0xFFFF).to(tl.int32))
+
+
+u32_constants = tle.jit(u32_constants_body)
+
+
+def test_python_ints_below_2_32_keep_a_uint32_tile_uint32():
+    x = torch.tensor([0x70000000, 1, -1, 123456789], dtype=torch.int32)
+    out = torch.full((4,), -1, dtype=torch.int32)
+    ir = lower_and_run(u32_constants, (1,), x, out).ir
+    assert "i64" not in ir and "const {value=2654435769} : u32" in ir
+    h = ((x.to(torch.int64) & 0xFFFFFFFF) * 0xCD9E8D57 + 0x9E3779B9) & 0xFFFFFFFF ^ 0xBB67AE85
+    assert torch.equal(out, ((h >> 31) + (h & 0xFFFF)).to(torch.int32))
+    raw = torch.full((4,), -1, dtype=torch.int32)
+    triton.jit(u32_constants_body)[(1,)](x, raw)           # what Triton itself makes of the same program
+    assert torch.equal(out, raw)
+
+
+@tle.jit
+def i32_plus_u32_constant(x_ptr, y_ptr):
+    i = tl.arange(0, 4)
+    tl.store(y_ptr + i, tl.load(x_ptr + i) + 3000000000)
+
+
+def test_an_int32_tile_and_a_constant_past_int32_is_an_error_as_in_triton():
+    x = torch.zeros(4, dtype=torch.int32)
+    with pytest.raises(tle.LoweringError, match="out of range for type i32"):
+        i32_plus_u32_constant.lower(x, x.clone(), grid=(1,), backend="triton")
+
+
 # -- casts -----------------------------------------------------------------------------------------------
 @tle.jit
 def casts(x_ptr, h_ptr, i_ptr, f_ptr, n, BLOCK: tl.constexpr):
