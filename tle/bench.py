@@ -1,8 +1,11 @@
-"""Benchmarks on a GPU: each operator's large example on both tle backends, beside torch, in one process.
+"""Kernel-level benchmarks on a GPU: each kernel's large example on both tle backends, beside torch, in one process.
 
-    python -m tle.bench vector_add softmax matmul [--out docs/benchmark]
+    python -m tle.bench vector_add matmul sparse_mla [--out docs/benchmark]
 
-For each operator: check every tle backend against the torch reference, then time every
+The operators of tle.ops (forward and backward, over several shapes, beside their peers) are measured by
+`tle-bench` (tle/benchmark/); this command keeps the kernel examples that are not operators.
+
+For each kernel: check every tle backend against the torch reference, then time every
 implementation with triton.testing.do_bench (median), print a table with TB/s or TFLOP/s and the
 ratio to the torch anchor, and write docs/benchmark/<op>.json and <op>.md. Where the tree has no .git
 (a copy on a GPU machine), set TLE_COMMIT to the commit being measured.
@@ -10,19 +13,17 @@ ratio to the torch anchor, and write docs/benchmark/<op>.json and <op>.md. Where
 from __future__ import annotations
 
 import argparse
-import datetime
 import importlib
 import json
 import os
-import subprocess
 import sys
 
 import torch
 
+from tle.benchmark.provenance import commit, short_dtypes, today, versions
 from tle.cli import check, poison
 
-KERNELS = {"vector_add": "add_kernel", "softmax": "softmax_kernel", "matmul": "matmul_kernel",
-           "sparse_mla": "sparse_mla_fwd_kernel"}
+KERNELS = {"vector_add": "add_kernel", "matmul": "matmul_kernel", "sparse_mla": "sparse_mla_fwd_kernel"}
 # extra tle rows: (row name, backend, extra kwargs[, "module.kernel" when not the op's kernel]): the effect
 # of one hint alone, or the same operator written with tle.gpu staging (same launch)
 VARIANTS = {"sparse_mla": [("triton, is_async=False", "triton", {"ASYNC": False}),
@@ -31,7 +32,7 @@ VARIANTS = {"sparse_mla": [("triton, is_async=False", "triton", {"ASYNC": False}
                            ("tle.gpu kernel, tilelang", "tilelang", {}, "sparse_mla_smem.sparse_mla_fwd_smem_kernel")],
             "matmul": [("tle.gpu kernel, triton", "triton", {}, "matmul_smem.matmul_smem_kernel"),
                        ("tle.gpu kernel, tilelang", "tilelang", {}, "matmul_smem.matmul_smem_kernel")]}
-MEMORY_BOUND = {"vector_add", "softmax"}
+MEMORY_BOUND = {"vector_add"}
 TLE_BACKENDS = ("triton", "tilelang")
 
 
@@ -41,9 +42,6 @@ def torch_impls(op: str, launch) -> list[tuple[str, object]]:
     if op == "vector_add":
         x, y = a[0], a[1]
         impls = [("torch", lambda: x + y)]
-    elif op == "softmax":
-        x = a[0]
-        impls = [("torch.softmax", lambda: torch.softmax(x, -1))]
     elif op == "matmul":
         impls = [("torch.matmul", lambda: torch.matmul(a[0], a[1]))]
     elif op == "sparse_mla":
@@ -59,35 +57,6 @@ def torch_impls(op: str, launch) -> list[tuple[str, object]]:
         dst = torch.empty_like(src)
         impls.append(("copy", lambda: dst.copy_(src)))
     return impls
-
-
-def short_dtypes(label: str) -> str:
-    for long, short in (("bfloat16", "bf16"), ("float16", "fp16"), ("float32", "fp32")):
-        label = label.replace(long, short)
-    return label
-
-
-def versions() -> dict[str, str]:
-    import triton
-    try:
-        import tilelang
-        tl_version = getattr(tilelang, "__version__", "unknown")
-    except Exception:
-        tl_version = "not importable"
-    return {"torch": torch.__version__, "triton": triton.__version__, "tilelang": str(tl_version)}
-
-
-def commit() -> str:
-    """TLE_COMMIT if set (a copied tree on a GPU machine has no .git), else git's short HEAD."""
-    if os.environ.get("TLE_COMMIT"):
-        return os.environ["TLE_COMMIT"]
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
-                             timeout=10)
-        return out.stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
 
 
 def bench_op(op: str) -> tuple[list[dict], list[str], bool]:
@@ -134,8 +103,7 @@ def bench_op(op: str) -> tuple[list[dict], list[str], bool]:
         else:
             lines.append(f"| {name} | {ms:.4f} | {value[name]:.2f} | {value[name] / value[anchor]:.2f}x | {note} |")
 
-    meta = {"gpu": torch.cuda.get_device_name(), "commit": commit(), "date": datetime.date.today().isoformat(),
-            "versions": versions()}
+    meta = {"gpu": torch.cuda.get_device_name(), "commit": commit(), "date": today(), "versions": versions()}
     shape = short_dtypes(launch.label)      # e.g. "32768x8192 bf16"
     records = [dict(op=op, shape=shape, mode="fwd", backend=name, metric=metric, value=round(value[name], 4), **meta)
                for name, ms, _ in rows if ms is not None]

@@ -1,0 +1,317 @@
+"""tle-bench without a GPU: the command line and its errors, --list, the exit without CUDA, the records merge,
+the page (its Notes kept), the plot, and the measuring loop run end to end on the CPU (`--device cpu`, a
+wall-clock dry run) over small operators defined here: a right and a wrong tle backend, peers that are
+missing or lack the case, an operator with its own check, a forward-only one; and once over rms_norm."""
+import dataclasses
+import json
+import os
+
+import pytest
+import torch
+
+from tle.benchmark import cli, page, plot, records
+from tle.benchmark.measure import Case, Row
+from tle.oplib.operator import BenchSpec, Operator, Sample
+
+
+# -- small operators ------------------------------------------------------------------------------------------
+def _scale(x, w, *, backend=None):
+    y = x * w
+    return y + 1.0 if backend == "tilelang" else y          # "tilelang" here is a wrong implementation
+
+
+def _make(shape, dtype, device):
+    m, n = shape
+    return Sample((torch.randn(m, n, dtype=dtype, device=device), torch.rand(n, dtype=dtype, device=device) + 0.5))
+
+
+def _bytes(sample, mode):
+    x = sample.args[0]
+    return (2 if mode == "fwd" else 3) * x.numel() * x.element_size()
+
+
+def _eager(sample):
+    x, w = sample.args
+    return lambda x=x, w=w: x * w
+
+
+def _missing_peer(sample):
+    raise ImportError("No module named 'some_peer_package'")
+
+
+def _dropout(x, *, backend=None):
+    keep = torch.rand_like(x) >= 0.5
+    return x * keep * (3.0 if backend == "tilelang" else 2.0)
+
+
+def _dropout_check(sample, outputs, grads, upstream):
+    """Every output element is 0 or 2x its input; every gradient element is 0 or 2x its upstream gradient."""
+    x, y = sample.args[0].detach().float(), outputs[0].detach().float()
+    kept = y != 0
+    assert torch.equal(y[kept], 2 * x[kept]), "an output element is neither 0 nor 2x"
+    for g in grads:
+        u = upstream[0].float()
+        assert torch.equal(g.float()[kept], 2 * u[kept]) and not g[~kept].any(), "a gradient element is wrong"
+    return 0.0
+
+
+def _operators():
+    scale = Operator("scale", fn=_scale, reference=lambda x, w: x * w, samples=lambda d, t: [], grad_inputs=(0, 1),
+                     bench=BenchSpec(shapes=[(8, 16), (4, 32)], make=_make, bytes=_bytes, eager=_eager,
+                                     peers={"good": lambda s: (lambda: s.args[0] * s.args[1]),
+                                            "missing": _missing_peer, "absent": lambda s: None},
+                                     shape_help="ROWSxCOLS"))
+    noisy = Operator("noisy", fn=_dropout, reference=lambda x: x, samples=lambda d, t: [], grad_inputs=(0,),
+                     bench=BenchSpec(shapes=[(8, 16)], make=lambda sh, dt, dev: Sample((torch.randn(*sh, dtype=dt),)),
+                                     bytes=lambda s, m: 2 * s.args[0].numel() * s.args[0].element_size(),
+                                     eager=lambda s: (lambda x=s.args[0]: _dropout(x)), check=_dropout_check))
+    fwd_only = Operator("fwd_only", fn=lambda x, *, backend=None: x.sum(-1), reference=lambda x: x.sum(-1),
+                        samples=lambda d, t: [], forward_only="a reduction kept forward-only here",
+                        bench=BenchSpec(shapes=[(8, 16)], make=lambda sh, dt, dev: Sample((torch.randn(*sh, dtype=dt),)),
+                                        bytes=lambda s, m: s.args[0].numel() * s.args[0].element_size(),
+                                        eager=lambda s: (lambda x=s.args[0]: x.sum(-1))))
+    plain = Operator("plain", fn=_scale, reference=lambda x, w: x * w, samples=lambda d, t: [])
+    return {op.name: op for op in (scale, noisy, fwd_only, plain)}
+
+
+OPS = _operators()
+
+
+def run(args, tmp_path, operators=OPS):
+    return cli.main(["--device", "cpu", "--no-compile", "--out", str(tmp_path), *args], operators=operators)
+
+
+# -- the command line ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("args, message", [
+    (["--operator", "nope"], "unknown operator 'nope'"),
+    (["--operator", "plain"], "'plain' has no benchmark spec"),
+    ([], "name an operator"),
+    (["--all", "--operator", "scale"], "not allowed with"),
+    (["--operator", "scale", "--backends", "triton,cuda"], "unknown backend 'cuda'"),
+    (["--operator", "scale", "--dtype", "int8"], "unknown dtype 'int8'"),
+    (["--operator", "scale", "--mode", "fwd,sideways"], "unknown mode 'sideways'"),
+    (["--operator", "scale", "--shapes", "32768x"], "malformed shape '32768x'"),
+    (["--operator", "scale", "--shapes", "64x0"], "malformed shape '64x0'"),
+    (["--operator", "scale", "--shapes", "4x4,4x4x4"], "shape '4x4x4' has 3 parts; scale takes 2 (ROWSxCOLS)"),
+    (["--operator", "scale", "--device", "tpu"], "unknown device 'tpu'"),
+])
+def test_usage_errors_name_the_culprit(args, message, capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(args, operators=OPS)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "tle-bench: error:" in err and message in err
+
+
+def test_parsing():
+    a = cli.parse_args(["--operator", "scale", "--operator", "noisy", "--operator", "scale", "--backends",
+                        "tilelang, torch,tilelang", "--shapes", "8x16,2x3", "--mode", "full,fwd",
+                        "--dtype", "fp16"], OPS)
+    assert a.operators == ["scale", "noisy"]
+    assert a.backend_list == ["tilelang", "torch"]
+    assert a.modes == ["fwd", "full"]                       # in the order fwd, bwd, full
+    assert a.torch_dtype == torch.float16
+    assert a.shape_list == [(8, 16), (2, 3)]
+    assert cli.parse_shape("32768x8192xmean") == (32768, 8192, "mean")   # a word part stays a string
+    for bad in ("x8", "8x", "8xx8", "mean", "8x-1", "8 x 8"):
+        with pytest.raises(ValueError):
+            cli.parse_shape(bad)
+    a = cli.parse_args(["--all"], OPS)
+    assert a.operators == ["fwd_only", "noisy", "scale"]   # those with a BenchSpec
+    assert a.backend_list == ["triton", "tilelang"] and a.modes == ["fwd", "bwd"] and a.torch_dtype == torch.bfloat16
+    cube = dataclasses.replace(OPS["fwd_only"], name="cube", bench=dataclasses.replace(
+        OPS["fwd_only"].bench, shapes=[(2, 3, 4)], shape_help="AxBxC"))
+    a = cli.parse_args(["--all", "--shapes", "8x16"], {**OPS, "cube": cube})
+    assert a.operators == ["fwd_only", "noisy", "scale"]   # --all: the operators the shapes fit
+    assert a.skipped == ["shape '8x16' has 2 parts; cube takes 3 (AxBxC)"]
+
+
+def test_list_without_cuda(capsys, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert cli.main(["--list"], operators=OPS) == 0
+    out = capsys.readouterr().out
+    assert "scale  ROWSxCOLS: 8x16, 4x32" in out and "good" in out and "plain  (no benchmark spec)" in out
+    assert "forward only" in out
+
+
+def test_list_of_the_real_operators(capsys):
+    assert cli.main(["--list"]) == 0
+    out = capsys.readouterr().out
+    assert "rms_norm  ROWSxCOLS: 32768x8192" in out and "liger" in out
+
+
+def test_exit_2_without_cuda(capsys, monkeypatch, tmp_path):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert cli.main(["--operator", "scale", "--out", str(tmp_path)], operators=OPS) == 2
+    assert "benchmarks run on a GPU machine" in capsys.readouterr().err
+    assert not os.listdir(tmp_path)
+
+
+# -- records, page, plot ------------------------------------------------------------------------------------------
+def _rec(shape, mode, backend, value, metric="TB/s", commit="c1"):
+    return dict(op="scale", shape=shape, mode=mode, backend=backend, metric=metric, value=value, gpu="G",
+                commit=commit, date="2026-01-01", versions={"torch": "x"})
+
+
+def test_records_merge_replaces_same_key_keeps_others(tmp_path):
+    old = [_rec("8x16 bf16", "fwd", "triton", 1.0), _rec("8x16 bf16", "fwd", "triton", 0.5, "ms"),
+           _rec("8x16 bf16", "bwd", "triton", 2.0), _rec("4x32 bf16", "fwd", "triton", 3.0),
+           _rec("8x16 bf16", "fwd", "liger", 4.0), _rec("8x16 bf16", "fwd", "tilelang", 5.0)]
+    new = [_rec("8x16 bf16", "fwd", "triton", 9.0, commit="c2")]
+    merged = records.merge(old, new, drop={("scale", "8x16 bf16", "fwd", "tilelang")})
+    assert [(r["mode"], r["shape"], r["backend"], r["metric"], r["value"]) for r in merged] == [
+        ("bwd", "8x16 bf16", "triton", "TB/s", 2.0), ("fwd", "4x32 bf16", "triton", "TB/s", 3.0),
+        ("fwd", "8x16 bf16", "liger", "TB/s", 4.0), ("fwd", "8x16 bf16", "triton", "TB/s", 9.0)]
+    path = str(tmp_path / "scale.json")
+    records.save(path, old)
+    case = Case("scale", "8x16 bf16", "fwd", 100, [Row("triton", "tle", ms=0.5, tbs=2e-7),
+                                                   Row("tilelang", "tle", status="fail", note="max error 1")])
+    merged = records.update(path, [case], {"gpu": "G", "commit": "c2", "date": "d", "versions": {}})
+    assert merged == records.load(path)
+    mine = {(r["shape"], r["mode"], r["backend"], r["metric"]): r["value"] for r in merged}
+    assert mine[("8x16 bf16", "fwd", "triton", "ms")] == 0.5 and mine[("8x16 bf16", "fwd", "triton", "TB/s")] == 2e-7
+    assert ("8x16 bf16", "fwd", "tilelang", "TB/s") not in mine          # a failed implementation loses its figure
+    assert mine[("8x16 bf16", "fwd", "liger", "TB/s")] == 4.0 and mine[("8x16 bf16", "bwd", "triton", "TB/s")] == 2.0
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        records.load(str(tmp_path / "bad.json"))
+
+
+def test_page_keeps_the_notes_section(tmp_path):
+    path = str(tmp_path / "scale.md")
+    with open(path, "w") as f:
+        f.write("# scale: old page\n\n## fwd\n\nold table\n\n## Notes\n\nThe triton row is bound by the copy.\n\n"
+                "### detail\n\nkept too\n\n## Appendix\n\nnot kept\n")
+    obs = {"gpu": "NVIDIA H200", "commit": "c2", "date": "2026-02-02", "versions": {"torch": "2.11",
+                                                                                    "liger-kernel": "0.8.5"}}
+    recs = [_rec("8x16 bf16", "fwd", "torch", 2.0), _rec("8x16 bf16", "fwd", "triton", 4.0),
+            _rec("8x16 bf16", "bwd", "torch", 1.0, commit="c2"), _rec("8x16 bf16", "bwd", "copy", 5.0, commit="c2")]
+    for r in recs[2:]:
+        r["date"], r["gpu"] = "2026-02-02", "NVIDIA H200"
+    cases = [Case("scale", "8x16 bf16", "bwd", 100, [Row("torch", "anchor", ms=1, tbs=1.0, error=0.01),
+                                                     Row("tilelang", "tle", "fail", note="output 0: max error 1"),
+                                                     Row("copy", "copy", ms=0.2, tbs=5.0)])]
+    page.write(path, OPS["scale"], "tle-bench --operator scale", obs, recs, cases, plots={"bwd": "scale-bwd.png"})
+    text = open(path).read()
+    assert "`tle-bench --operator scale`" in text
+    assert "backends: torch (the reference), triton, tilelang" in text and "bf16" in text
+    assert "forward and backward (gradients of x, w)" in text
+    assert "rtol 0.016 and atol 0.01 x max|ref|" in text                           # the criteria for bf16
+    assert "date 2026-02-02, commit c2, GPU NVIDIA H200" in text and "liger-kernel 0.8.5" in text
+    assert "| triton | 4 (2.00x) * |" in text                                      # an earlier run's, marked
+    assert "| tilelang | FAIL |" in text and "output 0: max error 1" in text
+    assert "| copy (ceiling) | 5 (5.00x) |" in text and "![scale bwd](scale-bwd.png)" in text
+    assert text.count("## Notes") == 1 and text.rstrip().endswith("kept too")
+    assert "The triton row is bound by the copy." in text and "not kept" not in text and "old table" not in text
+    assert page.kept_notes(text).startswith("## Notes\n\nThe triton row")
+    os.remove(path)
+    page.write(path, OPS["scale"], "tle-bench", obs, recs, cases)
+    assert page.NOTES_PLACEHOLDER in open(path).read()                             # a fresh page has the heading
+
+
+def test_page_states_the_operators_own_check():
+    text = page.render(OPS["noisy"], "tle-bench", {"gpu": "g"}, [], [Case("noisy", "8x16 bf16", "fwd")])
+    assert "the operator's own check (BenchSpec.check): Every output element is 0 or 2x its input" in text
+
+
+def test_plot_from_synthetic_records(tmp_path):
+    pytest.importorskip("matplotlib")
+    recs = [_rec(s, "fwd", b, v) for s in ("8x16 bf16", "4x32 bf16") for b, v in
+            (("torch", 2.0), ("torch.compile", 3.0), ("triton", 3.5), ("copy", 4.0))]
+    recs.append(_rec("4x32 bf16", "fwd", "liger", 3.2))                                # a line with a gap
+    recs.append(_rec("8x16 bf16", "fwd", "torch", 0.1, metric="ms"))
+    path = str(tmp_path / "scale-fwd.png")
+    assert plot.write(path, "scale", "fwd", recs)
+    with open(path, "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    assert not plot.write(str(tmp_path / "scale-bwd.png"), "scale", "bwd", recs)       # nothing in that mode
+    assert not os.path.exists(tmp_path / "scale-bwd.png")
+
+
+# -- the measuring loop on the CPU ------------------------------------------------------------------------------------
+def _values(path):
+    return {(r["shape"], r["mode"], r["backend"], r["metric"]): r["value"] for r in json.load(open(path))}
+
+
+def test_dry_run_checks_then_times(tmp_path, capsys):
+    rc = run(["--operator", "scale", "--backends", "triton,tilelang", "--mode", "fwd,bwd,full"], tmp_path)
+    assert rc == 1                                          # the wrong tle backend fails the run
+    out, err = capsys.readouterr()
+    assert "## scale fwd: TB/s (ratio to torch)" in out and "| tilelang | FAIL | FAIL |" in out
+    assert "missing (every shape): skipped: not installed" in out and "absent (every shape): skipped: lacks" in out
+    assert "6/6" in err and "tilelang: FAIL output 0: max error" in err   # the progress bar, the failure
+    recs = json.load(open(tmp_path / "scale.json"))
+    assert {r["op"] for r in recs} == {"scale"}
+    assert {r["mode"] for r in recs} == {"fwd", "bwd", "full"} and {r["metric"] for r in recs} == {"TB/s", "ms"}
+    assert {r["backend"] for r in recs} == {"torch", "good", "triton", "copy"}   # no figure for a wrong one
+    assert {r["shape"] for r in recs} == {"8x16 bf16", "4x32 bf16"}
+    assert all(set(r) == {"op", "shape", "mode", "backend", "metric", "value", "gpu", "commit", "date", "versions"}
+               for r in recs)
+    assert recs[0]["gpu"] == "cpu" and {"torch", "triton", "tilelang"} <= set(recs[0]["versions"])
+    v = _values(tmp_path / "scale.json")
+    for mode, n in (("fwd", 2), ("bwd", 3), ("full", 5)):   # TB/s from BenchSpec.bytes (full: fwd + bwd)
+        ms = v[("8x16 bf16", mode, "triton", "ms")]
+        assert v[("8x16 bf16", mode, "triton", "TB/s")] == pytest.approx(n * 8 * 16 * 2 / (ms * 1e-3) / 1e12, rel=2e-3)
+    text = open(tmp_path / "scale.md").read()
+    assert "## fwd" in text and "## bwd" in text and "## full" in text and "| tilelang | FAIL | FAIL |" in text
+    assert "wall-clock medians on the CPU: a dry run" in text
+    if plot.available():
+        assert {"scale-fwd.png", "scale-bwd.png", "scale-full.png"} <= set(os.listdir(tmp_path))
+        assert "![scale fwd](scale-fwd.png)" in text
+
+    # a rerun of one mode with the torch backend: its records replace those of the same keys, the rest stay
+    with open(tmp_path / "scale.md", "a") as f:
+        f.write("\nA hand-written line.\n")
+    assert run(["--operator", "scale", "--backends", "torch", "--mode", "bwd", "--shapes", "8x16", "--no-peers"],
+               tmp_path) == 0
+    v2 = _values(tmp_path / "scale.json")
+    assert ("8x16 bf16", "bwd", "tle torch", "TB/s") in v2 and ("4x32 bf16", "full", "good", "TB/s") in v2
+    assert v2[("8x16 bf16", "fwd", "triton", "ms")] == v[("8x16 bf16", "fwd", "triton", "ms")]
+    text = open(tmp_path / "scale.md").read()
+    assert text.rstrip().endswith("A hand-written line.") and "| tle torch |" in text
+    assert "--mode bwd --shapes 8x16 --no-peers" in text
+
+
+def test_dry_run_own_check_and_forward_only(tmp_path, capsys):
+    rc = run(["--operator", "noisy", "--operator", "fwd_only", "--backends", "triton,tilelang"], tmp_path)
+    assert rc == 1
+    out = capsys.readouterr().out
+    assert "| triton |" in out and "| tilelang | FAIL |" in out and "neither 0 nor 2x" in out
+    assert "8x16 bf16: forward only: a reduction kept forward-only here" in out
+    noisy = {(r["mode"], r["backend"]) for r in json.load(open(tmp_path / "noisy.json"))}
+    assert {("fwd", "triton"), ("bwd", "triton"), ("fwd", "torch")} <= noisy and ("fwd", "tilelang") not in noisy
+    assert {r["mode"] for r in json.load(open(tmp_path / "fwd_only.json"))} == {"fwd"}
+
+
+def test_dry_run_writes_only_where_told(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["--device", "cpu", "--no-compile", "--operator", "scale", "--mode", "fwd", "--shapes", "8x16",
+                     "--backends", "triton"], operators=OPS) == 0
+    assert "| triton |" in capsys.readouterr().out and not os.listdir(tmp_path)
+    (tmp_path / "scale.json").write_text("[{broken")
+    assert run(["--operator", "scale"], tmp_path) == 2      # said before measuring, the file left as it was
+    assert "scale.json is not valid JSON" in capsys.readouterr().err
+    assert (tmp_path / "scale.json").read_text() == "[{broken"
+
+
+def test_compile_errors_become_a_row(tmp_path, capsys, monkeypatch):
+    def broken_compile(fn, **kw):
+        def run_it(*a, **k):
+            raise RuntimeError("inductor: no C++ compiler here")
+        return run_it
+    monkeypatch.setattr(torch, "compile", broken_compile)
+    rc = cli.main(["--device", "cpu", "--out", str(tmp_path), "--operator", "scale", "--backends", "triton",
+                   "--mode", "fwd", "--shapes", "8x16"], operators=OPS)
+    assert rc == 0                                          # a peer's failure is noted, not fatal
+    out = capsys.readouterr().out
+    assert "| torch.compile | error |" in out and "RuntimeError: inductor: no C++ compiler here" in out
+
+
+def test_dry_run_of_rms_norm(tmp_path, capsys):
+    rc = cli.main(["--device", "cpu", "--out", str(tmp_path), "--operator", "rms_norm", "--backends", "torch",
+                   "--shapes", "16x64", "--mode", "fwd,bwd", "--no-compile", "--dtype", "fp32"])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "| tle torch |" in out and "FAIL" not in out
+    v = _values(tmp_path / "rms_norm.json")
+    assert {("16x64 fp32", m, b, "TB/s") for m in ("fwd", "bwd") for b in ("torch", "tle torch", "copy")} <= set(v)

@@ -1,0 +1,248 @@
+"""tle-bench: the operators of tle.ops timed beside torch, torch.compile and their peers, on a GPU.
+
+    tle-bench --operator rms_norm [--operator ...|--all] [--device cuda] [--backends triton,tilelang]
+              [--shapes 32768x8192,...] [--dtype bf16] [--mode fwd,bwd] [--out docs/benchmark] [--no-peers]
+    tle-bench --list
+
+For each operator, shape and mode: every implementation is checked against the eager torch code evaluated
+in fp32, then timed with triton.testing.do_bench. Prints a table per operator and mode (TB/s and the ratio
+to torch); merges the JSON records into <out>/<op>.json, plots <out>/<op>-<mode>.png and writes
+<out>/<op>.md (keeping its "## Notes" section). Exits 1 when a tle backend failed its check or raised, 2
+on a usage error or without CUDA. `--device cpu` is a dry run of the loop with a wall-clock timer, for
+tests: never a measurement (it writes files only with --out). torch.compile compiles once per shape and
+input kind (forward; forward with gradients), the bulk of a run's time: --no-compile skips it. Where the tree
+has no .git (a copy on a GPU machine), set TLE_COMMIT."""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shlex
+import sys
+
+import torch
+
+from tle.benchmark import page, plot, records, tables
+from tle.benchmark.measure import MODES, Options, bench_operator, shape_label
+from tle.benchmark.progress import Progress
+from tle.benchmark.provenance import observation
+from tle.benchmark.timing import timer_for
+from tle.oplib.backend import OP_BACKENDS
+
+DTYPES = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16,
+          "half": torch.float16, "fp32": torch.float32, "float32": torch.float32, "float": torch.float32}
+DEFAULT_BACKENDS = "triton,tilelang"
+DEFAULT_MODES = "fwd,bwd"
+DEFAULT_OUT = os.path.join("docs", "benchmark")
+NO_CUDA = ("tle-bench: no CUDA device here; benchmarks run on a GPU machine "
+           "(see README: source .device/setup.sh && tle-bench ...)")
+_SIZE = re.compile(r"^(\d+|[A-Za-z_][A-Za-z0-9_]*)$")
+
+
+def _split(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tle-bench", description=__doc__.splitlines()[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="\n".join(__doc__.splitlines()[2:]))
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--operator", action="append", default=[], metavar="NAME",
+                       help="an operator of tle.ops (repeat for more)")
+    which.add_argument("--all", action="store_true", help="every operator with a benchmark spec")
+    p.add_argument("--list", action="store_true", help="list the operators and their default shapes, and exit")
+    p.add_argument("--device", default="cuda",
+                   help="cuda (default), cuda:N; cpu is a wall-clock dry run for tests, not a measurement")
+    p.add_argument("--backends", default=DEFAULT_BACKENDS,
+                   help=f"tle backends, comma-separated, of {', '.join(OP_BACKENDS)} (default {DEFAULT_BACKENDS}); "
+                        "torch here is the tle op's torch backend, shown as 'tle torch'; the eager torch anchor "
+                        "is always timed")
+    p.add_argument("--shapes", default=None,
+                   help="comma-separated shapes, sizes joined by x (e.g. 32768x8192,4096x4096); "
+                        "default: the operator's own")
+    p.add_argument("--dtype", default="bf16", help="bf16 (default), fp16 or fp32")
+    p.add_argument("--mode", default=DEFAULT_MODES,
+                   help=f"comma-separated, of {', '.join(MODES)} (default {DEFAULT_MODES})")
+    p.add_argument("--out", default=None,
+                   help=f"where <op>.json, <op>.md and the plots go (default {DEFAULT_OUT}; with --device cpu, "
+                        "nothing is written unless --out is given)")
+    p.add_argument("--no-peers", action="store_true", help="skip the peers (liger, ...); torch.compile still runs")
+    p.add_argument("--no-compile", action="store_true", help="skip torch.compile (its compiles take the most time)")
+    return p
+
+
+def parse_shape(text: str) -> tuple:
+    """"32768x8192" -> (32768, 8192); a part that is a word stays a string ("32768x8192xmean": a reduction)."""
+    parts = text.split("x")
+    if not all(_SIZE.match(d) for d in parts) or any(d.isdigit() and int(d) == 0 for d in parts) \
+            or not parts[0].isdigit():
+        raise ValueError(text)
+    return tuple(int(d) if d.isdigit() else d for d in parts)
+
+
+def parse_args(argv, operators: dict) -> argparse.Namespace:
+    p = parser()
+    a = p.parse_args(argv)
+    if a.list:
+        return a
+    benched = sorted(n for n, op in operators.items() if op.bench is not None)
+    if a.all:
+        a.operators = benched
+    elif a.operator:
+        for name in a.operator:
+            if name not in operators:
+                p.error(f"unknown operator {name!r} (operators: {', '.join(benched) or 'none'})")
+            if operators[name].bench is None:
+                p.error(f"operator {name!r} has no benchmark spec (BenchSpec)")
+        a.operators = list(dict.fromkeys(a.operator))
+    else:
+        p.error("name an operator (--operator NAME) or --all (--list shows them)")
+    a.backend_list = _split(a.backends)
+    for b in a.backend_list:
+        if b not in OP_BACKENDS:
+            p.error(f"unknown backend {b!r} in --backends (backends: {', '.join(OP_BACKENDS)})")
+    a.backend_list = list(dict.fromkeys(a.backend_list))
+    if a.dtype not in DTYPES:
+        p.error(f"unknown dtype {a.dtype!r} (dtypes: bf16, fp16, fp32)")
+    a.torch_dtype = DTYPES[a.dtype]
+    a.modes = _split(a.mode)
+    for m in a.modes:
+        if m not in MODES:
+            p.error(f"unknown mode {m!r} in --mode (modes: {', '.join(MODES)})")
+    if not a.modes:
+        p.error("--mode names no mode (modes: fwd, bwd, full)")
+    a.modes = [m for m in MODES if m in a.modes]
+    a.shape_list = None
+    if a.shapes is not None:
+        a.shape_list = []
+        for text in _split(a.shapes):
+            try:
+                a.shape_list.append(parse_shape(text))
+            except ValueError:
+                p.error(f"malformed shape {text!r} in --shapes: positive sizes joined by x, e.g. 32768x8192 "
+                        f"(a part may be a word where the operator's shapes have one, e.g. 32768x8192xmean)")
+        if not a.shape_list:
+            p.error("--shapes names no shape")
+        a.skipped = []
+        for name in list(a.operators):
+            spec = operators[name].bench
+            ranks = sorted({len(s) for s in spec.shapes})
+            for s in a.shape_list:
+                if ranks and len(s) not in ranks:
+                    why = (f"shape {'x'.join(map(str, s))!r} has {len(s)} parts; {name} takes "
+                           f"{' or '.join(map(str, ranks))}{f' ({spec.shape_help})' if spec.shape_help else ''}")
+                    if not a.all:
+                        p.error(why)
+                    a.operators.remove(name)            # --all: the operators the shapes fit
+                    a.skipped.append(why)
+                    break
+    try:
+        a.torch_device = torch.device(a.device)
+    except (RuntimeError, ValueError):
+        p.error(f"unknown device {a.device!r} (cuda, cuda:N, or cpu for a dry run)")
+    if a.torch_device.type not in ("cuda", "cpu"):
+        p.error(f"unknown device {a.device!r} (cuda, cuda:N, or cpu for a dry run)")
+    return a
+
+
+def list_operators(operators: dict, out=None) -> None:
+    out = out or sys.stdout
+    for name in sorted(operators):
+        op = operators[name]
+        spec = op.bench
+        if spec is None:
+            print(f"{name}  (no benchmark spec)", file=out)
+            continue
+        shapes = ", ".join("x".join(map(str, s)) for s in spec.shapes)
+        what = "forward only" if op.forward_only else "forward and backward"
+        peers = ", ".join(repr(n) if "," in n else n for n in ["torch", "torch.compile", *spec.peers])
+        print(f"{name}  {spec.shape_help or 'shapes'}: {shapes}  [{what}; beside {peers}]", file=out)
+
+
+def print_tables(name: str, cases: list, observation_: dict, order: list[str], out=None) -> None:
+    out = out or sys.stdout
+    run_records = records.from_cases(cases, observation_)
+    for mode in MODES:
+        if not any(c.mode == mode for c in cases):
+            continue
+        lines, notes = tables.table(mode, run_records, cases, observation_, "TB/s", order)
+        print(f"\n## {name} {mode}: TB/s (ratio to torch)\n", file=out)
+        if lines:
+            print("\n".join(lines), file=out)
+        for n in notes:
+            print(f"- {n}", file=out)
+    out.flush()
+
+
+def main(argv=None, operators: dict | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if operators is None:
+        from tle.ops import OPERATORS as operators
+    args = parse_args(argv, operators)
+    if args.list:
+        list_operators(operators)
+        return 0
+    device = args.torch_device
+    if device.type == "cuda" and not torch.cuda.is_available():
+        print(NO_CUDA, file=sys.stderr)
+        return 2
+    if device.type == "cuda" and device.index is not None:
+        torch.cuda.set_device(device)
+    timer = timer_for(device)
+    options = Options(backends=tuple(args.backend_list), peers=not args.no_peers, compile=not args.no_compile)
+    command = "tle-bench " + shlex.join(argv)
+    obs = observation(device)
+    plans = []
+    for why in getattr(args, "skipped", []):
+        print(f"tle-bench: skipped: {why}", file=sys.stderr)
+    for name in args.operators:
+        op = operators[name]
+        if args.torch_dtype not in op.dtypes:
+            print(f"tle-bench: {name} does not take {args.dtype}; skipped", file=sys.stderr)
+            continue
+        plans.append((op, args.shape_list or [tuple(s) for s in op.bench.shapes]))
+    out_dir = args.out if args.out is not None else (DEFAULT_OUT if device.type == "cuda" else None)
+    for op, _ in plans if out_dir else ():
+        try:                                   # a broken records file: say so before measuring, not after
+            records.load(os.path.join(out_dir, op.name + ".json"))
+        except ValueError as e:
+            print(f"tle-bench: {e}", file=sys.stderr)
+            return 2
+    if out_dir and not plot.available():
+        print("tle-bench: matplotlib is not installed: no plots (pip install matplotlib)", file=sys.stderr)
+    progress = Progress(sum(len(shapes) * len(args.modes) for _, shapes in plans))
+    failed = False
+    written = []
+    for op, shapes in plans:
+        cases = bench_operator(op, shapes, args.torch_dtype, args.modes, options, timer, device, progress)
+        failed |= any(c.failed for c in cases)
+        failed |= any(r.kind == "tle" and r.status in ("fail", "error") for c in cases for r in c.rows)
+        order = [shape_label(s, args.torch_dtype) for s in shapes] + \
+                [shape_label(tuple(s), d) for d in op.dtypes for s in op.bench.shapes]
+        progress.clear()
+        print_tables(op.name, cases, obs, order)
+        if not out_dir:
+            continue
+        base = os.path.join(out_dir, op.name)
+        merged = records.update(base + ".json", cases, obs)
+        mine = [r for r in merged if r.get("op") == op.name]
+        plots = {}
+        for mode in MODES:
+            if any(r.get("mode") == mode for r in mine) and \
+                    plot.write(os.path.join(out_dir, page.plot_name(op.name, mode)), op.name, mode, mine, order):
+                plots[mode] = page.plot_name(op.name, mode)
+        page.write(base + ".md", op, command, obs, mine, cases, order, plots)
+        written.append(base + ".{json,md}")
+    progress.close()
+    if written:
+        print(f"\nwrote {', '.join(written)}" + (" and plots" if plot.available() else ""))
+    if device.type == "cpu":
+        print("note: --device cpu is a dry run of the loop (wall-clock times), not a measurement"
+              + ("" if out_dir else "; nothing written (--out DIR writes the records, page and plots)"),
+              file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

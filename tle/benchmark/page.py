@@ -1,0 +1,114 @@
+"""The markdown page of an operator, docs/benchmark/<op>.md: the command that wrote it, what the operator
+supports, the error criteria of the checks, the latest observation (date, commit, GPU, versions), a table
+per mode and the plots. A section under the heading "## Notes" is written by people: a rerun keeps it."""
+from __future__ import annotations
+
+import os
+
+import torch
+
+from tle.benchmark import check as checks
+from tle.benchmark import tables
+from tle.benchmark.measure import MODES, grad_names
+from tle.benchmark.provenance import SHORT_DTYPES
+from tle.benchmark.timing import DESCRIPTION
+from tle.oplib.backend import OP_BACKENDS
+
+NOTES_HEADING = "## Notes"
+NOTES_PLACEHOLDER = ("<!-- Written by people: analysis of the figures above. tle-bench keeps this section "
+                     "when it rewrites the page. -->")
+LONG_DTYPES = {v: k for k, v in SHORT_DTYPES.items()}
+
+
+def kept_notes(text: str) -> str | None:
+    """The "## Notes" section of an existing page (heading included), up to the next heading of level 1 or 2."""
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if line.rstrip() == NOTES_HEADING:
+            end = next((j for j in range(i + 1, len(lines))
+                        if lines[j].startswith("# ") or lines[j].startswith("## ")), len(lines))
+            return "\n".join(lines[i:end]).rstrip() + "\n"
+    return None
+
+
+def plot_name(op: str, mode: str) -> str:
+    return f"{op}-{mode}.png"
+
+
+def _dtype_name(d: torch.dtype) -> str:
+    return SHORT_DTYPES.get(d, str(d).replace("torch.", ""))
+
+
+def support_lines(op) -> list[str]:
+    spec = op.bench
+    out = [f"- backends: {', '.join(b + (' (the reference)' if b == 'torch' else '') for b in OP_BACKENDS)}",
+           f"- dtypes: {', '.join(_dtype_name(d) for d in op.dtypes)}"]
+    if op.forward_only:
+        out.append(f"- forward only: {op.forward_only}")
+    else:
+        names = grad_names(op, list(op.grad_inputs))
+        out.append(f"- forward and backward (gradients of {', '.join(names) or 'nothing'})")
+    if spec is not None:
+        shapes = ", ".join("x".join(map(str, s)) for s in spec.shapes)
+        out.append(f"- default shapes{f' ({spec.shape_help})' if spec.shape_help else ''}: {shapes}")
+        peers = ["torch (eager, the anchor)", "torch.compile"] + list(spec.peers)
+        out.append(f"- compared with: {', '.join(peers)}")
+    return out
+
+
+def render(op, command: str, observation: dict, records: list[dict], cases: list, order: list[str] = (),
+           plots: dict | None = None, notes: str | None = None) -> str:
+    spec = op.bench
+    versions = observation.get("versions", {})
+    dry = observation.get("gpu") == "cpu"
+    lines = [f"# {op.name}: operator benchmark", "",
+             f"Written by `{command}`. A rerun rewrites this page from the records in {op.name}.json beside it "
+             f"and keeps the section \"Notes\".", "",
+             "## Support", "", *support_lines(op), "",
+             "## Error criteria", "",
+             "Every implementation but the copy is checked before it is timed; a wrong one is not timed, and "
+             "its cell says FAIL (the notes under the table give its error).", ""]
+    shapes = [c.shape for c in cases] + [r.get("shape", "") for r in records]
+    dtypes = list(dict.fromkeys(s.rsplit(" ", 1)[-1] for s in shapes if " " in s))
+    for d in dtypes:
+        if d in LONG_DTYPES:
+            lines.append(f"- {d}: {checks.criteria(LONG_DTYPES[d], spec.check if spec else None)}")
+    lines += ["", "## Latest observation", "",
+              f"- date {observation.get('date')}, commit {observation.get('commit')}, "
+              f"{'device' if dry else 'GPU'} {observation.get('gpu')}",
+              "- versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()),
+              f"- times: {DESCRIPTION['cpu' if dry else 'cuda']}",
+              "- TB/s counts each tensor read or written once (the operator's BenchSpec.bytes; full: forward "
+              "plus backward bytes); the ratio is to the torch anchor measured in the same run; the copy is a "
+              "device-to-device copy of the same bytes (half read, half written), the bandwidth ceiling"]
+    modes = [m for m in MODES if any(c.mode == m for c in cases) or any(r.get("mode") == m for r in records)]
+    for mode in modes:
+        tb, notes_tb = tables.table(mode, records, cases, observation, "TB/s", order)
+        ms, _ = tables.table(mode, records, cases, observation, "ms", order)
+        lines += ["", f"## {mode}", ""]
+        if tb:
+            lines += ["TB/s (ratio to torch):", "", *tb, "", "ms:", "", *ms]
+        errs = tables.max_errors(mode, cases)
+        if notes_tb or errs:
+            if lines[-1]:
+                lines.append("")
+            lines += [f"- {n}" for n in notes_tb]
+            if errs:
+                lines.append("- largest errors the checks measured: " + "; ".join(errs))
+        if plots and plots.get(mode):
+            lines += ["", f"![{op.name} {mode}]({plots[mode]})"]
+    lines += ["", (notes or f"{NOTES_HEADING}\n\n{NOTES_PLACEHOLDER}\n").rstrip(), ""]
+    return "\n".join(lines)
+
+
+def write(path: str, op, command: str, observation: dict, records: list[dict], cases: list,
+          order: list[str] = (), plots: dict | None = None) -> None:
+    """Write the page, keeping the "## Notes" section of the page already there."""
+    notes = None
+    if os.path.exists(path):
+        with open(path) as f:
+            notes = kept_notes(f.read())
+    text = render(op, command, observation, records, cases, order, plots, notes)
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)

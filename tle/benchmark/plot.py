@@ -1,0 +1,54 @@
+"""A PNG per operator and mode: TB/s against shape, one line per implementation, the copy ceiling dashed.
+
+matplotlib is imported here only, lazily, with the Agg backend; without it there is no plot (and a note)."""
+from __future__ import annotations
+
+import math
+
+from tle.benchmark.measure import COPY
+from tle.benchmark.tables import columns, ordered
+
+
+def available() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def write(path: str, op: str, mode: str, records: list[dict], order: list[str] = ()) -> bool:
+    """Plot the TB/s records of `op` in `mode` into `path`; False (and no file) without matplotlib or data."""
+    recs = [r for r in records if r.get("op", op) == op and r.get("mode") == mode and r.get("metric") == "TB/s"]
+    if not recs:
+        return False
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    shapes = columns(mode, recs, [], order)
+    impls = ordered([r["backend"] for r in recs])
+    value = {(r["shape"], r["backend"]): r["value"] for r in recs}
+    xs = list(range(len(shapes)))
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(shapes) + 3), 4.2))
+    for impl in impls:
+        ys = [value.get((s, impl), math.nan) for s in shapes]
+        if impl == COPY:
+            ax.plot(xs, ys, linestyle="--", color="black", linewidth=1.2, label="copy (ceiling)")
+        else:
+            ax.plot(xs, ys, marker="o", linewidth=1.6, label=impl)
+    ax.set_xticks(xs)
+    ax.set_xlim(-0.5, len(xs) - 0.5)
+    ax.set_xticklabels(shapes, rotation=20, ha="right")
+    ax.set_ylabel("TB/s")
+    ax.set_ylim(bottom=0)
+    gpus = sorted({r.get("gpu") for r in recs if r.get("gpu")})
+    ax.set_title(f"{op} {mode}: TB/s by shape, higher is better" + (f" ({', '.join(gpus)})" if gpus else ""))
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
