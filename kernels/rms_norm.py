@@ -17,7 +17,7 @@ import triton.language as tl
 import tle
 from tle.kernels.column_sum import column_sum
 from tle.oplib import BenchSpec, Operator, Sample, as_rows, check_float, check_kernel_dtypes, programs, resolve
-from tle.oplib.rows import row_config, torch_compute_dtype
+from tle.oplib.rows import backward_row_config, row_config, torch_compute_dtype
 
 MAX_COLS = 65536
 
@@ -53,7 +53,7 @@ def rms_norm_bwd_kernel(dy_ptr, h_ptr, w_ptr, rstd_ptr, dh_ptr, dx_ptr, dw_ptr, 
     col_mask = cols < n_cols
     if HAS_WEIGHT:
         w = tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
-    dw = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        dw = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for i in range(0, blocks_per_program):
         rows = (pid * blocks_per_program + i) * BLOCK_M + tl.arange(0, BLOCK_M)
         row_mask = rows < n_rows
@@ -119,9 +119,9 @@ def _kernel_backward(dy, h, weight, rstd, dh, backend):
     m, n = h.shape
     dx = torch.empty((m, n), device=h.device, dtype=h.dtype)
     dw = None
-    block_m, block_n, warps = row_config(n)
+    block_m, block_n, warps, per_sm = backward_row_config(n)
     blocks = triton.cdiv(m, block_m)
-    grid = programs(h.device, 2 if block_n * block_m >= 8192 else 4, blocks)
+    grid = programs(h.device, per_sm, blocks)
     per_program = triton.cdiv(blocks, grid)
     partials = torch.empty((grid, n), device=h.device, dtype=torch.float32) if weight is not None else None
     if m and n:
@@ -166,9 +166,9 @@ def _bwd_example(device, size):
     w = torch.rand(n, device=device, dtype=dtype) + 0.5
     rstd = torch.rsqrt(h.float().pow(2).mean(-1) + 1e-6)
     dx = torch.full_like(h, float("nan"))
-    block_m, block_n, warps = row_config(n)
+    block_m, block_n, warps, per_sm = backward_row_config(n)
     blocks = triton.cdiv(m, block_m)
-    grid = 4 if size == "small" else 264
+    grid = 4 if size == "small" else 132 * per_sm
     per_program = triton.cdiv(blocks, grid)
     partials = torch.full((grid, n), float("nan"), device=device)
 
@@ -321,7 +321,8 @@ def _eager(sample):
 def _liger(sample):
     from liger_kernel.ops.rms_norm import LigerRMSNormFunction
     x, w, eps = sample.args
-    return lambda x=x, w=w: LigerRMSNormFunction.apply(x, w, eps)
+    # in_place=False: by default Liger writes dx into the upstream gradient
+    return lambda x=x, w=w: LigerRMSNormFunction.apply(x, w, eps, 0.0, "llama", False)
 
 
 OPERATOR = Operator(

@@ -1,4 +1,11 @@
-"""Row softmax over the last dimension of a 2-D tensor, one program per row."""
+"""Softmax over the last dimension, forward and backward.
+
+    y = exp(x - max(x)) / sum(exp(x - max(x)))        dx = y * (dy - sum(dy * y))
+
+`tle.ops.softmax(x, dim=-1)` takes any rank; only the last dimension is supported. A program holds BLOCK_M
+whole rows in one tile (`row_config`: short rows are stacked), reads them once and writes them once; the
+backward reads (dy, y) once from the saved output and writes dx, with no second pass. Rows longer than
+MAX_COLS do not fit one tile: the kernel backends refuse them."""
 from __future__ import annotations
 
 import torch
@@ -6,50 +13,217 @@ import triton
 import triton.language as tl
 
 import tle
-from tle.checks import FLOAT_DTYPES, check_tensor
+from tle.oplib import BenchSpec, Operator, Sample, as_rows, check_float, check_kernel_dtypes, resolve
+from tle.oplib.rows import row_config, torch_compute_dtype
+
+MAX_COLS = 65536
+MAX_NUMEL = 2 ** 31         # the kernels' offsets are 32-bit
 
 
 @tle.jit
-def softmax_kernel(x_ptr, y_ptr, x_row_stride, y_row_stride, n_cols, BLOCK_N: tl.constexpr):
-    row = tl.program_id(0)
+def softmax_kernel(x_ptr, y_ptr, x_row_stride, y_row_stride, n_rows, n_cols, BLOCK_M: tl.constexpr,
+                   BLOCK_N: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.arange(0, BLOCK_N)
-    mask = cols < n_cols
-    x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=-float("inf")).to(tl.float32)
-    x_max = tl.max(x, axis=0)
-    num = tl.exp(x - x_max)
-    den = tl.sum(num, axis=0)
-    y = num / den
-    tl.store(y_ptr + row * y_row_stride + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
+    col_mask = cols < n_cols
+    mask = (rows < n_rows)[:, None] & col_mask[None, :]
+    x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    # padding columns take no part in the max and the sum (loaded as 0, a bulk copy; excluded here)
+    x = tl.where(col_mask[None, :], x, -float("inf"))
+    e = tl.exp(x - tl.max(x, axis=1)[:, None])
+    y = e * (1.0 / tl.sum(e, axis=1))[:, None]
+    tl.store(y_ptr + rows[:, None] * y_row_stride + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
-def reference(x: torch.Tensor) -> torch.Tensor:
-    return torch.softmax(x.float(), dim=-1)
+@tle.jit
+def softmax_bwd_kernel(dy_ptr, y_ptr, dx_ptr, dy_row_stride, y_row_stride, dx_row_stride, n_rows, n_cols,
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_N)
+    mask = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
+    dy = tl.load(dy_ptr + rows[:, None] * dy_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    y = tl.load(y_ptr + rows[:, None] * y_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    dot = tl.sum(dy * y, axis=1)
+    dx = y * (dy - dot[:, None])
+    tl.store(dx_ptr + rows[:, None] * dx_row_stride + cols[None, :], dx.to(dx_ptr.dtype.element_ty), mask=mask)
 
 
-def _num_warps(block_n: int) -> int:
-    return 4 if block_n <= 1024 else 8 if block_n <= 4096 else 16
+# -- the torch backend: the same arithmetic in torch (fp32, or fp64 for fp64 inputs) ------------------------
+def _torch_forward(x):
+    return torch.softmax(x.to(torch_compute_dtype(x)), dim=-1).to(x.dtype)
 
 
-def softmax(x: torch.Tensor, *, backend: str | None = None) -> torch.Tensor:
-    check_tensor(x, "x", dtypes=FLOAT_DTYPES, rank=2, last_dim_contiguous=True)
+def _torch_backward(dy, y):
+    ct = torch_compute_dtype(y)
+    yf = y.to(ct)
+    dyf = dy.to(ct)
+    return (yf * (dyf - (dyf * yf).sum(-1, keepdim=True))).to(y.dtype)
+
+
+# -- the kernel backends ------------------------------------------------------------------------------------
+def _kernel_forward(x, backend):
     m, n = x.shape
-    if n > 65536:
-        raise tle.LaunchError(f"'x' has {n} columns; this kernel holds a row in one tile (at most 65536)")
     y = torch.empty((m, n), device=x.device, dtype=x.dtype)
-    block_n = triton.next_power_of_2(n)
     if m and n:
-        softmax_kernel[(m,)](x, y, x.stride(0), y.stride(0), n, BLOCK_N=block_n, backend=backend,
-                             num_warps=_num_warps(block_n))
+        block_m, block_n, warps = row_config(n)
+        softmax_kernel[(triton.cdiv(m, block_m),)](x, y, x.stride(0), y.stride(0), m, n, BLOCK_M=block_m,
+                                                   BLOCK_N=block_n, backend=backend, num_warps=warps)
     return y
 
 
+def _kernel_backward(dy, y, backend):
+    m, n = y.shape
+    dx = torch.empty((m, n), device=y.device, dtype=y.dtype)
+    if m and n:
+        block_m, block_n, warps = row_config(n)
+        softmax_bwd_kernel[(triton.cdiv(m, block_m),)](dy, y, dx, dy.stride(0), y.stride(0), dx.stride(0), m, n,
+                                                       BLOCK_M=block_m, BLOCK_N=block_n, backend=backend,
+                                                       num_warps=warps)
+    return dx
+
+
+# -- example launches (tle show / compare, the kernel tests and goldens, tle.bench) -------------------------
+def _example_shape(size):
+    return ((37, 1000), torch.float32) if size == "small" else ((32768, 8192), torch.bfloat16)
+
+
 @tle.example(softmax_kernel)
-def _example(device, size):
-    (m, n), dtype = ((37, 1000), torch.float32) if size == "small" else ((32768, 8192), torch.bfloat16)
+def _fwd_example(device, size):
+    (m, n), dtype = _example_shape(size)
     x = torch.randn(m, n, device=device, dtype=dtype)
     y = torch.full_like(x, float("nan"))
-    block_n = triton.next_power_of_2(n)
-    return tle.Launch(grid=(m,), args=(x, y, x.stride(0), y.stride(0), n),
-                      kwargs=dict(BLOCK_N=block_n, num_warps=_num_warps(block_n)),
-                      outputs={"y": y}, reference=lambda: {"y": reference(x)},
+    block_m, block_n, warps = row_config(n)
+    return tle.Launch(grid=(triton.cdiv(m, block_m),), args=(x, y, x.stride(0), y.stride(0), m, n),
+                      kwargs=dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps),
+                      outputs={"y": y}, reference=lambda: {"y": torch.softmax(x.float(), dim=-1)},
                       bytes=2 * m * n * x.element_size(), label=f"{m}x{n} {str(dtype)[6:]}")
+
+
+@tle.example(softmax_bwd_kernel)
+def _bwd_example(device, size):
+    (m, n), dtype = ((19, 33), torch.float32) if size == "small" else _example_shape(size)
+    y = torch.softmax(torch.randn(m, n, device=device, dtype=torch.float32), dim=-1).to(dtype)
+    dy = torch.randn(m, n, device=device, dtype=dtype)
+    dx = torch.full_like(y, float("nan"))
+    block_m, block_n, warps = row_config(n)
+    return tle.Launch(grid=(triton.cdiv(m, block_m),), args=(dy, y, dx, n, n, n, m, n),
+                      kwargs=dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps),
+                      outputs={"dx": dx}, reference=lambda: {"dx": _torch_backward(dy, y)},
+                      bytes=3 * m * n * y.element_size(), label=f"{m}x{n} {str(dtype)[6:]}")
+
+
+# -- the custom ops -----------------------------------------------------------------------------------------
+@torch.library.custom_op("tle::softmax", mutates_args=())
+def _softmax_op(x: torch.Tensor, backend: str) -> torch.Tensor:
+    x2 = as_rows(x, "x")
+    y = _torch_forward(x2) if backend == "torch" else _kernel_forward(x2, backend)
+    return y.reshape(x.shape)
+
+
+@_softmax_op.register_fake
+def _(x, backend):
+    return x.new_empty(x.shape)
+
+
+@torch.library.custom_op("tle::softmax_backward", mutates_args=())
+def _softmax_backward_op(dy: torch.Tensor, y: torch.Tensor, backend: str) -> torch.Tensor:
+    dy2, y2 = as_rows(dy, "dy"), as_rows(y, "y")
+    dx = _torch_backward(dy2, y2) if backend == "torch" else _kernel_backward(dy2, y2, backend)
+    return dx.reshape(y.shape)
+
+
+@_softmax_backward_op.register_fake
+def _(dy, y, backend):
+    return y.new_empty(y.shape)
+
+
+def _setup_context(ctx, inputs, output):
+    ctx.save_for_backward(output)
+    ctx.backend = inputs[1]
+
+
+def _backward(ctx, dy):
+    (y,) = ctx.saved_tensors
+    return torch.ops.tle.softmax_backward(dy, y, ctx.backend), None
+
+
+_softmax_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+# -- the public surface -------------------------------------------------------------------------------------
+def softmax(x: torch.Tensor, dim: int = -1, *, backend: str | None = None, fallback: str | None = None):
+    """Softmax of `x` over its last dimension (`dim` must name it: -1 or x.dim() - 1), in x's dtype."""
+    check_float(x, "x", rank=tuple(range(1, 9)))
+    if not isinstance(dim, int) or isinstance(dim, bool) or dim not in (-1, x.dim() - 1):
+        raise tle.LaunchError(f"tle.ops.softmax: 'dim' is {dim!r}; only the last dimension is supported "
+                              f"(-1 or {x.dim() - 1} for 'x' of rank {x.dim()})")
+    b = resolve("softmax", x.device, backend, fallback=fallback)
+    check_kernel_dtypes("softmax", b, x=x)
+    n = x.shape[-1]
+    if b != "torch" and n > MAX_COLS:
+        raise tle.LaunchError(f"'x' has {n} columns; softmax on {b} holds a row in one tile (at most {MAX_COLS})")
+    if b != "torch" and x.numel() >= MAX_NUMEL:
+        raise tle.LaunchError(f"'x' has {x.numel()} elements; softmax on {b} addresses them with 32-bit offsets "
+                              f"(fewer than {MAX_NUMEL})")
+    return torch.ops.tle.softmax(x, b)
+
+
+class Softmax(torch.nn.Module):
+    """torch.nn.Softmax over the last dimension, on a tle backend (`backend=`, else TLE_BACKEND)."""
+
+    def __init__(self, dim: int = -1, *, backend: str | None = None, fallback: str | None = None):
+        super().__init__()
+        self.dim = dim
+        self.backend, self.fallback = backend, fallback
+
+    def forward(self, x):
+        return softmax(x, self.dim, backend=self.backend or None, fallback=self.fallback)
+
+    def extra_repr(self):
+        return f"dim={self.dim}, backend={self.backend}"
+
+
+# -- tests and benchmarks -----------------------------------------------------------------------------------
+def reference(x, dim=-1):
+    """Plain differentiable torch (no custom op): the tests' ground truth, evaluated in fp64."""
+    return torch.softmax(x, dim=dim)
+
+
+def samples(device, dtype):
+    def t(*shape, scale=1.0):
+        return torch.randn(*shape, device=device, dtype=torch.float32).mul(scale).to(dtype)
+    return [Sample((t(5, 1),), label="1 column"),
+            Sample((t(3, 7),), label="7 columns"),
+            Sample((t(2, 3, 33), -1), label="rank 3, 33 columns"),
+            Sample((t(4, 1000, scale=4.0), 1), label="dim=1, 1000 columns, wide range"),
+            Sample((t(2, 2, 3, 65),), label="rank 4, 65 columns"),
+            Sample((t(130),), label="rank 1"),
+            Sample((t(0, 16),), label="no rows")]
+
+
+def _bench_make(shape, dtype, device):
+    return Sample((torch.randn(*shape, device=device, dtype=dtype),))
+
+
+def _bench_bytes(sample, mode):
+    x = sample.args[0]
+    # fwd: read x, write y; bwd: read dy and y, write dx
+    return (2 if mode == "fwd" else 3) * x.numel() * x.element_size()
+
+
+def _eager(sample):
+    (x,) = sample.args
+    return lambda x=x: torch.softmax(x, dim=-1)
+
+
+def _liger(sample):
+    from liger_kernel.ops.softmax import LigerSoftmaxFunction
+    (x,) = sample.args
+    return lambda x=x: LigerSoftmaxFunction.apply(x)
+
+
+OPERATOR = Operator(
+    "softmax", fn=softmax, reference=reference, samples=samples, grad_inputs=(0,),
+    bench=BenchSpec(shapes=[(32768, 8192), (32768, 4096), (65536, 2048), (65536, 1024), (131072, 512)],
+                    make=_bench_make, bytes=_bench_bytes, eager=_eager, peers={"liger": _liger},
+                    shape_help="ROWSxCOLS"))

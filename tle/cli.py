@@ -36,10 +36,13 @@ def meta_copy(x):
 
 
 def poison(launch) -> None:
-    """Fill the outputs with NaN (integers: their minimum) so that a kernel that writes nothing fails."""
+    """Fill the outputs with NaN (integers: their minimum) so that a kernel that writes nothing fails; those
+    the kernel adds into (`launch.accumulates`) start at zero, and a kernel that adds nothing fails the check."""
     import torch
-    for t in launch.outputs.values():
-        if t.is_floating_point():
+    for name, t in launch.outputs.items():
+        if name in launch.accumulates:
+            t.zero_()
+        elif t.is_floating_point():
             t.fill_(float("nan"))
         elif t.dtype == torch.bool:
             t.fill_(True)

@@ -29,6 +29,7 @@ class Launch:
     label: str = ""
     tolerances: dict = field(default_factory=dict)         # output name -> absolute (atol, rtol), overriding TOLERANCES
     no_interpreter: str = ""                               # why Triton's CPU interpreter cannot run it, if it cannot
+    accumulates: tuple = ()                                # outputs the kernel adds into (atomics): they start at zero
 
 
 def example(kernel):

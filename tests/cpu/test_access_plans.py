@@ -12,6 +12,112 @@ pytestmark = needs_tilelang
 
 # (op, access kind, how the TileLang lowering carries it out), in program order
 PLANS = {
+    'activations.activation_bwd_kernel': [
+        ('load', 'box', 'T.copy into fragment'),
+        ('load', 'box', 'T.copy into fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+    ],
+    'activations.activation_fwd_kernel': [
+        ('load', 'box', 'T.copy into fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+    ],
+    'bce_with_logits.bce_with_logits_bwd_kernel': [
+        ('load', 'box', 'T.copy into fragment'),
+        ('load', 'box', 'T.copy into fragment'),
+        ('load', 'box', 'T.copy into fragment'),
+        ('load', 'box', 'T.copy into fragment'),
+        ('load', 'box', 'T.copy into fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+    ],
+    'bce_with_logits.bce_with_logits_fwd_kernel': [
+        ('load', 'scalar', 'scalar expression'),
+        ('load', 'box', 'T.copy into fragment'),
+        ('load', 'box', 'T.copy into fragment'),
+        ('load', 'box', 'T.copy into fragment'),
+        ('store', 'scalar', 'scalar statement'),
+    ],
+    'bce_with_logits.bce_with_logits_sum_kernel': [
+        ('load', 'box', 'T.copy into fragment'),
+        ('store', 'scalar', 'scalar statement'),
+    ],
+    'dropout_add.dropout_add_fwd_kernel': [
+        ('load', 'box', 'T.copy into fragment'),
+        ('load', 'box', 'T.copy into fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+    ],
+    'dropout_add.dropout_bwd_kernel': [
+        ('load', 'box', 'T.copy into fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+    ],
+    'embedding_bag.embedding_bag_bwd_atomic_kernel': [
+        ('load', 'scalar', 'scalar expression'),
+        ('load', 'scalar', 'scalar expression'),
+        ('load', 'scalar', 'scalar expression'),
+        ('load', 'box', 'T.copy into fragment'),
+        ('load', 'box', 'read at each use'),
+        ('atomic', 'gather', 'T.atomic_add per element'),
+    ],
+    'embedding_bag.embedding_bag_bwd_sorted_kernel': [
+        ('load', 'scalar', 'scalar expression'),
+        ('load', 'scalar', 'scalar expression'),
+        ('load', 'box', 'read at each use'),
+        ('load', 'gather', 'T.Parallel into fragment'),
+        ('load', 'gather', 'T.Parallel into fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+    ],
+    'embedding_bag.embedding_bag_cast_kernel': [
+        ('load', 'box', 'T.copy into fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+    ],
+    'embedding_bag.embedding_bag_fwd_kernel': [
+        ('load', 'scalar', 'scalar expression'),
+        ('load', 'scalar', 'scalar expression'),
+        ('load', 'box', 'read at each use'),
+        ('load', 'gather', 'T.Parallel into fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+        ('store', 'scalar', 'scalar statement'),
+    ],
+    'l2_norm.l2_norm_fwd_kernel': [
+        ('load', 'box', 'T.copy into fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+    ],
+    'l2_norm.l2_norm_bwd_kernel': [
+        ('load', 'box', 'T.copy into fragment'),
+        ('load', 'box', 'T.copy into fragment'),
+        ('load', 'box', 'T.copy into fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+    ],
+    'gated_activations.gated_bwd_kernel': [
+        ('load', 'box', 'T.copy into fragment'),
+        ('load', 'box', 'T.copy into fragment'),
+        ('load', 'box', 'T.copy into fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+    ],
+    'gated_activations.gated_fwd_kernel': [
+        ('load', 'box', 'T.copy into fragment'),
+        ('load', 'box', 'T.copy into fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+    ],
+    'layer_norm.layer_norm_fwd_kernel': [
+        ('load', 'box', 'T.copy into fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+        ('load', 'box', 'T.copy into fragment'),
+        ('load', 'box', 'T.copy into fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+    ],
+    'layer_norm.layer_norm_bwd_kernel': [
+        ('load', 'box', 'T.copy into fragment'),
+        ('load', 'box', 'T.copy into fragment'),
+        ('load', 'box', 'T.copy into fragment'),
+        ('load', 'box', 'T.copy into fragment'),
+        ('load', 'box', 'T.copy into fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+    ],
     'matmul.matmul_kernel': [
         ('load', 'box', 'T.copy into shared'),
         ('load', 'box', 'T.copy into shared'),
@@ -56,8 +162,28 @@ PLANS = {
         ('load', 'box', 'T.copy into fragment'),
         ('store', 'box', 'T.copy from fragment'),
     ],
+    'scale_bias_add.scale_bias_add_bwd_kernel': [
+        ('load', 'box', 'T.copy into fragment'),
+        ('load', 'box', 'T.copy into fragment'),
+        ('load', 'box', 'T.copy into fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+    ],
+    'scale_bias_add.scale_bias_add_fwd_kernel': [
+        ('load', 'box', 'T.copy into fragment'),
+        ('load', 'box', 'T.copy into fragment'),
+        ('load', 'box', 'T.copy into fragment'),
+        ('load', 'box', 'T.copy into fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+    ],
+    'softmax.softmax_bwd_kernel': [
+        ('load', 'box', 'T.copy into fragment'),
+        ('load', 'box', 'T.copy into fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+    ],
     'softmax.softmax_kernel': [
-        ('load', 'box', 'T.Parallel into fragment'),
+        ('load', 'box', 'T.copy into fragment'),
         ('store', 'box', 'T.copy from fragment'),
     ],
     'sparse_mla.sparse_mla_fwd_kernel': [

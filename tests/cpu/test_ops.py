@@ -83,30 +83,21 @@ def test_opcheck(name):
 
 
 # -- torch.compile -------------------------------------------------------------------------------------------
-class Block(torch.nn.Module):
-    """A pre-norm block built from the operators (those that exist; more join as they land)."""
-
-    def __init__(self, d, backend):
-        super().__init__()
-        self.norm = tle.ops.RMSNorm(d, backend=backend)
-        self.proj = torch.nn.Linear(d, d)
-
-    def forward(self, x, residual):
-        y, h = self.norm(x, residual)
-        return self.proj(y), h
-
-
 @pytest.mark.parametrize("backend", ["torch", "triton"])
 def test_torch_compile_fullgraph_matches_eager(backend):
+    """A model of the operators compiles into one graph (fullgraph) and gives the eager results and gradients."""
+    from op_model import Model
     torch.manual_seed(0)
-    block = Block(48, backend)
-    x, r = torch.randn(2, 5, 48, requires_grad=True), torch.randn(2, 5, 48, requires_grad=True)
-    compiled = torch.compile(block, fullgraph=True, backend="aot_eager")
-    eager_out, compiled_out = block(x, r), compiled(x, r)
+    model = Model(48, backend)
+    x = torch.randn(2, 5, 48, requires_grad=True)
+    target = torch.rand(2, 5, 48)
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    eager_out, compiled_out = model(x, target), compiled(x, target)
     for e, c in zip(eager_out, compiled_out):
         torch.testing.assert_close(c, e)
-    g_eager = torch.autograd.grad(sum(o.sum() for o in eager_out), (x, r, block.norm.weight))
-    g_comp = torch.autograd.grad(sum(o.sum() for o in compiled_out), (x, r, block.norm.weight))
+    params = [x] + [p for p in model.parameters()]
+    g_eager = torch.autograd.grad(eager_out[1], params)
+    g_comp = torch.autograd.grad(compiled_out[1], params)
     for e, c in zip(g_eager, g_comp):
         torch.testing.assert_close(c, e)
 

@@ -32,13 +32,24 @@ class BenchSpec:
     eager: (sample) -> a callable running what a torch user would write (the anchor of the ratios),
         differentiable; torch.compile of it is the second peer;
     peers: extra peers, name -> (sample) -> callable or None where that peer lacks the case; each raises
-        ImportError where its package is not installed."""
+        ImportError where its package is not installed;
+    check: None (the default: every implementation's outputs, and in bwd/full modes its gradients, are
+        compared with `eager` evaluated on the inputs cast to fp32, tolerances scaled by dtype), or the
+        operator's own check, for operators whose forward is random (dropout) and so matches no reference
+        bit for bit: (sample, outputs, grads, upstream) -> the largest error it measured (a float, or None),
+        raising AssertionError with a message saying what is wrong. sample: the inputs as benchmarked (in
+        bwd/full modes its grad inputs are leaves requiring grad); outputs: the implementation's forward
+        outputs (a tuple); grads: the gradients of the grad inputs present (a tuple, empty in fwd mode; None
+        where the implementation gives none); upstream: the upstream gradients used (one per output, None
+        for an output that takes none). Its docstring's first line is the error criterion the benchmark page
+        states."""
     shapes: list[tuple]
     make: Callable
     bytes: Callable
     eager: Callable
     peers: dict[str, Callable] = field(default_factory=dict)
     shape_help: str = ""          # how a shape string reads, e.g. "ROWSxCOLS"
+    check: Callable | None = None
 
 
 @dataclass

@@ -18,3 +18,31 @@ def row_config(n_cols: int) -> tuple[int, int, int]:
 def torch_compute_dtype(x: torch.Tensor) -> torch.dtype:
     """What the torch backend computes in: fp64 for fp64 inputs (gradcheck), fp32 otherwise."""
     return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+def backward_row_config(n_cols: int) -> tuple[int, int, int, int]:
+    """(BLOCK_M, BLOCK_N, num_warps, programs per multiprocessor) for the row-wise backward kernels, which
+    loop over row blocks accumulating column sums: measured on the H200 (bf16, 4096 and 8192 columns),
+    many small programs (4 warps, 8 per multiprocessor) beat few wide ones by 10-20%, since each program's
+    loop waits on its own loads and reductions."""
+    block_m, block_n, _ = row_config(n_cols)
+    warps = 4 if block_m * block_n <= 8192 else 8
+    return block_m, block_n, warps, 8
+
+
+def box_config(n_cols: int) -> tuple[int, int, int]:
+    """(BLOCK_M, BLOCK_N, num_warps) for element-wise operators over [rows, n_cols] in 2-D box tiles (a grid
+    over both row and column blocks): tiles of 4096 elements, at most 1024 columns wide, 8 warps."""
+    block_n = min(1024, triton.next_power_of_2(max(n_cols, 1)))
+    return max(1, 4096 // block_n), block_n, 8
+
+
+INT32_MAX = 2 ** 31 - 1
+
+
+def int32_row_chunks(n_rows: int, row_elems: int, block_m: int = 1) -> list[tuple[int, int]]:
+    """Row ranges [r0, r1) covering n_rows, each of at most INT32_MAX elements (rows of `row_elems`
+    elements, whole blocks of `block_m` rows): within one launch on such a range every offset a kernel
+    computes as row * row_stride + column fits an int32. One range, unless the tensor has 2^31 elements."""
+    step = max(block_m, INT32_MAX // max(row_elems, 1) // block_m * block_m)
+    return [(r0, min(n_rows, r0 + step)) for r0 in range(0, n_rows, step)]

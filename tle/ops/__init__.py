@@ -9,7 +9,16 @@ them, one line per operator module (its OPERATOR record, or a tuple of them, imp
 and OPERATORS lists those records for the tests and tle-bench."""
 from tle.oplib.operator import Operator as _Operator
 
+from tle.kernels.activations import OPERATOR as _op_activations, GELU, SiLU, gelu, silu  # noqa: E402,F401
+from tle.kernels.bce_with_logits import OPERATOR as _op_bce_with_logits, BCEWithLogitsLoss, binary_cross_entropy_with_logits  # noqa: E402,F401,E501
+from tle.kernels.dropout_add import OPERATOR as _op_dropout_add, DropoutAdd, dropout_add  # noqa: E402,F401
+from tle.kernels.embedding_bag import OPERATOR as _op_embedding_bag, EmbeddingBag, embedding_bag_mean  # noqa: E402,F401
+from tle.kernels.gated_activations import OPERATOR as _op_gated_activations, geglu, swiglu  # noqa: E402,F401
+from tle.kernels.l2_norm import OPERATOR as _op_l2_norm, L2Norm, l2_norm  # noqa: E402,F401
+from tle.kernels.layer_norm import OPERATOR as _op_layer_norm, LayerNorm, layer_norm  # noqa: E402,F401
 from tle.kernels.rms_norm import OPERATOR as _op_rms_norm, RMSNorm, rms_norm  # noqa: E402,F401
+from tle.kernels.scale_bias_add import OPERATOR as _op_scale_bias_add, scale_bias_add  # noqa: E402,F401
+from tle.kernels.softmax import OPERATOR as _op_softmax, Softmax, softmax  # noqa: E402,F401
 
 OPERATORS = {op.name: op for k, v in dict(globals()).items() if k.startswith("_op_")
              for op in (v if isinstance(v, tuple) else (v,)) if isinstance(op, _Operator)}

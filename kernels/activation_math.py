@@ -1,0 +1,94 @@
+"""The activation functions of the element-wise and gated operators, written once: as `@tle.jit` helpers
+that the kernels of kernels/activations.py and kernels/gated_activations.py call (the frontend inlines
+them), and as torch functions for those modules' torch backend. Both compute in fp32 (fp64 on the torch
+backend for fp64 inputs) and take the activation as a name, a constexpr in the kernels:
+
+    "silu"        x * sigmoid(x)
+    "gelu"        x * Phi(x) = 0.5 * x * (1 + erf(x / sqrt(2)))
+    "gelu_tanh"   0.5 * x * (1 + tanh(u)),  u = sqrt(2 / pi) * (x + 0.044715 * x^3)
+
+The tanh form is written through a sigmoid: 0.5 * (1 + tanh(u)) = sigmoid(2u), so it is x * sigmoid(2u),
+the same shape as silu (x * sigmoid(z) with z = x); its derivative is then
+    sigmoid(z) + x * sigmoid(z) * (1 - sigmoid(z)) * dz/dx
+for both. The erf form's derivative is Phi(x) + x * exp(-x^2 / 2) / sqrt(2 pi)."""
+from __future__ import annotations
+
+import torch
+import triton.language as tl
+
+import tle
+from tle.errors import LaunchError
+
+ACTIVATIONS = ("silu", "gelu", "gelu_tanh")
+GELU_APPROXIMATIONS = ("none", "tanh")
+
+
+def gelu_activation(approximate: str) -> str:
+    """The activation name of torch's gelu(approximate=...): "gelu" or "gelu_tanh"; names a bad value."""
+    if approximate not in GELU_APPROXIMATIONS:
+        raise LaunchError(f"'approximate' is {approximate!r}; expected 'none' or 'tanh'")
+    return "gelu" if approximate == "none" else "gelu_tanh"
+
+
+# -- the kernels' helpers (inlined at each call; ACT is a constexpr) ---------------------------------------
+@tle.jit
+def activation(x, ACT: tl.constexpr):
+    """act(x) of an fp32 tile."""
+    if ACT == "gelu":
+        act = 0.5 * x * (1.0 + tl.erf(x * 0.7071067811865476))
+    elif ACT == "gelu_tanh":
+        act = x * tl.sigmoid(1.5957691216057308 * (x + 0.044715 * x * x * x))     # 2u
+    else:
+        act = x * tl.sigmoid(x)
+    return act
+
+
+@tle.jit
+def activation_and_grad(x, ACT: tl.constexpr):
+    """(act(x), act'(x)) of an fp32 tile, sharing their common terms."""
+    if ACT == "gelu":
+        cdf = 0.5 * (1.0 + tl.erf(x * 0.7071067811865476))
+        act = x * cdf
+        dact = cdf + x * 0.3989422804014327 * tl.exp(-0.5 * x * x)                # 1 / sqrt(2 pi)
+    elif ACT == "gelu_tanh":
+        s = tl.sigmoid(1.5957691216057308 * (x + 0.044715 * x * x * x))          # sigmoid(2u)
+        act = x * s
+        dact = s + act * (1.0 - s) * (1.5957691216057308 + 0.21406444881780076 * x * x)  # d(2u)/dx
+    else:
+        s = tl.sigmoid(x)
+        act = x * s
+        dact = s + act * (1.0 - s)
+    return act, dact
+
+
+# -- the torch backend's formulas (the same arithmetic, on tensors already in the compute dtype) -------------
+_TWO_SQRT_2_OVER_PI = 1.5957691216057308
+_GELU_K = 0.044715
+
+
+def torch_activation(x: torch.Tensor, act: str) -> torch.Tensor:
+    if act == "gelu":
+        return 0.5 * x * (1.0 + torch.erf(x * 0.7071067811865476))
+    if act == "gelu_tanh":
+        return x * torch.sigmoid(_TWO_SQRT_2_OVER_PI * (x + _GELU_K * x * x * x))
+    return x * torch.sigmoid(x)
+
+
+def torch_activation_and_grad(x: torch.Tensor, act: str) -> tuple[torch.Tensor, torch.Tensor]:
+    if act == "gelu":
+        cdf = 0.5 * (1.0 + torch.erf(x * 0.7071067811865476))
+        return x * cdf, cdf + x * 0.3989422804014327 * torch.exp(-0.5 * x * x)
+    if act == "gelu_tanh":
+        s = torch.sigmoid(_TWO_SQRT_2_OVER_PI * (x + _GELU_K * x * x * x))
+        y = x * s
+        return y, s + y * (1.0 - s) * (_TWO_SQRT_2_OVER_PI + 0.21406444881780076 * x * x)
+    s = torch.sigmoid(x)
+    y = x * s
+    return y, s + y * (1.0 - s)
+
+
+def reference_activation(x: torch.Tensor, act: str) -> torch.Tensor:
+    """torch's own functions (differentiable, any dtype): the tests' ground truth."""
+    if act == "silu":
+        return torch.nn.functional.silu(x)
+    return torch.nn.functional.gelu(x, approximate="tanh" if act == "gelu_tanh" else "none")

@@ -1,0 +1,194 @@
+"""tle.ops.layer_norm / LayerNorm and tle.ops.l2_norm / L2Norm beyond the generic operator tests of test_ops.py:
+bad inputs, LayerNorm against torch.nn.LayerNorm with the same parameters, the exact L2 formula (and how it
+differs from F.normalize), mixed parameter dtypes, strided inputs, torch.compile."""
+import pytest
+import torch
+
+import tle
+import tle.ops
+from tle.ops import OPERATORS
+
+BACKENDS = ["torch", "triton"]          # triton runs in Triton's interpreter here (tests/cpu/conftest.py)
+
+
+# -- bad inputs ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("bad, match", [
+    (lambda: tle.ops.layer_norm(torch.arange(8).reshape(2, 4), backend="torch"), "'x' has dtype int64"),
+    (lambda: tle.ops.layer_norm(torch.randn(2, 4), torch.randn(5), backend="torch"), r"'weight' has shape \(5,\)"),
+    (lambda: tle.ops.layer_norm(torch.randn(2, 4), torch.randn(4), torch.randn(4, 1), backend="torch"),
+     r"'bias' has shape \(4, 1\)"),
+    (lambda: tle.ops.layer_norm(torch.randn(2, 4), None, torch.randn(3), backend="triton"), r"'bias' has shape \(3,\)"),
+    (lambda: tle.ops.layer_norm(torch.randn(2, 4), torch.ones(4, dtype=torch.int32), backend="torch"),
+     "'weight' has dtype int32"),
+    (lambda: tle.ops.layer_norm(torch.randn(2, 4), None, torch.zeros(4, dtype=torch.bool), backend="torch"),
+     "'bias' has dtype bool"),
+    (lambda: tle.ops.layer_norm(torch.randn(2, 4), torch.randn(4, device="meta"), backend="torch"),
+     "'weight' is on meta"),
+    (lambda: tle.ops.layer_norm(torch.randn(2, 4).double(), backend="triton"), "'x' has dtype float64, which backend"),
+    (lambda: tle.ops.layer_norm(torch.randn(2, 4), None, torch.randn(4).double(), backend="triton"),
+     "'bias' has dtype float64, which backend 'triton'"),
+    (lambda: tle.ops.layer_norm(torch.randn(1, 65537), backend="triton"), "'x' has 65537 columns"),
+    (lambda: tle.ops.layer_norm([1.0, 2.0], backend="torch"), "'x' must be a torch.Tensor"),
+    (lambda: tle.ops.layer_norm(torch.tensor(1.0), backend="torch"), "'x' has rank 0"),
+    (lambda: tle.ops.LayerNorm(4, backend="torch")(torch.randn(2, 5)), r"'x' has shape \(2, 5\).*last dimension of 4"),
+    (lambda: tle.ops.l2_norm(torch.arange(8).reshape(2, 4), backend="torch"), "'x' has dtype int64"),
+    (lambda: tle.ops.l2_norm(torch.ones(2, 4, dtype=torch.uint8), backend="triton"), "'x' has dtype uint8"),
+    (lambda: tle.ops.l2_norm(torch.randn(2, 4).double(), backend="triton"), "'x' has dtype float64, which backend"),
+    (lambda: tle.ops.l2_norm(torch.randn(1, 65537), backend="triton"), "'x' has 65537 columns"),
+    (lambda: tle.ops.l2_norm(torch.tensor(1.0), backend="torch"), "'x' has rank 0"),
+    (lambda: tle.ops.L2Norm(backend="torch")("x"), "'x' must be a torch.Tensor"),
+], ids=lambda v: v if isinstance(v, str) else "")
+def test_bad_inputs(bad, match):
+    with pytest.raises(tle.LaunchError, match=match):
+        bad()
+
+
+@pytest.mark.parametrize("call", [lambda b: tle.ops.layer_norm(torch.randn(2, 4), backend=b),
+                                  lambda b: tle.ops.LayerNorm(4, backend=b)(torch.randn(2, 4)),
+                                  lambda b: tle.ops.l2_norm(torch.randn(2, 4), backend=b),
+                                  lambda b: tle.ops.L2Norm(backend=b)(torch.randn(2, 4))])
+def test_unknown_backend(call):
+    with pytest.raises(tle.BackendUnavailable, match=r"unknown backend 'cuda'.*torch, triton, tilelang"):
+        call("cuda")
+
+
+def test_layer_norm_module_shapes():
+    with pytest.raises(ValueError, match="last dimension only; got normalized_shape \\(3, 4\\)"):
+        tle.ops.LayerNorm((3, 4))
+    assert tle.ops.LayerNorm([8]).normalized_shape == (8,)
+
+
+# -- LayerNorm against torch.nn.LayerNorm ------------------------------------------------------------------
+@pytest.mark.parametrize("affine, bias", [(True, True), (True, False), (False, False)])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_layer_norm_module_matches_torch(backend, affine, bias):
+    torch.manual_seed(0)
+    ref = torch.nn.LayerNorm(40, eps=1e-4, elementwise_affine=affine, bias=bias)
+    ours = tle.ops.LayerNorm(40, eps=1e-4, elementwise_affine=affine, bias=bias, backend=backend)
+    assert [n for n, _ in ours.named_parameters()] == [n for n, _ in ref.named_parameters()]
+    if affine:
+        with torch.no_grad():
+            ref.weight.copy_(torch.rand(40) + 0.5)
+            if bias:
+                ref.bias.copy_(torch.randn(40))
+    ours.load_state_dict(ref.state_dict())               # the same parameters, by torch's names
+    x = torch.randn(3, 5, 40, requires_grad=True)
+    dy = torch.randn(3, 5, 40)
+    y_ref, y = ref(x), ours(x)
+    torch.testing.assert_close(y, y_ref, atol=1e-5, rtol=1e-5)
+    g_ref = torch.autograd.grad(y_ref, [x, *ref.parameters()], dy)
+    g = torch.autograd.grad(y, [x, *ours.parameters()], dy)
+    for a, b in zip(g, g_ref):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+def test_layer_norm_module_defaults_and_repr():
+    m = tle.ops.LayerNorm(6, backend="triton")
+    assert torch.equal(m.weight, torch.ones(6)) and torch.equal(m.bias, torch.zeros(6))
+    m2 = tle.ops.LayerNorm(6, dtype=torch.float16)
+    assert m2.weight.dtype == torch.float16 and m2.bias.dtype == torch.float16
+    assert "backend=triton" in repr(m) and "eps=1e-05" in repr(m)
+    with torch.no_grad():
+        m.weight.mul_(3)
+    m.reset_parameters()
+    assert torch.equal(m.weight, torch.ones(6))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_layer_norm_half_input_fp32_parameters(backend):
+    """fp16 activations with fp32 weight and bias (mixed precision): the gradients keep each input's dtype."""
+    torch.manual_seed(0)
+    x = torch.randn(7, 33).half().requires_grad_()
+    w, b = (torch.rand(33) + 0.5).requires_grad_(), torch.randn(33).requires_grad_()
+    y = tle.ops.layer_norm(x, w, b, backend=backend)
+    assert y.dtype == torch.float16
+    dy = torch.randn(7, 33).half()
+    gx, gw, gb = torch.autograd.grad(y, (x, w, b), dy)
+    assert (gx.dtype, gw.dtype, gb.dtype) == (torch.float16, torch.float32, torch.float32)
+    xd, wd, bd = (t.detach().double().requires_grad_() for t in (x, w, b))
+    y_ref = OPERATORS["layer_norm"].reference(xd, wd, bd)
+    rx, rw, rb = torch.autograd.grad(y_ref, (xd, wd, bd), dy.double())
+    torch.testing.assert_close(y.double(), y_ref, atol=4e-3, rtol=2e-3)
+    torch.testing.assert_close(gx.double(), rx, atol=4e-3, rtol=2e-3)
+    torch.testing.assert_close(gw.double(), rw, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(gb.double(), rb, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_layer_norm_rows_with_large_mean(backend):
+    """Rows far from zero: the variance is of the centred row (no E[x^2] - E[x]^2 cancellation)."""
+    torch.manual_seed(0)
+    x = torch.randn(4, 100) * 0.1 + 100.0             # E[x^2] - E[x]^2 in fp32 would be off by ~5%
+    y = tle.ops.layer_norm(x, backend=backend)
+    ref = OPERATORS["layer_norm"].reference(x.double())
+    torch.testing.assert_close(y.double(), ref, atol=2e-3, rtol=2e-3)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_strided_inputs(backend):
+    torch.manual_seed(0)
+    x = torch.randn(8, 6, 16).transpose(0, 1)          # rows not evenly strided: copied
+    w, b = torch.rand(16) + 0.5, torch.randn(16)
+    torch.testing.assert_close(tle.ops.layer_norm(x, w, b, backend=backend),
+                               OPERATORS["layer_norm"].reference(x, w, b), atol=1e-5, rtol=1e-5)
+    xs = torch.randn(6, 40)[:, :16]                    # evenly strided rows: a view
+    torch.testing.assert_close(tle.ops.l2_norm(xs, backend=backend), OPERATORS["l2_norm"].reference(xs),
+                               atol=1e-6, rtol=1e-5)
+
+
+# -- L2Norm: the formula of the gated delta rule, not F.normalize -------------------------------------------
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_l2_norm_formula_and_not_f_normalize(backend):
+    torch.manual_seed(0)
+    x = torch.randn(3, 64)
+    x[1] *= 1e-4                                       # ||x|| ~ 8e-4: sum(x^2) ~ 6e-7, comparable to eps
+    y = tle.ops.l2_norm(x, backend=backend)
+    formula = x * torch.rsqrt((x * x).sum(-1, keepdim=True) + 1e-6)
+    torch.testing.assert_close(y, formula, atol=1e-6, rtol=1e-5)
+    normalized = torch.nn.functional.normalize(x, dim=-1, eps=1e-6)
+    torch.testing.assert_close(y[[0, 2]], normalized[[0, 2]], atol=1e-5, rtol=1e-5)     # large rows: the same
+    assert (y[1].norm() - 1).abs() > 0.2 and (normalized[1].norm() - 1).abs() < 1e-5   # small rows: eps shows
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_l2_norm_zero_row_has_finite_gradient(backend):
+    x = torch.zeros(2, 32)
+    x[0] = torch.randn(32)
+    x.requires_grad_()
+    dy = torch.randn(2, 32)
+    y = tle.ops.l2_norm(x, eps=1e-6, backend=backend)
+    (gx,) = torch.autograd.grad(y, x, dy)
+    assert torch.equal(y[1], torch.zeros(32))
+    torch.testing.assert_close(gx[1], dy[1] * 1e3, atol=1e-3, rtol=1e-5)                # rsqrt(eps) * dy
+
+
+def test_l2_norm_module():
+    x = torch.randn(2, 3, 16)
+    m = tle.ops.L2Norm(eps=1e-3, backend="triton")
+    assert "eps=0.001" in repr(m) and not list(m.parameters())
+    torch.testing.assert_close(m(x), tle.ops.l2_norm(x, 1e-3, backend="torch"), atol=1e-6, rtol=1e-5)
+
+
+# -- torch.compile -----------------------------------------------------------------------------------------
+class Block(torch.nn.Module):
+    def __init__(self, d, backend):
+        super().__init__()
+        self.norm = tle.ops.LayerNorm(d, backend=backend)
+        self.proj = torch.nn.Linear(d, d)
+        self.backend = backend
+
+    def forward(self, x):
+        return tle.ops.l2_norm(self.proj(self.norm(x)), backend=self.backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_torch_compile_fullgraph_matches_eager(backend):
+    torch.manual_seed(0)
+    block = Block(24, backend)
+    x = torch.randn(2, 5, 24, requires_grad=True)
+    compiled = torch.compile(block, fullgraph=True, backend="aot_eager")
+    eager_out, compiled_out = block(x), compiled(x)
+    torch.testing.assert_close(compiled_out, eager_out)
+    params = (x, block.norm.weight, block.norm.bias)
+    for e, c in zip(torch.autograd.grad(eager_out.sum(), params), torch.autograd.grad(compiled_out.sum(), params)):
+        torch.testing.assert_close(c, e)
