@@ -2,7 +2,7 @@
 import tilelang.language as T
 
 # compiled for: n_rows=5, n_cols=300
-# constexprs: BLOCK_N=256
+# constexprs: BLOCK_P=32, BLOCK_N=64
 # p_ptr: shape (5, 300), strides (300, 1)
 # out_ptr: shape (300,), strides (1,)
 
@@ -12,13 +12,16 @@ def column_sum_kernel(
     p_ptr: T.Tensor((1500,), 'float32'),
     out_ptr: T.Tensor((300,), 'float32'),
 ):
-    with T.Kernel(2, threads=64) as bx:
+    with T.Kernel(5, threads=128) as bx:
         p_ptr_v = T.StridedTensor((5, 300), (300, 1), 'float32', data=p_ptr.data)
-        acc = T.alloc_fragment((256,), 'float32')
-        t = T.alloc_fragment((256,), 'float32')
+        acc = T.alloc_fragment((32, 64), 'float32')
+        t = T.alloc_fragment((32, 64), 'float32')
+        sum_1 = T.alloc_fragment((64,), 'float32')
         T.clear(acc)
-        for row in T.serial(5):
-            T.copy(p_ptr_v[row, bx * 256:bx * 256 + 256], t)
-            for i0 in T.Parallel(256):
-                acc[i0] = (acc[i0] + t[i0])
-        T.copy(acc, out_ptr[bx * 256:bx * 256 + 256])
+        for r0_it in T.serial(1):
+            r0 = r0_it * 32
+            T.copy(p_ptr_v[r0:r0 + 32, bx * 64:bx * 64 + 64], t)
+            for i0, i1 in T.Parallel(32, 64):
+                acc[i0, i1] = (acc[i0, i1] + t[i0, i1])
+        T.reduce_sum(acc, sum_1, dim=0)
+        T.copy(sum_1, out_ptr[bx * 64:bx * 64 + 64])

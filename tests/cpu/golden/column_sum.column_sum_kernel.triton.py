@@ -3,14 +3,17 @@ import triton
 import triton.language as tl
 
 
-# constexprs: BLOCK_N=256
-# launch: num_warps=2, num_stages=3
+# constexprs: BLOCK_P=32, BLOCK_N=64
+# launch: num_warps=4, num_stages=3
 @triton.jit
 def column_sum_kernel(p_ptr, out_ptr, n_rows, n_cols):
-    cols = tl.program_id(0) * 256 + tl.arange(0, 256)
-    mask = cols < n_cols
-    acc = tl.full([256], 0.0, tl.float32)
-    for row in range(n_rows):
-        t = tl.load(p_ptr + row * n_cols + cols, mask=mask, other=0.0)
+    cols = tl.program_id(0) * 64 + tl.arange(0, 64)
+    col_mask = cols < n_cols
+    acc = tl.full([32, 64], 0.0, tl.float32)
+    for r0 in range(0, n_rows, 32):
+        rows = r0 + tl.arange(0, 32)
+        mask = (rows < n_rows)[:, None] & col_mask[None, :]
+        t = tl.load(p_ptr + rows[:, None] * n_cols + cols[None, :], mask=mask, other=0.0)
         acc = acc + t
-    tl.store(out_ptr + cols, acc, mask=mask)
+    t_1 = tl.sum(acc, axis=0)
+    tl.store(out_ptr + cols, t_1, mask=col_mask)
