@@ -16,7 +16,8 @@ import triton
 import triton.language as tl
 
 import tle
-from tle.oplib import BenchSpec, Operator, Sample, as_rows, check_float, check_kernel_dtypes, resolve
+from tle.oplib import (BenchSpec, Operator, Sample, as_rows, check_float, check_int32_offsets, check_kernel_dtypes,
+                        resolve)
 from tle.oplib.rows import row_config, torch_compute_dtype
 
 MAX_COLS = 65536
@@ -173,6 +174,7 @@ def l2_norm(x: torch.Tensor, eps: float = 1e-6, *, backend: str | None = None,
     n = x.shape[-1]
     b = resolve("l2_norm", x.device, backend, fallback=fallback)
     check_kernel_dtypes("l2_norm", b, x=x)
+    check_int32_offsets("l2_norm", b, "x", x)
     if b != "torch" and n > MAX_COLS:
         raise tle.LaunchError(f"'x' has {n} columns; l2_norm on {b} holds a row in one tile (at most {MAX_COLS})")
     y, _ = torch.ops.tle.l2_norm(x, float(eps), b)

@@ -17,7 +17,8 @@ import triton.language as tl
 
 import tle
 from tle.kernels.column_sum import column_sum
-from tle.oplib import BenchSpec, Operator, Sample, as_rows, check_float, check_kernel_dtypes, programs, resolve
+from tle.oplib import (BenchSpec, Operator, Sample, as_rows, check_float, check_int32_offsets, check_kernel_dtypes,
+                        programs, resolve)
 from tle.oplib.rows import backward_row_config, row_config, torch_compute_dtype
 
 MAX_COLS = 65536
@@ -288,6 +289,7 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.
         check_float(bias, "bias", device=x.device, shape=(n,))
     b = resolve("layer_norm", x.device, backend, fallback=fallback)
     check_kernel_dtypes("layer_norm", b, x=x, weight=weight, bias=bias)
+    check_int32_offsets("layer_norm", b, "x", x)
     if b != "torch" and n > MAX_COLS:
         raise tle.LaunchError(f"'x' has {n} columns; layer_norm on {b} holds a row in one tile (at most {MAX_COLS})")
     y, _, _ = torch.ops.tle.layer_norm(x, weight, bias, float(eps), b)

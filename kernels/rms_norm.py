@@ -16,7 +16,8 @@ import triton.language as tl
 
 import tle
 from tle.kernels.column_sum import column_sum
-from tle.oplib import BenchSpec, Operator, Sample, as_rows, check_float, check_kernel_dtypes, programs, resolve
+from tle.oplib import (BenchSpec, Operator, Sample, as_rows, check_float, check_int32_offsets, check_kernel_dtypes,
+                        programs, resolve)
 from tle.oplib.rows import backward_row_config, row_config, torch_compute_dtype
 
 MAX_COLS = 65536
@@ -252,6 +253,9 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1
             raise tle.LaunchError(f"'residual' has dtype {residual.dtype}; expected x's dtype {x.dtype}")
     b = resolve("rms_norm", x.device, backend, fallback=fallback)
     check_kernel_dtypes("rms_norm", b, x=x, weight=weight)
+    check_int32_offsets("rms_norm", b, "x", x)
+    if residual is not None:
+        check_int32_offsets("rms_norm", b, "residual", residual)
     if b != "torch" and n > MAX_COLS:
         raise tle.LaunchError(f"'x' has {n} columns; rms_norm on {b} holds a row in one tile (at most {MAX_COLS})")
     y, h, _ = torch.ops.tle.rms_norm(x, weight, residual, float(eps), b)

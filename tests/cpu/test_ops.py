@@ -157,6 +157,13 @@ def test_rms_norm_bad_inputs(bad, match):
         bad()
 
 
+@pytest.mark.parametrize("name", ["rms_norm", "layer_norm", "l2_norm"])
+def test_norms_refuse_tensors_past_int32_offsets_on_the_kernel_backends(name):
+    x = torch.zeros(1, 1).expand(2 ** 16, 2 ** 15)           # 2^31 elements, no memory
+    with pytest.raises(tle.LaunchError, match="'x' has 2147483648 elements; backend 'triton'"):
+        getattr(tle.ops, name)(x, backend="triton")
+
+
 def test_non_contiguous_inputs_are_handled():
     x = torch.randn(8, 6, 16).transpose(0, 1)          # rows not evenly strided: copied
     w = torch.rand(16) + 0.5

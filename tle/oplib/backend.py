@@ -1,6 +1,6 @@
 """Which implementation of an operator runs: "torch" (the reference), "triton" or "tilelang".
 
-The call's `backend=` wins, then the module's (`tle.ops.RMSNorm(..., backend=)`), then env TLE_BACKEND,
+The call's `backend=` wins (an nn.Module passes its own `backend=` as the call's), then env TLE_BACKEND,
 then "triton". A backend that cannot run here on the inputs' device is an error listing those that can,
 unless the caller allowed a fallback (`fallback="torch"` or env TLE_FALLBACK=torch): then the torch
 reference runs, and a warning says so once per operator, backend and reason. Never a silent switch."""
@@ -44,10 +44,9 @@ def usable_backends(device: torch.device) -> list[str]:
     return ["torch"] + [n for n in OP_BACKENDS[1:] if kernel_unusable_reason(n, device) is None]
 
 
-def resolve(op: str, device: torch.device, backend: str | None = None, module_backend: str | None = None,
-            fallback: str | None = None) -> str:
+def resolve(op: str, device: torch.device, backend: str | None = None, fallback: str | None = None) -> str:
     """The backend that runs `tle.ops.<op>` on tensors on `device`."""
-    name = backend or module_backend or os.environ.get("TLE_BACKEND") or DEFAULT_BACKEND
+    name = backend or os.environ.get("TLE_BACKEND") or DEFAULT_BACKEND
     if name not in OP_BACKENDS:
         raise BackendUnavailable(f"tle.ops.{op}: unknown backend {name!r}; operators have "
                                  f"{', '.join(OP_BACKENDS)} (usable on {device}: {', '.join(usable_backends(device))})")

@@ -6,8 +6,8 @@ import triton
 
 
 def row_config(n_cols: int) -> tuple[int, int, int]:
-    """(BLOCK_M, BLOCK_N, num_warps) for rows of `n_cols`: a row fits one tile; short rows are stacked so a
-    program holds at least 2048 elements, and the warps grow with the tile (so do registers per thread)."""
+    """(BLOCK_M, BLOCK_N, num_warps) for rows of `n_cols`: a row fits one tile; short rows are stacked, up to
+    64 of them, so a program holds about 2048 elements, and the warps grow with the tile."""
     block_n = triton.next_power_of_2(max(n_cols, 1))
     block_m = max(1, min(64, 2048 // block_n))
     elems = block_m * block_n

@@ -8,8 +8,8 @@ import torch
 from tle.checks import FLOAT_DTYPES, check_tensor
 from tle.errors import LaunchError
 
-__all__ = ["FLOAT_DTYPES", "check_tensor", "check_float", "check_kernel_dtypes", "as_rows", "programs",
-           "LaunchError"]
+__all__ = ["FLOAT_DTYPES", "check_tensor", "check_float", "check_kernel_dtypes", "check_int32_offsets", "as_rows",
+           "programs", "LaunchError"]
 
 # the torch backend also takes fp64 (gradcheck runs on it); the kernels take FLOAT_DTYPES
 TORCH_FLOAT_DTYPES = FLOAT_DTYPES + (torch.float64,)
@@ -28,6 +28,13 @@ def check_kernel_dtypes(op: str, backend: str, **tensors) -> None:
         if t is not None and t.dtype not in FLOAT_DTYPES:
             raise LaunchError(f"tle.ops.{op}: '{name}' has dtype {str(t.dtype).replace('torch.', '')}, which "
                               f"backend '{backend}' does not take (fp32, fp16, bf16; fp64 runs on 'torch')")
+
+
+def check_int32_offsets(op: str, backend: str, name: str, t: torch.Tensor) -> None:
+    """Kernels that index rows as row * row_stride in int32 take tensors of fewer than 2^31 elements."""
+    if backend != "torch" and t.numel() >= 2 ** 31:
+        raise LaunchError(f"tle.ops.{op}: '{name}' has {t.numel()} elements; backend '{backend}' indexes it with "
+                          f"32-bit offsets (fewer than 2^31 elements; the torch backend has no such limit)")
 
 
 def as_rows(x: torch.Tensor, name: str) -> torch.Tensor:
