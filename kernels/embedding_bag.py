@@ -53,15 +53,21 @@ MAX_BLOCK_D = 1024          # wider rows take several programs per bag (grid axi
 
 
 @tle.jit
+def bag_bounds(off_ptr, bag, n_bags, n_indices):
+    """[start, end) of `bag` in the indices: the next bag's offset, or the end of the indices for the last."""
+    start = tl.load(off_ptr + bag)
+    has_next = bag + 1 < n_bags
+    end = tl.where(has_next, tl.load(off_ptr + bag + 1, mask=has_next, other=0), n_indices)
+    return start, tl.minimum(end, n_indices)
+
+
+@tle.jit
 def embedding_bag_fwd_kernel(w_ptr, idx_ptr, off_ptr, out_ptr, inv_ptr, w_row_stride, n_bags, n_indices, dim,
                              padding_idx, BLOCK_I: tl.constexpr, BLOCK_D: tl.constexpr, HAS_PADDING: tl.constexpr):
     bag = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
     col_mask = cols < dim
-    start = tl.load(off_ptr + bag)
-    has_next = bag + 1 < n_bags
-    end = tl.where(has_next, tl.load(off_ptr + bag + 1, mask=has_next, other=0), n_indices)
-    end = tl.minimum(end, n_indices)
+    start, end = bag_bounds(off_ptr, bag, n_bags, n_indices)
     acc = tl.zeros([BLOCK_I, BLOCK_D], dtype=tl.float32)
     cnt = tl.zeros([BLOCK_I], dtype=tl.int32)
     for i in range(start, end, BLOCK_I):
@@ -112,10 +118,7 @@ def embedding_bag_bwd_atomic_kernel(dy_ptr, idx_ptr, off_ptr, inv_ptr, acc_ptr, 
     bag = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
     col_mask = cols < dim
-    start = tl.load(off_ptr + bag)
-    has_next = bag + 1 < n_bags
-    end = tl.where(has_next, tl.load(off_ptr + bag + 1, mask=has_next, other=0), n_indices)
-    end = tl.minimum(end, n_indices)
+    start, end = bag_bounds(off_ptr, bag, n_bags, n_indices)
     scale = tl.load(inv_ptr + bag)
     g = tl.load(dy_ptr + bag.to(tl.int64) * dim + cols, mask=col_mask, other=0.0).to(tl.float32) * scale
     for i in range(start, end, BLOCK_I):

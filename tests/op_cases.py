@@ -5,27 +5,12 @@ from __future__ import annotations
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from torch.library import opcheck
+
 from tle.examples import default_tolerance
 from tle.ops import OPERATORS
 
 OPS = sorted(OPERATORS)
-
-
-def grad_positions(op, sample) -> list:
-    """The differentiable inputs of `sample`: positions into args or keyword names, present and floating."""
-    out = []
-    for g in op.grad_inputs:
-        v = sample.kwargs.get(g) if isinstance(g, str) else (sample.args[g] if g < len(sample.args) else None)
-        if isinstance(v, torch.Tensor) and v.is_floating_point():
-            out.append(g)
-    return out
-
-
-def with_inputs(sample, replace: dict):
-    """(args, kwargs) of `sample` with the inputs named in `replace` (position or keyword) swapped."""
-    args = tuple(replace.get(i, a) for i, a in enumerate(sample.args))
-    kwargs = {k: replace.get(k, v) for k, v in sample.kwargs.items()}
-    return args, kwargs
 
 
 def as_tuple(out):
@@ -35,13 +20,14 @@ def as_tuple(out):
 def run(op, sample, backend: str | None, grads_out=None, *, cast=None):
     """Outputs and input gradients of `op` on `sample` (inputs cast to `cast` first, if given): with
     backend None, the reference. `grads_out`: the upstream gradients (one per floating output)."""
-    positions = grad_positions(op, sample) if not op.forward_only else []
+    positions = op.grad_keys(sample) if not op.forward_only else []
     replace = {}
     for i, a in list(enumerate(sample.args)) + list(sample.kwargs.items()):
         if isinstance(a, torch.Tensor) and a.is_floating_point():
             t = a.detach().to(cast) if cast is not None else a.detach().clone()
             replace[i] = t.requires_grad_(i in positions)
-    args, kwargs = with_inputs(sample, replace)
+    call = sample.replaced(replace)
+    args, kwargs = call.args, call.kwargs
     if backend is None:
         outs = as_tuple(op.reference(*args, **kwargs))
     else:
@@ -64,7 +50,7 @@ def assert_matches_reference(op, sample, backend: str, what: str = "", ref_dtype
     dtype = next((a.dtype for a in sample.args if isinstance(a, torch.Tensor) and a.is_floating_point()), torch.float32)
     for i, (got, ref) in enumerate(zip(outs, ref_outs)):
         close(got, ref, dtype, f"{op.name} [{sample.label}] {what} output {i}")
-    for p, got, ref in zip(grad_positions(op, sample), grads, ref_grads):
+    for p, got, ref in zip(op.grad_keys(sample), grads, ref_grads):
         # a gradient that cancels to ~0 (one column of a norm) is rounding noise on the scale of the
         # upstream gradient (randn, about 1): the tolerance is relative to at least that
         close(got, ref, dtype, f"{op.name} [{sample.label}] {what} gradient of input {p}", floor=1.0)
@@ -93,3 +79,22 @@ class CustomOpCalls(TorchDispatchMode):
         if func.namespace == "tle":
             self.calls.append((func, args, kwargs or {}))
         return func(*args, **(kwargs or {}))
+
+
+def custom_op_calls(op, samples, backend: str) -> list:
+    """The tle:: custom-op calls (OpOverload, args, kwargs) of `op` on `backend` over `samples`, forward and
+    backward; the backward ops' inputs detached (they are first-order only)."""
+    recorder = CustomOpCalls()
+    for sample in samples:
+        with recorder:
+            call = sample.replaced({k: sample.get(k).detach().requires_grad_() for k in op.grad_keys(sample)})
+            outs = [o for o in as_tuple(op.fn(*call.args, backend=backend, **call.kwargs)) if o.requires_grad]
+            if outs:
+                torch.autograd.backward(outs, [torch.ones_like(o) for o in outs])
+    return [(func, [a.detach() if isinstance(a, torch.Tensor) else a for a in args]
+             if func._opname.endswith("_backward") else args, kwargs) for func, args, kwargs in recorder.calls]
+
+
+def opcheck_calls(calls) -> None:
+    for func, args, kwargs in calls:
+        opcheck(func, args, kwargs)

@@ -6,11 +6,10 @@ import warnings
 
 import pytest
 import torch
-from torch.library import opcheck
 
 import tle
 import tle.ops
-from op_cases import OPS, CustomOpCalls, as_tuple, assert_matches_reference, grad_positions, with_inputs
+from op_cases import OPS, as_tuple, assert_matches_reference, custom_op_calls, opcheck_calls
 from tilelang_oracle import needs_tilelang, tilelang_through_interpreter
 from tle.ops import OPERATORS
 
@@ -28,17 +27,17 @@ def test_torch_backend_gradcheck_fp64(name):
     if op.forward_only:
         pytest.skip(f"{name} is forward-only: {op.forward_only}")
     for sample in samples(name, torch.float64):
-        positions = grad_positions(op, sample)
+        positions = op.grad_keys(sample)
         if not positions or any(a.numel() == 0 for a in sample.args if isinstance(a, torch.Tensor)):
             continue
-        leaves = {p: (sample.kwargs[p] if isinstance(p, str) else sample.args[p]).detach().requires_grad_()
-                  for p in positions}
+        leaves = tuple(sample.get(p).detach().requires_grad_() for p in positions)
 
         def f(*xs):
-            args, kwargs = with_inputs(sample, dict(zip(positions, xs)))
-            return tuple(o for o in as_tuple(op.fn(*args, backend="torch", **kwargs)) if o.is_floating_point())
+            call = sample.replaced(dict(zip(positions, xs)))
+            return tuple(o for o in as_tuple(op.fn(*call.args, backend="torch", **call.kwargs))
+                         if o.is_floating_point())
 
-        assert torch.autograd.gradcheck(f, tuple(leaves.values()), eps=1e-6, atol=1e-5), sample.label
+        assert torch.autograd.gradcheck(f, leaves, eps=1e-6, atol=1e-5), sample.label
 
 
 @pytest.mark.parametrize("dtype", CPU_DTYPES, ids=str)
@@ -66,20 +65,9 @@ def test_tilelang_kernels_in_interpreter(name):
 @pytest.mark.parametrize("name", OPS)
 def test_opcheck(name):
     """torch.library.opcheck of every tle:: op the operator calls, forward and backward (torch backend)."""
-    op = OPERATORS[name]
-    recorder = CustomOpCalls()
-    for sample in samples(name, torch.float32):
-        with recorder:
-            args, kwargs = with_inputs(sample, {p: (sample.kwargs[p] if isinstance(p, str) else sample.args[p])
-                                                .detach().requires_grad_() for p in grad_positions(op, sample)})
-            outs = [o for o in as_tuple(op.fn(*args, backend="torch", **kwargs)) if o.requires_grad]
-            if outs:
-                torch.autograd.backward(outs, [torch.ones_like(o) for o in outs])
-    assert recorder.calls, f"{name} called no tle:: custom op"
-    for func, args, kwargs in recorder.calls:
-        if func._opname.endswith("_backward"):       # first-order only: its inputs are plain tensors
-            args = [a.detach() if isinstance(a, torch.Tensor) else a for a in args]
-        opcheck(func, args, kwargs)
+    calls = custom_op_calls(OPERATORS[name], samples(name, torch.float32), "torch")
+    assert calls, f"{name} called no tle:: custom op"
+    opcheck_calls(calls)
 
 
 # -- torch.compile -------------------------------------------------------------------------------------------

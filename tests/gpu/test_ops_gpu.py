@@ -3,10 +3,9 @@ bf16: its small odd-shaped samples against the fp64 reference, its headline benc
 fp32 reference; opcheck of its custom ops with the kernels; torch.compile (inductor) of a model of them."""
 import pytest
 import torch
-from torch.library import opcheck
 
 import tle.ops
-from op_cases import OPS, CustomOpCalls, as_tuple, assert_matches_reference, grad_positions, with_inputs
+from op_cases import OPS, assert_matches_reference, custom_op_calls, opcheck_calls
 from tle.ops import OPERATORS
 
 BACKENDS = ("triton", "tilelang")
@@ -45,20 +44,8 @@ def test_headline_shape(name, dtype, backend):
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", OPS)
 def test_opcheck_with_kernels(name, backend):
-    op = OPERATORS[name]
-    recorder = CustomOpCalls()
     torch.manual_seed(0)
-    for sample in op.samples("cuda", torch.float16)[:3]:
-        with recorder:
-            args, kwargs = with_inputs(sample, {p: (sample.kwargs[p] if isinstance(p, str) else sample.args[p])
-                                                .detach().requires_grad_() for p in grad_positions(op, sample)})
-            outs = [o for o in as_tuple(op.fn(*args, backend=backend, **kwargs)) if o.requires_grad]
-            if outs:
-                torch.autograd.backward(outs, [torch.ones_like(o) for o in outs])
-    for func, args, kwargs in recorder.calls:
-        if func._opname.endswith("_backward"):
-            args = [a.detach() if isinstance(a, torch.Tensor) else a for a in args]
-        opcheck(func, args, kwargs)
+    opcheck_calls(custom_op_calls(OPERATORS[name], OPERATORS[name].samples("cuda", torch.float16)[:3], backend))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -16,10 +16,6 @@ class CheckFailed(AssertionError):
     """An implementation's result is wrong; the message says where and by how much."""
 
 
-def tolerance(ref: torch.Tensor, dtype: torch.dtype) -> tuple[float, float]:
-    return default_tolerance(ref, dtype)
-
-
 def _compare_one(got, ref, dtype: torch.dtype, what: str) -> float:
     if got is None:
         if ref is None:
@@ -38,7 +34,7 @@ def _compare_one(got, ref, dtype: torch.dtype, what: str) -> float:
     if got.numel() == 0:
         return 0.0
     g, r = got.float(), ref.float()
-    atol, rtol = tolerance(r, dtype)
+    atol, rtol = default_tolerance(r, dtype)
     diff = (g - r).abs()
     ok = (diff <= atol + rtol * r.abs()) | (g == r)            # NaN anywhere in diff is not ok
     err = diff.nan_to_num(nan=float("inf")).max().item()

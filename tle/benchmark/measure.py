@@ -65,18 +65,6 @@ def case_bytes(spec, sample: Sample, mode: str) -> int:
 
 
 # -- samples -------------------------------------------------------------------------------------------------
-def _get(sample: Sample, key):
-    if isinstance(key, str):
-        return sample.kwargs.get(key)
-    return sample.args[key] if key < len(sample.args) else None
-
-
-def grad_keys(op: Operator, sample: Sample) -> list:
-    """The Operator's grad inputs present in `sample` as floating tensors: positions or keyword names."""
-    return [k for k in op.grad_inputs
-            if isinstance(_get(sample, k), torch.Tensor) and _get(sample, k).is_floating_point()]
-
-
 def grad_names(op: Operator, keys: list) -> list[str]:
     """Names for the grad inputs (the parameter names of op.fn where it has them)."""
     try:
@@ -107,7 +95,7 @@ def prepared(sample: Sample, keys: list, cast: torch.dtype | None = None) -> tup
     args = tuple(fix(i, a) for i, a in enumerate(sample.args))
     kwargs = {k: fix(k, v) for k, v in sample.kwargs.items()}
     out = Sample(args, kwargs, sample.label)
-    return out, [_get(out, k) for k in keys]
+    return out, [out.get(k) for k in keys]
 
 
 def as_tuple(out) -> tuple:
@@ -188,7 +176,7 @@ def run_case(op: Operator, sample: Sample, label: str, mode: str, dtype: torch.d
     cache = {} if cache is None else cache
     case = Case(op.name, label, mode)
     case.nbytes = case_bytes(spec, sample, mode)
-    keys = grad_keys(op, sample) if mode != "fwd" else []
+    keys = op.grad_keys(sample) if mode != "fwd" else []
     if mode != "fwd" and not keys:
         case.note = "no differentiable inputs in this case"
         return case

@@ -20,6 +20,17 @@ class Sample:
     kwargs: dict = field(default_factory=dict)
     label: str = ""
 
+    def get(self, key):
+        """The input at `key`: a position in args or a keyword name (None where absent)."""
+        if isinstance(key, str):
+            return self.kwargs.get(key)
+        return self.args[key] if key < len(self.args) else None
+
+    def replaced(self, values: dict) -> "Sample":
+        """This call with the inputs at the keys of `values` (positions or keyword names) swapped."""
+        return Sample(tuple(values.get(i, a) for i, a in enumerate(self.args)),
+                      {k: values.get(k, v) for k, v in self.kwargs.items()}, self.label)
+
 
 @dataclass
 class BenchSpec:
@@ -62,3 +73,8 @@ class Operator:
     forward_only: str = ""               # why there is no backward, if there is none
     bench: BenchSpec | None = None
     dtypes: tuple = (torch.float32, torch.float16, torch.bfloat16)
+
+    def grad_keys(self, sample: Sample) -> list:
+        """The grad inputs present in `sample` as floating tensors: positions or keyword names."""
+        return [k for k in self.grad_inputs
+                if isinstance(sample.get(k), torch.Tensor) and sample.get(k).is_floating_point()]
