@@ -50,7 +50,8 @@ def layer_norm_fwd_kernel(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, x_row_
 @tle.jit
 def layer_norm_bwd_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, dw_ptr, db_ptr, dy_row_stride,
                           x_row_stride, dx_row_stride, n_rows, n_cols, blocks_per_program, BLOCK_M: tl.constexpr,
-                          BLOCK_N: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr):
+                          BLOCK_N: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
+                          PREFETCH: tl.constexpr):
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK_N)
     col_mask = cols < n_cols
@@ -59,12 +60,31 @@ def layer_norm_bwd_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, dw_p
         dw = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     if HAS_BIAS:
         db = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    # PREFETCH: the loads of row block i + 1 are issued before the reductions of block i, so that their latency
+    # overlaps this block's work; measured to pay for one wide program per multiprocessor (8192 columns), not
+    # for the narrower rows of many small programs (backward_row_config)
+    if PREFETCH:
+        first = pid * blocks_per_program * BLOCK_M + tl.arange(0, BLOCK_M)
+        first_mask = (first < n_rows)[:, None] & col_mask[None, :]
+        dy_next = tl.load(dy_ptr + first[:, None] * dy_row_stride + cols[None, :], mask=first_mask, other=0.0)
+        x_next = tl.load(x_ptr + first[:, None] * x_row_stride + cols[None, :], mask=first_mask, other=0.0)
     for i in range(0, blocks_per_program):
         rows = (pid * blocks_per_program + i) * BLOCK_M + tl.arange(0, BLOCK_M)
         row_mask = rows < n_rows
         mask = row_mask[:, None] & col_mask[None, :]
-        dy = tl.load(dy_ptr + rows[:, None] * dy_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        if PREFETCH:
+            dy = dy_next.to(tl.float32)
+            x = x_next.to(tl.float32)
+            # the last step reads the next program's first block (a masked step would be a mask term that
+            # TileLang cannot load as a box): one block in blocks_per_program read twice
+            next_rows = rows + BLOCK_M
+            next_mask = (next_rows < n_rows)[:, None] & col_mask[None, :]
+            dy_next = tl.load(dy_ptr + next_rows[:, None] * dy_row_stride + cols[None, :], mask=next_mask, other=0.0)
+            x_next = tl.load(x_ptr + next_rows[:, None] * x_row_stride + cols[None, :], mask=next_mask,
+                               other=0.0)
+        else:
+            dy = tl.load(dy_ptr + rows[:, None] * dy_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         mean = tl.load(mean_ptr + rows, mask=row_mask, other=0.0)
         rstd = tl.load(rstd_ptr + rows, mask=row_mask, other=0.0)
         x_hat = (x - mean[:, None]) * rstd[:, None]      # nonzero in padding columns, where dy is zero
@@ -119,18 +139,6 @@ def _forward_config(n_cols: int) -> tuple[int, int, int]:
     return block_m, block_n, min(warps, 8)
 
 
-def _backward_config(n_cols: int) -> tuple[int, int, int, int]:
-    """(BLOCK_M, BLOCK_N, num_warps, programs per multiprocessor). A program holds two accumulators (weight
-    and bias gradients) beside w, dy and x: at 64 elements a thread (8192 columns on 4 warps) Triton's kernel
-    spills kilobytes. Measured on the H200 at 32768x8192 bf16 (TB/s, Triton / TileLang): 16 warps, 2 per
-    multiprocessor 2.59 / 2.69; 16 warps, 4 per SM 2.16 / 2.03; 8 warps, 4 per SM 2.14 / 2.54; 8 warps, 8
-    per SM 1.62 / 1.85. Narrower tiles keep backward_row_config, with at least a warp per 1024 elements."""
-    block_m, block_n, warps, per_sm = backward_row_config(n_cols)
-    if block_m * block_n >= 8192:
-        return block_m, block_n, 16, 2
-    return block_m, block_n, max(warps, block_m * block_n // 1024), per_sm
-
-
 def _kernel_forward(x, weight, bias, eps, backend):
     m, n = x.shape
     y = torch.empty((m, n), device=x.device, dtype=x.dtype)
@@ -148,7 +156,7 @@ def _kernel_forward(x, weight, bias, eps, backend):
 def _kernel_backward(dy, x, weight, bias, mean, rstd, backend):
     m, n = x.shape
     dx = torch.empty((m, n), device=x.device, dtype=x.dtype)
-    block_m, block_n, warps, per_sm = _backward_config(n)
+    block_m, block_n, warps, per_sm, prefetch = backward_row_config(n)
     blocks = triton.cdiv(m, block_m)
     grid = programs(x.device, per_sm, blocks)
     per_program = triton.cdiv(blocks, grid)
@@ -159,7 +167,8 @@ def _kernel_backward(dy, x, weight, bias, mean, rstd, backend):
             dy, x, weight if weight is not None else x, mean, rstd, dx,
             dw_parts if dw_parts is not None else rstd, db_parts if db_parts is not None else rstd,
             dy.stride(0), x.stride(0), dx.stride(0), m, n, per_program, BLOCK_M=block_m, BLOCK_N=block_n,
-            HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, backend=backend, num_warps=warps)
+            HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, PREFETCH=prefetch, backend=backend,
+            num_warps=warps)
     dw = db = None
     if weight is not None:
         dw = column_sum(dw_parts, weight.dtype, backend) if m else torch.zeros_like(weight)
@@ -203,7 +212,7 @@ def _bwd_example(device, size):
     mean = x.float().mean(-1)
     rstd = torch.rsqrt((x.float() - mean[:, None]).pow(2).mean(-1) + 1e-5)
     dx = torch.full_like(x, float("nan"))
-    block_m, block_n, warps, per_sm = _backward_config(n)
+    block_m, block_n, warps, per_sm, prefetch = backward_row_config(n)
     blocks = triton.cdiv(m, block_m)
     grid = 4 if size == "small" else 132 * per_sm
     per_program = triton.cdiv(blocks, grid)
@@ -217,7 +226,8 @@ def _bwd_example(device, size):
         return {"dx": dx_ref, "dw_partials": parts.index_add(0, owner, dy.float() * x_hat),
                 "db_partials": parts.index_add(0, owner, dy.float())}
     return tle.Launch(grid=(grid,), args=(dy, x, w, mean, rstd, dx, dw_parts, db_parts, n, n, n, m, n, per_program),
-                      kwargs=dict(BLOCK_M=block_m, BLOCK_N=block_n, HAS_WEIGHT=True, HAS_BIAS=True, num_warps=warps),
+                      kwargs=dict(BLOCK_M=block_m, BLOCK_N=block_n, HAS_WEIGHT=True, HAS_BIAS=True, PREFETCH=prefetch,
+                                  num_warps=warps),
                       outputs={"dx": dx, "dw_partials": dw_parts, "db_partials": db_parts}, reference=ref,
                       bytes=3 * m * n * x.element_size(), label=f"{m}x{n} {str(dtype)[6:]}")
 

@@ -48,19 +48,39 @@ def rms_norm_fwd_kernel(x_ptr, r_ptr, w_ptr, y_ptr, h_ptr, rstd_ptr, x_row_strid
 @tle.jit
 def rms_norm_bwd_kernel(dy_ptr, h_ptr, w_ptr, rstd_ptr, dh_ptr, dx_ptr, dw_ptr, dy_row_stride, h_row_stride,
                         dh_row_stride, dx_row_stride, n_rows, n_cols, blocks_per_program, BLOCK_M: tl.constexpr,
-                        BLOCK_N: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_DH: tl.constexpr):
+                        BLOCK_N: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_DH: tl.constexpr,
+                        PREFETCH: tl.constexpr):
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK_N)
     col_mask = cols < n_cols
     if HAS_WEIGHT:
         w = tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
         dw = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    # PREFETCH: the loads of row block i + 1 are issued before the reductions of block i, so that their latency
+    # overlaps this block's work; measured to pay for one wide program per multiprocessor (8192 columns), not
+    # for the narrower rows of many small programs (backward_row_config)
+    if PREFETCH:
+        first = pid * blocks_per_program * BLOCK_M + tl.arange(0, BLOCK_M)
+        first_mask = (first < n_rows)[:, None] & col_mask[None, :]
+        dy_next = tl.load(dy_ptr + first[:, None] * dy_row_stride + cols[None, :], mask=first_mask, other=0.0)
+        h_next = tl.load(h_ptr + first[:, None] * h_row_stride + cols[None, :], mask=first_mask, other=0.0)
     for i in range(0, blocks_per_program):
         rows = (pid * blocks_per_program + i) * BLOCK_M + tl.arange(0, BLOCK_M)
         row_mask = rows < n_rows
         mask = row_mask[:, None] & col_mask[None, :]
-        dy = tl.load(dy_ptr + rows[:, None] * dy_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        h = tl.load(h_ptr + rows[:, None] * h_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        if PREFETCH:
+            dy = dy_next.to(tl.float32)
+            h = h_next.to(tl.float32)
+            # the last step reads the next program's first block (a masked step would be a mask term that
+            # TileLang cannot load as a box): one block in blocks_per_program read twice
+            next_rows = rows + BLOCK_M
+            next_mask = (next_rows < n_rows)[:, None] & col_mask[None, :]
+            dy_next = tl.load(dy_ptr + next_rows[:, None] * dy_row_stride + cols[None, :], mask=next_mask, other=0.0)
+            h_next = tl.load(h_ptr + next_rows[:, None] * h_row_stride + cols[None, :], mask=next_mask,
+                               other=0.0)
+        else:
+            dy = tl.load(dy_ptr + rows[:, None] * dy_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            h = tl.load(h_ptr + rows[:, None] * h_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         rstd = tl.load(rstd_ptr + rows, mask=row_mask, other=0.0)
         h_hat = h * rstd[:, None]
         if HAS_WEIGHT:
@@ -120,7 +140,7 @@ def _kernel_backward(dy, h, weight, rstd, dh, backend):
     m, n = h.shape
     dx = torch.empty((m, n), device=h.device, dtype=h.dtype)
     dw = None
-    block_m, block_n, warps, per_sm = backward_row_config(n)
+    block_m, block_n, warps, per_sm, prefetch = backward_row_config(n)
     blocks = triton.cdiv(m, block_m)
     grid = programs(h.device, per_sm, blocks)
     per_program = triton.cdiv(blocks, grid)
@@ -130,7 +150,8 @@ def _kernel_backward(dy, h, weight, rstd, dh, backend):
             dy, h, weight if weight is not None else h, rstd, dh if dh is not None else dy, dx,
             partials if partials is not None else rstd, dy.stride(0), h.stride(0),
             dh.stride(0) if dh is not None else 0, dx.stride(0), m, n, per_program, BLOCK_M=block_m,
-            BLOCK_N=block_n, HAS_WEIGHT=weight is not None, HAS_DH=dh is not None, backend=backend, num_warps=warps)
+            BLOCK_N=block_n, HAS_WEIGHT=weight is not None, HAS_DH=dh is not None, PREFETCH=prefetch, backend=backend,
+            num_warps=warps)
     if weight is not None:
         dw = column_sum(partials, weight.dtype, backend) if m else torch.zeros_like(weight)
     return dx, dw
@@ -167,7 +188,7 @@ def _bwd_example(device, size):
     w = torch.rand(n, device=device, dtype=dtype) + 0.5
     rstd = torch.rsqrt(h.float().pow(2).mean(-1) + 1e-6)
     dx = torch.full_like(h, float("nan"))
-    block_m, block_n, warps, per_sm = backward_row_config(n)
+    block_m, block_n, warps, per_sm, prefetch = backward_row_config(n)
     blocks = triton.cdiv(m, block_m)
     grid = 4 if size == "small" else 132 * per_sm
     per_program = triton.cdiv(blocks, grid)
@@ -180,7 +201,8 @@ def _bwd_example(device, size):
         dw_parts = torch.zeros(grid, n, device=device).index_add_(0, rows, dy.float() * h_hat)
         return {"dx": dx_ref, "dw_partials": dw_parts}
     return tle.Launch(grid=(grid,), args=(dy, h, w, rstd, dh, dx, partials, n, n, n, n, m, n, per_program),
-                      kwargs=dict(BLOCK_M=block_m, BLOCK_N=block_n, HAS_WEIGHT=True, HAS_DH=True, num_warps=warps),
+                      kwargs=dict(BLOCK_M=block_m, BLOCK_N=block_n, HAS_WEIGHT=True, HAS_DH=True, PREFETCH=prefetch,
+                                  num_warps=warps),
                       outputs={"dx": dx, "dw_partials": partials}, reference=ref,
                       bytes=4 * m * n * h.element_size(), label=f"{m}x{n} {str(dtype)[6:]}")
 

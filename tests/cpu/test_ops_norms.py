@@ -192,3 +192,25 @@ def test_torch_compile_fullgraph_matches_eager(backend):
     params = (x, block.norm.weight, block.norm.bias)
     for e, c in zip(torch.autograd.grad(eager_out.sum(), params), torch.autograd.grad(compiled_out.sum(), params)):
         torch.testing.assert_close(c, e)
+
+
+# -- the prefetching loop of the norms' backward -------------------------------------------------------------
+@pytest.mark.parametrize("backend", ["triton", "tilelang"])
+@pytest.mark.parametrize("name", ["rms_norm", "layer_norm"])
+def test_backward_prefetch_path(name, backend, monkeypatch):
+    """The backward kernels load row block i + 1 while they reduce block i (PREFETCH) only for tiles of 8192
+    elements and more, which the small samples never reach: force it on one-row tiles, so that each of the
+    four programs (on the CPU) loops over several blocks, the last one reading past its run or the last row."""
+    import importlib
+
+    from tests.op_cases import assert_matches_reference
+    from tests.tilelang_oracle import tilelang_through_interpreter
+    from tle.oplib import rows
+
+    module = importlib.import_module(f"tle.kernels.{name}")
+    monkeypatch.setattr(module, "backward_row_config", lambda n: (1, rows.row_config(n)[1], 4, 1, True))
+    op = OPERATORS[name]
+    samples = [s for s in op.samples("cpu", torch.float32) if s.args[0].numel()]
+    with tilelang_through_interpreter():
+        for sample in samples:
+            assert_matches_reference(op, sample, backend, what="prefetch")

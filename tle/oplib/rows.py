@@ -20,14 +20,17 @@ def torch_compute_dtype(x: torch.Tensor) -> torch.dtype:
     return torch.float64 if x.dtype == torch.float64 else torch.float32
 
 
-def backward_row_config(n_cols: int) -> tuple[int, int, int, int]:
-    """(BLOCK_M, BLOCK_N, num_warps, programs per multiprocessor) for the row-wise backward kernels, which
-    loop over row blocks accumulating column sums: measured on the H200 (bf16, 4096 and 8192 columns),
-    many small programs (4 warps, 8 per multiprocessor) beat few wide ones by 10-20%, since each program's
-    loop waits on its own loads and reductions."""
+def backward_row_config(n_cols: int) -> tuple[int, int, int, int, bool]:
+    """(BLOCK_M, BLOCK_N, num_warps, programs per multiprocessor, PREFETCH) for the row-wise backward kernels,
+    which loop over row blocks accumulating column sums. Tiles of 8192 elements and more: one 16-warp program
+    per multiprocessor that loads block i + 1 while it reduces block i (PREFETCH). Measured on the H200 (bf16,
+    32768x8192, TB/s, rms_norm / layer_norm, Triton): 3.83 / 3.67, against 3.05 / 2.84 for 4 warps x 8 per SM
+    without prefetch. Narrower tiles: 4 warps, 8 per multiprocessor, no prefetch (with it, rms_norm at 4096 and
+    1024 columns ran at half the speed on Triton)."""
     block_m, block_n, _ = row_config(n_cols)
-    warps = 4 if block_m * block_n <= 8192 else 8
-    return block_m, block_n, warps, 8
+    if block_m * block_n >= 8192:
+        return block_m, block_n, 16, 1, True
+    return block_m, block_n, 4, 8, False
 
 
 def box_config(n_cols: int) -> tuple[int, int, int]:

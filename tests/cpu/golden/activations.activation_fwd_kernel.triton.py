@@ -10,5 +10,18 @@ def activation_fwd_kernel(x_ptr, y_ptr, n):
     offs = tl.program_id(0) * 4096 + tl.arange(0, 4096)
     mask = offs < n
     x = tl.load(x_ptr + offs, mask=mask, other=0.0)
-    act = 0.5 * x * (1.0 + tl.erf(x * 0.7071067811865476))
+    t = tl.abs(x)
+    u = tl.minimum(t, 6.0) * 0.16666666666666666
+    p = u * -0.7121808367064665 + 4.016912978676161
+    p_1 = p * u - 9.632367507578083
+    p_2 = p_1 * u + 12.274486416251197
+    p_3 = p_2 * u - 7.3819548891968125
+    p_4 = p_3 * u - 2.1496497665872076
+    p_5 = p_4 * u + 9.493103913221193
+    p_6 = p_5 * u - 11.39061091703949
+    p_7 = p_6 * u + 9.440664139822637
+    p_8 = p_7 * u - 6.906727228762565
+    p_9 = p_8 * u - 0.9999995869153444
+    h = tl.exp2(p_9 - 0.7213475204444817 * t * t)
+    act = x * tl.where(x >= 0.0, 1.0 - h, h)
     tl.store(y_ptr + offs, act, mask=mask)

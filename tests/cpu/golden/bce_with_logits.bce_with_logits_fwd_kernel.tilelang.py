@@ -26,7 +26,6 @@ def bce_with_logits_fwd_kernel(
         t = T.alloc_fragment((4096,), 'float32')
         w = T.alloc_fragment((4096,), 'float32')
         z = T.alloc_fragment((4096,), 'float32')
-        s = T.alloc_fragment((4096,), 'float32')
         sum_1 = T.alloc_fragment((1,), 'float32')
         pid = bx
         pw = pw_ptr[0]
@@ -40,8 +39,6 @@ def bce_with_logits_fwd_kernel(
             for i0 in T.Parallel(4096):
                 z[i0] = T.exp2((-T.abs(x[i0])) * 1.4426950408889634)
             for i0 in T.Parallel(4096):
-                s[i0] = (z[i0] / (2.0 + z[i0]))
-            for i0 in T.Parallel(4096):
-                acc[i0] = (acc[i0] + T.if_then_else((((tile * 4096) + i0) < 33000), ((((1.0 - t[i0]) * x[i0]) + ((1.0 + ((pw_1 - 1.0) * t[i0])) * (((2.0 * s[i0]) * (((((((((((((s[i0] * s[i0]) * 0.07692307692307693) + 0.09090909090909091) * (s[i0] * s[i0])) + 0.1111111111111111) * (s[i0] * s[i0])) + 0.14285714285714285) * (s[i0] * s[i0])) + 0.2) * (s[i0] * s[i0])) + 0.3333333333333333) * (s[i0] * s[i0])) + 1.0)) + T.max((-x[i0]), 0.0)))) * w[i0]), 0.0))
+                acc[i0] = (acc[i0] + T.if_then_else((((tile * 4096) + i0) < 33000), ((((1.0 - t[i0]) * x[i0]) + ((1.0 + ((pw_1 - 1.0) * t[i0])) * ((z[i0] * ((((((((((((((((z[i0] * 0.0052534577968815785) - 0.02958850739193005) * z[i0]) + 0.07836166801651995) * z[i0]) - 0.1367476970528438) * z[i0]) + 0.1911143108043114) * z[i0]) - 0.24844369892417056) * z[i0]) + 0.33319271342491596) * z[i0]) - 0.4999950151678635) * z[i0]) + 0.9999999705406548)) + T.max((-x[i0]), 0.0)))) * w[i0]), 0.0))
         T.reduce_sum(acc, sum_1, dim=0)
         partial_ptr[pid] = sum_1[0]

@@ -18,15 +18,15 @@ def bce_with_logits_fwd_kernel(x_ptr, t_ptr, w_ptr, pw_ptr, out_ptr, partial_ptr
         t = tl.load(t_ptr + offs, mask=mask, other=0.0)
         w = tl.load(w_ptr + offs, mask=mask, other=0.0)
         z = tl.exp(-tl.abs(x))
-        s = z / (2.0 + z)
-        s2 = s * s
-        p = s2 * 0.07692307692307693 + 0.09090909090909091
-        p_1 = p * s2 + 0.1111111111111111
-        p_2 = p_1 * s2 + 0.14285714285714285
-        p_3 = p_2 * s2 + 0.2
-        p_4 = p_3 * s2 + 0.3333333333333333
-        p_5 = p_4 * s2 + 1.0
-        loss = (1.0 - t) * x + (1.0 + (pw - 1.0) * t) * (2.0 * s * p_5 + tl.maximum(-x, 0.0))
+        p = z * 0.0052534577968815785 - 0.02958850739193005
+        p_1 = p * z + 0.07836166801651995
+        p_2 = p_1 * z - 0.1367476970528438
+        p_3 = p_2 * z + 0.1911143108043114
+        p_4 = p_3 * z - 0.24844369892417056
+        p_5 = p_4 * z + 0.33319271342491596
+        p_6 = p_5 * z - 0.4999950151678635
+        p_7 = p_6 * z + 0.9999999705406548
+        loss = (1.0 - t) * x + (1.0 + (pw - 1.0) * t) * (z * p_7 + tl.maximum(-x, 0.0))
         loss_1 = loss * w
         acc = acc + tl.where(mask, loss_1, 0.0)
     t_1 = tl.sum(acc, axis=0)

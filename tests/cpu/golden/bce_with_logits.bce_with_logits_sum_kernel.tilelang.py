@@ -2,7 +2,7 @@
 import tilelang.language as T
 
 # compiled for: n=1500
-# constexprs: BLOCK=1024
+# constexprs: BLOCK=4096
 # p_ptr: shape (1500,), strides (1,)
 # out_ptr: shape (1,), strides (1,)
 
@@ -14,14 +14,14 @@ def bce_with_logits_sum_kernel(
     scale: T.float32,
 ):
     with T.Kernel(1, threads=128) as bx:
-        acc = T.alloc_fragment((1024,), 'float32')
-        t = T.alloc_fragment((1024,), 'float32')
+        acc = T.alloc_fragment((4096,), 'float32')
+        t = T.alloc_fragment((4096,), 'float32')
         sum_1 = T.alloc_fragment((1,), 'float32')
         T.clear(acc)
-        for start_it in T.serial(2):
-            start = start_it * 1024
-            T.copy(p_ptr[start:start + 1024], t)
-            for i0 in T.Parallel(1024):
+        for start_it in T.serial(1):
+            start = start_it * 4096
+            T.copy(p_ptr[start:start + 4096], t)
+            for i0 in T.Parallel(4096):
                 acc[i0] = (acc[i0] + t[i0])
         T.reduce_sum(acc, sum_1, dim=0)
         out_ptr[0] = (sum_1[0] * scale)

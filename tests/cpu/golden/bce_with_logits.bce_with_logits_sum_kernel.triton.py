@@ -3,13 +3,13 @@ import triton
 import triton.language as tl
 
 
-# constexprs: BLOCK=1024
+# constexprs: BLOCK=4096
 # launch: num_warps=4, num_stages=3
 @triton.jit
 def bce_with_logits_sum_kernel(p_ptr, out_ptr, n, scale):
-    acc = tl.full([1024], 0.0, tl.float32)
-    for start in range(0, n, 1024):
-        offs = start + tl.arange(0, 1024)
+    acc = tl.full([4096], 0.0, tl.float32)
+    for start in range(0, n, 4096):
+        offs = start + tl.arange(0, 4096)
         t = tl.load(p_ptr + offs, mask=offs < n, other=0.0)
         acc = acc + t
     t_1 = tl.sum(acc, axis=0)

@@ -2,7 +2,7 @@
 import tilelang.language as T
 
 # compiled for: dim=33
-# constexprs: BLOCK_I=16, BLOCK_D=64
+# constexprs: BLOCK_I=2, BLOCK_D=64
 # dy_ptr: shape (10, 33), strides (33, 1)
 # bag_ptr: shape (39,), strides (1,)
 # run_ptr: shape (51,), strides (1,)
@@ -18,23 +18,23 @@ def embedding_bag_bwd_sorted_kernel(
     inv_ptr: T.Tensor((10,), 'float32'),
     dw_ptr: T.Tensor((1650,), 'float32'),
 ):
-    with T.Kernel(50, 1, threads=128) as (bx, by):
+    with T.Kernel(50, 1, threads=32) as (bx, by):
         dw_ptr_v = T.StridedTensor((50, 33), (33, 1), 'float32', data=dw_ptr.data)
-        acc = T.alloc_fragment((16, 64), 'float32')
-        scale = T.alloc_fragment((16,), 'float32')
-        g = T.alloc_fragment((16, 64), 'float32')
+        acc = T.alloc_fragment((2, 64), 'float32')
+        scale = T.alloc_fragment((2,), 'float32')
+        g = T.alloc_fragment((2, 64), 'float32')
         sum_1 = T.alloc_fragment((64,), 'float32')
         row = bx
         start = run_ptr[row]
         end = run_ptr[(row + 1)]
         T.clear(acc)
-        for i_it in T.serial(T.ceildiv(end - start, 16)):
-            i = start + i_it * 16
-            for i0 in T.Parallel(16):
+        for i_it in T.serial(T.ceildiv(end - start, 2)):
+            i = start + i_it * 2
+            for i0 in T.Parallel(2):
                 scale[i0] = T.if_then_else(((i + i0) < end), inv_ptr[T.if_then_else(((i + i0) < end), bag_ptr[(i + i0)], 0)], 0.0)
-            for i0, i1 in T.Parallel(16, 64):
+            for i0, i1 in T.Parallel(2, 64):
                 g[i0, i1] = T.if_then_else((((i + i0) < end) & (((by * 64) + i1) < 33)), dy_ptr[((T.cast(T.if_then_else(((i + i0) < end), bag_ptr[(i + i0)], 0), 'int64') * T.int64(33)) + ((by * 64) + i1))], 0.0)
-            for i0, i1 in T.Parallel(16, 64):
+            for i0, i1 in T.Parallel(2, 64):
                 acc[i0, i1] = (acc[i0, i1] + (g[i0, i1] * scale[i0]))
         T.reduce_sum(acc, sum_1, dim=0)
         T.copy(sum_1, dw_ptr_v[row, by * 64:by * 64 + 64])

@@ -3,8 +3,8 @@ import triton
 import triton.language as tl
 
 
-# constexprs: BLOCK_I=16, BLOCK_D=64
-# launch: num_warps=4, num_stages=3
+# constexprs: BLOCK_I=2, BLOCK_D=64
+# launch: num_warps=1, num_stages=3
 @triton.jit
 def embedding_bag_bwd_sorted_kernel(dy_ptr, bag_ptr, run_ptr, inv_ptr, dw_ptr, dim):
     row = tl.program_id(0)
@@ -12,9 +12,9 @@ def embedding_bag_bwd_sorted_kernel(dy_ptr, bag_ptr, run_ptr, inv_ptr, dw_ptr, d
     col_mask = cols < dim
     start = tl.load(run_ptr + row)
     end = tl.load(run_ptr + row + 1)
-    acc = tl.full([16, 64], 0.0, tl.float32)
-    for i in range(start, end, 16):
-        pos = i + tl.arange(0, 16)
+    acc = tl.full([2, 64], 0.0, tl.float32)
+    for i in range(start, end, 2):
+        pos = i + tl.arange(0, 2)
         keep = pos < end
         bag = tl.load(bag_ptr + pos, mask=keep, other=0)
         scale = tl.load(inv_ptr + bag, mask=keep, other=0.0)

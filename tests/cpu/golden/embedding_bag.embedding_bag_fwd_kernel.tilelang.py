@@ -2,7 +2,7 @@
 import tilelang.language as T
 
 # compiled for: w_row_stride=33, n_bags=10, n_indices=39, dim=33, padding_idx=9
-# constexprs: BLOCK_I=64, BLOCK_D=64, HAS_PADDING=True
+# constexprs: BLOCK_I=16, BLOCK_D=64, HAS_PADDING=True
 # w_ptr: shape (50, 33), strides (33, 1)
 # idx_ptr: shape (39,), strides (1,)
 # off_ptr: shape (10,), strides (1,)
@@ -18,11 +18,11 @@ def embedding_bag_fwd_kernel(
     out_ptr: T.Tensor((330,), 'float32'),
     inv_ptr: T.Tensor((10,), 'float32'),
 ):
-    with T.Kernel(10, 1, threads=256) as (bx, by):
+    with T.Kernel(10, 1, threads=32) as (bx, by):
         out_ptr_v = T.StridedTensor((10, 33), (33, 1), 'float32', data=out_ptr.data)
-        acc = T.alloc_fragment((64, 64), 'float32')
-        cnt = T.alloc_fragment((64,), 'int32')
-        rows = T.alloc_fragment((64, 64), 'float32')
+        acc = T.alloc_fragment((16, 64), 'float32')
+        cnt = T.alloc_fragment((16,), 'int32')
+        rows = T.alloc_fragment((16, 64), 'float32')
         sum_1 = T.alloc_fragment((1,), 'int32')
         sum_2 = T.alloc_fragment((64,), 'float32')
         mean = T.alloc_fragment((64,), 'float32')
@@ -34,13 +34,13 @@ def embedding_bag_fwd_kernel(
         end_1 = T.min(end, T.int64(39))
         T.clear(acc)
         T.clear(cnt)
-        for i_it in T.serial(T.ceildiv(end_1 - start, T.int64(64))):
-            i = start + i_it * T.int64(64)
-            for i0, i1 in T.Parallel(64, 64):
+        for i_it in T.serial(T.ceildiv(end_1 - start, T.int64(16))):
+            i = start + i_it * T.int64(16)
+            for i0, i1 in T.Parallel(16, 64):
                 rows[i0, i1] = T.if_then_else(((((i + T.cast(i0, 'int64')) < end_1) & (T.if_then_else(((i + T.cast(i0, 'int64')) < end_1), idx_ptr[(i + T.cast(i0, 'int64'))], T.int64(0)) != T.int64(9))) & (((by * 64) + i1) < 33)), w_ptr[((T.if_then_else(((i + T.cast(i0, 'int64')) < end_1), idx_ptr[(i + T.cast(i0, 'int64'))], T.int64(0)) * T.int64(33)) + ((by * 64) + i1))], 0.0)
-            for i0, i1 in T.Parallel(64, 64):
+            for i0, i1 in T.Parallel(16, 64):
                 acc[i0, i1] = (acc[i0, i1] + rows[i0, i1])
-            for i0 in T.Parallel(64):
+            for i0 in T.Parallel(16):
                 cnt[i0] = (cnt[i0] + T.cast((((i + T.cast(i0, 'int64')) < end_1) & (T.if_then_else(((i + T.cast(i0, 'int64')) < end_1), idx_ptr[(i + T.cast(i0, 'int64'))], T.int64(0)) != T.int64(9))), 'int32'))
         T.reduce_sum(cnt, sum_1, dim=0)
         count = T.cast(T.max(sum_1[0], 1), 'float32')

@@ -3,8 +3,8 @@ import triton
 import triton.language as tl
 
 
-# constexprs: BLOCK_I=64, BLOCK_D=64, HAS_PADDING=True
-# launch: num_warps=8, num_stages=3
+# constexprs: BLOCK_I=16, BLOCK_D=64, HAS_PADDING=True
+# launch: num_warps=1, num_stages=3
 @triton.jit
 def embedding_bag_fwd_kernel(w_ptr, idx_ptr, off_ptr, out_ptr, inv_ptr, w_row_stride, n_bags, n_indices, dim, padding_idx):
     bag = tl.program_id(0)
@@ -15,10 +15,10 @@ def embedding_bag_fwd_kernel(w_ptr, idx_ptr, off_ptr, out_ptr, inv_ptr, w_row_st
     t = tl.load(off_ptr + bag + 1, mask=has_next, other=0)
     end = tl.where(has_next, t, tl.cast(n_indices, tl.int64))
     end_1 = tl.minimum(end, tl.cast(n_indices, tl.int64))
-    acc = tl.full([64, 64], 0.0, tl.float32)
-    cnt = tl.full([64], 0, tl.int32)
-    for i in range(start, end_1, tl.full([], 64, tl.int64)):
-        pos = i + tl.arange(0, 64).to(tl.int64)
+    acc = tl.full([16, 64], 0.0, tl.float32)
+    cnt = tl.full([16], 0, tl.int32)
+    for i in range(start, end_1, tl.full([], 16, tl.int64)):
+        pos = i + tl.arange(0, 16).to(tl.int64)
         keep = pos < end_1
         idx = tl.load(idx_ptr + pos, mask=keep, other=0)
         keep_1 = keep & (idx != tl.cast(padding_idx, tl.int64))

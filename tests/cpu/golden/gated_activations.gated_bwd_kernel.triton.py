@@ -13,7 +13,20 @@ def gated_bwd_kernel(dy_ptr, g_ptr, v_ptr, dg_ptr, dv_ptr, dy_row_stride, g_row_
     dy = tl.load(dy_ptr + rows[:, None] * dy_row_stride + cols[None, :], mask=mask, other=0.0)
     g = tl.load(g_ptr + rows[:, None] * g_row_stride + cols[None, :], mask=mask, other=0.0)
     v = tl.load(v_ptr + rows[:, None] * v_row_stride + v_col_offset + cols[None, :], mask=mask, other=0.0)
-    cdf = 0.5 * (1.0 + tl.erf(g * 0.7071067811865476))
+    t = tl.abs(g)
+    u = tl.minimum(t, 6.0) * 0.16666666666666666
+    p = u * -0.7121808367064665 + 4.016912978676161
+    p_1 = p * u - 9.632367507578083
+    p_2 = p_1 * u + 12.274486416251197
+    p_3 = p_2 * u - 7.3819548891968125
+    p_4 = p_3 * u - 2.1496497665872076
+    p_5 = p_4 * u + 9.493103913221193
+    p_6 = p_5 * u - 11.39061091703949
+    p_7 = p_6 * u + 9.440664139822637
+    p_8 = p_7 * u - 6.906727228762565
+    p_9 = p_8 * u - 0.9999995869153444
+    h = tl.exp2(p_9 - 0.7213475204444817 * t * t)
+    cdf = tl.where(g >= 0.0, 1.0 - h, h)
     act = g * cdf
     dact = cdf + g * 0.3989422804014327 * tl.exp(-0.5 * g * g)
     tl.store(dg_ptr + rows[:, None] * dg_row_stride + cols[None, :], dy * v * dact, mask=mask)
