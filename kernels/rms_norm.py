@@ -64,6 +64,8 @@ def rms_norm_bwd_kernel(dy_ptr, h_ptr, w_ptr, rstd_ptr, dh_ptr, dx_ptr, dw_ptr, 
         first_mask = (first < n_rows)[:, None] & col_mask[None, :]
         dy_next = tl.load(dy_ptr + first[:, None] * dy_row_stride + cols[None, :], mask=first_mask, other=0.0)
         h_next = tl.load(h_ptr + first[:, None] * h_row_stride + cols[None, :], mask=first_mask, other=0.0)
+        if HAS_DH:
+            dh_next = tl.load(dh_ptr + first[:, None] * dh_row_stride + cols[None, :], mask=first_mask, other=0.0)
     for i in range(0, blocks_per_program):
         rows = (pid * blocks_per_program + i) * BLOCK_M + tl.arange(0, BLOCK_M)
         row_mask = rows < n_rows
@@ -78,9 +80,16 @@ def rms_norm_bwd_kernel(dy_ptr, h_ptr, w_ptr, rstd_ptr, dh_ptr, dx_ptr, dw_ptr, 
             dy_next = tl.load(dy_ptr + next_rows[:, None] * dy_row_stride + cols[None, :], mask=next_mask, other=0.0)
             h_next = tl.load(h_ptr + next_rows[:, None] * h_row_stride + cols[None, :], mask=next_mask,
                                other=0.0)
+            if HAS_DH:
+                dh = dh_next.to(tl.float32)
+                dh_next = tl.load(dh_ptr + next_rows[:, None] * dh_row_stride + cols[None, :], mask=next_mask,
+                                  other=0.0)
         else:
             dy = tl.load(dy_ptr + rows[:, None] * dy_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
             h = tl.load(h_ptr + rows[:, None] * h_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            if HAS_DH:
+                dh = tl.load(dh_ptr + rows[:, None] * dh_row_stride + cols[None, :], mask=mask,
+                             other=0.0).to(tl.float32)
         rstd = tl.load(rstd_ptr + rows, mask=row_mask, other=0.0)
         h_hat = h * rstd[:, None]
         if HAS_WEIGHT:
@@ -91,7 +100,7 @@ def rms_norm_bwd_kernel(dy_ptr, h_ptr, w_ptr, rstd_ptr, dh_ptr, dx_ptr, dw_ptr, 
         dot = tl.sum(g * h_hat, axis=1) / n_cols
         dx = (g - h_hat * dot[:, None]) * rstd[:, None]
         if HAS_DH:         # the gradient reaching h directly (the residual stream) adds to x's
-            dx += tl.load(dh_ptr + rows[:, None] * dh_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            dx += dh
         tl.store(dx_ptr + rows[:, None] * dx_row_stride + cols[None, :], dx.to(dx_ptr.dtype.element_ty), mask=mask)
     if HAS_WEIGHT:
         tl.store(dw_ptr + pid * n_cols + cols, tl.sum(dw, axis=0), mask=col_mask)

@@ -166,6 +166,8 @@ PLANS = {
         ('load', 'box', 'T.copy into fragment'),
         ('load', 'box', 'T.copy into fragment'),
         ('load', 'box', 'T.copy into fragment'),
+        ('load', 'box', 'T.copy into fragment'),
+        ('load', 'box', 'T.copy into fragment'),
         ('store', 'box', 'T.copy from fragment'),
         ('store', 'box', 'T.copy from fragment'),
         ('store', 'box', 'T.copy from fragment'),

@@ -33,10 +33,10 @@ def rms_norm_bwd_kernel(
         rows = T.alloc_fragment((2,), 'int32')
         dy = T.alloc_fragment((2, 1024), 'float32')
         h = T.alloc_fragment((2, 1024), 'float32')
+        dh = T.alloc_fragment((2, 1024), 'float32')
         rstd = T.alloc_fragment((2,), 'float32')
         t = T.alloc_fragment((2, 1024), 'float32')
         sum_1 = T.alloc_fragment((2,), 'float32')
-        t_1 = T.alloc_fragment((2, 1024), 'float32')
         dx = T.alloc_fragment((2, 1024), 'float32')
         sum_2 = T.alloc_fragment((1024,), 'float32')
         pid = bx
@@ -47,13 +47,13 @@ def rms_norm_bwd_kernel(
                 rows[i0] = ((((pid * 5) + i) * 2) + i0)
             T.copy(dy_ptr_v[pid * 10 + i * 2:pid * 10 + i * 2 + 2, 0:1024], dy)
             T.copy(h_ptr_v[pid * 10 + i * 2:pid * 10 + i * 2 + 2, 0:1024], h)
+            T.copy(dh_ptr_v[pid * 10 + i * 2:pid * 10 + i * 2 + 2, 0:1024], dh)
             T.copy(rstd_ptr[pid * 10 + i * 2:pid * 10 + i * 2 + 2], rstd)
             for i0, i1 in T.Parallel(2, 1024):
                 t[i0, i1] = ((dy[i0, i1] * w[i1]) * (h[i0, i1] * rstd[i0]))
             T.reduce_sum(t, sum_1, dim=1)
-            T.copy(dh_ptr_v[pid * 10 + i * 2:pid * 10 + i * 2 + 2, 0:1024], t_1)
             for i0, i1 in T.Parallel(2, 1024):
-                dx[i0, i1] = ((((dy[i0, i1] * w[i1]) - ((h[i0, i1] * rstd[i0]) * (sum_1[i0] / T.cast(1000, 'float32')))) * rstd[i0]) + t_1[i0, i1])
+                dx[i0, i1] = ((((dy[i0, i1] * w[i1]) - ((h[i0, i1] * rstd[i0]) * (sum_1[i0] / T.cast(1000, 'float32')))) * rstd[i0]) + dh[i0, i1])
             T.copy(dx, dx_ptr_v[pid * 10 + i * 2:pid * 10 + i * 2 + 2, 0:1024])
             for i0, i1 in T.Parallel(2, 1024):
                 dw[i0, i1] = (dw[i0, i1] + (dy[i0, i1] * (h[i0, i1] * rstd[i0])))

@@ -18,6 +18,7 @@ def rms_norm_bwd_kernel(dy_ptr, h_ptr, w_ptr, rstd_ptr, dh_ptr, dx_ptr, dw_ptr, 
         mask = row_mask[:, None] & col_mask[None, :]
         dy = tl.load(dy_ptr + rows[:, None] * dy_row_stride + cols[None, :], mask=mask, other=0.0)
         h = tl.load(h_ptr + rows[:, None] * h_row_stride + cols[None, :], mask=mask, other=0.0)
+        dh = tl.load(dh_ptr + rows[:, None] * dh_row_stride + cols[None, :], mask=mask, other=0.0)
         rstd = tl.load(rstd_ptr + rows, mask=row_mask, other=0.0)
         h_hat = h * rstd[:, None]
         g = dy * w[None, :]
@@ -25,8 +26,7 @@ def rms_norm_bwd_kernel(dy_ptr, h_ptr, w_ptr, rstd_ptr, dh_ptr, dx_ptr, dw_ptr, 
         t = tl.sum(g * h_hat, axis=1)
         dot = t / tl.cast(n_cols, tl.float32)
         dx = (g - h_hat * dot[:, None]) * rstd[:, None]
-        t_1 = tl.load(dh_ptr + rows[:, None] * dh_row_stride + cols[None, :], mask=mask, other=0.0)
-        dx_1 = dx + t_1
+        dx_1 = dx + dh
         tl.store(dx_ptr + rows[:, None] * dx_row_stride + cols[None, :], dx_1, mask=mask)
-    t_2 = tl.sum(dw, axis=0)
-    tl.store(dw_ptr + pid * n_cols + cols, t_2, mask=col_mask)
+    t_1 = tl.sum(dw, axis=0)
+    tl.store(dw_ptr + pid * n_cols + cols, t_1, mask=col_mask)
