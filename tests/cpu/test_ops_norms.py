@@ -203,8 +203,8 @@ def test_backward_prefetch_path(name, backend, monkeypatch):
     four programs (on the CPU) loops over several blocks, the last one reading past its run or the last row."""
     import importlib
 
-    from tests.op_cases import assert_matches_reference
-    from tests.tilelang_oracle import tilelang_through_interpreter
+    from op_cases import assert_matches_reference
+    from tilelang_oracle import tilelang_through_interpreter
     from tle.oplib import rows
 
     module = importlib.import_module(f"tle.kernels.{name}")
