@@ -141,10 +141,15 @@ def embedding_bag_cast_kernel(src_ptr, dst_ptr, n, BLOCK: tl.constexpr):
     tl.store(dst_ptr + base + offs, x.to(dst_ptr.dtype.element_ty), mask=mask)
 
 
+def _block_d(dim: int, cap: int = MAX_BLOCK_D) -> int:
+    """Columns per program: dim rounded up to a power of two, at least 16, at most `cap`."""
+    return min(cap, max(16, triton.next_power_of_2(max(dim, 1))))
+
+
 def _config(dim: int) -> tuple[int, int, int]:
     """(BLOCK_I, BLOCK_D, num_warps) of the atomic backward: the columns of a row (up to MAX_BLOCK_D) by
     BLOCK_I gathered rows, about 8192 elements in flight per program."""
-    block_d = min(MAX_BLOCK_D, max(16, triton.next_power_of_2(max(dim, 1))))
+    block_d = _block_d(dim)
     block_i = max(1, min(64, 8192 // block_d))
     warps = 4 if block_i * block_d <= 2048 else 8
     return block_i, block_d, warps
@@ -157,8 +162,8 @@ def _fwd_config(dim: int, backend: str) -> tuple[int, int, int]:
     slices of 16 rows a step 3.15, [32, 64] on 2 warps 2.43, [32, 256] on 8 warps 0.84; TileLang [8, 256] on
     4 warps 2.20, [16, 64] on 2 warps 1.71, [32, 256] on 8 warps 1.20."""
     if backend == "triton":
-        return 16, min(64, max(16, triton.next_power_of_2(max(dim, 1)))), 1
-    block_d = min(MAX_BLOCK_D, max(16, triton.next_power_of_2(max(dim, 1))))
+        return 16, _block_d(dim, cap=64), 1
+    block_d = _block_d(dim)
     return max(1, min(32, 2048 // block_d)), block_d, 4
 
 
@@ -166,7 +171,7 @@ def _sorted_config(dim: int) -> tuple[int, int, int]:
     """The sorted backward's tiles: runs are short (2 positions per weight row on average at 64k bags of 32
     over 1M rows), so 2 positions a step, and a warp per 256 columns. Measured on the H200 (1M x 256 bf16,
     TB/s, Triton / TileLang): [2, 256] on 1 warp 0.58 / 0.58, [8, 256] on 4 warps 0.06 / 0.28."""
-    block_d = min(MAX_BLOCK_D, max(16, triton.next_power_of_2(max(dim, 1))))
+    block_d = _block_d(dim)
     return 2, block_d, max(1, block_d // 256)
 
 

@@ -20,7 +20,6 @@ from tle.oplib import BenchSpec, Operator, Sample, as_rows, check_float, check_k
 from tle.oplib.rows import box_config, int32_row_chunks, torch_compute_dtype
 
 
-
 def fwd_config(n_cols: int) -> tuple[int, int, int]:
     """(BLOCK_M, BLOCK_N, num_warps) of the forward kernel: tiles of 4096 elements, up to 2048 columns wide,
     and warps enough for 8 columns a thread where the row allows it: TileLang lays the tiles out as the
