@@ -10,13 +10,14 @@ but x is kept for it. The math is kernels/activation_math.py's, shared with the 
 from __future__ import annotations
 
 import torch
-import triton
 import triton.language as tl
 
 import tle
 from tle.kernels.activation_math import (activation, activation_and_grad, gelu_activation, reference_activation,
                                          torch_activation, torch_activation_and_grad)
 from tle.oplib import BenchSpec, Operator, Sample, check_float, check_kernel_dtypes, resolve
+from tle.oplib.arith import cdiv, next_power_of_2
+from tle.oplib.dispatch import custom_op
 from tle.oplib.rows import torch_compute_dtype
 
 BLOCK = 4096          # elements per program: 16 per thread at 8 warps
@@ -43,7 +44,7 @@ def activation_bwd_kernel(dy_ptr, x_ptr, dx_ptr, n, BLOCK: tl.constexpr, ACT: tl
 
 def _config(n: int) -> tuple[int, int]:
     """(BLOCK, num_warps) for n elements: BLOCK-element tiles, smaller ones for small tensors."""
-    block = min(BLOCK, max(256, triton.next_power_of_2(n)))
+    block = min(BLOCK, max(256, next_power_of_2(n)))
     return block, (8 if block >= 4096 else 4)
 
 
@@ -67,7 +68,7 @@ def _kernel_forward(x, act, backend):
     for s in range(0, xf.numel(), CHUNK):
         n = min(CHUNK, xf.numel() - s)
         block, warps = _config(n)
-        activation_fwd_kernel[(triton.cdiv(n, block),)](xf[s:s + n], yf[s:s + n], n, BLOCK=block, ACT=act,
+        activation_fwd_kernel[(cdiv(n, block),)](xf[s:s + n], yf[s:s + n], n, BLOCK=block, ACT=act,
                                                         backend=backend, num_warps=warps)
     return y
 
@@ -79,7 +80,7 @@ def _kernel_backward(dy, x, act, backend):
     for s in range(0, xf.numel(), CHUNK):
         n = min(CHUNK, xf.numel() - s)
         block, warps = _config(n)
-        activation_bwd_kernel[(triton.cdiv(n, block),)](dyf[s:s + n], xf[s:s + n], dxf[s:s + n], n, BLOCK=block,
+        activation_bwd_kernel[(cdiv(n, block),)](dyf[s:s + n], xf[s:s + n], dxf[s:s + n], n, BLOCK=block,
                                                         ACT=act, backend=backend, num_warps=warps)
     return dx
 
@@ -103,7 +104,7 @@ def _fwd_example(device, size):
     x = (torch.randn(n, device=device) * 3).to(dtype)
     y = torch.full_like(x, float("nan"))
     block, warps = _config(n)
-    return tle.Launch(grid=(triton.cdiv(n, block),), args=(x, y, n),
+    return tle.Launch(grid=(cdiv(n, block),), args=(x, y, n),
                       kwargs=dict(BLOCK=block, ACT="gelu", num_warps=warps),
                       outputs={"y": y}, reference=lambda: {"y": torch_activation(x.float(), "gelu")},
                       bytes=2 * n * x.element_size(), label=f"gelu {n} {str(dtype)[6:]}")
@@ -115,14 +116,14 @@ def _bwd_example(device, size):
     dy, x = torch.randn(n, device=device).to(dtype), (torch.randn(n, device=device) * 3).to(dtype)
     dx = torch.full_like(x, float("nan"))
     block, warps = _config(n)
-    return tle.Launch(grid=(triton.cdiv(n, block),), args=(dy, x, dx, n),
+    return tle.Launch(grid=(cdiv(n, block),), args=(dy, x, dx, n),
                       kwargs=dict(BLOCK=block, ACT="gelu_tanh", num_warps=warps), outputs={"dx": dx},
                       reference=lambda: {"dx": dy.float() * torch_activation_and_grad(x.float(), "gelu_tanh")[1]},
                       bytes=3 * n * x.element_size(), label=f"gelu tanh backward {n} {str(dtype)[6:]}")
 
 
 # -- the custom ops -----------------------------------------------------------------------------------------
-@torch.library.custom_op("tle::gelu", mutates_args=())
+@custom_op("tle::gelu")
 def _gelu_op(x: torch.Tensor, approximate: str, backend: str) -> torch.Tensor:
     return _forward(x, gelu_activation(approximate), backend)
 
@@ -132,7 +133,7 @@ def _(x, approximate, backend):
     return x.new_empty(x.shape)
 
 
-@torch.library.custom_op("tle::gelu_backward", mutates_args=())
+@custom_op("tle::gelu_backward")
 def _gelu_backward_op(dy: torch.Tensor, x: torch.Tensor, approximate: str, backend: str) -> torch.Tensor:
     return _backward(dy, x, gelu_activation(approximate), backend)
 
@@ -149,13 +150,13 @@ def _gelu_setup_context(ctx, inputs, output):
 
 def _gelu_autograd(ctx, dy):
     x, = ctx.saved_tensors
-    return torch.ops.tle.gelu_backward(dy, x, ctx.approximate, ctx.backend), None, None
+    return _gelu_backward_op(dy, x, ctx.approximate, ctx.backend), None, None
 
 
 _gelu_op.register_autograd(_gelu_autograd, setup_context=_gelu_setup_context)
 
 
-@torch.library.custom_op("tle::silu", mutates_args=())
+@custom_op("tle::silu")
 def _silu_op(x: torch.Tensor, backend: str) -> torch.Tensor:
     return _forward(x, "silu", backend)
 
@@ -165,7 +166,7 @@ def _(x, backend):
     return x.new_empty(x.shape)
 
 
-@torch.library.custom_op("tle::silu_backward", mutates_args=())
+@custom_op("tle::silu_backward")
 def _silu_backward_op(dy: torch.Tensor, x: torch.Tensor, backend: str) -> torch.Tensor:
     return _backward(dy, x, "silu", backend)
 
@@ -182,7 +183,7 @@ def _silu_setup_context(ctx, inputs, output):
 
 def _silu_autograd(ctx, dy):
     x, = ctx.saved_tensors
-    return torch.ops.tle.silu_backward(dy, x, ctx.backend), None
+    return _silu_backward_op(dy, x, ctx.backend), None
 
 
 _silu_op.register_autograd(_silu_autograd, setup_context=_silu_setup_context)
@@ -195,7 +196,7 @@ def gelu(x: torch.Tensor, approximate: str = "none", *, backend: str | None = No
     gelu_activation(approximate)
     b = resolve("gelu", x.device, backend, fallback=fallback)
     check_kernel_dtypes("gelu", b, x=x)
-    return torch.ops.tle.gelu(x, approximate, b)
+    return _gelu_op(x, approximate, b)
 
 
 def silu(x: torch.Tensor, *, backend: str | None = None, fallback: str | None = None):
@@ -203,7 +204,7 @@ def silu(x: torch.Tensor, *, backend: str | None = None, fallback: str | None = 
     check_float(x, "x")
     b = resolve("silu", x.device, backend, fallback=fallback)
     check_kernel_dtypes("silu", b, x=x)
-    return torch.ops.tle.silu(x, b)
+    return _silu_op(x, b)
 
 
 class GELU(torch.nn.Module):

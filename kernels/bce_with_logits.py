@@ -21,11 +21,12 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
-import triton
 import triton.language as tl
 
 import tle
 from tle.oplib import BenchSpec, Operator, Sample, as_rows, check_float, check_kernel_dtypes, resolve
+from tle.oplib.arith import cdiv, next_power_of_2
+from tle.oplib.dispatch import custom_op
 from tle.oplib.rows import torch_compute_dtype
 
 REDUCTIONS = ("none", "mean", "sum")
@@ -227,7 +228,7 @@ def _torch_backward(grad, x, target, weight, pos_weight, reduction):
 # -- the kernel backends ------------------------------------------------------------------------------------
 def _tiles(n_cols):
     """(BLOCK_M, BLOCK_N) of a TILE-element tile of rows of `n_cols`: whole rows where they are short."""
-    block_n = min(triton.next_power_of_2(max(n_cols, 1)), TILE)
+    block_n = min(next_power_of_2(max(n_cols, 1)), TILE)
     return TILE // block_n, block_n
 
 
@@ -268,8 +269,8 @@ class _Plan:
         else:
             self.n_rows, self.n_cols = self.view(x).shape
             self.block_m, self.block_n = _tiles(self.n_cols)
-        self.col_blocks = triton.cdiv(self.n_cols, self.block_n)
-        self.n_tiles = triton.cdiv(self.n_rows, self.block_m) * self.col_blocks
+        self.col_blocks = cdiv(self.n_cols, self.block_n)
+        self.n_tiles = cdiv(self.n_rows, self.block_m) * self.col_blocks
         self.w = self.view(w) if self.w_mode == FULL else w
         self.pw = self.view(pw) if self.pw_mode == FULL else pw
 
@@ -297,8 +298,8 @@ def _kernel_forward(x, target, weight, pos_weight, reduction, backend):
         grid, per_program, partials = p.n_tiles, 1, o
     else:
         o = xv                                          # not written
-        per_program = triton.cdiv(p.n_tiles, MAX_PARTIALS)
-        grid = triton.cdiv(p.n_tiles, per_program)
+        per_program = cdiv(p.n_tiles, MAX_PARTIALS)
+        grid = cdiv(p.n_tiles, per_program)
         partials = torch.empty(grid, device=x.device, dtype=torch.float32)
     bce_with_logits_fwd_kernel[(grid,)](
         xv, tv, w, pw, o, partials, p.stride(xv), p.stride(tv), p.stride(p.w), p.stride(p.pw), p.stride(o),
@@ -345,13 +346,13 @@ def _fwd_example(device, size):
     """small: flat, a full weight and a pos_weight of one value, reduced to partials (3 programs);
     large: the headline, flat, reduction "none"."""
     m, n, dtype, x, t = _example_inputs(size, device)
-    tiles = triton.cdiv(m * n, TILE)
+    tiles = cdiv(m * n, TILE)
     label = f"{m}x{n} {str(dtype)[6:]}"
     xv, tv = x.view(-1), t.view(-1)
     if size == "small":
         w = torch.rand(m, n, device=device, dtype=dtype) + 0.5
         pw = torch.tensor([2.5], device=device, dtype=dtype)
-        grid, per_program = 3, triton.cdiv(tiles, 3)
+        grid, per_program = 3, cdiv(tiles, 3)
         partials = torch.full((grid,), float("nan"), device=device)
 
         def ref():
@@ -394,14 +395,14 @@ def _bwd_example(device, size):
         w = torch.rand(m, n, device=device, dtype=dtype) + 0.5
         pw = torch.rand(n, device=device, dtype=dtype) * 3
         block_m, block_n = _tiles(n)
-        col_blocks = triton.cdiv(n, block_n)
-        tiles = triton.cdiv(m, block_m) * col_blocks
+        col_blocks = cdiv(n, block_n)
+        tiles = cdiv(m, block_m) * col_blocks
         return tle.Launch(grid=(tiles,), args=(g, x, t, w, pw, dx, n, n, n, n, 0, n, m, n, col_blocks, 1.0),
                           kwargs=dict(BLOCK_M=block_m, BLOCK_N=block_n, W_MODE=FULL, PW_MODE=PER_COLUMN,
                                       REDUCE=False, FLAT=False, num_warps=WARPS),
                           outputs={"dx": dx}, reference=lambda: {"dx": _torch_backward(g, x, t, w, pw, "none")},
                           bytes=6 * m * n * x.element_size(), label=label)
-    tiles = triton.cdiv(m * n, TILE)
+    tiles = cdiv(m * n, TILE)
     xv = x.view(-1)
     return tle.Launch(grid=(tiles,), args=(g.view(-1), xv, t.view(-1), xv, xv, dx.view(-1), 0, 0, 0, 0, 0, 0, 1,
                                            m * n, tiles, 1.0),
@@ -412,7 +413,7 @@ def _bwd_example(device, size):
 
 
 # -- the custom ops -----------------------------------------------------------------------------------------
-@torch.library.custom_op("tle::binary_cross_entropy_with_logits", mutates_args=())
+@custom_op("tle::binary_cross_entropy_with_logits")
 def _bce_op(logits: torch.Tensor, target: torch.Tensor, weight: Optional[torch.Tensor],
             pos_weight: Optional[torch.Tensor], reduction: str, backend: str) -> torch.Tensor:
     if backend == "torch":
@@ -425,7 +426,7 @@ def _(logits, target, weight, pos_weight, reduction, backend):
     return logits.new_empty(logits.shape if reduction == "none" else ())
 
 
-@torch.library.custom_op("tle::binary_cross_entropy_with_logits_backward", mutates_args=())
+@custom_op("tle::binary_cross_entropy_with_logits_backward")
 def _bce_backward_op(grad: torch.Tensor, logits: torch.Tensor, target: torch.Tensor, weight: Optional[torch.Tensor],
                      pos_weight: Optional[torch.Tensor], reduction: str, backend: str) -> torch.Tensor:
     if backend == "torch":
@@ -446,7 +447,7 @@ def _setup_context(ctx, inputs, output):
 
 def _backward(ctx, grad):
     logits, target, weight, pos_weight = ctx.saved_tensors
-    dx = torch.ops.tle.binary_cross_entropy_with_logits_backward(grad, logits, target, weight, pos_weight,
+    dx = _bce_backward_op(grad, logits, target, weight, pos_weight,
                                                                    ctx.reduction, ctx.backend)
     return dx, None, None, None, None, None
 
@@ -497,7 +498,7 @@ def binary_cross_entropy_with_logits(logits: torch.Tensor, target: torch.Tensor,
     if b != "torch" and logits.numel() >= MAX_NUMEL:
         raise tle.LaunchError(f"'logits' has {logits.numel()} elements; binary_cross_entropy_with_logits on {b} "
                               f"addresses them with 32-bit offsets (fewer than {MAX_NUMEL})")
-    return torch.ops.tle.binary_cross_entropy_with_logits(logits, target, weight, pos_weight, reduction, b)
+    return _bce_op(logits, target, weight, pos_weight, reduction, b)
 
 
 class BCEWithLogitsLoss(torch.nn.Module):

@@ -6,10 +6,10 @@ this kernel adds those rows up. The input is read once; the partials are a few M
 from __future__ import annotations
 
 import torch
-import triton
 import triton.language as tl
 
 import tle
+from tle.oplib.arith import cdiv
 
 
 @tle.jit
@@ -33,7 +33,7 @@ def column_sum(partials: torch.Tensor, dtype: torch.dtype, backend: str) -> torc
     p, n = partials.shape
     out = torch.empty(n, device=partials.device, dtype=dtype)
     if n:
-        column_sum_kernel[(triton.cdiv(n, BLOCK),)](partials, out, p, n, BLOCK_P=BLOCK_P, BLOCK_N=BLOCK,
+        column_sum_kernel[(cdiv(n, BLOCK),)](partials, out, p, n, BLOCK_P=BLOCK_P, BLOCK_N=BLOCK,
                                                      backend=backend, num_warps=4)
     return out
 
@@ -43,7 +43,7 @@ def _example(device, size):
     p, n = (5, 300) if size == "small" else (528, 8192)
     partials = torch.randn(p, n, device=device)
     out = torch.full((n,), float("nan"), device=device)
-    return tle.Launch(grid=(triton.cdiv(n, BLOCK),), args=(partials, out, p, n),
+    return tle.Launch(grid=(cdiv(n, BLOCK),), args=(partials, out, p, n),
                       kwargs=dict(BLOCK_P=BLOCK_P, BLOCK_N=BLOCK, num_warps=4),
                       outputs={"out": out}, reference=lambda: {"out": partials.sum(0)},
                       bytes=(p + 1) * n * 4, label=f"{p}x{n} fp32")

@@ -28,13 +28,14 @@ padded row of 4, at the counter that row has in the stream."""
 from __future__ import annotations
 
 import torch
-import triton
 import triton.language as tl
 
 import tle
 from tle.kernels.philox import split_u64, stream_words, stream_words_torch
 from tle.examples import default_tolerance
 from tle.oplib import BenchSpec, Operator, Sample, check_float, check_kernel_dtypes, resolve
+from tle.oplib.arith import cdiv
+from tle.oplib.dispatch import custom_op
 from tle.oplib.rows import torch_compute_dtype
 
 BLOCK_R = 1024            # rows of 4 elements per program: 4096 elements
@@ -107,7 +108,7 @@ def _torch_backward(dy, p, seed, offset):
 def _launch(kernel, tensors, n_rows, p, seed, offset, backend, **constexprs):
     seed_lo, seed_hi = split_u64(seed)
     offset_lo, offset_hi = split_u64(offset)
-    kernel[(triton.cdiv(n_rows, BLOCK_R),)](*tensors, n_rows, seed_lo, seed_hi, offset_lo, offset_hi,
+    kernel[(cdiv(n_rows, BLOCK_R),)](*tensors, n_rows, seed_lo, seed_hi, offset_lo, offset_hi,
                                            threshold_of(p), scale_of(p), BLOCK_R=BLOCK_R, backend=backend,
                                            num_warps=NUM_WARPS, **constexprs)
 
@@ -166,7 +167,7 @@ def _fwd_example(device, size):
 
     def ref():
         return {"y": _torch_forward(x, r, _EXAMPLE_P, _EXAMPLE_SEED, _EXAMPLE_OFFSET)}
-    return tle.Launch(grid=(triton.cdiv(rows, BLOCK_R),), args=(x, r, y, rows) + _example_args(),
+    return tle.Launch(grid=(cdiv(rows, BLOCK_R),), args=(x, r, y, rows) + _example_args(),
                       kwargs=dict(BLOCK_R=BLOCK_R, DROPOUT=True, num_warps=NUM_WARPS),
                       outputs={"y": y}, reference=ref, bytes=3 * x.numel() * x.element_size(),
                       label=f"{rows * 4} {str(dtype)[6:]}")
@@ -180,7 +181,7 @@ def _bwd_example(device, size):
 
     def ref():
         return {"dx": _torch_backward(dy, _EXAMPLE_P, _EXAMPLE_SEED, _EXAMPLE_OFFSET)}
-    return tle.Launch(grid=(triton.cdiv(rows, BLOCK_R),), args=(dy, dx, rows) + _example_args(),
+    return tle.Launch(grid=(cdiv(rows, BLOCK_R),), args=(dy, dx, rows) + _example_args(),
                       kwargs=dict(BLOCK_R=BLOCK_R, num_warps=NUM_WARPS),
                       outputs={"dx": dx}, reference=ref, bytes=2 * dy.numel() * dy.element_size(),
                       label=f"{rows * 4} {str(dtype)[6:]}")
@@ -188,7 +189,7 @@ def _bwd_example(device, size):
 
 # -- the custom ops -----------------------------------------------------------------------------------------
 # seed and offset travel as int64 (the schema's int) holding their 64 unsigned bits; p = 0 means no dropout
-@torch.library.custom_op("tle::dropout_add", mutates_args=())
+@custom_op("tle::dropout_add")
 def _dropout_add_op(x: torch.Tensor, residual: torch.Tensor, p: float, seed: int, offset: int,
                     backend: str) -> torch.Tensor:
     seed, offset = seed & U64, offset & U64
@@ -204,7 +205,7 @@ def _(x, residual, p, seed, offset, backend):
     return x.new_empty(x.shape)
 
 
-@torch.library.custom_op("tle::dropout_add_backward", mutates_args=())
+@custom_op("tle::dropout_add_backward")
 def _dropout_add_backward_op(dy: torch.Tensor, p: float, seed: int, offset: int, backend: str) -> torch.Tensor:
     seed, offset = seed & U64, offset & U64
     if dy.numel() == 0:
@@ -227,7 +228,7 @@ def _backward(ctx, dy):
     if ctx.p == 0.0:
         dx = dy
     else:
-        dx = torch.ops.tle.dropout_add_backward(dy, ctx.p, ctx.seed, ctx.offset, ctx.backend)
+        dx = _dropout_add_backward_op(dy, ctx.p, ctx.seed, ctx.offset, ctx.backend)
     return dx, dy, None, None, None, None
 
 
@@ -274,10 +275,10 @@ def dropout_add(x: torch.Tensor, residual: torch.Tensor, p: float, training: boo
                               f"(at most {MAX_NUMEL})")
     p = float(p)
     if not training or p == 0.0:
-        return torch.ops.tle.dropout_add(x, residual, 0.0, 0, 0, b)
+        return _dropout_add_op(x, residual, 0.0, 0, 0, b)
     if seed is None:
         seed, offset = draw_seed_offset(x.device, (x.numel() + 3) // 4)
-    return torch.ops.tle.dropout_add(x, residual, p, _as_i64(seed), _as_i64(offset), b)
+    return _dropout_add_op(x, residual, p, _as_i64(seed), _as_i64(offset), b)
 
 
 class DropoutAdd(torch.nn.Module):

@@ -39,11 +39,12 @@ and backward again (cached on disk after the first time)."""
 from __future__ import annotations
 
 import torch
-import triton
 import triton.language as tl
 
 import tle
 from tle.oplib import BenchSpec, Operator, Sample, check_float, check_kernel_dtypes, check_tensor, resolve
+from tle.oplib.arith import cdiv, next_power_of_2
+from tle.oplib.dispatch import custom_op
 from tle.oplib.rows import torch_compute_dtype
 
 INDEX_DTYPES = (torch.int32, torch.int64)
@@ -143,7 +144,7 @@ def embedding_bag_cast_kernel(src_ptr, dst_ptr, n, BLOCK: tl.constexpr):
 
 def _block_d(dim: int, cap: int = MAX_BLOCK_D) -> int:
     """Columns per program: dim rounded up to a power of two, at least 16, at most `cap`."""
-    return min(cap, max(16, triton.next_power_of_2(max(dim, 1))))
+    return min(cap, max(16, next_power_of_2(max(dim, 1))))
 
 
 def _config(dim: int) -> tuple[int, int, int]:
@@ -241,7 +242,7 @@ def _kernel_forward(weight, indices, offsets, padding_idx, backend):
     out = torch.empty(n_bags, dim, device=weight.device, dtype=weight.dtype)
     inv_counts = torch.empty(n_bags, device=weight.device, dtype=torch.float32)
     block_i, block_d, warps = _fwd_config(dim, backend)
-    embedding_bag_fwd_kernel[(n_bags, triton.cdiv(dim, block_d))](
+    embedding_bag_fwd_kernel[(n_bags, cdiv(dim, block_d))](
         weight, indices, offsets, out, inv_counts, weight.stride(0), n_bags, n, dim, padding_idx, BLOCK_I=block_i,
         BLOCK_D=block_d, HAS_PADDING=padding_idx >= 0, backend=backend, num_warps=warps)
     return out, inv_counts
@@ -256,18 +257,18 @@ def _kernel_backward(dy, indices, offsets, inv_counts, num_weights, padding_idx,
         bags, run_ptr = _sorted_runs(indices, offsets, num_weights, padding_idx)
         dw = torch.empty(num_weights, dim, device=dy.device, dtype=dy.dtype)
         block_i, block_d, warps = _sorted_config(dim)
-        embedding_bag_bwd_sorted_kernel[(num_weights, triton.cdiv(dim, block_d))](
+        embedding_bag_bwd_sorted_kernel[(num_weights, cdiv(dim, block_d))](
             dy, bags, run_ptr, inv_counts, dw, dim, BLOCK_I=block_i, BLOCK_D=block_d, backend=backend, num_warps=warps)
         return dw
     acc = torch.zeros(num_weights, dim, device=dy.device, dtype=torch.float32)
     block_i, block_d, warps = _config(dim)
-    embedding_bag_bwd_atomic_kernel[(n_bags, triton.cdiv(dim, block_d))](
+    embedding_bag_bwd_atomic_kernel[(n_bags, cdiv(dim, block_d))](
         dy, indices, offsets, inv_counts, acc, n_bags, n, dim, padding_idx, BLOCK_I=block_i, BLOCK_D=block_d,
         HAS_PADDING=padding_idx >= 0, backend=backend, num_warps=warps)
     if dy.dtype == torch.float32:
         return acc
     dw = torch.empty(num_weights, dim, device=dy.device, dtype=dy.dtype)
-    embedding_bag_cast_kernel[(triton.cdiv(acc.numel(), CAST_BLOCK),)](acc, dw, acc.numel(), BLOCK=CAST_BLOCK,
+    embedding_bag_cast_kernel[(cdiv(acc.numel(), CAST_BLOCK),)](acc, dw, acc.numel(), BLOCK=CAST_BLOCK,
                                                                      backend=backend, num_warps=8)
     return dw
 
@@ -310,7 +311,7 @@ def _fwd_example(device, size):
     def ref():
         y, c = _torch_forward(weight, indices, offsets, padding_idx)
         return {"out": y, "inv_counts": c}
-    return tle.Launch(grid=(n_bags, triton.cdiv(dim, block_d)),
+    return tle.Launch(grid=(n_bags, cdiv(dim, block_d)),
                       args=(weight, indices, offsets, out, inv_counts, dim, n_bags, indices.shape[0], dim,
                             padding_idx),
                       kwargs=dict(BLOCK_I=block_i, BLOCK_D=block_d, HAS_PADDING=padding_idx >= 0, num_warps=warps),
@@ -333,7 +334,7 @@ def _sorted_example(device, size):
     bags, run_ptr = _sorted_runs(indices, offsets, e, padding_idx)
     dw = torch.full((e, dim), float("nan"), device=device, dtype=weight.dtype)
     block_i, block_d, warps = _sorted_config(dim)
-    return tle.Launch(grid=(e, triton.cdiv(dim, block_d)), args=(dy, bags, run_ptr, inv_counts, dw, dim),
+    return tle.Launch(grid=(e, cdiv(dim, block_d)), args=(dy, bags, run_ptr, inv_counts, dw, dim),
                       kwargs=dict(BLOCK_I=block_i, BLOCK_D=block_d, num_warps=warps), outputs={"dw": dw},
                       reference=lambda: {"dw": _torch_backward(dy.float(), indices, offsets, inv_counts, e,
                                                                padding_idx)},
@@ -346,7 +347,7 @@ def _atomic_example(device, size):
     (e, dim), n_bags = weight.shape, offsets.shape[0]
     acc = torch.zeros(e, dim, device=device)
     block_i, block_d, warps = _config(dim)
-    return tle.Launch(grid=(n_bags, triton.cdiv(dim, block_d)),
+    return tle.Launch(grid=(n_bags, cdiv(dim, block_d)),
                       args=(dy, indices, offsets, inv_counts, acc, n_bags, indices.shape[0], dim, padding_idx),
                       kwargs=dict(BLOCK_I=block_i, BLOCK_D=block_d, HAS_PADDING=padding_idx >= 0, num_warps=warps),
                       outputs={"dw": acc}, accumulates=("dw",),
@@ -360,14 +361,14 @@ def _cast_example(device, size):
     n = 3000 if size == "small" else (1 << 20) * 256
     src = torch.randn(n, device=device)
     dst = torch.full((n,), float("nan"), device=device, dtype=torch.float16 if size == "small" else torch.bfloat16)
-    return tle.Launch(grid=(triton.cdiv(n, CAST_BLOCK),), args=(src, dst, n),
+    return tle.Launch(grid=(cdiv(n, CAST_BLOCK),), args=(src, dst, n),
                       kwargs=dict(BLOCK=CAST_BLOCK, num_warps=8),
                       outputs={"dst": dst}, reference=lambda: {"dst": src.to(dst.dtype)},
                       bytes=n * (4 + dst.element_size()), label=f"{n} fp32 -> {str(dst.dtype)[6:]}")
 
 
 # -- the custom ops -----------------------------------------------------------------------------------------
-@torch.library.custom_op("tle::embedding_bag_mean", mutates_args=())
+@custom_op("tle::embedding_bag_mean")
 def _embedding_bag_mean_op(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor, padding_idx: int,
                            backward: str, backend: str) -> tuple[torch.Tensor, torch.Tensor]:
     indices, offsets = indices.contiguous(), offsets.contiguous()
@@ -384,7 +385,7 @@ def _(weight, indices, offsets, padding_idx, backward, backend):
     return weight.new_empty((n_bags, weight.shape[1])), weight.new_empty(n_bags, dtype=torch_compute_dtype(weight))
 
 
-@torch.library.custom_op("tle::embedding_bag_mean_backward", mutates_args=())
+@custom_op("tle::embedding_bag_mean_backward")
 def _embedding_bag_mean_backward_op(dy: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor,
                                     inv_counts: torch.Tensor, num_weights: int, padding_idx: int, backward: str,
                                     backend: str) -> torch.Tensor:
@@ -407,7 +408,7 @@ def _setup_context(ctx, inputs, output):
 
 def _backward(ctx, dy, _dinv_counts):
     indices, offsets, inv_counts = ctx.saved_tensors
-    dw = torch.ops.tle.embedding_bag_mean_backward(dy, indices, offsets, inv_counts, ctx.num_weights,
+    dw = _embedding_bag_mean_backward_op(dy, indices, offsets, inv_counts, ctx.num_weights,
                                                    ctx.padding_idx, ctx.backward, ctx.backend)
     return dw, None, None, None, None, None
 
@@ -466,7 +467,7 @@ def embedding_bag_mean(weight: torch.Tensor, indices: torch.Tensor, offsets: tor
         _check_offsets_on_cpu(indices, offsets, num_weights)
     b = resolve("embedding_bag_mean", weight.device, backend, fallback=fallback)
     check_kernel_dtypes("embedding_bag_mean", b, weight=weight)
-    out, _ = torch.ops.tle.embedding_bag_mean(weight, indices, offsets, pad, backward, b)
+    out, _ = _embedding_bag_mean_op(weight, indices, offsets, pad, backward, b)
     return out
 
 

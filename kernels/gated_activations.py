@@ -17,13 +17,14 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
-import triton
 import triton.language as tl
 
 import tle
 from tle.kernels.activation_math import (activation, activation_and_grad, gelu_activation, reference_activation,
                                          torch_activation, torch_activation_and_grad)
 from tle.oplib import BenchSpec, Operator, Sample, as_rows, check_float, check_kernel_dtypes, resolve
+from tle.oplib.arith import cdiv
+from tle.oplib.dispatch import custom_op
 from tle.oplib.rows import box_config, int32_row_chunks, torch_compute_dtype
 
 
@@ -82,7 +83,7 @@ def _kernel_forward(g, v, v_off, act, backend):
     block_m, block_n, warps = box_config(n)
     for r0, r1 in int32_row_chunks(m, max(g.stride(0), v.stride(0), n), block_m) if n else []:
         gc, vc, yc = g[r0:r1], v[r0:r1], y[r0:r1]
-        gated_fwd_kernel[(triton.cdiv(r1 - r0, block_m), triton.cdiv(n, block_n))](
+        gated_fwd_kernel[(cdiv(r1 - r0, block_m), cdiv(n, block_n))](
             gc, vc, yc, gc.stride(0), vc.stride(0), v_off, yc.stride(0), r1 - r0, n, BLOCK_M=block_m,
             BLOCK_N=block_n, ACT=act, backend=backend, num_warps=warps)
     return y
@@ -94,7 +95,7 @@ def _kernel_backward(dy, g, v, v_off, dg, dv, dv_off, act, backend):
     widest = max(dy.stride(0), g.stride(0), v.stride(0), dg.stride(0), dv.stride(0), n)
     for r0, r1 in int32_row_chunks(m, widest, block_m) if n else []:
         dyc, gc, vc, dgc, dvc = dy[r0:r1], g[r0:r1], v[r0:r1], dg[r0:r1], dv[r0:r1]
-        gated_bwd_kernel[(triton.cdiv(r1 - r0, block_m), triton.cdiv(n, block_n))](
+        gated_bwd_kernel[(cdiv(r1 - r0, block_m), cdiv(n, block_n))](
             dyc, gc, vc, dgc, dvc, dyc.stride(0), gc.stride(0), vc.stride(0), v_off, dgc.stride(0), dvc.stride(0),
             dv_off, r1 - r0, n, BLOCK_M=block_m, BLOCK_N=block_n, ACT=act, backend=backend, num_warps=warps)
 
@@ -152,7 +153,7 @@ def _fwd_example(device, size):
 
     def ref():
         return {"y": torch_activation(x[:, :n].float(), "silu") * x[:, n:].float()}
-    return tle.Launch(grid=(triton.cdiv(m, block_m), triton.cdiv(n, block_n)),
+    return tle.Launch(grid=(cdiv(m, block_m), cdiv(n, block_n)),
                       args=(x[:, :n], x, y, 2 * n, 2 * n, n, n, m, n),
                       kwargs=dict(BLOCK_M=block_m, BLOCK_N=block_n, ACT="silu",
                                   num_warps=warps),
@@ -171,7 +172,7 @@ def _bwd_example(device, size):
     def ref():
         a, da = torch_activation_and_grad(g.float(), "gelu")
         return {"dg": dy.float() * v.float() * da, "dv": dy.float() * a}
-    return tle.Launch(grid=(triton.cdiv(m, block_m), triton.cdiv(n, block_n)),
+    return tle.Launch(grid=(cdiv(m, block_m), cdiv(n, block_n)),
                       args=(dy, g, v, dg, dv, n, n, n, 0, n, n, 0, m, n),
                       kwargs=dict(BLOCK_M=block_m, BLOCK_N=block_n, ACT="gelu",
                                   num_warps=warps),
@@ -189,7 +190,7 @@ def _fake_backward(gate, value):
     return gate.new_empty(gate.shape), (value.new_empty(value.shape) if value is not None else gate.new_empty(0))
 
 
-@torch.library.custom_op("tle::swiglu", mutates_args=())
+@custom_op("tle::swiglu")
 def _swiglu_op(gate: torch.Tensor, value: Optional[torch.Tensor], backend: str) -> torch.Tensor:
     return _forward(gate, value, "silu", backend)
 
@@ -199,7 +200,7 @@ def _(gate, value, backend):
     return _fake_forward(gate, value)
 
 
-@torch.library.custom_op("tle::swiglu_backward", mutates_args=())
+@custom_op("tle::swiglu_backward")
 def _swiglu_backward_op(dy: torch.Tensor, gate: torch.Tensor, value: Optional[torch.Tensor],
                         backend: str) -> tuple[torch.Tensor, torch.Tensor]:
     return _backward(dy, gate, value, "silu", backend)
@@ -217,14 +218,14 @@ def _swiglu_setup_context(ctx, inputs, output):
 
 def _swiglu_autograd(ctx, dy):
     gate, value = ctx.saved_tensors
-    dg, dv = torch.ops.tle.swiglu_backward(dy, gate, value, ctx.backend)
+    dg, dv = _swiglu_backward_op(dy, gate, value, ctx.backend)
     return dg, (dv if value is not None else None), None
 
 
 _swiglu_op.register_autograd(_swiglu_autograd, setup_context=_swiglu_setup_context)
 
 
-@torch.library.custom_op("tle::geglu", mutates_args=())
+@custom_op("tle::geglu")
 def _geglu_op(gate: torch.Tensor, value: Optional[torch.Tensor], approximate: str, backend: str) -> torch.Tensor:
     return _forward(gate, value, gelu_activation(approximate), backend)
 
@@ -234,7 +235,7 @@ def _(gate, value, approximate, backend):
     return _fake_forward(gate, value)
 
 
-@torch.library.custom_op("tle::geglu_backward", mutates_args=())
+@custom_op("tle::geglu_backward")
 def _geglu_backward_op(dy: torch.Tensor, gate: torch.Tensor, value: Optional[torch.Tensor], approximate: str,
                        backend: str) -> tuple[torch.Tensor, torch.Tensor]:
     return _backward(dy, gate, value, gelu_activation(approximate), backend)
@@ -252,7 +253,7 @@ def _geglu_setup_context(ctx, inputs, output):
 
 def _geglu_autograd(ctx, dy):
     gate, value = ctx.saved_tensors
-    dg, dv = torch.ops.tle.geglu_backward(dy, gate, value, ctx.approximate, ctx.backend)
+    dg, dv = _geglu_backward_op(dy, gate, value, ctx.approximate, ctx.backend)
     return dg, (dv if value is not None else None), None, None
 
 
@@ -281,7 +282,7 @@ def swiglu(gate: torch.Tensor, value: torch.Tensor | None = None, *, backend: st
     """silu(gate) * value; with `value` omitted, `gate` is the packed [..., 2D] tensor [gate | value] and the
     result is [..., D]."""
     b = _check("swiglu", gate, value, backend, fallback)
-    return torch.ops.tle.swiglu(gate, value, b)
+    return _swiglu_op(gate, value, b)
 
 
 def geglu(gate: torch.Tensor, value: torch.Tensor | None = None, approximate: str = "none", *,
@@ -290,7 +291,7 @@ def geglu(gate: torch.Tensor, value: torch.Tensor | None = None, approximate: st
     [gate | value] and the result is [..., D]."""
     gelu_activation(approximate)
     b = _check("geglu", gate, value, backend, fallback)
-    return torch.ops.tle.geglu(gate, value, approximate, b)
+    return _geglu_op(gate, value, approximate, b)
 
 
 # -- tests and benchmarks -----------------------------------------------------------------------------------

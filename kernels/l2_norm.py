@@ -12,12 +12,13 @@ rsqrt(sum(x^2) + eps) (fp32, one per row) and y recomputed from x in fp32:
 from __future__ import annotations
 
 import torch
-import triton
 import triton.language as tl
 
 import tle
 from tle.oplib import (BenchSpec, Operator, Sample, as_rows, check_float, check_int32_offsets, check_kernel_dtypes,
                         resolve)
+from tle.oplib.arith import cdiv
+from tle.oplib.dispatch import custom_op
 from tle.oplib.rows import row_config, torch_compute_dtype
 
 MAX_COLS = 65536
@@ -74,7 +75,7 @@ def _kernel_forward(x, eps, backend):
     rstd = torch.empty(m, device=x.device, dtype=torch.float32)
     if m and n:
         block_m, block_n, warps = row_config(n)
-        l2_norm_fwd_kernel[(triton.cdiv(m, block_m),)](
+        l2_norm_fwd_kernel[(cdiv(m, block_m),)](
             x, y, rstd, x.stride(0), y.stride(0), m, n, float(eps), BLOCK_M=block_m, BLOCK_N=block_n,
             backend=backend, num_warps=warps)
     return y, rstd
@@ -85,7 +86,7 @@ def _kernel_backward(dy, x, rstd, backend):
     dx = torch.empty((m, n), device=x.device, dtype=x.dtype)
     if m and n:
         block_m, block_n, warps = row_config(n)
-        l2_norm_bwd_kernel[(triton.cdiv(m, block_m),)](
+        l2_norm_bwd_kernel[(cdiv(m, block_m),)](
             dy, x, rstd, dx, dy.stride(0), x.stride(0), dx.stride(0), m, n, BLOCK_M=block_m, BLOCK_N=block_n,
             backend=backend, num_warps=warps)
     return dx
@@ -107,7 +108,7 @@ def _fwd_example(device, size):
     def ref():
         y_ref, rstd_ref = _torch_forward(x, 1e-6)
         return {"y": y_ref, "rstd": rstd_ref}
-    return tle.Launch(grid=(triton.cdiv(m, block_m),), args=(x, y, rstd, n, n, m, n, 1e-6),
+    return tle.Launch(grid=(cdiv(m, block_m),), args=(x, y, rstd, n, n, m, n, 1e-6),
                       kwargs=dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps),
                       outputs={"y": y, "rstd": rstd}, reference=ref,
                       bytes=2 * m * n * x.element_size(), label=f"{m}x{n} {str(dtype)[6:]}")
@@ -120,14 +121,14 @@ def _bwd_example(device, size):
     rstd = torch.rsqrt(x.float().pow(2).sum(-1) + 1e-6)
     dx = torch.full_like(x, float("nan"))
     block_m, block_n, warps = row_config(n)
-    return tle.Launch(grid=(triton.cdiv(m, block_m),), args=(dy, x, rstd, dx, n, n, n, m, n),
+    return tle.Launch(grid=(cdiv(m, block_m),), args=(dy, x, rstd, dx, n, n, n, m, n),
                       kwargs=dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps),
                       outputs={"dx": dx}, reference=lambda: {"dx": _torch_backward(dy, x, rstd)},
                       bytes=3 * m * n * x.element_size(), label=f"{m}x{n} {str(dtype)[6:]}")
 
 
 # -- the custom ops -----------------------------------------------------------------------------------------
-@torch.library.custom_op("tle::l2_norm", mutates_args=())
+@custom_op("tle::l2_norm")
 def _l2_norm_op(x: torch.Tensor, eps: float, backend: str) -> tuple[torch.Tensor, torch.Tensor]:
     x2 = as_rows(x, "x")
     y, rstd = _torch_forward(x2, eps) if backend == "torch" else _kernel_forward(x2, eps, backend)
@@ -140,7 +141,7 @@ def _(x, eps, backend):
     return x.new_empty(x.shape), x.new_empty(rows, dtype=torch_compute_dtype(x))
 
 
-@torch.library.custom_op("tle::l2_norm_backward", mutates_args=())
+@custom_op("tle::l2_norm_backward")
 def _l2_norm_backward_op(dy: torch.Tensor, x: torch.Tensor, rstd: torch.Tensor, backend: str) -> torch.Tensor:
     dy2, x2 = as_rows(dy, "dy"), as_rows(x, "x")
     dx = _torch_backward(dy2, x2, rstd) if backend == "torch" else _kernel_backward(dy2, x2, rstd, backend)
@@ -160,7 +161,7 @@ def _setup_context(ctx, inputs, output):
 
 def _backward(ctx, dy, _drstd):
     x, rstd = ctx.saved_tensors
-    return torch.ops.tle.l2_norm_backward(dy, x, rstd, ctx.backend), None, None
+    return _l2_norm_backward_op(dy, x, rstd, ctx.backend), None, None
 
 
 _l2_norm_op.register_autograd(_backward, setup_context=_setup_context)
@@ -177,7 +178,7 @@ def l2_norm(x: torch.Tensor, eps: float = 1e-6, *, backend: str | None = None,
     check_int32_offsets("l2_norm", b, "x", x)
     if b != "torch" and n > MAX_COLS:
         raise tle.LaunchError(f"'x' has {n} columns; l2_norm on {b} holds a row in one tile (at most {MAX_COLS})")
-    y, _ = torch.ops.tle.l2_norm(x, float(eps), b)
+    y, _ = _l2_norm_op(x, float(eps), b)
     return y
 
 

@@ -12,13 +12,14 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
-import triton
 import triton.language as tl
 
 import tle
 from tle.kernels.column_sum import column_sum
 from tle.oplib import (BenchSpec, Operator, Sample, as_rows, check_float, check_int32_offsets, check_kernel_dtypes,
                         programs, resolve)
+from tle.oplib.arith import cdiv
+from tle.oplib.dispatch import custom_op
 from tle.oplib.rows import backward_row_config, row_config, torch_compute_dtype
 
 MAX_COLS = 65536
@@ -146,7 +147,7 @@ def _kernel_forward(x, weight, bias, eps, backend):
     rstd = torch.empty(m, device=x.device, dtype=torch.float32)
     if m and n:
         block_m, block_n, warps = _forward_config(n)
-        layer_norm_fwd_kernel[(triton.cdiv(m, block_m),)](
+        layer_norm_fwd_kernel[(cdiv(m, block_m),)](
             x, weight if weight is not None else x, bias if bias is not None else x, y, mean, rstd, x.stride(0),
             y.stride(0), m, n, float(eps), BLOCK_M=block_m, BLOCK_N=block_n, HAS_WEIGHT=weight is not None,
             HAS_BIAS=bias is not None, backend=backend, num_warps=warps)
@@ -157,9 +158,9 @@ def _kernel_backward(dy, x, weight, bias, mean, rstd, backend):
     m, n = x.shape
     dx = torch.empty((m, n), device=x.device, dtype=x.dtype)
     block_m, block_n, warps, per_sm, prefetch = backward_row_config(n)
-    blocks = triton.cdiv(m, block_m)
+    blocks = cdiv(m, block_m)
     grid = programs(x.device, per_sm, blocks)
-    per_program = triton.cdiv(blocks, grid)
+    per_program = cdiv(blocks, grid)
     dw_parts = torch.empty((grid, n), device=x.device, dtype=torch.float32) if weight is not None else None
     db_parts = torch.empty((grid, n), device=x.device, dtype=torch.float32) if bias is not None else None
     if m and n:
@@ -198,7 +199,7 @@ def _fwd_example(device, size):
     def ref():
         y_ref, mean_ref, rstd_ref = _torch_forward(x, w, b, 1e-5)
         return {"y": y_ref, "mean": mean_ref, "rstd": rstd_ref}
-    return tle.Launch(grid=(triton.cdiv(m, block_m),), args=(x, w, b, y, mean, rstd, n, n, m, n, 1e-5),
+    return tle.Launch(grid=(cdiv(m, block_m),), args=(x, w, b, y, mean, rstd, n, n, m, n, 1e-5),
                       kwargs=dict(BLOCK_M=block_m, BLOCK_N=block_n, HAS_WEIGHT=True, HAS_BIAS=True, num_warps=warps),
                       outputs={"y": y, "mean": mean, "rstd": rstd}, reference=ref,
                       bytes=2 * m * n * x.element_size(), label=f"{m}x{n} {str(dtype)[6:]}")
@@ -213,9 +214,9 @@ def _bwd_example(device, size):
     rstd = torch.rsqrt((x.float() - mean[:, None]).pow(2).mean(-1) + 1e-5)
     dx = torch.full_like(x, float("nan"))
     block_m, block_n, warps, per_sm, prefetch = backward_row_config(n)
-    blocks = triton.cdiv(m, block_m)
+    blocks = cdiv(m, block_m)
     grid = 4 if size == "small" else 132 * per_sm
-    per_program = triton.cdiv(blocks, grid)
+    per_program = cdiv(blocks, grid)
     dw_parts, db_parts = (torch.full((grid, n), float("nan"), device=device) for _ in range(2))
 
     def ref():
@@ -233,7 +234,7 @@ def _bwd_example(device, size):
 
 
 # -- the custom ops -----------------------------------------------------------------------------------------
-@torch.library.custom_op("tle::layer_norm", mutates_args=())
+@custom_op("tle::layer_norm")
 def _layer_norm_op(x: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor], eps: float,
                    backend: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     x2 = as_rows(x, "x")
@@ -251,7 +252,7 @@ def _(x, weight, bias, eps, backend):
     return x.new_empty(x.shape), x.new_empty(rows, dtype=ct), x.new_empty(rows, dtype=ct)
 
 
-@torch.library.custom_op("tle::layer_norm_backward", mutates_args=())
+@custom_op("tle::layer_norm_backward")
 def _layer_norm_backward_op(dy: torch.Tensor, x: torch.Tensor, weight: Optional[torch.Tensor],
                             bias: Optional[torch.Tensor], mean: torch.Tensor, rstd: torch.Tensor,
                             backend: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -279,7 +280,7 @@ def _setup_context(ctx, inputs, output):
 
 def _backward(ctx, dy, _dmean, _drstd):
     x, weight, bias, mean, rstd = ctx.saved_tensors
-    dx, dw, db = torch.ops.tle.layer_norm_backward(dy, x, weight, bias, mean, rstd, ctx.backend)
+    dx, dw, db = _layer_norm_backward_op(dy, x, weight, bias, mean, rstd, ctx.backend)
     return dx, (dw if weight is not None else None), (db if bias is not None else None), None, None
 
 
@@ -302,7 +303,7 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.
     check_int32_offsets("layer_norm", b, "x", x)
     if b != "torch" and n > MAX_COLS:
         raise tle.LaunchError(f"'x' has {n} columns; layer_norm on {b} holds a row in one tile (at most {MAX_COLS})")
-    y, _, _ = torch.ops.tle.layer_norm(x, weight, bias, float(eps), b)
+    y, _, _ = _layer_norm_op(x, weight, bias, float(eps), b)
     return y
 
 

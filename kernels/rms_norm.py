@@ -11,13 +11,14 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
-import triton
 import triton.language as tl
 
 import tle
 from tle.kernels.column_sum import column_sum
 from tle.oplib import (BenchSpec, Operator, Sample, as_rows, check_float, check_int32_offsets, check_kernel_dtypes,
                         programs, resolve)
+from tle.oplib.arith import cdiv
+from tle.oplib.dispatch import custom_op
 from tle.oplib.rows import backward_row_config, row_config, torch_compute_dtype
 
 MAX_COLS = 65536
@@ -138,7 +139,7 @@ def _kernel_forward(x, weight, residual, eps, backend):
     if m and n:
         block_m, block_n, warps = row_config(n)
         r = residual if residual is not None else x
-        rms_norm_fwd_kernel[(triton.cdiv(m, block_m),)](
+        rms_norm_fwd_kernel[(cdiv(m, block_m),)](
             x, r, weight if weight is not None else x, y, h, rstd, x.stride(0), r.stride(0), y.stride(0),
             h.stride(0), m, n, float(eps), BLOCK_M=block_m, BLOCK_N=block_n, HAS_RESIDUAL=residual is not None,
             HAS_WEIGHT=weight is not None, backend=backend, num_warps=warps)
@@ -150,9 +151,9 @@ def _kernel_backward(dy, h, weight, rstd, dh, backend):
     dx = torch.empty((m, n), device=h.device, dtype=h.dtype)
     dw = None
     block_m, block_n, warps, per_sm, prefetch = backward_row_config(n)
-    blocks = triton.cdiv(m, block_m)
+    blocks = cdiv(m, block_m)
     grid = programs(h.device, per_sm, blocks)
-    per_program = triton.cdiv(blocks, grid)
+    per_program = cdiv(blocks, grid)
     partials = torch.empty((grid, n), device=h.device, dtype=torch.float32) if weight is not None else None
     if m and n:
         rms_norm_bwd_kernel[(grid,)](
@@ -183,7 +184,7 @@ def _fwd_example(device, size):
     def ref():
         y_ref, h_ref, rstd_ref = _torch_forward(x, w, r, 1e-6)
         return {"y": y_ref, "h": h_ref, "rstd": rstd_ref}
-    return tle.Launch(grid=(triton.cdiv(m, block_m),), args=(x, r, w, y, h, rstd, n, n, n, n, m, n, 1e-6),
+    return tle.Launch(grid=(cdiv(m, block_m),), args=(x, r, w, y, h, rstd, n, n, n, n, m, n, 1e-6),
                       kwargs=dict(BLOCK_M=block_m, BLOCK_N=block_n, HAS_RESIDUAL=True, HAS_WEIGHT=True,
                                   num_warps=warps),
                       outputs={"y": y, "h": h, "rstd": rstd}, reference=ref,
@@ -198,9 +199,9 @@ def _bwd_example(device, size):
     rstd = torch.rsqrt(h.float().pow(2).mean(-1) + 1e-6)
     dx = torch.full_like(h, float("nan"))
     block_m, block_n, warps, per_sm, prefetch = backward_row_config(n)
-    blocks = triton.cdiv(m, block_m)
+    blocks = cdiv(m, block_m)
     grid = 4 if size == "small" else 132 * per_sm
-    per_program = triton.cdiv(blocks, grid)
+    per_program = cdiv(blocks, grid)
     partials = torch.full((grid, n), float("nan"), device=device)
 
     def ref():
@@ -217,7 +218,7 @@ def _bwd_example(device, size):
 
 
 # -- the custom ops -----------------------------------------------------------------------------------------
-@torch.library.custom_op("tle::rms_norm", mutates_args=())
+@custom_op("tle::rms_norm")
 def _rms_norm_op(x: torch.Tensor, weight: Optional[torch.Tensor], residual: Optional[torch.Tensor], eps: float,
                  backend: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     x2 = as_rows(x, "x")
@@ -236,7 +237,7 @@ def _(x, weight, residual, eps, backend):
     return x.new_empty(x.shape), h, x.new_empty(rows, dtype=torch_compute_dtype(x))
 
 
-@torch.library.custom_op("tle::rms_norm_backward", mutates_args=())
+@custom_op("tle::rms_norm_backward")
 def _rms_norm_backward_op(dy: torch.Tensor, h: torch.Tensor, weight: Optional[torch.Tensor], rstd: torch.Tensor,
                           dh: Optional[torch.Tensor], backend: str) -> tuple[torch.Tensor, torch.Tensor]:
     dy2, h2 = as_rows(dy, "dy"), as_rows(h, "h")
@@ -263,7 +264,7 @@ def _setup_context(ctx, inputs, output):
 
 def _backward(ctx, dy, dh, _drstd):
     h, weight, rstd = ctx.saved_tensors
-    dx, dw = torch.ops.tle.rms_norm_backward(dy, h, weight, rstd, dh if ctx.has_residual else None, ctx.backend)
+    dx, dw = _rms_norm_backward_op(dy, h, weight, rstd, dh if ctx.has_residual else None, ctx.backend)
     return dx, (dw if weight is not None else None), (dx if ctx.has_residual else None), None, None
 
 
@@ -289,7 +290,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1
         check_int32_offsets("rms_norm", b, "residual", residual)
     if b != "torch" and n > MAX_COLS:
         raise tle.LaunchError(f"'x' has {n} columns; rms_norm on {b} holds a row in one tile (at most {MAX_COLS})")
-    y, h, _ = torch.ops.tle.rms_norm(x, weight, residual, float(eps), b)
+    y, h, _ = _rms_norm_op(x, weight, residual, float(eps), b)
     return (y, h) if residual is not None else y
 
 

@@ -11,12 +11,13 @@ registers and writes one row of partial sums, which column_sum adds up (one pass
 from __future__ import annotations
 
 import torch
-import triton
 import triton.language as tl
 
 import tle
 from tle.kernels.column_sum import column_sum
 from tle.oplib import BenchSpec, Operator, Sample, as_rows, check_float, check_kernel_dtypes, programs, resolve
+from tle.oplib.arith import cdiv, next_power_of_2
+from tle.oplib.dispatch import custom_op
 from tle.oplib.rows import box_config, int32_row_chunks, torch_compute_dtype
 
 
@@ -24,7 +25,7 @@ def fwd_config(n_cols: int) -> tuple[int, int, int]:
     """(BLOCK_M, BLOCK_N, num_warps) of the forward kernel: tiles of 4096 elements, up to 2048 columns wide,
     and warps enough for 8 columns a thread where the row allows it: TileLang lays the tiles out as the
     [BLOCK_N] scale and bias, so that is what gives 16-byte accesses in bf16."""
-    block_n = min(2048, triton.next_power_of_2(max(n_cols, 1)))
+    block_n = min(2048, next_power_of_2(max(n_cols, 1)))
     return max(1, 4096 // block_n), block_n, max(4, min(8, block_n // 256))
 
 
@@ -108,7 +109,7 @@ def _kernel_forward(x, scale, bias, residual, backend):
     block_m, block_n, warps = fwd_config(n)
     for r0, r1 in int32_row_chunks(m, max(x.stride(0), residual.stride(0), n), block_m) if n else []:
         xc, rc, yc = x[r0:r1], residual[r0:r1], y[r0:r1]
-        scale_bias_add_fwd_kernel[(triton.cdiv(r1 - r0, block_m), triton.cdiv(n, block_n))](
+        scale_bias_add_fwd_kernel[(cdiv(r1 - r0, block_m), cdiv(n, block_n))](
             xc, scale, bias, rc, yc, xc.stride(0), rc.stride(0), yc.stride(0), r1 - r0, n, BLOCK_M=block_m,
             BLOCK_N=block_n, backend=backend, num_warps=warps)
     return y
@@ -116,10 +117,10 @@ def _kernel_forward(x, scale, bias, residual, backend):
 
 def _bwd_grid(device, rows: int, n_cols: int, block_m: int, block_n: int, per_sm: int) -> tuple[int, int, int]:
     """(programs over the rows, over the columns, row blocks per program) of the backward kernel."""
-    blocks, col_blocks = triton.cdiv(rows, block_m), triton.cdiv(n_cols, block_n)
+    blocks, col_blocks = cdiv(rows, block_m), cdiv(n_cols, block_n)
     grid_m = max(1, min(blocks, programs(device, per_sm, blocks * col_blocks) // col_blocks))
-    per_program = triton.cdiv(blocks, grid_m)
-    return triton.cdiv(blocks, per_program), col_blocks, per_program
+    per_program = cdiv(blocks, grid_m)
+    return cdiv(blocks, per_program), col_blocks, per_program
 
 
 def _kernel_backward(dy, x, scale, bias, backend):
@@ -154,7 +155,7 @@ def _fwd_example(device, size):
     s, b = torch.rand(n, device=device, dtype=dtype) + 0.5, torch.randn(n, device=device, dtype=dtype)
     y = torch.full_like(x, float("nan"))
     block_m, block_n, warps = fwd_config(n)
-    return tle.Launch(grid=(triton.cdiv(m, block_m), triton.cdiv(n, block_n)), args=(x, s, b, r, y, n, n, n, m, n),
+    return tle.Launch(grid=(cdiv(m, block_m), cdiv(n, block_n)), args=(x, s, b, r, y, n, n, n, m, n),
                       kwargs=dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps), outputs={"y": y},
                       reference=lambda: {"y": _torch_forward(x, s, b, r)}, bytes=3 * m * n * x.element_size(),
                       label=f"{m}x{n} {str(dtype)[6:]}")
@@ -167,10 +168,10 @@ def _bwd_example(device, size):
     s = torch.rand(n, device=device, dtype=dtype) + 0.5
     dx = torch.full_like(x, float("nan"))
     block_m, block_n, warps, _ = bwd_config(n, "triton")      # one launch for both lowerings
-    blocks = triton.cdiv(m, block_m)
+    blocks = cdiv(m, block_m)
     grid_m = 4 if size == "small" else 132
-    per_program = triton.cdiv(blocks, grid_m)
-    grid_m = triton.cdiv(blocks, per_program)
+    per_program = cdiv(blocks, grid_m)
+    grid_m = cdiv(blocks, per_program)
     ds, db = (torch.full((grid_m, n), float("nan"), device=device) for _ in range(2))
 
     def ref():
@@ -178,14 +179,14 @@ def _bwd_example(device, size):
         return {"dx": dy.float() * s.float(),
                 "ds_partials": torch.zeros(grid_m, n, device=device).index_add_(0, rows, dy.float() * x.float()),
                 "db_partials": torch.zeros(grid_m, n, device=device).index_add_(0, rows, dy.float())}
-    return tle.Launch(grid=(grid_m, triton.cdiv(n, block_n)), args=(dy, x, s, dx, ds, db, n, n, n, m, n, per_program),
+    return tle.Launch(grid=(grid_m, cdiv(n, block_n)), args=(dy, x, s, dx, ds, db, n, n, n, m, n, per_program),
                       kwargs=dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps),
                       outputs={"dx": dx, "ds_partials": ds, "db_partials": db}, reference=ref,
                       bytes=3 * m * n * x.element_size(), label=f"{m}x{n} {str(dtype)[6:]}")
 
 
 # -- the custom ops -----------------------------------------------------------------------------------------
-@torch.library.custom_op("tle::scale_bias_add", mutates_args=())
+@custom_op("tle::scale_bias_add")
 def _scale_bias_add_op(x: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor, residual: torch.Tensor,
                        backend: str) -> torch.Tensor:
     x2, r2 = as_rows(x, "x"), as_rows(residual, "residual")
@@ -201,7 +202,7 @@ def _(x, scale, bias, residual, backend):
     return x.new_empty(x.shape)
 
 
-@torch.library.custom_op("tle::scale_bias_add_backward", mutates_args=())
+@custom_op("tle::scale_bias_add_backward")
 def _scale_bias_add_backward_op(dy: torch.Tensor, x: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor,
                                 backend: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dx, dscale, dbias); `bias` gives dbias its dtype."""
@@ -225,7 +226,7 @@ def _setup_context(ctx, inputs, output):
 
 def _backward(ctx, dy):
     x, scale, bias = ctx.saved_tensors
-    dx, ds, db = torch.ops.tle.scale_bias_add_backward(dy, x, scale, bias, ctx.backend)
+    dx, ds, db = _scale_bias_add_backward_op(dy, x, scale, bias, ctx.backend)
     return dx, ds, db, dy, None
 
 
@@ -256,7 +257,7 @@ def scale_bias_add(x: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor, res
         raise tle.LaunchError(f"'residual' has dtype {residual.dtype}; expected x's dtype {x.dtype}")
     b = resolve("scale_bias_add", x.device, backend, fallback=fallback)
     check_kernel_dtypes("scale_bias_add", b, x=x, scale=scale, bias=bias)
-    return torch.ops.tle.scale_bias_add(x, scale, bias, residual, b)
+    return _scale_bias_add_op(x, scale, bias, residual, b)
 
 
 # -- tests and benchmarks -----------------------------------------------------------------------------------

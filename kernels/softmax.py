@@ -9,11 +9,12 @@ MAX_COLS do not fit one tile: the kernel backends refuse them."""
 from __future__ import annotations
 
 import torch
-import triton
 import triton.language as tl
 
 import tle
 from tle.oplib import BenchSpec, Operator, Sample, as_rows, check_float, check_kernel_dtypes, resolve
+from tle.oplib.arith import cdiv
+from tle.oplib.dispatch import custom_op
 from tle.oplib.rows import row_config, torch_compute_dtype
 
 MAX_COLS = 65536
@@ -66,7 +67,7 @@ def _kernel_forward(x, backend):
     y = torch.empty((m, n), device=x.device, dtype=x.dtype)
     if m and n:
         block_m, block_n, warps = row_config(n)
-        softmax_kernel[(triton.cdiv(m, block_m),)](x, y, x.stride(0), y.stride(0), m, n, BLOCK_M=block_m,
+        softmax_kernel[(cdiv(m, block_m),)](x, y, x.stride(0), y.stride(0), m, n, BLOCK_M=block_m,
                                                    BLOCK_N=block_n, backend=backend, num_warps=warps)
     return y
 
@@ -76,7 +77,7 @@ def _kernel_backward(dy, y, backend):
     dx = torch.empty((m, n), device=y.device, dtype=y.dtype)
     if m and n:
         block_m, block_n, warps = row_config(n)
-        softmax_bwd_kernel[(triton.cdiv(m, block_m),)](dy, y, dx, dy.stride(0), y.stride(0), dx.stride(0), m, n,
+        softmax_bwd_kernel[(cdiv(m, block_m),)](dy, y, dx, dy.stride(0), y.stride(0), dx.stride(0), m, n,
                                                        BLOCK_M=block_m, BLOCK_N=block_n, backend=backend,
                                                        num_warps=warps)
     return dx
@@ -93,7 +94,7 @@ def _fwd_example(device, size):
     x = torch.randn(m, n, device=device, dtype=dtype)
     y = torch.full_like(x, float("nan"))
     block_m, block_n, warps = row_config(n)
-    return tle.Launch(grid=(triton.cdiv(m, block_m),), args=(x, y, x.stride(0), y.stride(0), m, n),
+    return tle.Launch(grid=(cdiv(m, block_m),), args=(x, y, x.stride(0), y.stride(0), m, n),
                       kwargs=dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps),
                       outputs={"y": y}, reference=lambda: {"y": torch.softmax(x.float(), dim=-1)},
                       bytes=2 * m * n * x.element_size(), label=f"{m}x{n} {str(dtype)[6:]}")
@@ -106,14 +107,14 @@ def _bwd_example(device, size):
     dy = torch.randn(m, n, device=device, dtype=dtype)
     dx = torch.full_like(y, float("nan"))
     block_m, block_n, warps = row_config(n)
-    return tle.Launch(grid=(triton.cdiv(m, block_m),), args=(dy, y, dx, n, n, n, m, n),
+    return tle.Launch(grid=(cdiv(m, block_m),), args=(dy, y, dx, n, n, n, m, n),
                       kwargs=dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps),
                       outputs={"dx": dx}, reference=lambda: {"dx": _torch_backward(dy, y)},
                       bytes=3 * m * n * y.element_size(), label=f"{m}x{n} {str(dtype)[6:]}")
 
 
 # -- the custom ops -----------------------------------------------------------------------------------------
-@torch.library.custom_op("tle::softmax", mutates_args=())
+@custom_op("tle::softmax")
 def _softmax_op(x: torch.Tensor, backend: str) -> torch.Tensor:
     x2 = as_rows(x, "x")
     y = _torch_forward(x2) if backend == "torch" else _kernel_forward(x2, backend)
@@ -125,7 +126,7 @@ def _(x, backend):
     return x.new_empty(x.shape)
 
 
-@torch.library.custom_op("tle::softmax_backward", mutates_args=())
+@custom_op("tle::softmax_backward")
 def _softmax_backward_op(dy: torch.Tensor, y: torch.Tensor, backend: str) -> torch.Tensor:
     dy2, y2 = as_rows(dy, "dy"), as_rows(y, "y")
     dx = _torch_backward(dy2, y2) if backend == "torch" else _kernel_backward(dy2, y2, backend)
@@ -144,7 +145,7 @@ def _setup_context(ctx, inputs, output):
 
 def _backward(ctx, dy):
     (y,) = ctx.saved_tensors
-    return torch.ops.tle.softmax_backward(dy, y, ctx.backend), None
+    return _softmax_backward_op(dy, y, ctx.backend), None
 
 
 _softmax_op.register_autograd(_backward, setup_context=_setup_context)
@@ -165,7 +166,7 @@ def softmax(x: torch.Tensor, dim: int = -1, *, backend: str | None = None, fallb
     if b != "torch" and x.numel() >= MAX_NUMEL:
         raise tle.LaunchError(f"'x' has {x.numel()} elements; softmax on {b} addresses them with 32-bit offsets "
                               f"(fewer than {MAX_NUMEL})")
-    return torch.ops.tle.softmax(x, b)
+    return _softmax_op(x, b)
 
 
 class Softmax(torch.nn.Module):

@@ -29,19 +29,30 @@ _LAUNCH_KEYS = ("backend", "num_warps", "num_stages")
 _REQUIRED = object()
 
 
-def _scalar_type(name, x) -> T.Type:
+def _scalar_kind(name, x) -> str:
+    """The IR type name of a scalar argument: i1, i32, i64 or fp32 (the common cases tested first)."""
+    t = type(x)
+    if t is int:
+        if -2**31 <= x < 2**31:
+            return "i32"
+    elif t is float:
+        return "fp32"
     if isinstance(x, bool):
-        return T.scalar(T.i1)
+        return "i1"
     if isinstance(x, numbers.Integral):
         x = int(x)
         if -2**31 <= x < 2**31:
-            return T.scalar(T.i32)
+            return "i32"
         if -2**63 <= x < 2**63:
-            return T.scalar(T.i64)
+            return "i64"
         raise LaunchError(f"argument '{name}': integer {x} does not fit in 64 bits")
     if isinstance(x, numbers.Real):
-        return T.scalar(T.fp32)
+        return "fp32"
     raise LaunchError(f"argument '{name}': expected a torch.Tensor, int, float or bool, got {type(x).__name__}")
+
+
+def _scalar_type(name, x) -> T.Type:
+    return T.scalar(getattr(T, _scalar_kind(name, x)))
 
 
 def check_grid(grid) -> tuple[int, ...]:
@@ -106,6 +117,11 @@ class Kernel:
         for n in self.do_not_specialize:
             if n not in self.param_names:
                 raise ValueError(f"do_not_specialize names '{n}', which is not a parameter of {fn.__name__}")
+        # per parameter, in order: (name, constexpr?, excluded from int specialization?), for the launch loop
+        self._params = tuple((n, n in self.constexpr_names, n in self.do_not_specialize) for n in self.param_names)
+        self._index = {n: i for i, n in enumerate(self.param_names)}
+        self._defaults = tuple(self._defaults_or_required.values())
+        # full key -> (Lowered, positions of the values its compiled kernel takes)
         self._cache: dict = {}
 
     def __repr__(self):
@@ -118,60 +134,76 @@ class Kernel:
         return lambda *args, **kwargs: self.run(grid, args, kwargs)
 
     # -- binding ------------------------------------------------------------------------------------
+    # A warm launch binds, keys and looks up in one pass over the parameters: its host cost is paid on
+    # every call of every operator, so these loops stay flat (no per-argument objects).
     def _bind(self, args, kwargs):
-        """(constexpr values in parameter order, [(name, runtime value)], launch options)."""
-        names = self.param_names
-        if len(args) > len(names):
-            raise LaunchError(f"{self.__name__}: takes {len(names)} arguments, got {len(args)}")
-        values = dict(zip(names, args))
+        """(argument values in parameter order, launch options)."""
+        n = len(self._params)
+        if len(args) > n:
+            raise LaunchError(f"{self.__name__}: takes {n} arguments, got {len(args)}")
+        values = list(args)
+        if not kwargs and len(args) == n:
+            return values, {}
+        values.extend([_REQUIRED] * (n - len(args)))
         launch = {}
         for k, v in kwargs.items():
             if k in _LAUNCH_KEYS:
                 launch[k] = v
-            elif k not in self._defaults_or_required:
+                continue
+            i = self._index.get(k)
+            if i is None:
                 raise LaunchError(f"{self.__name__}: unexpected argument '{k}'")
-            elif k in values:
+            if i < len(args):
                 raise LaunchError(f"{self.__name__}: argument '{k}' given twice")
-            else:
-                values[k] = v
-        if len(values) < len(names):
-            for n in names:
-                if n not in values:
-                    d = self._defaults_or_required[n]
-                    if d is _REQUIRED:
-                        kind = "constexpr" if n in self.constexpr_names else "argument"
-                        raise LaunchError(f"{self.__name__}: missing {kind} '{n}'")
-                    values[n] = d
-        constexprs, runtime = {}, []
-        for n in names:
-            v = values[n]
-            if n in self.constexpr_names or v is None:
-                constexprs[n] = v
-            else:
-                runtime.append((n, v))
-        return constexprs, runtime, launch
+            values[i] = v
+        for i in range(len(args), n):
+            if values[i] is _REQUIRED:
+                d = self._defaults[i]
+                if d is _REQUIRED:
+                    name, is_constexpr, _ = self._params[i]
+                    raise LaunchError(f"{self.__name__}: missing {'constexpr' if is_constexpr else 'argument'} "
+                                      f"'{name}'")
+                values[i] = d
+        return values, launch
 
-    def _key(self, runtime, backend, grid):
-        """The specialization key of a launch, and the device of its tensors (the fast path: no Spec)."""
+    def _split(self, values):
+        """(constexpr values by name, [(name, runtime value)]): None arguments count as constexprs."""
+        constexprs, runtime = {}, []
+        for (name, is_constexpr, _), v in zip(self._params, values):
+            if is_constexpr or v is None:
+                constexprs[name] = v
+            else:
+                runtime.append((name, v))
+        return constexprs, runtime
+
+    def _key(self, values, backend, grid):
+        """The specialization key of a launch (without backend and launch options), and its tensors' device."""
         key, device = [], None
         shapes, ints = backend.specializes_shapes, backend.specializes_ints
-        for name, v in runtime:
-            if isinstance(v, torch.Tensor):
+        for (name, is_constexpr, unspecialized), v in zip(self._params, values):
+            t = type(v)
+            if is_constexpr or v is None:
+                key.append(v if t in _PLAIN else _hashable(v))
+            elif t is int and -2**31 <= v < 2**31:
+                key.append(v if ints and not unspecialized else "i32")
+            elif t is float:
+                key.append("fp32")
+            elif t is torch.Tensor or isinstance(v, torch.Tensor):
                 if device is None:
                     device = v.device
                 elif v.device != device:
                     raise LaunchError(f"argument '{name}' is on {v.device}, other tensors are on {device}")
-                aligned = v.device.type == "meta" or v.data_ptr() % 16 == 0
-                key.append((v.dtype, aligned, tuple(v.shape), v.stride()) if shapes else (v.dtype, aligned))
-            elif ints and type(v) is int and name not in self.do_not_specialize:
-                _scalar_type(name, v)            # rejects ints that do not fit in 64 bits
+                aligned = device.type == "meta" or v.data_ptr() % 16 == 0
+                key.append((v.dtype, aligned, v.shape, v.stride()) if shapes else (v.dtype, aligned))
+            elif ints and type(v) is int and not unspecialized:
+                _scalar_kind(name, v)            # rejects ints that do not fit in 64 bits
                 key.append(v)                    # compiled in as a constant
             else:
-                key.append(_scalar_type(name, v).elem.name)
+                key.append(_scalar_kind(name, v))
         if backend.specializes_grid:
             if grid is None:
                 raise LaunchError(f"{self.__name__}: backend '{backend.name}' compiles for a grid; pass grid=")
-            key.append(("grid", grid))
+            key.append(grid)
         return tuple(key), device
 
     def _spec(self, runtime, backend, num_warps, num_stages, grid=None) -> Spec:
@@ -208,25 +240,33 @@ class Kernel:
         compiled = backend.lower(ir, runtime_spec, cache_dir())
         return Lowered(backend.name, ir, compiled, ir_text)
 
-    def _get(self, backend, constexprs, runtime, key, num_warps, num_stages, grid) -> Lowered:
+    def _get(self, backend, values, key, num_warps, num_stages, grid):
+        """(Lowered, positions in `values` of what its kernel takes), lowered on the first launch of a key."""
         # the interpreter flag decides what Triton's jit builds, so lowerings differ with it
-        full_key = (backend.name, key, _freeze(constexprs), num_warps, num_stages,
-                    os.environ.get("TRITON_INTERPRET"))
+        full_key = (backend.name, key, num_warps, num_stages, os.environ.get("TRITON_INTERPRET"))
         hit = self._cache.get(full_key)
         if hit is None:
-            hit = self._lower(backend, constexprs, self._spec(runtime, backend, num_warps, num_stages, grid))
-            self._cache[full_key] = hit
+            constexprs, runtime = self._split(values)
+            lowered = self._lower(backend, constexprs, self._spec(runtime, backend, num_warps, num_stages, grid))
+            specialized = lowered.kernel.specialized
+            positions = tuple(i for i, ((name, is_constexpr, _), v) in enumerate(zip(self._params, values))
+                              if not is_constexpr and v is not None and name not in specialized)
+            hit = self._cache[full_key] = (lowered, positions)
         return hit
 
     def lower(self, *args, grid=None, backend: str | None = None, num_warps: int = 4, num_stages: int = 3,
               **kwargs) -> Lowered:
         """Lower for these arguments (tensors may be on the 'meta' device) without launching."""
-        constexprs, runtime, _ = self._bind(args, kwargs)
+        values, _ = self._bind(args, kwargs)
         if grid is not None:
-            grid = check_grid(grid(dict(constexprs, **dict(runtime))) if callable(grid) else grid)
+            grid = check_grid(grid(self._named(values)) if callable(grid) else grid)
         b = select.resolve(select.choose(backend, self.backend))
-        key, _ = self._key(runtime, b, grid)
-        return self._get(b, constexprs, runtime, key, int(num_warps), int(num_stages), grid)
+        key, _ = self._key(values, b, grid)
+        return self._get(b, values, key, int(num_warps), int(num_stages), grid)[0]
+
+    def _named(self, values) -> dict:
+        """What a callable grid receives: every argument by name."""
+        return dict(zip(self.param_names, values))
 
     def interpret_tilelang(self, grid, *args, strict_reads: bool = False, num_warps: int = 4, num_stages: int = 3,
                            **kwargs):
@@ -235,47 +275,45 @@ class Kernel:
         oracle, never a backend (no launch goes through it). Outputs are written in place; returns the
         interpreter's Report. Errors (tle.lowering.tilelang.interpreter.InterpreterError) name the
         statement of the generated program that has no defined result."""
-        constexprs, runtime, launch = self._bind(args, dict(kwargs))
+        values, launch = self._bind(args, dict(kwargs))
         if launch:
             raise LaunchError(f"{self.__name__}: interpret_tilelang takes num_warps and num_stages, not "
                               f"{', '.join(launch)}")
         if callable(grid):
-            grid = grid(dict(constexprs, **dict(runtime)))
+            grid = grid(self._named(values))
         grid = check_grid(grid)
         b = select.resolve("tilelang")
-        key, _ = self._key(runtime, b, grid)
-        lowered = self._get(b, constexprs, runtime, key, int(num_warps), int(num_stages), grid)
-        specialized = lowered.kernel.specialized
-        values = [v for (n, v) in runtime if n not in specialized]
-        return lowered.compiled.interpret(values, strict_reads=strict_reads)
+        key, _ = self._key(values, b, grid)
+        lowered, positions = self._get(b, values, key, int(num_warps), int(num_stages), grid)
+        return lowered.compiled.interpret([values[i] for i in positions], strict_reads=strict_reads)
 
     # -- launch -------------------------------------------------------------------------------------
     def run(self, grid, args, kwargs):
-        constexprs, runtime, launch = self._bind(args, dict(kwargs))
-        b = select.resolve(select.choose(launch.get("backend"), self.backend))
-        num_warps, num_stages = int(launch.get("num_warps", 4)), int(launch.get("num_stages", 3))
-        if num_warps <= 0 or num_warps & (num_warps - 1):
-            raise LaunchError(f"num_warps must be a power of two, got {num_warps}")
+        values, launch = self._bind(args, kwargs)
+        if launch:
+            b = select.resolve(select.choose(launch.get("backend"), self.backend))
+            num_warps, num_stages = int(launch.get("num_warps", 4)), int(launch.get("num_stages", 3))
+            if num_warps <= 0 or num_warps & (num_warps - 1):
+                raise LaunchError(f"num_warps must be a power of two, got {num_warps}")
+        else:
+            b, num_warps, num_stages = select.resolve(select.choose(None, self.backend)), 4, 3
         if callable(grid):
-            grid = grid(dict(constexprs, **dict(runtime)))
+            grid = grid(self._named(values))
         grid = check_grid(grid)
-        key, device = self._key(runtime, b, grid)
+        key, device = self._key(values, b, grid)
         if device is None:
             raise LaunchError(f"{self.__name__}: a launch needs at least one tensor argument")
         why = select.launch_unavailable_reason(b, device)
         if why is not None:
-            tensors = [n for n, v in runtime if isinstance(v, torch.Tensor)]
+            tensors = [n for (n, _, _), v in zip(self._params, values) if isinstance(v, torch.Tensor)]
             raise LaunchError(f"{self.__name__}: cannot launch on backend '{b.name}' with tensors "
                               f"{', '.join(tensors)} on {device}: {why}")
-        lowered = self._get(b, constexprs, runtime, key, num_warps, num_stages, grid)
-        specialized = lowered.kernel.specialized
-        values = [v for (n, v) in runtime if n not in specialized] if specialized else [v for _, v in runtime]
-        lowered.compiled.launch(grid, values)
+        lowered, positions = self._get(b, values, key, num_warps, num_stages, grid)
+        lowered.compiled.launch(grid, [values[i] for i in positions])
         return lowered
 
 
-def _freeze(d: dict):
-    return tuple((k, _hashable(v)) for k, v in d.items())
+_PLAIN = frozenset((int, float, bool, str, type(None)))
 
 
 def _hashable(v):

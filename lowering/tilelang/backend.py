@@ -44,6 +44,30 @@ def _import_tilelang():
     return tilelang
 
 
+_AS_IS, _FLAT_VIEW, _SPAN, _ONE_ELEMENT = "as is", "flat view", "span", "one element"
+
+
+def _how_passed(a) -> tuple[str, int]:
+    """(how the kernel takes argument `a`, the extent of its flat buffer)."""
+    if not a.is_tensor:
+        return _AS_IS, 0
+    extent = a.extent
+    if extent == 0:
+        return _ONE_ELEMENT, 1
+    # the kernel takes every tensor as the flat storage span it addresses
+    return (_FLAT_VIEW if _contiguous(a.shape, a.strides) else _SPAN), extent
+
+
+def _contiguous(shape, strides) -> bool:
+    """torch's is_contiguous for these sizes and strides: dimensions of size 1 may have any stride."""
+    expected = 1
+    for size, stride in zip(reversed(shape), reversed(strides)):
+        if size != 1 and stride != expected:
+            return False
+        expected *= size
+    return True
+
+
 class TileLangCompiled(api.Compiled):
     stages = STAGES
 
@@ -55,8 +79,9 @@ class TileLangCompiled(api.Compiled):
         self.notes = notes
         self._kernel = None
         self._program = None
-        self._tensor_args = [a.is_tensor for a in spec.args]
-        self._extents = [a.extent for a in spec.args]
+        # how each argument is passed (the kernel is compiled for these shapes and strides): as it is (a
+        # scalar), as a flat view, as the strided span it addresses, or as a fresh one-element tensor (empty)
+        self._passing = tuple(_how_passed(a) for a in spec.args)
 
     def prim_func(self):
         """The generated `@T.prim_func`, as TileLang parses it (nothing compiled)."""
@@ -73,16 +98,17 @@ class TileLangCompiled(api.Compiled):
     def _flat(self, args) -> list:
         import torch
         flat = []
-        for is_t, extent, a in zip(self._tensor_args, self._extents, args):
-            if is_t and extent == 0:
+        for (how, extent), a in zip(self._passing, args):
+            if how is _AS_IS:
+                flat.append(a)
+            elif how is _FLAT_VIEW:
+                flat.append(a.view(-1))
+            elif how is _SPAN:
+                flat.append(torch.as_strided(a, (extent,), (1,)))
+            else:
                 # TileLang has no zero-size buffers: the kernel declares one element, which nothing in
                 # bounds can read; an empty tensor is passed as a fresh one-element tensor
                 flat.append(a.new_empty(1))
-            elif is_t:
-                # the kernel takes every tensor as the flat storage span it addresses
-                flat.append(a.view(-1) if a.is_contiguous() else torch.as_strided(a, (extent,), (1,)))
-            else:
-                flat.append(a)
         return flat
 
     def launch(self, grid, args):

@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import torch
-import triton
+
+from tle.oplib.arith import next_power_of_2
 
 
 def row_config(n_cols: int) -> tuple[int, int, int]:
     """(BLOCK_M, BLOCK_N, num_warps) for rows of `n_cols`: a row fits one tile; short rows are stacked, up to
     64 of them, so a program holds about 2048 elements, and the warps grow with the tile."""
-    block_n = triton.next_power_of_2(max(n_cols, 1))
+    block_n = next_power_of_2(max(n_cols, 1))
     block_m = max(1, min(64, 2048 // block_n))
     elems = block_m * block_n
     warps = 4 if elems <= 2048 else 8 if elems <= 4096 else 16
@@ -36,7 +37,7 @@ def backward_row_config(n_cols: int) -> tuple[int, int, int, int, bool]:
 def box_config(n_cols: int) -> tuple[int, int, int]:
     """(BLOCK_M, BLOCK_N, num_warps) for element-wise operators over [rows, n_cols] in 2-D box tiles (a grid
     over both row and column blocks): tiles of 4096 elements, at most 1024 columns wide, 8 warps."""
-    block_n = min(1024, triton.next_power_of_2(max(n_cols, 1)))
+    block_n = min(1024, next_power_of_2(max(n_cols, 1)))
     return max(1, 4096 // block_n), block_n, 8
 
 
