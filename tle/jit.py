@@ -27,6 +27,7 @@ from tle.lowering.spec import ArgSpec, Spec
 
 _LAUNCH_KEYS = ("backend", "num_warps", "num_stages")
 _REQUIRED = object()
+_UNREAD = object()
 
 
 def _scalar_kind(name, x) -> str:
@@ -240,10 +241,12 @@ class Kernel:
         compiled = backend.lower(ir, runtime_spec, cache_dir())
         return Lowered(backend.name, ir, compiled, ir_text)
 
-    def _get(self, backend, values, key, num_warps, num_stages, grid):
+    def _get(self, backend, values, key, num_warps, num_stages, grid, interpret=_UNREAD):
         """(Lowered, positions in `values` of what its kernel takes), lowered on the first launch of a key."""
         # the interpreter flag decides what Triton's jit builds, so lowerings differ with it
-        full_key = (backend.name, key, num_warps, num_stages, os.environ.get("TRITON_INTERPRET"))
+        if interpret is _UNREAD:
+            interpret = os.environ.get("TRITON_INTERPRET")
+        full_key = (backend.name, key, num_warps, num_stages, interpret)
         hit = self._cache.get(full_key)
         if hit is None:
             constexprs, runtime = self._split(values)
@@ -303,12 +306,13 @@ class Kernel:
         key, device = self._key(values, b, grid)
         if device is None:
             raise LaunchError(f"{self.__name__}: a launch needs at least one tensor argument")
-        why = select.launch_unavailable_reason(b, device)
+        interpret = os.environ.get("TRITON_INTERPRET")
+        why = select.launch_unavailable_reason(b, device, interpret or "")
         if why is not None:
             tensors = [n for (n, _, _), v in zip(self._params, values) if isinstance(v, torch.Tensor)]
             raise LaunchError(f"{self.__name__}: cannot launch on backend '{b.name}' with tensors "
                               f"{', '.join(tensors)} on {device}: {why}")
-        lowered, positions = self._get(b, values, key, num_warps, num_stages, grid)
+        lowered, positions = self._get(b, values, key, num_warps, num_stages, grid, interpret)
         lowered.compiled.launch(grid, [values[i] for i in positions])
         return lowered
 
