@@ -52,7 +52,7 @@ def layer_norm_fwd_kernel(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, x_row_
 def layer_norm_bwd_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, dw_ptr, db_ptr, dy_row_stride,
                           x_row_stride, dx_row_stride, n_rows, n_cols, blocks_per_program, BLOCK_M: tl.constexpr,
                           BLOCK_N: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
-                          PREFETCH: tl.constexpr):
+                          PREFETCH: tl.constexpr, ASYNC_LOADS: tl.constexpr):
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK_N)
     col_mask = cols < n_cols
@@ -62,8 +62,9 @@ def layer_norm_bwd_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, dw_p
     if HAS_BIAS:
         db = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     # PREFETCH: the loads of row block i + 1 are issued before the reductions of block i, so that their latency
-    # overlaps this block's work; measured to pay for one wide program per multiprocessor (8192 columns), not
-    # for the narrower rows of many small programs (backward_row_config)
+    # overlaps this block's work; measured to pay for one wide program per multiprocessor (8192 columns) on
+    # Triton, not for the narrower rows of many small programs; TileLang pipelines the loads instead (ASYNC_LOADS;
+    # its lowering copies register tiles carried across steps), see backward_row_config
     if PREFETCH:
         first = pid * blocks_per_program * BLOCK_M + tl.arange(0, BLOCK_M)
         first_mask = (first < n_rows)[:, None] & col_mask[None, :]
@@ -83,9 +84,11 @@ def layer_norm_bwd_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, dw_p
             dy_next = tl.load(dy_ptr + next_rows[:, None] * dy_row_stride + cols[None, :], mask=next_mask, other=0.0)
             x_next = tl.load(x_ptr + next_rows[:, None] * x_row_stride + cols[None, :], mask=next_mask,
                                other=0.0)
-        else:
-            dy = tl.load(dy_ptr + rows[:, None] * dy_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-            x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        else:       # ASYNC_LOADS: staged through shared memory by the loop's pipeline (TileLang)
+            dy = tle.load(dy_ptr + rows[:, None] * dy_row_stride + cols[None, :], mask=mask, other=0.0,
+                          is_async=ASYNC_LOADS).to(tl.float32)
+            x = tle.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=mask, other=0.0,
+                         is_async=ASYNC_LOADS).to(tl.float32)
         mean = tl.load(mean_ptr + rows, mask=row_mask, other=0.0)
         rstd = tl.load(rstd_ptr + rows, mask=row_mask, other=0.0)
         x_hat = (x - mean[:, None]) * rstd[:, None]      # nonzero in padding columns, where dy is zero
@@ -157,9 +160,9 @@ def _kernel_forward(x, weight, bias, eps, backend):
 def _kernel_backward(dy, x, weight, bias, mean, rstd, backend):
     m, n = x.shape
     dx = torch.empty((m, n), device=x.device, dtype=x.dtype)
-    block_m, block_n, warps, per_sm, prefetch = backward_row_config(n)
-    blocks = cdiv(m, block_m)
-    grid = programs(x.device, per_sm, blocks)
+    cfg = backward_row_config(n, backend)
+    blocks = cdiv(m, cfg.block_m)
+    grid = programs(x.device, cfg.per_sm, blocks)
     per_program = cdiv(blocks, grid)
     dw_parts = torch.empty((grid, n), device=x.device, dtype=torch.float32) if weight is not None else None
     db_parts = torch.empty((grid, n), device=x.device, dtype=torch.float32) if bias is not None else None
@@ -167,9 +170,9 @@ def _kernel_backward(dy, x, weight, bias, mean, rstd, backend):
         layer_norm_bwd_kernel[(grid,)](
             dy, x, weight if weight is not None else x, mean, rstd, dx,
             dw_parts if dw_parts is not None else rstd, db_parts if db_parts is not None else rstd,
-            dy.stride(0), x.stride(0), dx.stride(0), m, n, per_program, BLOCK_M=block_m, BLOCK_N=block_n,
-            HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, PREFETCH=prefetch, backend=backend,
-            num_warps=warps)
+            dy.stride(0), x.stride(0), dx.stride(0), m, n, per_program, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+            HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, PREFETCH=cfg.prefetch,
+            ASYNC_LOADS=cfg.async_loads, backend=backend, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     dw = db = None
     if weight is not None:
         dw = column_sum(dw_parts, weight.dtype, backend) if m else torch.zeros_like(weight)
@@ -213,7 +216,8 @@ def _bwd_example(device, size):
     mean = x.float().mean(-1)
     rstd = torch.rsqrt((x.float() - mean[:, None]).pow(2).mean(-1) + 1e-5)
     dx = torch.full_like(x, float("nan"))
-    block_m, block_n, warps, per_sm, prefetch = backward_row_config(n)
+    # one launch for both backends: Triton's configuration (the operator launches TileLang's own)
+    block_m, block_n, warps, per_sm, prefetch, async_loads, _ = backward_row_config(n, "triton")
     blocks = cdiv(m, block_m)
     grid = 4 if size == "small" else 132 * per_sm
     per_program = cdiv(blocks, grid)
@@ -228,7 +232,7 @@ def _bwd_example(device, size):
                 "db_partials": parts.index_add(0, owner, dy.float())}
     return tle.Launch(grid=(grid,), args=(dy, x, w, mean, rstd, dx, dw_parts, db_parts, n, n, n, m, n, per_program),
                       kwargs=dict(BLOCK_M=block_m, BLOCK_N=block_n, HAS_WEIGHT=True, HAS_BIAS=True, PREFETCH=prefetch,
-                                  num_warps=warps),
+                                  ASYNC_LOADS=async_loads, num_warps=warps),
                       outputs={"dx": dx, "dw_partials": dw_parts, "db_partials": db_parts}, reference=ref,
                       bytes=3 * m * n * x.element_size(), label=f"{m}x{n} {str(dtype)[6:]}")
 

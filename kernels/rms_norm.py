@@ -50,7 +50,7 @@ def rms_norm_fwd_kernel(x_ptr, r_ptr, w_ptr, y_ptr, h_ptr, rstd_ptr, x_row_strid
 def rms_norm_bwd_kernel(dy_ptr, h_ptr, w_ptr, rstd_ptr, dh_ptr, dx_ptr, dw_ptr, dy_row_stride, h_row_stride,
                         dh_row_stride, dx_row_stride, n_rows, n_cols, blocks_per_program, BLOCK_M: tl.constexpr,
                         BLOCK_N: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_DH: tl.constexpr,
-                        PREFETCH: tl.constexpr):
+                        PREFETCH: tl.constexpr, ASYNC_LOADS: tl.constexpr):
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK_N)
     col_mask = cols < n_cols
@@ -58,8 +58,9 @@ def rms_norm_bwd_kernel(dy_ptr, h_ptr, w_ptr, rstd_ptr, dh_ptr, dx_ptr, dw_ptr, 
         w = tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
         dw = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     # PREFETCH: the loads of row block i + 1 are issued before the reductions of block i, so that their latency
-    # overlaps this block's work; measured to pay for one wide program per multiprocessor (8192 columns), not
-    # for the narrower rows of many small programs (backward_row_config)
+    # overlaps this block's work; measured to pay for one wide program per multiprocessor (8192 columns) on
+    # Triton, not for the narrower rows of many small programs; TileLang pipelines the loads instead (ASYNC_LOADS;
+    # its lowering copies register tiles carried across steps), see backward_row_config
     if PREFETCH:
         first = pid * blocks_per_program * BLOCK_M + tl.arange(0, BLOCK_M)
         first_mask = (first < n_rows)[:, None] & col_mask[None, :]
@@ -85,12 +86,14 @@ def rms_norm_bwd_kernel(dy_ptr, h_ptr, w_ptr, rstd_ptr, dh_ptr, dx_ptr, dw_ptr, 
                 dh = dh_next.to(tl.float32)
                 dh_next = tl.load(dh_ptr + next_rows[:, None] * dh_row_stride + cols[None, :], mask=next_mask,
                                   other=0.0)
-        else:
-            dy = tl.load(dy_ptr + rows[:, None] * dy_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-            h = tl.load(h_ptr + rows[:, None] * h_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        else:       # ASYNC_LOADS: staged through shared memory by the loop's pipeline (TileLang)
+            dy = tle.load(dy_ptr + rows[:, None] * dy_row_stride + cols[None, :], mask=mask, other=0.0,
+                          is_async=ASYNC_LOADS).to(tl.float32)
+            h = tle.load(h_ptr + rows[:, None] * h_row_stride + cols[None, :], mask=mask, other=0.0,
+                         is_async=ASYNC_LOADS).to(tl.float32)
             if HAS_DH:
-                dh = tl.load(dh_ptr + rows[:, None] * dh_row_stride + cols[None, :], mask=mask,
-                             other=0.0).to(tl.float32)
+                dh = tle.load(dh_ptr + rows[:, None] * dh_row_stride + cols[None, :], mask=mask, other=0.0,
+                              is_async=ASYNC_LOADS).to(tl.float32)
         rstd = tl.load(rstd_ptr + rows, mask=row_mask, other=0.0)
         h_hat = h * rstd[:, None]
         if HAS_WEIGHT:
@@ -150,18 +153,18 @@ def _kernel_backward(dy, h, weight, rstd, dh, backend):
     m, n = h.shape
     dx = torch.empty((m, n), device=h.device, dtype=h.dtype)
     dw = None
-    block_m, block_n, warps, per_sm, prefetch = backward_row_config(n)
-    blocks = cdiv(m, block_m)
-    grid = programs(h.device, per_sm, blocks)
+    cfg = backward_row_config(n, backend)
+    blocks = cdiv(m, cfg.block_m)
+    grid = programs(h.device, cfg.per_sm, blocks)
     per_program = cdiv(blocks, grid)
     partials = torch.empty((grid, n), device=h.device, dtype=torch.float32) if weight is not None else None
     if m and n:
         rms_norm_bwd_kernel[(grid,)](
             dy, h, weight if weight is not None else h, rstd, dh if dh is not None else dy, dx,
             partials if partials is not None else rstd, dy.stride(0), h.stride(0),
-            dh.stride(0) if dh is not None else 0, dx.stride(0), m, n, per_program, BLOCK_M=block_m,
-            BLOCK_N=block_n, HAS_WEIGHT=weight is not None, HAS_DH=dh is not None, PREFETCH=prefetch, backend=backend,
-            num_warps=warps)
+            dh.stride(0) if dh is not None else 0, dx.stride(0), m, n, per_program, BLOCK_M=cfg.block_m,
+            BLOCK_N=cfg.block_n, HAS_WEIGHT=weight is not None, HAS_DH=dh is not None, PREFETCH=cfg.prefetch,
+            ASYNC_LOADS=cfg.async_loads, backend=backend, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     if weight is not None:
         dw = column_sum(partials, weight.dtype, backend) if m else torch.zeros_like(weight)
     return dx, dw
@@ -198,7 +201,8 @@ def _bwd_example(device, size):
     w = torch.rand(n, device=device, dtype=dtype) + 0.5
     rstd = torch.rsqrt(h.float().pow(2).mean(-1) + 1e-6)
     dx = torch.full_like(h, float("nan"))
-    block_m, block_n, warps, per_sm, prefetch = backward_row_config(n)
+    # one launch for both backends: Triton's configuration (the operator launches TileLang's own)
+    block_m, block_n, warps, per_sm, prefetch, async_loads, _ = backward_row_config(n, "triton")
     blocks = cdiv(m, block_m)
     grid = 4 if size == "small" else 132 * per_sm
     per_program = cdiv(blocks, grid)
@@ -212,7 +216,7 @@ def _bwd_example(device, size):
         return {"dx": dx_ref, "dw_partials": dw_parts}
     return tle.Launch(grid=(grid,), args=(dy, h, w, rstd, dh, dx, partials, n, n, n, n, m, n, per_program),
                       kwargs=dict(BLOCK_M=block_m, BLOCK_N=block_n, HAS_WEIGHT=True, HAS_DH=True, PREFETCH=prefetch,
-                                  num_warps=warps),
+                                  ASYNC_LOADS=async_loads, num_warps=warps),
                       outputs={"dx": dx, "dw_partials": partials}, reference=ref,
                       bytes=4 * m * n * h.element_size(), label=f"{m}x{n} {str(dtype)[6:]}")
 

@@ -167,3 +167,33 @@ def test_async_row_gather_numerics_on_cpu(backend):
     run_on(backend, async_row_gather, (1,), x, idx, out, n_rows, D=64, BI=16, STEPS=4)
     valid = (idx >= 0) & (idx < n_rows)
     torch.testing.assert_close(out, x[idx.long().clamp(0, n_rows - 1)][valid].sum(0), atol=1e-4, rtol=1e-4)
+
+
+@tle.jit
+def async_row_sums(x_ptr, out_ptr, n_rows, N: tl.constexpr, BM: tl.constexpr):
+    cols = tl.arange(0, N)
+    acc = tl.zeros([N], tl.float32)
+    for i in range(0, tl.cdiv(n_rows, BM)):
+        rows = i * BM + tl.arange(0, BM)
+        t = tle.load(x_ptr + rows[:, None] * N + cols[None, :], mask=(rows < n_rows)[:, None], other=0.0, is_async=True)
+        acc += tl.sum(t, axis=0)
+    tl.store(out_ptr + cols, acc)
+
+
+@pytest.mark.parametrize("num_stages", [2, 3])
+def test_tilelang_pipelines_a_loop_of_async_loads_at_the_launch_stages(num_stages):
+    """The launch's num_stages (>= 2) pipelines the loop of an is_async load: the access report's 'stage 0 of
+    T.Pipelined' is what the source does."""
+    x = torch.empty(100, 64, device="meta")
+    lowered = async_row_sums.lower(x, torch.empty(64, device="meta"), 100, grid=(1,), backend="tilelang", N=64,
+                                   BM=16, num_stages=num_stages)
+    assert f"T.Pipelined(7, num_stages={num_stages}" in lowered.source
+    (how,) = [how for _, op, kind, how in lowered.compiled.access_report if op == "load"]
+    assert f"is_async: stage 0 of T.Pipelined (num_stages={num_stages})" in how
+
+
+def test_async_row_sums_through_the_tilelang_interpreter():
+    x = torch.randn(100, 64)
+    out = torch.full((64,), float("nan"))
+    async_row_sums.interpret_tilelang((1,), x, out, 100, N=64, BM=16)
+    torch.testing.assert_close(out, x.sum(0), rtol=1e-5, atol=1e-5)

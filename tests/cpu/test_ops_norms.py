@@ -208,9 +208,51 @@ def test_backward_prefetch_path(name, backend, monkeypatch):
     from tle.oplib import rows
 
     module = importlib.import_module(f"tle.kernels.{name}")
-    monkeypatch.setattr(module, "backward_row_config", lambda n: (1, rows.row_config(n)[1], 4, 1, True))
+    monkeypatch.setattr(module, "backward_row_config",
+                        lambda n, backend: rows.BackwardRows(1, rows.row_config(n)[1], 4, 1, True, False, 3))
     op = OPERATORS[name]
     samples = [s for s in op.samples("cpu", torch.float32) if s.args[0].numel()]
     with tilelang_through_interpreter():
         for sample in samples:
             assert_matches_reference(op, sample, backend, what="prefetch")
+
+
+@pytest.mark.parametrize("backend", ["triton", "tilelang"])
+@pytest.mark.parametrize("name", ["rms_norm", "layer_norm"])
+def test_backward_async_loads_path(name, backend, monkeypatch):
+    """TileLang's backward loop takes its loads as asynchronous copies pipelined in stages (ASYNC_LOADS): force
+    it on one-row tiles on both backends, so that each program's pipeline runs over several blocks, the last
+    ones past the rows."""
+    import importlib
+
+    from op_cases import assert_matches_reference
+    from tilelang_oracle import tilelang_through_interpreter
+    from tle.oplib import rows
+
+    module = importlib.import_module(f"tle.kernels.{name}")
+    monkeypatch.setattr(module, "backward_row_config",
+                        lambda n, backend: rows.BackwardRows(1, rows.row_config(n)[1], 4, 1, False, True, 3))
+    op = OPERATORS[name]
+    samples = [s for s in op.samples("cpu", torch.float32) if s.args[0].numel()]
+    with tilelang_through_interpreter():
+        for sample in samples:
+            assert_matches_reference(op, sample, backend, what="async loads")
+
+
+def test_tilelang_backward_loop_is_pipelined():
+    """What the operator launches on TileLang: the loop of the norms' backward is T.Pipelined, its row loads
+    asynchronous copies into shared memory."""
+    from tle.kernels.rms_norm import rms_norm_bwd_kernel
+    from tle.oplib.rows import backward_row_config
+    m, n = 4096, 8192
+    cfg = backward_row_config(n, "tilelang")
+    t = torch.empty(m, n, dtype=torch.bfloat16, device="meta")
+    w = torch.empty(n, dtype=torch.bfloat16, device="meta")
+    lowered = rms_norm_bwd_kernel.lower(
+        t, t, w, torch.empty(m, device="meta"), t, t, torch.empty(264, n, device="meta"), n, n, n, n, m, n, 16,
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, HAS_WEIGHT=True, HAS_DH=False, PREFETCH=cfg.prefetch,
+        ASYNC_LOADS=cfg.async_loads, grid=(256,), backend="tilelang", num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages)
+    assert "T.Pipelined(16, num_stages=3)" in lowered.source
+    hows = [how for _, op, kind, how in lowered.compiled.access_report if op == "load" and "is_async" in how]
+    assert len(hows) == 2 and all("stage 0 of T.Pipelined (num_stages=3)" in h for h in hows), hows

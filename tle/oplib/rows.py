@@ -1,6 +1,8 @@
 """Tiling of the row-wise operators (norms, softmax): a program holds BLOCK_M whole rows of BLOCK_N columns."""
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 from tle.oplib.arith import next_power_of_2
@@ -21,17 +23,35 @@ def torch_compute_dtype(x: torch.Tensor) -> torch.dtype:
     return torch.float64 if x.dtype == torch.float64 else torch.float32
 
 
-def backward_row_config(n_cols: int) -> tuple[int, int, int, int, bool]:
-    """(BLOCK_M, BLOCK_N, num_warps, programs per multiprocessor, PREFETCH) for the row-wise backward kernels,
-    which loop over row blocks accumulating column sums. Tiles of 8192 elements and more: one 16-warp program
-    per multiprocessor that loads block i + 1 while it reduces block i (PREFETCH). Measured on the H200 (bf16,
-    32768x8192, TB/s, rms_norm / layer_norm, Triton): 3.83 / 3.67, against 3.05 / 2.84 for 4 warps x 8 per SM
-    without prefetch. Narrower tiles: 4 warps, 8 per multiprocessor, no prefetch (with it, rms_norm at 4096 and
-    1024 columns ran at half the speed on Triton)."""
+class BackwardRows(NamedTuple):
+    """How a row-wise backward kernel (a loop over row blocks accumulating column sums) is launched."""
+    block_m: int
+    block_n: int
+    num_warps: int
+    per_sm: int             # programs per multiprocessor
+    prefetch: bool          # PREFETCH: row block i + 1 loaded into registers while block i is reduced
+    async_loads: bool       # ASYNC_LOADS: the loop's loads are tle.load(is_async=True), pipelined in num_stages
+    num_stages: int
+
+
+def backward_row_config(n_cols: int, backend: str) -> BackwardRows:
+    """The launch of the norms' backward kernels on `backend`. Measured on the H200 (bf16, 32768x8192, TB/s, the
+    kernel alone unless said otherwise):
+
+    - Triton: tiles of 8192 elements and more run one 16-warp program per multiprocessor that loads block i + 1
+      while it reduces block i (rms_norm / layer_norm 3.83 / 3.67, against 3.05 / 2.84 for 4 warps x 8 per SM
+      without prefetch); narrower tiles keep 4 warps x 8 per SM without it (with it, rms_norm at 4096 and 1024
+      columns ran at half the speed). The async loop ran at 3.14-3.28 on [1, 8192] tiles.
+    - TileLang: the loop's loads are asynchronous copies into shared memory, pipelined in 3 stages (rms_norm
+      3.92 with 8 warps x 2 per SM, 3.90 with 16 x 1, 3.43 with 4 x 4; the register prefetch ran at 3.23 with
+      the column sums: TileLang's lowering copies the carried tiles each step)."""
     block_m, block_n, _ = row_config(n_cols)
-    if block_m * block_n >= 8192:
-        return block_m, block_n, 16, 1, True
-    return block_m, block_n, 4, 8, False
+    wide = block_m * block_n >= 8192
+    if backend == "tilelang":
+        return BackwardRows(block_m, block_n, 8 if wide else 4, 2 if wide else 8, False, True, 3)
+    if wide:
+        return BackwardRows(block_m, block_n, 16, 1, True, False, 3)
+    return BackwardRows(block_m, block_n, 4, 8, False, False, 3)
 
 
 def box_config(n_cols: int) -> tuple[int, int, int]:

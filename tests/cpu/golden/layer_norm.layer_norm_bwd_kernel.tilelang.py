@@ -2,7 +2,7 @@
 import tilelang.language as T
 
 # compiled for: dy_row_stride=1000, x_row_stride=1000, dx_row_stride=1000, n_rows=33, n_cols=1000, blocks_per_program=5
-# constexprs: BLOCK_M=2, BLOCK_N=1024, HAS_WEIGHT=True, HAS_BIAS=True, PREFETCH=False
+# constexprs: BLOCK_M=2, BLOCK_N=1024, HAS_WEIGHT=True, HAS_BIAS=True, PREFETCH=False, ASYNC_LOADS=False
 # dy_ptr: shape (33, 1000), strides (1000, 1)
 # x_ptr: shape (33, 1000), strides (1000, 1)
 # w_ptr: shape (1000,), strides (1,)

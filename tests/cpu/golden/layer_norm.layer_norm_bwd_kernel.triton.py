@@ -3,7 +3,7 @@ import triton
 import triton.language as tl
 
 
-# constexprs: BLOCK_M=2, BLOCK_N=1024, HAS_WEIGHT=True, HAS_BIAS=True, PREFETCH=False
+# constexprs: BLOCK_M=2, BLOCK_N=1024, HAS_WEIGHT=True, HAS_BIAS=True, PREFETCH=False, ASYNC_LOADS=False
 # launch: num_warps=4, num_stages=3
 @triton.jit
 def layer_norm_bwd_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, dw_ptr, db_ptr, dy_row_stride, x_row_stride, dx_row_stride, n_rows, n_cols, blocks_per_program):

@@ -3,7 +3,7 @@ import triton
 import triton.language as tl
 
 
-# constexprs: BLOCK_M=2, BLOCK_N=1024, HAS_WEIGHT=True, HAS_DH=True, PREFETCH=False
+# constexprs: BLOCK_M=2, BLOCK_N=1024, HAS_WEIGHT=True, HAS_DH=True, PREFETCH=False, ASYNC_LOADS=False
 # launch: num_warps=4, num_stages=3
 @triton.jit
 def rms_norm_bwd_kernel(dy_ptr, h_ptr, w_ptr, rstd_ptr, dh_ptr, dx_ptr, dw_ptr, dy_row_stride, h_row_stride, dh_row_stride, dx_row_stride, n_rows, n_cols, blocks_per_program):
