@@ -42,16 +42,17 @@ def backward_row_config(n_cols: int, backend: str) -> BackwardRows:
       while it reduces block i (rms_norm / layer_norm 3.83 / 3.67, against 3.05 / 2.84 for 4 warps x 8 per SM
       without prefetch); narrower tiles keep 4 warps x 8 per SM without it (with it, rms_norm at 4096 and 1024
       columns ran at half the speed). The async loop ran at 3.14-3.28 on [1, 8192] tiles.
-    - TileLang: the loop's loads are asynchronous copies into shared memory, pipelined in 3 stages (rms_norm
-      3.92 with 8 warps x 2 per SM, 3.90 with 16 x 1, 3.43 with 4 x 4; the register prefetch ran at 3.23 with
-      the column sums: TileLang's lowering copies the carried tiles each step)."""
+    - TileLang: on tiles of 8192 elements and more the loop's loads are asynchronous copies into shared memory,
+      pipelined in 3 stages (rms_norm 3.92 with 8 warps x 2 per SM, 3.90 with 16 x 1, 3.43 with 4 x 4; the
+      register prefetch ran at 3.23 with the column sums: TileLang's lowering copies the carried tiles each
+      step). Narrower tiles keep the plain loop: pipelined on 4 warps x 8 per SM, the operator's backward fell
+      to 1.87 TB/s at 65536x2048 (3.28 plain) and to 0.01 at 131072x512."""
     block_m, block_n, _ = row_config(n_cols)
-    wide = block_m * block_n >= 8192
+    if block_m * block_n < 8192:
+        return BackwardRows(block_m, block_n, 4, 8, False, False, 3)
     if backend == "tilelang":
-        return BackwardRows(block_m, block_n, 8 if wide else 4, 2 if wide else 8, False, True, 3)
-    if wide:
-        return BackwardRows(block_m, block_n, 16, 1, True, False, 3)
-    return BackwardRows(block_m, block_n, 4, 8, False, False, 3)
+        return BackwardRows(block_m, block_n, 8, 2, False, True, 3)
+    return BackwardRows(block_m, block_n, 16, 1, True, False, 3)
 
 
 def box_config(n_cols: int) -> tuple[int, int, int]:
