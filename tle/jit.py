@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import inspect
 import numbers
-import os
 from dataclasses import dataclass
 
 import torch
@@ -27,7 +26,6 @@ from tle.lowering.spec import ArgSpec, Spec
 
 _LAUNCH_KEYS = ("backend", "num_warps", "num_stages")
 _REQUIRED = object()
-_UNREAD = object()
 
 
 def _scalar_kind(name, x) -> str:
@@ -112,16 +110,14 @@ class Kernel:
         self.signature = inspect.signature(fn)
         self.param_names = list(self.signature.parameters)
         self.constexpr_names = set(constexpr_params(fn))
-        self._defaults_or_required = {
-            n: (p.default if p.default is not inspect.Parameter.empty else _REQUIRED)
-            for n, p in self.signature.parameters.items()}
         for n in self.do_not_specialize:
             if n not in self.param_names:
                 raise ValueError(f"do_not_specialize names '{n}', which is not a parameter of {fn.__name__}")
         # per parameter, in order: (name, constexpr?, excluded from int specialization?), for the launch loop
         self._params = tuple((n, n in self.constexpr_names, n in self.do_not_specialize) for n in self.param_names)
         self._index = {n: i for i, n in enumerate(self.param_names)}
-        self._defaults = tuple(self._defaults_or_required.values())
+        self._defaults = tuple(p.default if p.default is not inspect.Parameter.empty else _REQUIRED
+                               for p in self.signature.parameters.values())
         # full key -> (Lowered, positions of the values its compiled kernel takes)
         self._cache: dict = {}
 
@@ -241,11 +237,9 @@ class Kernel:
         compiled = backend.lower(ir, runtime_spec, cache_dir())
         return Lowered(backend.name, ir, compiled, ir_text)
 
-    def _get(self, backend, values, key, num_warps, num_stages, grid, interpret=_UNREAD):
+    def _get(self, backend, values, key, num_warps, num_stages, grid, interpret: str):
         """(Lowered, positions in `values` of what its kernel takes), lowered on the first launch of a key."""
-        # the interpreter flag decides what Triton's jit builds, so lowerings differ with it
-        if interpret is _UNREAD:
-            interpret = os.environ.get("TRITON_INTERPRET")
+        # the interpreter setting decides what Triton's jit builds, so lowerings differ with it
         full_key = (backend.name, key, num_warps, num_stages, interpret)
         hit = self._cache.get(full_key)
         if hit is None:
@@ -265,7 +259,7 @@ class Kernel:
             grid = check_grid(grid(self._named(values)) if callable(grid) else grid)
         b = select.resolve(select.choose(backend, self.backend))
         key, _ = self._key(values, b, grid)
-        return self._get(b, values, key, int(num_warps), int(num_stages), grid)[0]
+        return self._get(b, values, key, int(num_warps), int(num_stages), grid, select.interpret_setting())[0]
 
     def _named(self, values) -> dict:
         """What a callable grid receives: every argument by name."""
@@ -287,27 +281,25 @@ class Kernel:
         grid = check_grid(grid)
         b = select.resolve("tilelang")
         key, _ = self._key(values, b, grid)
-        lowered, positions = self._get(b, values, key, int(num_warps), int(num_stages), grid)
+        lowered, positions = self._get(b, values, key, int(num_warps), int(num_stages), grid,
+                                       select.interpret_setting())
         return lowered.compiled.interpret([values[i] for i in positions], strict_reads=strict_reads)
 
     # -- launch -------------------------------------------------------------------------------------
     def run(self, grid, args, kwargs):
         values, launch = self._bind(args, kwargs)
-        if launch:
-            b = select.resolve(select.choose(launch.get("backend"), self.backend))
-            num_warps, num_stages = int(launch.get("num_warps", 4)), int(launch.get("num_stages", 3))
-            if num_warps <= 0 or num_warps & (num_warps - 1):
-                raise LaunchError(f"num_warps must be a power of two, got {num_warps}")
-        else:
-            b, num_warps, num_stages = select.resolve(select.choose(None, self.backend)), 4, 3
+        b = select.resolve(select.choose(launch.get("backend"), self.backend))
+        num_warps, num_stages = int(launch.get("num_warps", 4)), int(launch.get("num_stages", 3))
+        if num_warps <= 0 or num_warps & (num_warps - 1):
+            raise LaunchError(f"num_warps must be a power of two, got {num_warps}")
         if callable(grid):
             grid = grid(self._named(values))
         grid = check_grid(grid)
         key, device = self._key(values, b, grid)
         if device is None:
             raise LaunchError(f"{self.__name__}: a launch needs at least one tensor argument")
-        interpret = os.environ.get("TRITON_INTERPRET")
-        why = select.launch_unavailable_reason(b, device, interpret or "")
+        interpret = select.interpret_setting()
+        why = select.launch_unavailable_reason(b, device, interpret)
         if why is not None:
             tensors = [n for (n, _, _), v in zip(self._params, values) if isinstance(v, torch.Tensor)]
             raise LaunchError(f"{self.__name__}: cannot launch on backend '{b.name}' with tensors "

@@ -52,11 +52,15 @@ def resolve(name: str, extra: tuple[str, ...] = ()) -> Backend:
 _launchable: dict = {}
 
 
-def launch_unavailable_reason(b: Backend, device, interpret: str | None = None) -> str | None:
+def interpret_setting() -> str:
+    """TRITON_INTERPRET as set ("" when unset): what Triton's jit builds depends on it."""
+    return os.environ.get("TRITON_INTERPRET", "")
+
+
+def launch_unavailable_reason(b: Backend, device, interpret: str) -> str | None:
     """Why `b` cannot run kernels on `device` here (None if it can); remembered per device and per
-    interpreter setting (TRITON_INTERPRET, read here unless the caller read it), so that a warm launch does
-    not ask CUDA again."""
-    key = (b.name, device, interpret if interpret is not None else os.environ.get("TRITON_INTERPRET"))
+    interpreter setting (`interpret_setting()`), so that a warm launch does not ask CUDA again."""
+    key = (b.name, device, interpret)
     if key not in _launchable:
         _launchable[key] = b.launch_unavailable_reason(device)
     return _launchable[key]

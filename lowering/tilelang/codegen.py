@@ -740,16 +740,11 @@ class TileLangCodegen:
         trip = self._trip(lo, hi, step)
         stages = op.attrs.get("num_stages")
         pipelined = stages is not None and stages >= 2
-        if stages is None:
-            # the launch's num_stages: pipelined where this loop's own is_async loads were planned into stages
-            # (pipeline_async_loads leaves the loop's attribute unset when the launch already asks for enough)
-            # or where it stages dot operands through shared memory
-            async_stages = [o.attrs["async_stages"] for o in op.body.ops
-                            if o.name == "load" and o.attrs.get("async") == "pipelined"]
-            if async_stages:
-                stages, pipelined = max(async_stages), True
-            elif self._stages_operands(op.body):
-                stages, pipelined = self.k.num_stages, self.k.num_stages >= 2
+        if stages is None and op.attrs.get("async_stages"):
+            # the launch's num_stages, which pipeline_async_loads found enough for this loop's is_async loads
+            stages, pipelined = op.attrs["async_stages"], True
+        elif stages is None and self._stages_operands(op.body):
+            stages, pipelined = self.k.num_stages, self.k.num_stages >= 2
         ivn = self.ids.define(iv)
         simple = _is_const(lo, 0) and _is_const(step, 1)
         counter = ivn if simple else self.ids.fresh(ivn + "_it")

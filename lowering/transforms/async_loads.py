@@ -63,6 +63,7 @@ def pipeline_async_loads(k: KernelIR, default_stages: int) -> list[str]:
                 stages = ASYNC_STAGES
             op.attrs["async"] = "pipelined"
             op.attrs["async_stages"] = stages
+            loop.attrs["async_stages"] = max(stages, loop.attrs.get("async_stages", 0))
             continue
         notes.append(f"line {line}: tle.load(is_async=True) issued as a plain load ({op.attrs['async'][7:]})")
     return notes

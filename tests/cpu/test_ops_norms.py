@@ -194,13 +194,19 @@ def test_torch_compile_fullgraph_matches_eager(backend):
         torch.testing.assert_close(c, e)
 
 
-# -- the prefetching loop of the norms' backward -------------------------------------------------------------
+# -- the loops of the norms' backward that hide load latency ---------------------------------------------------
+# The backward kernels load row block i + 1 while they reduce block i (PREFETCH, Triton) or take the loop's loads
+# as asynchronous copies pipelined in stages (ASYNC_LOADS, TileLang), only for tiles of 8192 elements and more,
+# which the small samples never reach: each is forced on one-row tiles on both backends, so that each of the
+# four programs (on the CPU) loops over several blocks, the last ones reading past its run or the last row.
+LATENCY_LOOPS = {"prefetch": dict(prefetch=True, async_loads=False),
+                 "async loads": dict(prefetch=False, async_loads=True)}
+
+
+@pytest.mark.parametrize("loop", LATENCY_LOOPS)
 @pytest.mark.parametrize("backend", ["triton", "tilelang"])
 @pytest.mark.parametrize("name", ["rms_norm", "layer_norm"])
-def test_backward_prefetch_path(name, backend, monkeypatch):
-    """The backward kernels load row block i + 1 while they reduce block i (PREFETCH) only for tiles of 8192
-    elements and more, which the small samples never reach: force it on one-row tiles, so that each of the
-    four programs (on the CPU) loops over several blocks, the last one reading past its run or the last row."""
+def test_backward_latency_loops(name, backend, loop, monkeypatch):
     import importlib
 
     from op_cases import assert_matches_reference
@@ -208,35 +214,13 @@ def test_backward_prefetch_path(name, backend, monkeypatch):
     from tle.oplib import rows
 
     module = importlib.import_module(f"tle.kernels.{name}")
-    monkeypatch.setattr(module, "backward_row_config",
-                        lambda n, backend: rows.BackwardRows(1, rows.row_config(n)[1], 4, 1, True, False, 3))
+    monkeypatch.setattr(module, "backward_row_config", lambda n, backend: rows.BackwardRows(
+        1, rows.row_config(n)[1], 4, 1, num_stages=3, **LATENCY_LOOPS[loop]))
     op = OPERATORS[name]
     samples = [s for s in op.samples("cpu", torch.float32) if s.args[0].numel()]
     with tilelang_through_interpreter():
         for sample in samples:
-            assert_matches_reference(op, sample, backend, what="prefetch")
-
-
-@pytest.mark.parametrize("backend", ["triton", "tilelang"])
-@pytest.mark.parametrize("name", ["rms_norm", "layer_norm"])
-def test_backward_async_loads_path(name, backend, monkeypatch):
-    """TileLang's backward loop takes its loads as asynchronous copies pipelined in stages (ASYNC_LOADS): force
-    it on one-row tiles on both backends, so that each program's pipeline runs over several blocks, the last
-    ones past the rows."""
-    import importlib
-
-    from op_cases import assert_matches_reference
-    from tilelang_oracle import tilelang_through_interpreter
-    from tle.oplib import rows
-
-    module = importlib.import_module(f"tle.kernels.{name}")
-    monkeypatch.setattr(module, "backward_row_config",
-                        lambda n, backend: rows.BackwardRows(1, rows.row_config(n)[1], 4, 1, False, True, 3))
-    op = OPERATORS[name]
-    samples = [s for s in op.samples("cpu", torch.float32) if s.args[0].numel()]
-    with tilelang_through_interpreter():
-        for sample in samples:
-            assert_matches_reference(op, sample, backend, what="async loads")
+            assert_matches_reference(op, sample, backend, what=loop)
 
 
 def test_tilelang_backward_loop_is_pipelined():

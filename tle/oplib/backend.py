@@ -23,7 +23,7 @@ _warned: set = set()
 
 def kernel_unusable_reason(name: str, device: torch.device) -> str | None:
     """Why the kernel backend `name` cannot run kernels on `device` here (None if it can)."""
-    return _unusable_reason(name, device.type, device.index, os.environ.get("TRITON_INTERPRET", ""))
+    return _unusable_reason(name, device.type, device.index, select.interpret_setting())
 
 
 @torch.compiler.assume_constant_result      # torch.compile bakes the answer in instead of tracing imports
@@ -32,7 +32,8 @@ def _unusable_reason(name: str, device_type: str, device_index, interpret: str) 
     if key not in _unusable:
         why = select.available_backends().get(name)
         if why is None:
-            why = select.launch_unavailable_reason(select.resolve(name), torch.device(device_type, device_index))
+            why = select.launch_unavailable_reason(select.resolve(name), torch.device(device_type, device_index),
+                                                   interpret)
         _unusable[key] = why
     return _unusable[key]
 

@@ -53,9 +53,7 @@ class CustomOp:
         self._function = _eager_function(self.overload.__name__, self.impl, backward, setup_context)
 
     def __call__(self, *args):
-        if torch.compiler.is_compiling():
-            return self.overload(*args)
-        if not plain_eager(args):
+        if torch.compiler.is_compiling() or not plain_eager(args):     # compiling first: dynamo folds it
             return self.overload(*args)
         if _C.is_grad_enabled() and _C._any_requires_grad(*args):
             if self._function is None:           # no formula: the op raises where it is differentiated
