@@ -349,7 +349,7 @@ PLANS = {
         ('store', 'box', 'T.copy from fragment'),
     ],
     'tl_range_stages': [
-        ('load', 'box', 'T.copy into fragment'),
+        ('load', 'box', 'T.Parallel into fragment'),     # a plain read in T.Pipelined: see the norms' backward
         ('store', 'scalar', 'scalar statement'),
     ],
     'tle_load_async': [

@@ -240,3 +240,42 @@ def test_tilelang_backward_loop_is_pipelined():
     assert "T.Pipelined(16, num_stages=3)" in lowered.source
     hows = [how for _, op, kind, how in lowered.compiled.access_report if op == "load" and "is_async" in how]
     assert len(hows) == 2 and all("stage 0 of T.Pipelined (num_stages=3)" in h for h in hows), hows
+
+
+def _layer_norm_bwd_lowered(m, n, cfg, programs):
+    from tle.kernels.layer_norm import layer_norm_bwd_kernel
+    t = torch.empty(m, n, dtype=torch.bfloat16, device="meta")
+    w = torch.empty(n, dtype=torch.bfloat16, device="meta")
+    stats = torch.empty(m, device="meta")
+    part = torch.empty(programs, n, device="meta")
+    return layer_norm_bwd_kernel.lower(
+        t, t, w, stats, stats, t, part, part, n, n, n, m, n, -(-m // programs), BLOCK_M=cfg.block_m,
+        BLOCK_N=cfg.block_n, HAS_WEIGHT=True, HAS_BIAS=True, PREFETCH=cfg.prefetch, ASYNC_LOADS=cfg.async_loads,
+        grid=(programs,), backend="tilelang", num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+
+
+def _rms_norm_bwd_lowered(m, n, cfg, programs):
+    from tle.kernels.rms_norm import rms_norm_bwd_kernel
+    t = torch.empty(m, n, dtype=torch.bfloat16, device="meta")
+    w = torch.empty(n, dtype=torch.bfloat16, device="meta")
+    return rms_norm_bwd_kernel.lower(
+        t, t, w, torch.empty(m, device="meta"), t, t, torch.empty(programs, n, device="meta"), n, n, 0, n, m, n,
+        -(-m // programs), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, HAS_WEIGHT=True, HAS_DH=False,
+        PREFETCH=cfg.prefetch, ASYNC_LOADS=cfg.async_loads, grid=(programs,), backend="tilelang",
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lower", [_rms_norm_bwd_lowered, _layer_norm_bwd_lowered], ids=["rms_norm", "layer_norm"])
+def test_tilelang_backward_row_statistics_stay_with_the_compute_warps(lower):
+    """TileLang warp-specializes the pipelined loop (producer warps issue the row copies, consumer warps
+    compute). The per-row statistics (rstd, mean) are plain loads: read as a T.copy into a fragment, TileLang
+    0.1.15 moves them to the producer warps, into a renamed register the consumers never see (the backward came
+    out all NaN on the H200). The CUDA for sm_90a at the headline shape reads them in the consumer warps."""
+    pytest.importorskip("tilelang")
+    from tle.oplib.rows import backward_row_config
+    n = 8192
+    lowered = lower(32768, n, backward_row_config(n, "tilelang"), 264)
+    cuda = lowered.stage("cuda")
+    assert "tma_load" in cuda                    # the warp-specialized pipeline this is about
+    assert "_producer_ws" not in cuda

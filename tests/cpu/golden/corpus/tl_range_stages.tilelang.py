@@ -18,7 +18,8 @@ def pipelined_sum(
         sum_1 = T.alloc_fragment((1,), 'float32')
         T.clear(acc)
         for i in T.Pipelined(8, num_stages=3):
-            T.copy(x_ptr[i * 128:i * 128 + 128], t)
+            for i0 in T.Parallel(128):
+                t[i0] = T.if_then_else((((i * 128) + i0) < 1000), x_ptr[((i * 128) + i0)], 0.0)
             for i0 in T.Parallel(128):
                 acc[i0] = (acc[i0] + t[i0])
         T.reduce_sum(acc, sum_1, dim=0)
