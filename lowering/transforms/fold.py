@@ -1,5 +1,7 @@
 """Folds integer and boolean scalar arithmetic whose operands are all constants (after a backend has
-compiled runtime integers in as constants), with Triton's semantics: // and % truncate toward zero."""
+compiled runtime integers in as constants), with Triton's semantics: // and % truncate toward zero; and the
+integer identities x * 1, x + 0, x - 0, x // 1 (to x) and x % 1 (to 0), so that a runtime integer compiled in
+as 1 (one column block, a unit stride) leaves no arithmetic behind in the generated code."""
 from __future__ import annotations
 
 from ..ir.core import KernelIR, Op
@@ -55,12 +57,41 @@ def _fold(op: Op):
     return None
 
 
+def _identity(op: Op):
+    """The operand that a scalar integer op x * 1, 1 * x, x + 0, 0 + x, x - 0 or x // 1 returns unchanged, or
+    None."""
+    if op.name != "binary" or not op.results or not op.results[0].type.is_scalar:
+        return None
+    a, b = op.operands
+    if a is None or b is None or not getattr(a.type.elem, "is_int", False) or a.type != op.results[0].type:
+        return None
+    kind, ca, cb = op.attrs["op"], _const(a), _const(b)
+    if (kind == "mul" and cb == 1) or (kind in ("add", "sub") and cb == 0) or (kind == "div" and cb == 1):
+        return a
+    if b.type == op.results[0].type and ((kind == "mul" and ca == 1) or (kind == "add" and ca == 0)):
+        return b
+    return None
+
+
+def _is_rem_by_one(op: Op) -> bool:
+    return (op.name == "binary" and op.attrs["op"] == "rem" and op.results[0].type.is_scalar
+            and getattr(op.results[0].type.elem, "is_int", False) and _const(op.operands[1]) == 1)
+
+
 def fold_constants(k: KernelIR) -> KernelIR:
-    """In place: turns foldable scalar ops into constants (their uses then see the constant)."""
+    """In place: turns foldable scalar ops into constants (their uses then see the constant), and makes the
+    uses of an identity's result use its operand (the op is left without uses)."""
+    same: dict[int, object] = {}          # result id -> the value it equals
     for op in list(k.walk()):
-        r = _fold(op)
-        if r is not None:
-            name = op.results[0].name
-            op.name, op.operands, op.attrs = "const", [], {"value": bool(r) if op.results[0].type.elem.is_bool else int(r)}
-            op.results[0].name = name
+        if same:
+            op.operands = [same.get(v.id, v) if v is not None else None for v in op.operands]
+        r = 0 if _is_rem_by_one(op) else _fold(op)
+        if r is None:
+            kept = _identity(op)
+            if kept is not None:
+                same[op.results[0].id] = kept
+            continue
+        name = op.results[0].name
+        op.name, op.operands, op.attrs = "const", [], {"value": bool(r) if op.results[0].type.elem.is_bool else int(r)}
+        op.results[0].name = name
     return k
