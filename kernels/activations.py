@@ -20,7 +20,7 @@ from tle.oplib.arith import cdiv, next_power_of_2
 from tle.oplib.dispatch import custom_op
 from tle.oplib.rows import torch_compute_dtype
 
-BLOCK = 4096          # elements per program: 16 per thread at 8 warps
+BLOCK = 2048          # elements per program: 16 per thread at 4 warps
 CHUNK = 1 << 30       # elements per launch, so that every offset fits an int32
 
 
@@ -43,9 +43,10 @@ def activation_bwd_kernel(dy_ptr, x_ptr, dx_ptr, n, BLOCK: tl.constexpr, ACT: tl
 
 
 def _config(n: int) -> tuple[int, int]:
-    """(BLOCK, num_warps) for n elements: BLOCK-element tiles, smaller ones for small tensors."""
-    block = min(BLOCK, max(256, next_power_of_2(n)))
-    return block, (8 if block >= 4096 else 4)
+    """(BLOCK, num_warps) for n elements: BLOCK-element tiles at 4 warps, smaller ones for small tensors.
+    Measured on the H200 (silu, bf16, 32768x8192, TB/s forward / backward): [2048] x 4 warps 4.18 / 4.31 on Triton
+    and 4.14 / 4.34 on TileLang, against 4.04 / 4.28 and 4.03 / 4.33 for [4096] x 8 warps."""
+    return min(BLOCK, max(256, next_power_of_2(n))), 4
 
 
 # -- the torch backend: the same arithmetic in torch (fp32, or fp64 for fp64 inputs) ------------------------

@@ -23,16 +23,17 @@ import tle
 from tle.kernels.activation_math import (activation, activation_and_grad, gelu_activation, reference_activation,
                                          torch_activation, torch_activation_and_grad)
 from tle.oplib import BenchSpec, Operator, Sample, as_rows, check_float, check_kernel_dtypes, resolve
-from tle.oplib.arith import cdiv
 from tle.oplib.dispatch import custom_op
-from tle.oplib.rows import box_config, int32_row_chunks, torch_compute_dtype
+from tle.oplib.rows import box_config, box_grid, int32_row_chunks, torch_compute_dtype
 
 
 @tle.jit
 def gated_fwd_kernel(g_ptr, v_ptr, y_ptr, g_row_stride, v_row_stride, v_col_offset, y_row_stride, n_rows, n_cols,
-                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ACT: tl.constexpr):
-    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+                     n_col_blocks, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ACT: tl.constexpr):
+    # a 1-D grid whose column blocks vary fastest: consecutive programs read consecutive memory (box_grid)
+    tile = tl.program_id(0)
+    rows = (tile // n_col_blocks) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = (tile % n_col_blocks) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
     g = tl.load(g_ptr + rows[:, None] * g_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
     v = tl.load(v_ptr + rows[:, None] * v_row_stride + v_col_offset + cols[None, :], mask=mask,
@@ -43,10 +44,11 @@ def gated_fwd_kernel(g_ptr, v_ptr, y_ptr, g_row_stride, v_row_stride, v_col_offs
 
 @tle.jit
 def gated_bwd_kernel(dy_ptr, g_ptr, v_ptr, dg_ptr, dv_ptr, dy_row_stride, g_row_stride, v_row_stride, v_col_offset,
-                     dg_row_stride, dv_row_stride, dv_col_offset, n_rows, n_cols, BLOCK_M: tl.constexpr,
-                     BLOCK_N: tl.constexpr, ACT: tl.constexpr):
-    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+                     dg_row_stride, dv_row_stride, dv_col_offset, n_rows, n_cols, n_col_blocks,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ACT: tl.constexpr):
+    tile = tl.program_id(0)
+    rows = (tile // n_col_blocks) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = (tile % n_col_blocks) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
     dy = tl.load(dy_ptr + rows[:, None] * dy_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
     g = tl.load(g_ptr + rows[:, None] * g_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
@@ -83,8 +85,9 @@ def _kernel_forward(g, v, v_off, act, backend):
     block_m, block_n, warps = box_config(n)
     for r0, r1 in int32_row_chunks(m, max(g.stride(0), v.stride(0), n), block_m) if n else []:
         gc, vc, yc = g[r0:r1], v[r0:r1], y[r0:r1]
-        gated_fwd_kernel[(cdiv(r1 - r0, block_m), cdiv(n, block_n))](
-            gc, vc, yc, gc.stride(0), vc.stride(0), v_off, yc.stride(0), r1 - r0, n, BLOCK_M=block_m,
+        grid, col_blocks = box_grid(r1 - r0, n, block_m, block_n)
+        gated_fwd_kernel[grid](
+            gc, vc, yc, gc.stride(0), vc.stride(0), v_off, yc.stride(0), r1 - r0, n, col_blocks, BLOCK_M=block_m,
             BLOCK_N=block_n, ACT=act, backend=backend, num_warps=warps)
     return y
 
@@ -95,9 +98,10 @@ def _kernel_backward(dy, g, v, v_off, dg, dv, dv_off, act, backend):
     widest = max(dy.stride(0), g.stride(0), v.stride(0), dg.stride(0), dv.stride(0), n)
     for r0, r1 in int32_row_chunks(m, widest, block_m) if n else []:
         dyc, gc, vc, dgc, dvc = dy[r0:r1], g[r0:r1], v[r0:r1], dg[r0:r1], dv[r0:r1]
-        gated_bwd_kernel[(cdiv(r1 - r0, block_m), cdiv(n, block_n))](
+        grid, col_blocks = box_grid(r1 - r0, n, block_m, block_n)
+        gated_bwd_kernel[grid](
             dyc, gc, vc, dgc, dvc, dyc.stride(0), gc.stride(0), vc.stride(0), v_off, dgc.stride(0), dvc.stride(0),
-            dv_off, r1 - r0, n, BLOCK_M=block_m, BLOCK_N=block_n, ACT=act, backend=backend, num_warps=warps)
+            dv_off, r1 - r0, n, col_blocks, BLOCK_M=block_m, BLOCK_N=block_n, ACT=act, backend=backend, num_warps=warps)
 
 
 def _forward(gate, value, act, backend):
@@ -153,8 +157,8 @@ def _fwd_example(device, size):
 
     def ref():
         return {"y": torch_activation(x[:, :n].float(), "silu") * x[:, n:].float()}
-    return tle.Launch(grid=(cdiv(m, block_m), cdiv(n, block_n)),
-                      args=(x[:, :n], x, y, 2 * n, 2 * n, n, n, m, n),
+    grid, col_blocks = box_grid(m, n, block_m, block_n)
+    return tle.Launch(grid=grid, args=(x[:, :n], x, y, 2 * n, 2 * n, n, n, m, n, col_blocks),
                       kwargs=dict(BLOCK_M=block_m, BLOCK_N=block_n, ACT="silu",
                                   num_warps=warps),
                       outputs={"y": y}, reference=ref, bytes=3 * m * n * x.element_size(),
@@ -172,8 +176,8 @@ def _bwd_example(device, size):
     def ref():
         a, da = torch_activation_and_grad(g.float(), "gelu")
         return {"dg": dy.float() * v.float() * da, "dv": dy.float() * a}
-    return tle.Launch(grid=(cdiv(m, block_m), cdiv(n, block_n)),
-                      args=(dy, g, v, dg, dv, n, n, n, 0, n, n, 0, m, n),
+    grid, col_blocks = box_grid(m, n, block_m, block_n)
+    return tle.Launch(grid=grid, args=(dy, g, v, dg, dv, n, n, n, 0, n, n, 0, m, n, col_blocks),
                       kwargs=dict(BLOCK_M=block_m, BLOCK_N=block_n, ACT="gelu",
                                   num_warps=warps),
                       outputs={"dg": dg, "dv": dv}, reference=ref, bytes=5 * m * n * g.element_size(),

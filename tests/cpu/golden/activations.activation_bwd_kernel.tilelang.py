@@ -2,7 +2,7 @@
 import tilelang.language as T
 
 # compiled for: n=33007
-# constexprs: BLOCK=4096, ACT='gelu_tanh'
+# constexprs: BLOCK=2048, ACT='gelu_tanh'
 # dy_ptr: shape (33007,), strides (1,)
 # x_ptr: shape (33007,), strides (1,)
 # dx_ptr: shape (33007,), strides (1,)
@@ -14,15 +14,15 @@ def activation_bwd_kernel(
     x_ptr: T.Tensor((33007,), 'float32'),
     dx_ptr: T.Tensor((33007,), 'float32'),
 ):
-    with T.Kernel(9, threads=256) as bx:
-        dy = T.alloc_fragment((4096,), 'float32')
-        x = T.alloc_fragment((4096,), 'float32')
-        s = T.alloc_fragment((4096,), 'float32')
-        t = T.alloc_fragment((4096,), 'float32')
-        T.copy(dy_ptr[bx * 4096:bx * 4096 + 4096], dy)
-        T.copy(x_ptr[bx * 4096:bx * 4096 + 4096], x)
-        for i0 in T.Parallel(4096):
+    with T.Kernel(17, threads=128) as bx:
+        dy = T.alloc_fragment((2048,), 'float32')
+        x = T.alloc_fragment((2048,), 'float32')
+        s = T.alloc_fragment((2048,), 'float32')
+        t = T.alloc_fragment((2048,), 'float32')
+        T.copy(dy_ptr[bx * 2048:bx * 2048 + 2048], dy)
+        T.copy(x_ptr[bx * 2048:bx * 2048 + 2048], x)
+        for i0 in T.Parallel(2048):
             s[i0] = T.sigmoid((1.5957691216057308 * (x[i0] + (((0.044715 * x[i0]) * x[i0]) * x[i0]))))
-        for i0 in T.Parallel(4096):
+        for i0 in T.Parallel(2048):
             t[i0] = (dy[i0] * (s[i0] + (((x[i0] * s[i0]) * (1.0 - s[i0])) * (1.5957691216057308 + ((0.21406444881780076 * x[i0]) * x[i0])))))
-        T.copy(t, dx_ptr[bx * 4096:bx * 4096 + 4096])
+        T.copy(t, dx_ptr[bx * 2048:bx * 2048 + 2048])

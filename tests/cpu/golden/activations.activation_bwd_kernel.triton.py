@@ -3,11 +3,11 @@ import triton
 import triton.language as tl
 
 
-# constexprs: BLOCK=4096, ACT='gelu_tanh'
-# launch: num_warps=8, num_stages=3
+# constexprs: BLOCK=2048, ACT='gelu_tanh'
+# launch: num_warps=4, num_stages=3
 @triton.jit
 def activation_bwd_kernel(dy_ptr, x_ptr, dx_ptr, n):
-    offs = tl.program_id(0) * 4096 + tl.arange(0, 4096)
+    offs = tl.program_id(0) * 2048 + tl.arange(0, 2048)
     mask = offs < n
     dy = tl.load(dy_ptr + offs, mask=mask, other=0.0)
     x = tl.load(x_ptr + offs, mask=mask, other=0.0)

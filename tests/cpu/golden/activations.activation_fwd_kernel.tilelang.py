@@ -2,7 +2,7 @@
 import tilelang.language as T
 
 # compiled for: n=33007
-# constexprs: BLOCK=4096, ACT='gelu'
+# constexprs: BLOCK=2048, ACT='gelu'
 # x_ptr: shape (33007,), strides (1,)
 # y_ptr: shape (33007,), strides (1,)
 
@@ -12,13 +12,13 @@ def activation_fwd_kernel(
     x_ptr: T.Tensor((33007,), 'float32'),
     y_ptr: T.Tensor((33007,), 'float32'),
 ):
-    with T.Kernel(9, threads=256) as bx:
-        x = T.alloc_fragment((4096,), 'float32')
-        h = T.alloc_fragment((4096,), 'float32')
-        act = T.alloc_fragment((4096,), 'float32')
-        T.copy(x_ptr[bx * 4096:bx * 4096 + 4096], x)
-        for i0 in T.Parallel(4096):
+    with T.Kernel(17, threads=128) as bx:
+        x = T.alloc_fragment((2048,), 'float32')
+        h = T.alloc_fragment((2048,), 'float32')
+        act = T.alloc_fragment((2048,), 'float32')
+        T.copy(x_ptr[bx * 2048:bx * 2048 + 2048], x)
+        for i0 in T.Parallel(2048):
             h[i0] = T.exp2(((((((((((((((((((((((T.min(T.abs(x[i0]), 6.0) * 0.16666666666666666) * -0.7121808367064665) + 4.016912978676161) * (T.min(T.abs(x[i0]), 6.0) * 0.16666666666666666)) - 9.632367507578083) * (T.min(T.abs(x[i0]), 6.0) * 0.16666666666666666)) + 12.274486416251197) * (T.min(T.abs(x[i0]), 6.0) * 0.16666666666666666)) - 7.3819548891968125) * (T.min(T.abs(x[i0]), 6.0) * 0.16666666666666666)) - 2.1496497665872076) * (T.min(T.abs(x[i0]), 6.0) * 0.16666666666666666)) + 9.493103913221193) * (T.min(T.abs(x[i0]), 6.0) * 0.16666666666666666)) - 11.39061091703949) * (T.min(T.abs(x[i0]), 6.0) * 0.16666666666666666)) + 9.440664139822637) * (T.min(T.abs(x[i0]), 6.0) * 0.16666666666666666)) - 6.906727228762565) * (T.min(T.abs(x[i0]), 6.0) * 0.16666666666666666)) - 0.9999995869153444) - ((0.7213475204444817 * T.abs(x[i0])) * T.abs(x[i0]))))
-        for i0 in T.Parallel(4096):
+        for i0 in T.Parallel(2048):
             act[i0] = (x[i0] * T.if_then_else((x[i0] >= 0.0), (1.0 - h[i0]), h[i0]))
-        T.copy(act, y_ptr[bx * 4096:bx * 4096 + 4096])
+        T.copy(act, y_ptr[bx * 2048:bx * 2048 + 2048])

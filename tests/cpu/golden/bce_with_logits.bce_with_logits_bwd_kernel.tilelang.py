@@ -27,8 +27,6 @@ def bce_with_logits_bwd_kernel(
         w_ptr_v = T.StridedTensor((33, 1000), (1000, 1), 'float32', data=w_ptr.data)
         g_ptr_v = T.StridedTensor((33, 1000), (1000, 1), 'float32', data=g_ptr.data)
         dx_ptr_v = T.StridedTensor((33, 1000), (1000, 1), 'float32', data=dx_ptr.data)
-        rows = T.alloc_fragment((4,), 'int32')
-        cols = T.alloc_fragment((1024,), 'int32')
         x = T.alloc_fragment((4, 1024), 'float32')
         t = T.alloc_fragment((4, 1024), 'float32')
         w = T.alloc_fragment((4, 1024), 'float32')
@@ -36,15 +34,11 @@ def bce_with_logits_bwd_kernel(
         g = T.alloc_fragment((4, 1024), 'float32')
         d = T.alloc_fragment((4, 1024), 'float32')
         tile = bx
-        for i0 in T.Parallel(4):
-            rows[i0] = ((T.truncdiv(tile, 1) * 4) + i0)
-        for i0 in T.Parallel(1024):
-            cols[i0] = ((T.truncmod(tile, 1) * 1024) + i0)
-        T.copy(x_ptr_v[T.truncdiv(tile, 1) * 4:T.truncdiv(tile, 1) * 4 + 4, T.truncmod(tile, 1) * 1024:T.truncmod(tile, 1) * 1024 + 1024], x)
-        T.copy(t_ptr_v[T.truncdiv(tile, 1) * 4:T.truncdiv(tile, 1) * 4 + 4, T.truncmod(tile, 1) * 1024:T.truncmod(tile, 1) * 1024 + 1024], t)
-        T.copy(w_ptr_v[T.truncdiv(tile, 1) * 4:T.truncdiv(tile, 1) * 4 + 4, T.truncmod(tile, 1) * 1024:T.truncmod(tile, 1) * 1024 + 1024], w)
-        T.copy(pw_ptr[T.truncmod(tile, 1) * 1024:T.truncmod(tile, 1) * 1024 + 1024], t_1)
-        T.copy(g_ptr_v[T.truncdiv(tile, 1) * 4:T.truncdiv(tile, 1) * 4 + 4, T.truncmod(tile, 1) * 1024:T.truncmod(tile, 1) * 1024 + 1024], g)
+        T.copy(x_ptr_v[tile * 4:tile * 4 + 4, 0:1024], x)
+        T.copy(t_ptr_v[tile * 4:tile * 4 + 4, 0:1024], t)
+        T.copy(w_ptr_v[tile * 4:tile * 4 + 4, 0:1024], w)
+        T.copy(pw_ptr[0:1024], t_1)
+        T.copy(g_ptr_v[tile * 4:tile * 4 + 4, 0:1024], g)
         for i0, i1 in T.Parallel(4, 1024):
             d[i0, i1] = (((((1.0 + ((t_1[i1] - 1.0) * t[i0, i1])) * T.sigmoid(x[i0, i1])) - (t_1[i1] * t[i0, i1])) * w[i0, i1]) * g[i0, i1])
-        T.copy(d, dx_ptr_v[T.truncdiv(tile, 1) * 4:T.truncdiv(tile, 1) * 4 + 4, T.truncmod(tile, 1) * 1024:T.truncmod(tile, 1) * 1024 + 1024])
+        T.copy(d, dx_ptr_v[tile * 4:tile * 4 + 4, 0:1024])

@@ -6,9 +6,10 @@ import triton.language as tl
 # constexprs: BLOCK_M=4, BLOCK_N=1024
 # launch: num_warps=4, num_stages=3
 @triton.jit
-def scale_bias_add_fwd_kernel(x_ptr, s_ptr, b_ptr, r_ptr, y_ptr, x_row_stride, r_row_stride, y_row_stride, n_rows, n_cols):
-    rows = tl.program_id(0) * 4 + tl.arange(0, 4)
-    cols = tl.program_id(1) * 1024 + tl.arange(0, 1024)
+def scale_bias_add_fwd_kernel(x_ptr, s_ptr, b_ptr, r_ptr, y_ptr, x_row_stride, r_row_stride, y_row_stride, n_rows, n_cols, n_col_blocks):
+    tile = tl.program_id(0)
+    rows = tile // n_col_blocks * 4 + tl.arange(0, 4)
+    cols = tile % n_col_blocks * 1024 + tl.arange(0, 1024)
     col_mask = cols < n_cols
     mask = (rows < n_rows)[:, None] & col_mask[None, :]
     x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=mask, other=0.0)
