@@ -34,6 +34,17 @@ def _target():
     return {"kind": "cuda", "arch": "sm_90a"}
 
 
+# Triton takes the hardware's approximate fp32 instructions for `/` (div.full), exp (ex2.approx) and sqrt
+# (sqrt.approx); nvcc's fast math gives TileLang's kernels the same kind. Without it a division (a sigmoid) or
+# an exp is an IEEE-exact instruction sequence: gelu's forward and geglu's backward were compute-bound on it.
+PASS_CONFIGS = {"tl.enable_fast_math": True}
+
+
+def compile_prim_func(func):
+    """TileLang's compiled kernel of a `@T.prim_func`, for this machine's GPU, with the backend's pass configs."""
+    return _import_tilelang().compile(func, out_idx=None, target=_target(), pass_configs=dict(PASS_CONFIGS))
+
+
 def _import_tilelang():
     # keep TileLang's own disk cache beside ours unless the user chose a place
     os.environ.setdefault("TILELANG_CACHE_DIR", os.path.join(default_cache_dir(), "tilelang"))
@@ -92,7 +103,7 @@ class TileLangCompiled(api.Compiled):
     @property
     def kernel(self):
         if self._kernel is None:
-            self._kernel = _import_tilelang().compile(self.prim_func(), out_idx=None, target=_target())
+            self._kernel = compile_prim_func(self.prim_func())
         return self._kernel
 
     def _flat(self, args) -> list:

@@ -92,8 +92,9 @@ def test_compiled_once_per_lowering(monkeypatch):
 
     class Compiler:       # stands in for tilelang.compile: records what it is asked to build
         @staticmethod
-        def compile(prim_func, out_idx, target):
+        def compile(prim_func, out_idx, target, pass_configs):
             calls.append(prim_func)
+            assert pass_configs == {"tl.enable_fast_math": True}      # the approximate fp32 math Triton uses
             return object()
     monkeypatch.setattr(backend, "_import_tilelang", lambda: Compiler)
     monkeypatch.setattr(backend, "load_module", lambda path, name: type("M", (), {c.ir.name: "prim_func"}))
