@@ -413,11 +413,7 @@ class TileLangCodegen:
         ahead = pipelined_async or plain_copy
         if ahead:
             self._stage0.add(len(self.lines))
-        # a plain read into a fragment inside T.Pipelined stays element-wise: TileLang 0.1.15 gives a T.copy from
-        # global into a fragment to the producer warps of its warp-specialized pipeline, where the consumer
-        # warps that read the fragment never see it (they read it uninitialized)
-        elementwise = not ahead and scope == "fragment" and self._in_pipelined_loop(op)
-        name, how, perm = self._read_global(op, None, scope, ahead, indent, elementwise)
+        name, how, perm = self._read_global(op, None, scope, ahead, indent)
         kind = "TMA or cp.async bulk copy" if how.startswith("T.copy") else "cp.async per thread"
         if pipelined_async:
             how += f", is_async: stage 0 of T.Pipelined (num_stages={op.attrs['async_stages']}), {kind}"
@@ -428,12 +424,11 @@ class TileLangCodegen:
         self.report.append((op.loc.line, "load", acc.kind, how))
         self.buffers[v.id] = Buffer(name, v.type.shape, v.type.elem, scope, self.blocks[-1], perm)
 
-    def _read_global(self, op: Op, into: str | None, scope: str, asynchronous: bool, indent: int,
-                     elementwise: bool = False):
+    def _read_global(self, op: Op, into: str | None, scope: str, asynchronous: bool, indent: int):
         """Emit the read of a load's (or a tle.gpu.copy's) pointer tile into a buffer: `into`, or a new
         one of `scope`. `asynchronous`: the read is a stage of a pipelined loop, so write it in the form
-        TileLang issues as cp.async where that keeps its meaning. `elementwise`: a T.Parallel read even
-        where a T.copy could express it. Returns (buffer name, how, storage permutation or None)."""
+        TileLang issues as cp.async where that keeps its meaning. Returns (buffer name, how, storage
+        permutation or None)."""
         ptr, mask, other = op.operands[:3]
         shape, elem = ptr.type.shape, ptr.type.elem.elem
         acc = self.access(op)
@@ -442,13 +437,20 @@ class TileLangCodegen:
         # `other` only matters where the mask can be false
         zero_other = other is None or _is_zero(other) or mask_always_true(mask, shape, self.aff)
         perm = None
-        if plan is not None and zero_other and not elementwise:
+        # a read into a fragment inside T.Pipelined stays element-wise: TileLang 0.1.15 gives a T.copy from global
+        # into a fragment to the producer warps of its warp-specialized pipeline, and the consumer warps that read
+        # the fragment never see it (they read it uninitialized)
+        fragment_in_pipeline = scope == "fragment" and self._in_pipelined_loop(op)
+        if plan is not None and zero_other and not fragment_in_pipeline:
             name = into or self.alloc(op.results[0].name or "t", shape, elem, scope)
             self.emit(f"T.copy({self.region(self.view(acc.param.value), plan)}, {name})", indent)
             return name, f"T.copy into {scope}", None
-        why = acc.reason if plan is None else \
-            "a plain read in T.Pipelined, kept with the warps that use it" if elementwise and zero_other else \
-            "`other` is not zero where the mask can be false"
+        if plan is None:
+            why = acc.reason
+        elif not zero_other:
+            why = "`other` is not zero where the mask can be false"
+        else:
+            why = "a plain read in T.Pipelined, kept with the warps that use it"
         tile = op.results[0] if op.name == "load" else ptr
         perm = self._storage_order(acc, tile) if scope == "shared" and into is None else None
         stored = shape if perm is None else tuple(shape[p] for p in perm)

@@ -7,6 +7,7 @@ import torch
 import tle
 import tle.ops
 from tle.ops import OPERATORS
+from tle.oplib.arith import cdiv
 
 BACKENDS = ["torch", "triton"]          # triton runs in Triton's interpreter here (tests/cpu/conftest.py)
 
@@ -223,25 +224,6 @@ def test_backward_latency_loops(name, backend, loop, monkeypatch):
             assert_matches_reference(op, sample, backend, what=loop)
 
 
-def test_tilelang_backward_loop_is_pipelined():
-    """What the operator launches on TileLang: the loop of the norms' backward is T.Pipelined, its row loads
-    asynchronous copies into shared memory."""
-    from tle.kernels.rms_norm import rms_norm_bwd_kernel
-    from tle.oplib.rows import backward_row_config
-    m, n = 4096, 8192
-    cfg = backward_row_config(n, "tilelang")
-    t = torch.empty(m, n, dtype=torch.bfloat16, device="meta")
-    w = torch.empty(n, dtype=torch.bfloat16, device="meta")
-    lowered = rms_norm_bwd_kernel.lower(
-        t, t, w, torch.empty(m, device="meta"), t, t, torch.empty(264, n, device="meta"), n, n, n, n, m, n, 16,
-        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, HAS_WEIGHT=True, HAS_DH=False, PREFETCH=cfg.prefetch,
-        ASYNC_LOADS=cfg.async_loads, grid=(256,), backend="tilelang", num_warps=cfg.num_warps,
-        num_stages=cfg.num_stages)
-    assert "T.Pipelined(16, num_stages=3)" in lowered.source
-    hows = [how for _, op, kind, how in lowered.compiled.access_report if op == "load" and "is_async" in how]
-    assert len(hows) == 2 and all("stage 0 of T.Pipelined (num_stages=3)" in h for h in hows), hows
-
-
 def _layer_norm_bwd_lowered(m, n, cfg, programs):
     from tle.kernels.layer_norm import layer_norm_bwd_kernel
     t = torch.empty(m, n, dtype=torch.bfloat16, device="meta")
@@ -249,7 +231,7 @@ def _layer_norm_bwd_lowered(m, n, cfg, programs):
     stats = torch.empty(m, device="meta")
     part = torch.empty(programs, n, device="meta")
     return layer_norm_bwd_kernel.lower(
-        t, t, w, stats, stats, t, part, part, n, n, n, m, n, -(-m // programs), BLOCK_M=cfg.block_m,
+        t, t, w, stats, stats, t, part, part, n, n, n, m, n, cdiv(m, programs), BLOCK_M=cfg.block_m,
         BLOCK_N=cfg.block_n, HAS_WEIGHT=True, HAS_BIAS=True, PREFETCH=cfg.prefetch, ASYNC_LOADS=cfg.async_loads,
         grid=(programs,), backend="tilelang", num_warps=cfg.num_warps, num_stages=cfg.num_stages)
 
@@ -260,9 +242,20 @@ def _rms_norm_bwd_lowered(m, n, cfg, programs):
     w = torch.empty(n, dtype=torch.bfloat16, device="meta")
     return rms_norm_bwd_kernel.lower(
         t, t, w, torch.empty(m, device="meta"), t, t, torch.empty(programs, n, device="meta"), n, n, 0, n, m, n,
-        -(-m // programs), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, HAS_WEIGHT=True, HAS_DH=False,
+        cdiv(m, programs), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, HAS_WEIGHT=True, HAS_DH=False,
         PREFETCH=cfg.prefetch, ASYNC_LOADS=cfg.async_loads, grid=(programs,), backend="tilelang",
         num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+
+
+def test_tilelang_backward_loop_is_pipelined():
+    """What the operator launches on TileLang: the loop of the norms' backward is T.Pipelined, its row loads
+    asynchronous copies into shared memory."""
+    from tle.oplib.rows import backward_row_config
+    n = 8192
+    lowered = _rms_norm_bwd_lowered(4096, n, backward_row_config(n, "tilelang"), 256)
+    assert "T.Pipelined(16, num_stages=3)" in lowered.source
+    hows = [how for _, op, kind, how in lowered.compiled.access_report if op == "load" and "is_async" in how]
+    assert len(hows) == 2 and all("stage 0 of T.Pipelined (num_stages=3)" in h for h in hows), hows
 
 
 @pytest.mark.slow
