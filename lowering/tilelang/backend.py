@@ -17,6 +17,7 @@ from ..ir.core import KernelIR
 from ..spec import Spec
 from ..transforms import (drop_overwritten_buffer_carries, fold_constants, hoist_guarded_loads,
                           pipeline_async_loads, rewrite_inductions)
+from .cache_hints import dropped_cache_hints
 from .codegen import generate
 
 STAGES = ("cuda", "ptx")
@@ -174,6 +175,7 @@ class Backend(api.Backend):
         hoist_guarded_loads(ir)
         drop_overwritten_buffer_carries(ir)
         ir.notes.extend(pipeline_async_loads(ir, spec.num_stages))
+        ir.notes.extend(dropped_cache_hints(ir))
         source, notes, report = generate(ir, spec, spec.grid)
         import tilelang
         digest = hashlib.sha256((source + tilelang.__version__).encode()).hexdigest()[:20]

@@ -6,7 +6,7 @@ import triton.language as tl
 
 import tle
 from kernel_cases import lower_example
-from tilelang_oracle import run_on
+from tilelang_oracle import needs_tilelang, run_on
 
 
 @tle.jit
@@ -197,3 +197,31 @@ def test_async_row_sums_through_the_tilelang_interpreter():
     out = torch.full((64,), float("nan"))
     async_row_sums.interpret_tilelang((1,), x, out, 100, N=64, BM=16)
     torch.testing.assert_close(out, x.sum(0), rtol=1e-5, atol=1e-5)
+
+
+# -- cache hints: kept in the Triton source, dropped with a note by TileLang -----------------------------------
+@tle.jit
+def hinted_copy(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, eviction_policy="evict_first", cache_modifier=".cg")
+    tl.store(out_ptr + offs, x, eviction_policy="evict_last")
+
+
+def test_cache_hints_kept_by_triton():
+    x, out = torch.empty(32, device="meta"), torch.empty(32, device="meta")
+    lw = hinted_copy.lower(x, out, BLOCK=32, grid=(1,), backend="triton")
+    assert "cache_modifier='.cg'" in lw.source and "eviction_policy='evict_first'" in lw.source
+    assert "eviction_policy='evict_last'" in lw.source
+    assert not [n for n in lw.notes if "hint dropped" in n]
+
+
+@needs_tilelang
+def test_cache_hints_dropped_by_tilelang_with_a_note():
+    x, out = torch.empty(32, device="meta"), torch.empty(32, device="meta")
+    lw = hinted_copy.lower(x, out, BLOCK=32, grid=(1,), backend="tilelang")
+    line = hinted_copy.fn.__code__.co_firstlineno
+    assert [n for n in lw.notes if "hint dropped" in n] == [
+        f"line {line + 3}: tl.load(cache_modifier='.cg', eviction_policy='evict_first'): hint dropped, TileLang's "
+        "loads and stores into registers take no cache hints",
+        f"line {line + 4}: tl.store(eviction_policy='evict_last'): hint dropped, TileLang's loads and stores into "
+        "registers take no cache hints"]
