@@ -19,23 +19,43 @@ from tle.oplib import (BenchSpec, Operator, Sample, as_rows, check_float, check_
                         resolve)
 from tle.oplib.arith import cdiv
 from tle.oplib.dispatch import custom_op
-from tle.oplib.rows import row_config, torch_compute_dtype
+from tle.oplib.rows import forward_row_config, row_config, torch_compute_dtype
 
 MAX_COLS = 65536
 
 
 @tle.jit
 def l2_norm_fwd_kernel(x_ptr, y_ptr, rstd_ptr, x_row_stride, y_row_stride, n_rows, n_cols, eps,
-                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, TWO_PASS: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = tl.arange(0, BLOCK_N)
     row_mask = rows < n_rows
-    mask = row_mask[:, None] & (cols < n_cols)[None, :]
-    x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    rstd = tl.rsqrt(tl.sum(x * x, axis=1) + eps)
-    tl.store(rstd_ptr + rows, rstd, mask=row_mask)
-    tl.store(y_ptr + rows[:, None] * y_row_stride + cols[None, :], (x * rstd[:, None]).to(y_ptr.dtype.element_ty),
-             mask=mask)
+    if TWO_PASS:
+        # rows wider than a tile (see forward_row_config): the first loop adds up the squares chunk by chunk and
+        # asks L2 to keep the row, the second reads it again from there
+        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        for start in range(0, n_cols, BLOCK_N):
+            cols = start + tl.arange(0, BLOCK_N)
+            mask = row_mask[:, None] & (cols < n_cols)[None, :]
+            x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=mask, other=0.0,
+                        eviction_policy="evict_last").to(tl.float32)
+            acc += x * x
+        rstd = tl.rsqrt(tl.sum(acc, axis=1) + eps)
+        tl.store(rstd_ptr + rows, rstd, mask=row_mask)
+        for start in range(0, n_cols, BLOCK_N):
+            cols = start + tl.arange(0, BLOCK_N)
+            mask = row_mask[:, None] & (cols < n_cols)[None, :]
+            x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=mask, other=0.0,
+                        eviction_policy="evict_first").to(tl.float32)
+            tl.store(y_ptr + rows[:, None] * y_row_stride + cols[None, :],
+                     (x * rstd[:, None]).to(y_ptr.dtype.element_ty), mask=mask)
+    else:
+        cols = tl.arange(0, BLOCK_N)
+        mask = row_mask[:, None] & (cols < n_cols)[None, :]
+        x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        rstd = tl.rsqrt(tl.sum(x * x, axis=1) + eps)
+        tl.store(rstd_ptr + rows, rstd, mask=row_mask)
+        tl.store(y_ptr + rows[:, None] * y_row_stride + cols[None, :],
+                 (x * rstd[:, None]).to(y_ptr.dtype.element_ty), mask=mask)
 
 
 @tle.jit
@@ -74,10 +94,10 @@ def _kernel_forward(x, eps, backend):
     y = torch.empty((m, n), device=x.device, dtype=x.dtype)
     rstd = torch.empty(m, device=x.device, dtype=torch.float32)
     if m and n:
-        block_m, block_n, warps = row_config(n)
-        l2_norm_fwd_kernel[(cdiv(m, block_m),)](
-            x, y, rstd, x.stride(0), y.stride(0), m, n, float(eps), BLOCK_M=block_m, BLOCK_N=block_n,
-            backend=backend, num_warps=warps)
+        cfg = forward_row_config(n, backend)
+        l2_norm_fwd_kernel[(cdiv(m, cfg.block_m),)](
+            x, y, rstd, x.stride(0), y.stride(0), m, n, float(eps), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+            TWO_PASS=cfg.two_pass, backend=backend, num_warps=cfg.num_warps)
     return y, rstd
 
 
@@ -103,13 +123,14 @@ def _fwd_example(device, size):
     x = torch.randn(m, n, device=device, dtype=dtype)
     y = torch.full_like(x, float("nan"))
     rstd = torch.full((m,), float("nan"), device=device)
-    block_m, block_n, warps = row_config(n)
+    cfg = forward_row_config(n, "triton")      # one launch for both lowerings
 
     def ref():
         y_ref, rstd_ref = _torch_forward(x, 1e-6)
         return {"y": y_ref, "rstd": rstd_ref}
-    return tle.Launch(grid=(cdiv(m, block_m),), args=(x, y, rstd, n, n, m, n, 1e-6),
-                      kwargs=dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps),
+    return tle.Launch(grid=(cdiv(m, cfg.block_m),), args=(x, y, rstd, n, n, m, n, 1e-6),
+                      kwargs=dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, TWO_PASS=cfg.two_pass,
+                                  num_warps=cfg.num_warps),
                       outputs={"y": y, "rstd": rstd}, reference=ref,
                       bytes=2 * m * n * x.element_size(), label=f"{m}x{n} {str(dtype)[6:]}")
 

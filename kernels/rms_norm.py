@@ -19,7 +19,7 @@ from tle.oplib import (BenchSpec, Operator, Sample, as_rows, check_float, check_
                         programs, resolve)
 from tle.oplib.arith import cdiv
 from tle.oplib.dispatch import custom_op
-from tle.oplib.rows import backward_row_config, row_config, torch_compute_dtype
+from tle.oplib.rows import backward_row_config, forward_row_config, torch_compute_dtype
 
 MAX_COLS = 65536
 
@@ -27,23 +27,56 @@ MAX_COLS = 65536
 @tle.jit
 def rms_norm_fwd_kernel(x_ptr, r_ptr, w_ptr, y_ptr, h_ptr, rstd_ptr, x_row_stride, r_row_stride, y_row_stride,
                         h_row_stride, n_rows, n_cols, eps, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                        HAS_RESIDUAL: tl.constexpr, HAS_WEIGHT: tl.constexpr):
+                        HAS_RESIDUAL: tl.constexpr, HAS_WEIGHT: tl.constexpr, TWO_PASS: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = tl.arange(0, BLOCK_N)
     row_mask = rows < n_rows
-    mask = row_mask[:, None] & (cols < n_cols)[None, :]
-    h = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    if HAS_RESIDUAL:
-        r = tl.load(r_ptr + rows[:, None] * r_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        h_out = (h + r).to(h_ptr.dtype.element_ty)
-        tl.store(h_ptr + rows[:, None] * h_row_stride + cols[None, :], h_out, mask=mask)
-        h = h_out.to(tl.float32)          # normalize the sum as rounded, as the unfused code would
-    rstd = tl.rsqrt(tl.sum(h * h, axis=1) / n_cols + eps)
-    tl.store(rstd_ptr + rows, rstd, mask=row_mask)
-    y = h * rstd[:, None]
-    if HAS_WEIGHT:
-        y = y * tl.load(w_ptr + cols, mask=cols < n_cols, other=0.0).to(tl.float32)[None, :]
-    tl.store(y_ptr + rows[:, None] * y_row_stride + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
+    if TWO_PASS:
+        # rows wider than a tile (see forward_row_config): the first loop adds up the squares chunk by chunk and
+        # asks L2 to keep the row, the second reads it again from there (h recomputed from x and r, bit for bit)
+        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        for start in range(0, n_cols, BLOCK_N):
+            cols = start + tl.arange(0, BLOCK_N)
+            mask = row_mask[:, None] & (cols < n_cols)[None, :]
+            h = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=mask, other=0.0,
+                        eviction_policy="evict_last").to(tl.float32)
+            if HAS_RESIDUAL:
+                r = tl.load(r_ptr + rows[:, None] * r_row_stride + cols[None, :], mask=mask, other=0.0,
+                            eviction_policy="evict_last").to(tl.float32)
+                h_out = (h + r).to(h_ptr.dtype.element_ty)
+                tl.store(h_ptr + rows[:, None] * h_row_stride + cols[None, :], h_out, mask=mask)
+                h = h_out.to(tl.float32)
+            acc += h * h
+        rstd = tl.rsqrt(tl.sum(acc, axis=1) / n_cols + eps)
+        tl.store(rstd_ptr + rows, rstd, mask=row_mask)
+        for start in range(0, n_cols, BLOCK_N):
+            cols = start + tl.arange(0, BLOCK_N)
+            mask = row_mask[:, None] & (cols < n_cols)[None, :]
+            h = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=mask, other=0.0,
+                        eviction_policy="evict_first").to(tl.float32)
+            if HAS_RESIDUAL:
+                r = tl.load(r_ptr + rows[:, None] * r_row_stride + cols[None, :], mask=mask, other=0.0,
+                            eviction_policy="evict_first").to(tl.float32)
+                h = (h + r).to(h_ptr.dtype.element_ty).to(tl.float32)
+            y = h * rstd[:, None]
+            if HAS_WEIGHT:
+                y = y * tl.load(w_ptr + cols, mask=cols < n_cols, other=0.0,
+                                eviction_policy="evict_last").to(tl.float32)[None, :]
+            tl.store(y_ptr + rows[:, None] * y_row_stride + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
+    else:
+        cols = tl.arange(0, BLOCK_N)
+        mask = row_mask[:, None] & (cols < n_cols)[None, :]
+        h = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        if HAS_RESIDUAL:
+            r = tl.load(r_ptr + rows[:, None] * r_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            h_out = (h + r).to(h_ptr.dtype.element_ty)
+            tl.store(h_ptr + rows[:, None] * h_row_stride + cols[None, :], h_out, mask=mask)
+            h = h_out.to(tl.float32)          # normalize the sum as rounded, as the unfused code would
+        rstd = tl.rsqrt(tl.sum(h * h, axis=1) / n_cols + eps)
+        tl.store(rstd_ptr + rows, rstd, mask=row_mask)
+        y = h * rstd[:, None]
+        if HAS_WEIGHT:
+            y = y * tl.load(w_ptr + cols, mask=cols < n_cols, other=0.0).to(tl.float32)[None, :]
+        tl.store(y_ptr + rows[:, None] * y_row_stride + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
 @tle.jit
@@ -140,12 +173,12 @@ def _kernel_forward(x, weight, residual, eps, backend):
     h = torch.empty_like(y) if residual is not None else x
     rstd = torch.empty(m, device=x.device, dtype=torch.float32)
     if m and n:
-        block_m, block_n, warps = row_config(n)
+        cfg = forward_row_config(n, backend)
         r = residual if residual is not None else x
-        rms_norm_fwd_kernel[(cdiv(m, block_m),)](
+        rms_norm_fwd_kernel[(cdiv(m, cfg.block_m),)](
             x, r, weight if weight is not None else x, y, h, rstd, x.stride(0), r.stride(0), y.stride(0),
-            h.stride(0), m, n, float(eps), BLOCK_M=block_m, BLOCK_N=block_n, HAS_RESIDUAL=residual is not None,
-            HAS_WEIGHT=weight is not None, backend=backend, num_warps=warps)
+            h.stride(0), m, n, float(eps), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, HAS_RESIDUAL=residual is not None,
+            HAS_WEIGHT=weight is not None, TWO_PASS=cfg.two_pass, backend=backend, num_warps=cfg.num_warps)
     return y, h, rstd
 
 
@@ -182,14 +215,14 @@ def _fwd_example(device, size):
     w = torch.rand(n, device=device, dtype=dtype) + 0.5
     y, h = torch.full_like(x, float("nan")), torch.full_like(x, float("nan"))
     rstd = torch.full((m,), float("nan"), device=device)
-    block_m, block_n, warps = row_config(n)
+    cfg = forward_row_config(n, "triton")      # one launch for both lowerings
 
     def ref():
         y_ref, h_ref, rstd_ref = _torch_forward(x, w, r, 1e-6)
         return {"y": y_ref, "h": h_ref, "rstd": rstd_ref}
-    return tle.Launch(grid=(cdiv(m, block_m),), args=(x, r, w, y, h, rstd, n, n, n, n, m, n, 1e-6),
-                      kwargs=dict(BLOCK_M=block_m, BLOCK_N=block_n, HAS_RESIDUAL=True, HAS_WEIGHT=True,
-                                  num_warps=warps),
+    return tle.Launch(grid=(cdiv(m, cfg.block_m),), args=(x, r, w, y, h, rstd, n, n, n, n, m, n, 1e-6),
+                      kwargs=dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, HAS_RESIDUAL=True, HAS_WEIGHT=True,
+                                  TWO_PASS=cfg.two_pass, num_warps=cfg.num_warps),
                       outputs={"y": y, "h": h, "rstd": rstd}, reference=ref,
                       bytes=4 * m * n * x.element_size(), label=f"{m}x{n} {str(dtype)[6:]}")
 

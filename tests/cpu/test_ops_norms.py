@@ -224,6 +224,35 @@ def test_backward_latency_loops(name, backend, loop, monkeypatch):
             assert_matches_reference(op, sample, backend, what=loop)
 
 
+# -- the norms' forward in two passes over column chunks (TWO_PASS: Triton, rows of 4096 columns and more) ----
+@pytest.mark.parametrize("backend", ["triton", "tilelang"])
+@pytest.mark.parametrize("name", ["rms_norm", "l2_norm"])
+def test_forward_two_passes(name, backend, monkeypatch):
+    """Forced on [2, 16] chunks, so that the samples' rows (1 to 1000 columns) take one to many chunks, the last
+    one partial, and the last row block is partial too; on both backends (TileLang drops the eviction hints)."""
+    import importlib
+
+    from op_cases import assert_matches_reference
+    from tilelang_oracle import tilelang_through_interpreter
+    from tle.oplib import rows
+
+    module = importlib.import_module(f"tle.kernels.{name}")
+    monkeypatch.setattr(module, "forward_row_config", lambda n, backend: rows.ForwardRows(2, 16, 4, True))
+    op = OPERATORS[name]
+    samples = [s for s in op.samples("cpu", torch.float32) if s.args[0].numel()]
+    with tilelang_through_interpreter():
+        for sample in samples:
+            assert_matches_reference(op, sample, backend, what="two passes")
+
+
+def test_forward_row_config_takes_two_passes_on_triton_for_wide_rows():
+    from tle.oplib.rows import forward_row_config
+    assert forward_row_config(8192, "triton") == (1, 2048, 16, True)
+    assert forward_row_config(4096, "triton") == (1, 2048, 8, True)
+    assert not forward_row_config(2048, "triton").two_pass
+    assert not forward_row_config(8192, "tilelang").two_pass
+
+
 def _layer_norm_bwd_lowered(m, n, cfg, programs):
     from tle.kernels.layer_norm import layer_norm_bwd_kernel
     t = torch.empty(m, n, dtype=torch.bfloat16, device="meta")

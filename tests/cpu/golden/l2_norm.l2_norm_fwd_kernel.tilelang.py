@@ -2,7 +2,7 @@
 import tilelang.language as T
 
 # compiled for: x_row_stride=100, y_row_stride=100, n_rows=33, n_cols=100
-# constexprs: BLOCK_M=16, BLOCK_N=128
+# constexprs: BLOCK_M=16, BLOCK_N=128, TWO_PASS=False
 # x_ptr: shape (33, 100), strides (100, 1)
 # y_ptr: shape (33, 100), strides (100, 1)
 # rstd_ptr: shape (33,), strides (1,)

@@ -3,13 +3,13 @@ import triton
 import triton.language as tl
 
 
-# constexprs: BLOCK_M=16, BLOCK_N=128
+# constexprs: BLOCK_M=16, BLOCK_N=128, TWO_PASS=False
 # launch: num_warps=4, num_stages=3
 @triton.jit
 def l2_norm_fwd_kernel(x_ptr, y_ptr, rstd_ptr, x_row_stride, y_row_stride, n_rows, n_cols, eps):
     rows = tl.program_id(0) * 16 + tl.arange(0, 16)
-    cols = tl.arange(0, 128)
     row_mask = rows < n_rows
+    cols = tl.arange(0, 128)
     mask = row_mask[:, None] & (cols < n_cols)[None, :]
     x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=mask, other=0.0)
     t = tl.sum(x * x, axis=1)

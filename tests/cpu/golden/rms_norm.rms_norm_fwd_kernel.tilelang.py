@@ -2,7 +2,7 @@
 import tilelang.language as T
 
 # compiled for: x_row_stride=1000, r_row_stride=1000, y_row_stride=1000, h_row_stride=1000, n_rows=33, n_cols=1000
-# constexprs: BLOCK_M=2, BLOCK_N=1024, HAS_RESIDUAL=True, HAS_WEIGHT=True
+# constexprs: BLOCK_M=2, BLOCK_N=1024, HAS_RESIDUAL=True, HAS_WEIGHT=True, TWO_PASS=False
 # x_ptr: shape (33, 1000), strides (1000, 1)
 # r_ptr: shape (33, 1000), strides (1000, 1)
 # w_ptr: shape (1000,), strides (1,)

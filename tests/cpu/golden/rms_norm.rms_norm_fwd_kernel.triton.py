@@ -3,13 +3,13 @@ import triton
 import triton.language as tl
 
 
-# constexprs: BLOCK_M=2, BLOCK_N=1024, HAS_RESIDUAL=True, HAS_WEIGHT=True
+# constexprs: BLOCK_M=2, BLOCK_N=1024, HAS_RESIDUAL=True, HAS_WEIGHT=True, TWO_PASS=False
 # launch: num_warps=4, num_stages=3
 @triton.jit
 def rms_norm_fwd_kernel(x_ptr, r_ptr, w_ptr, y_ptr, h_ptr, rstd_ptr, x_row_stride, r_row_stride, y_row_stride, h_row_stride, n_rows, n_cols, eps):
     rows = tl.program_id(0) * 2 + tl.arange(0, 2)
-    cols = tl.arange(0, 1024)
     row_mask = rows < n_rows
+    cols = tl.arange(0, 1024)
     mask = row_mask[:, None] & (cols < n_cols)[None, :]
     h = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=mask, other=0.0)
     r = tl.load(r_ptr + rows[:, None] * r_row_stride + cols[None, :], mask=mask, other=0.0)
