@@ -15,8 +15,10 @@ adds them up in fp32. It also writes 1 / max(count, 1) per bag (fp32), which the
 Backward (to weight only; dweight is dense, zero where no index points), two ways, chosen by `backward=`:
 - "sorted" (the default; deterministic, no atomics): the (index, bag) pairs are sorted by index on the host
   side with torch ops (sort, searchsorted: bookkeeping of integer positions, no float arithmetic), which
-  gives every weight row the run of positions that point at it. One program per weight row adds up
-  dy[bag] / count[bag] over its run, in a fixed order, and writes the row once (zeros for an empty run).
+  gives every weight row the run of positions that point at it. A program takes a block of BLOCK_R weight
+  rows, adds up dy[bag] / count[bag] over each row's run, in a fixed order, one position of every run a step,
+  and writes its rows once (zeros for an empty run). A row that many positions point at keeps its program
+  stepping as many times: on heavily skewed indices "atomic" may be faster.
 - "atomic": one program per bag adds dy[bag] / count[bag] into the rows of its indices with tl.atomic_add,
   in an fp32 buffer (zero-filled first); for fp16/bf16 weights a second kernel casts it to weight's dtype.
   The order of the additions varies from run to run, so the low bits do too.
@@ -89,25 +91,29 @@ def embedding_bag_fwd_kernel(w_ptr, idx_ptr, off_ptr, out_ptr, inv_ptr, w_row_st
 
 
 @tle.jit
-def embedding_bag_bwd_sorted_kernel(dy_ptr, bag_ptr, run_ptr, inv_ptr, dw_ptr, dim, BLOCK_I: tl.constexpr,
-                                    BLOCK_D: tl.constexpr):
-    # weight row `row` is pointed at by the positions run_ptr[row] .. run_ptr[row + 1] of the sorted order;
-    # bag_ptr holds the bag of each of them, inv_ptr 1 / max(count, 1) of each bag
-    row = tl.program_id(0)
+def embedding_bag_bwd_sorted_kernel(dy_ptr, bag_ptr, run_ptr, inv_ptr, dw_ptr, num_weights, dim,
+                                    BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr):
+    # weight row r is pointed at by the positions run_ptr[r] .. run_ptr[r + 1] of the sorted order; bag_ptr holds
+    # the bag of each of them, inv_ptr 1 / max(count, 1) of each bag. A program writes BLOCK_R consecutive rows
+    # (one contiguous block of dweight) and takes one position of each row's run per step, so the steps run as
+    # long as the block's longest run.
+    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    row_mask = rows < num_weights
     cols = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
     col_mask = cols < dim
-    start = tl.load(run_ptr + row)
-    end = tl.load(run_ptr + row + 1)
-    acc = tl.zeros([BLOCK_I, BLOCK_D], dtype=tl.float32)
-    for i in range(start, end, BLOCK_I):
-        pos = i + tl.arange(0, BLOCK_I)
+    start = tl.load(run_ptr + rows, mask=row_mask, other=0)
+    end = tl.load(run_ptr + rows + 1, mask=row_mask, other=0)
+    acc = tl.zeros([BLOCK_R, BLOCK_D], dtype=tl.float32)
+    for step in range(0, tl.max(end - start, axis=0)):
+        pos = start + step
         keep = pos < end
         bag = tl.load(bag_ptr + pos, mask=keep, other=0)
         scale = tl.load(inv_ptr + bag, mask=keep, other=0.0)
         g = tl.load(dy_ptr + bag.to(tl.int64)[:, None] * dim + cols[None, :], mask=keep[:, None] & col_mask[None, :],
                     other=0.0)
         acc += g.to(tl.float32) * scale[:, None]
-    tl.store(dw_ptr + row.to(tl.int64) * dim + cols, tl.sum(acc, axis=0).to(dw_ptr.dtype.element_ty), mask=col_mask)
+    tl.store(dw_ptr + rows.to(tl.int64)[:, None] * dim + cols[None, :], acc.to(dw_ptr.dtype.element_ty),
+             mask=row_mask[:, None] & col_mask[None, :])
 
 
 @tle.jit
@@ -160,50 +166,55 @@ def _fwd_config(dim: int, backend: str) -> tuple[int, int, int]:
     """(BLOCK_I, BLOCK_D, num_warps) of the forward. Its programs wait on three dependent loads (offsets, the
     indices, the rows), so what counts is how many bags are in flight per multiprocessor: small programs.
     Measured on the H200 (1M x 256 bf16, 64k bags of 32, TB/s): Triton, one-warp programs over 64-column
-    slices of 16 rows a step 3.15, [32, 64] on 2 warps 2.43, [32, 256] on 8 warps 0.84; TileLang [8, 256] on
-    4 warps 2.20, [16, 64] on 2 warps 1.71, [32, 256] on 8 warps 1.20."""
+    slices of 16 rows a step 3.15, [32, 64] on 2 warps 2.43, [32, 256] on 8 warps 0.84; TileLang, whole rows of
+    2 a step on one warp 3.13, [4, 256] on 1 warp 2.62, [8, 256] on 4 warps 2.24, [8, 64] on 1 warp 1.80,
+    [16, 64] on 1 warp 1.24."""
     if backend == "triton":
         return 16, _block_d(dim, cap=64), 1
     block_d = _block_d(dim)
-    return max(1, min(32, 2048 // block_d)), block_d, 4
-
-
-def _sorted_config(dim: int) -> tuple[int, int, int]:
-    """The sorted backward's tiles: runs are short (2 positions per weight row on average at 64k bags of 32
-    over 1M rows), so 2 positions a step, and a warp per 256 columns. Measured on the H200 (1M x 256 bf16,
-    TB/s, Triton / TileLang): [2, 256] on 1 warp 0.58 / 0.58, [8, 256] on 4 warps 0.06 / 0.28."""
-    block_d = _block_d(dim)
     return 2, block_d, max(1, block_d // 256)
+
+
+def _sorted_config(dim: int, backend: str) -> tuple[int, int, int]:
+    """(BLOCK_R, BLOCK_D, num_warps) of the sorted backward: 2 weight rows by the columns of a row (up to
+    MAX_BLOCK_D). Its steps wait on two dependent loads (the bags, then their dy rows) and there are as many
+    steps as the longest run of the block, so small blocks, many of them in flight. Measured on the H200 (1M x
+    256 bf16, 64k bags of 32: runs of 2 positions on average; the kernel alone, TB/s): Triton, [2, 256] on 2
+    warps 1.66, on 1 warp 1.57, [4, 256] on 1 warp 1.49, [8, 256] on 4 warps 1.44, one row per program 0.89;
+    TileLang [2, 256] on 1 warp 1.13, [4, 256] on 2 warps 1.06, [8, 256] on 4 warps 0.97."""
+    block_d = _block_d(dim)
+    return 2, block_d, max(1, block_d // (128 if backend == "triton" else 256))
 
 
 CAST_BLOCK = 4096
 
 
 # -- index bookkeeping (integer positions only, in torch) ---------------------------------------------------
-def _bags_of_positions(indices, offsets, padding_idx):
-    """(bag of each position of indices, int64: -1 before offsets[0]; which positions count: in a bag and
-    not padding)."""
+def _bags_of_positions(indices, offsets, padding_idx, out_int32=False):
+    """(bag of each position of indices, -1 before offsets[0] (int64, or int32 with out_int32); which positions
+    count: in a bag and not padding)."""
     n = indices.shape[0]
     pos = torch.arange(n, device=indices.device, dtype=offsets.dtype)
-    bag = torch.searchsorted(offsets, pos, right=True) - 1
+    bag = torch.searchsorted(offsets, pos, right=True, out_int32=out_int32) - 1
     keep = bag >= 0
     if padding_idx >= 0:
         keep = keep & (indices != padding_idx)
-    return bag.to(torch.int64), keep
+    return bag, keep
 
 
 def _sorted_runs(indices, offsets, num_weights, padding_idx):
-    """The positions of indices sorted by index (stable), as (bag of each sorted position, int32;
-    run_ptr [num_weights + 1]: weight row r is pointed at by sorted positions run_ptr[r]..run_ptr[r + 1]).
-    Positions that do not count (padding, before offsets[0], out of range) sort outside every run."""
-    bag, keep = _bags_of_positions(indices, offsets, padding_idx)
-    key_dtype = torch.int32 if num_weights < 2**31 - 1 else torch.int64
+    """The positions of indices sorted by index (stable), as (bag of each sorted position, int32 where the bags
+    and positions fit; run_ptr [num_weights + 1]: weight row r is pointed at by sorted positions
+    run_ptr[r]..run_ptr[r + 1]). Positions that do not count (padding, before offsets[0], out of range) sort
+    outside every run."""
+    fits_int32 = max(indices.shape[0], num_weights) < 2**31 - 1
+    bag, keep = _bags_of_positions(indices, offsets, padding_idx, out_int32=fits_int32)
+    key_dtype = torch.int32 if fits_int32 else torch.int64
     key = torch.where(keep, indices.to(key_dtype), num_weights)
     key_sorted, perm = torch.sort(key, stable=True)
     rows = torch.arange(num_weights + 1, device=indices.device, dtype=key_dtype)
-    run_ptr = torch.searchsorted(key_sorted, rows, out_int32=indices.shape[0] < 2**31 - 1)
-    bag_dtype = torch.int32 if offsets.shape[0] < 2**31 else torch.int64
-    return bag.index_select(0, perm).to(bag_dtype), run_ptr
+    run_ptr = torch.searchsorted(key_sorted, rows, out_int32=fits_int32)
+    return bag.index_select(0, perm), run_ptr
 
 
 # -- the torch backend: the same arithmetic in torch (fp32, or fp64 for fp64 weights) -----------------------
@@ -256,9 +267,10 @@ def _kernel_backward(dy, indices, offsets, inv_counts, num_weights, padding_idx,
     if backward == "sorted":
         bags, run_ptr = _sorted_runs(indices, offsets, num_weights, padding_idx)
         dw = torch.empty(num_weights, dim, device=dy.device, dtype=dy.dtype)
-        block_i, block_d, warps = _sorted_config(dim)
-        embedding_bag_bwd_sorted_kernel[(num_weights, cdiv(dim, block_d))](
-            dy, bags, run_ptr, inv_counts, dw, dim, BLOCK_I=block_i, BLOCK_D=block_d, backend=backend, num_warps=warps)
+        block_r, block_d, warps = _sorted_config(dim, backend)
+        embedding_bag_bwd_sorted_kernel[(cdiv(num_weights, block_r), cdiv(dim, block_d))](
+            dy, bags, run_ptr, inv_counts, dw, num_weights, dim, BLOCK_R=block_r, BLOCK_D=block_d, backend=backend,
+            num_warps=warps)
         return dw
     acc = torch.zeros(num_weights, dim, device=dy.device, dtype=torch.float32)
     block_i, block_d, warps = _config(dim)
@@ -333,9 +345,9 @@ def _sorted_example(device, size):
     (e, dim), n_bags = weight.shape, offsets.shape[0]
     bags, run_ptr = _sorted_runs(indices, offsets, e, padding_idx)
     dw = torch.full((e, dim), float("nan"), device=device, dtype=weight.dtype)
-    block_i, block_d, warps = _sorted_config(dim)
-    return tle.Launch(grid=(e, cdiv(dim, block_d)), args=(dy, bags, run_ptr, inv_counts, dw, dim),
-                      kwargs=dict(BLOCK_I=block_i, BLOCK_D=block_d, num_warps=warps), outputs={"dw": dw},
+    block_r, block_d, warps = _sorted_config(dim, "triton")     # one launch for both lowerings
+    return tle.Launch(grid=(cdiv(e, block_r), cdiv(dim, block_d)), args=(dy, bags, run_ptr, inv_counts, dw, e, dim),
+                      kwargs=dict(BLOCK_R=block_r, BLOCK_D=block_d, num_warps=warps), outputs={"dw": dw},
                       reference=lambda: {"dw": _torch_backward(dy.float(), indices, offsets, inv_counts, e,
                                                                padding_idx)},
                       bytes=(n_bags + e) * dim * weight.element_size(), label=_label(weight, indices, offsets))

@@ -58,9 +58,9 @@ PLANS = {
         ('atomic', 'gather', 'T.atomic_add per element'),
     ],
     'embedding_bag.embedding_bag_bwd_sorted_kernel': [
-        ('load', 'scalar', 'scalar expression'),
-        ('load', 'scalar', 'scalar expression'),
         ('load', 'box', 'read at each use'),
+        ('load', 'box', 'T.copy into fragment'),
+        ('load', 'gather', 'read at each use'),
         ('load', 'gather', 'T.Parallel into fragment'),
         ('load', 'gather', 'T.Parallel into fragment'),
         ('store', 'box', 'T.copy from fragment'),
