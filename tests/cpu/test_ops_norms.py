@@ -247,7 +247,7 @@ def test_forward_two_passes(name, backend, monkeypatch):
 
 def test_forward_row_config_takes_two_passes_on_triton_for_wide_rows():
     from tle.oplib.rows import forward_row_config
-    assert forward_row_config(8192, "triton") == (1, 2048, 16, True)
+    assert forward_row_config(8192, "triton") == (1, 4096, 16, True)
     assert forward_row_config(4096, "triton") == (1, 2048, 8, True)
     assert not forward_row_config(2048, "triton").two_pass
     assert not forward_row_config(8192, "tilelang").two_pass

@@ -28,15 +28,18 @@ class ForwardRows(NamedTuple):
 
 
 def forward_row_config(n_cols: int, backend: str) -> ForwardRows:
-    """The launch of the norms' forward kernels on `backend`. Measured on the H200 (rms_norm forward, bf16, TB/s,
-    the kernel alone): Triton, rows of 8192 in two passes over 2048-column chunks on 16 warps 4.25 (torch.compile
-    4.25, whose kernel is the same two passes) against 4.08 for the row in one register tile; 4096 columns, 8
-    warps, 4.15 against 3.98. Without the eviction hints the two passes ran at 3.45-4.12. TileLang's loads take no
-    cache hints: its two passes ran at 4.03-4.10 against 4.08 in one tile, so it keeps the one tile."""
+    """The launch of the norms' forward kernels on `backend`. On Triton, rows of more than 2048 columns take two
+    passes over chunks of 8 elements per thread. Measured on the H200 (bf16, the kernel alone, TB/s, rms_norm /
+    l2_norm): 8192 columns, [1, 4096] chunks on 16 warps 4.25 / 4.25 (torch.compile 4.24, whose kernel is the same
+    two passes), [1, 2048] on 16 warps 4.04 / 4.26, on 8 warps 4.02 / 4.11, the row in one tile 4.08; 4096
+    columns, [1, 2048] on 8 warps 4.13 / 4.16, [1, 1024] on 8 warps 4.03 / 4.16, one tile 3.98 (torch.compile
+    3.70). Without the eviction hints the two passes ran at 3.45-4.12. TileLang's loads take no cache hints: its
+    two passes ran at 4.03-4.10 against 4.08 in one tile, so it keeps the one tile."""
     block_m, block_n, warps = row_config(n_cols)
     if backend != "triton" or block_n < 4096:
         return ForwardRows(block_m, block_n, warps, False)
-    return ForwardRows(1, 2048, 16 if n_cols > 4096 else 8, True)
+    warps = 16 if n_cols > 4096 else 8
+    return ForwardRows(1, 256 * warps, warps, True)
 
 
 def torch_compute_dtype(x: torch.Tensor) -> torch.dtype:
