@@ -16,7 +16,7 @@ import triton.language as tl
 import tle
 from tle.kernels.column_sum import column_sum
 from tle.oplib import (BenchSpec, Operator, Sample, as_rows, check_float, check_int32_offsets, check_kernel_dtypes,
-                        programs, resolve)
+                        programs, resolve, shared_memory_per_block)
 from tle.oplib.arith import cdiv
 from tle.oplib.dispatch import custom_op
 from tle.oplib.rows import backward_row_config, forward_row_config, torch_compute_dtype
@@ -186,7 +186,8 @@ def _kernel_backward(dy, h, weight, rstd, dh, backend):
     m, n = h.shape
     dx = torch.empty((m, n), device=h.device, dtype=h.dtype)
     dw = None
-    cfg = backward_row_config(n, backend)
+    staged = h.element_size() * (3 if dh is not None else 2)       # dy, h (and dh) per column, in shared memory
+    cfg = backward_row_config(n, backend, staged_bytes=staged, smem_bytes=shared_memory_per_block(h.device))
     blocks = cdiv(m, cfg.block_m)
     grid = programs(h.device, cfg.per_sm, blocks)
     per_program = cdiv(blocks, grid)

@@ -215,7 +215,7 @@ def test_backward_latency_loops(name, backend, loop, monkeypatch):
     from tle.oplib import rows
 
     module = importlib.import_module(f"tle.kernels.{name}")
-    monkeypatch.setattr(module, "backward_row_config", lambda n, backend: rows.BackwardRows(
+    monkeypatch.setattr(module, "backward_row_config", lambda n, backend, **_: rows.BackwardRows(
         1, rows.row_config(n)[1], 4, 1, num_stages=3, **LATENCY_LOOPS[loop]))
     op = OPERATORS[name]
     samples = [s for s in op.samples("cpu", torch.float32) if s.args[0].numel()]
@@ -251,6 +251,20 @@ def test_forward_row_config_takes_two_passes_on_triton_for_wide_rows():
     assert forward_row_config(4096, "triton") == (1, 2048, 8, True)
     assert not forward_row_config(2048, "triton").two_pass
     assert not forward_row_config(8192, "tilelang").two_pass
+
+
+def test_backward_row_config_stages_what_fits_in_shared_memory():
+    """TileLang's pipelined backward loop holds `stages` row blocks of every staged tensor in shared memory: 3
+    stages where they fit, else 2, else the plain loop (TileLang cannot launch a block asking for more)."""
+    from tle.oplib.rows import BackwardRows, backward_row_config
+    smem = 227 * 1024
+    assert backward_row_config(8192, "tilelang", 4, smem) == BackwardRows(1, 8192, 8, 2, False, True, 3)
+    assert backward_row_config(8192, "tilelang", 4, smem, tilelang_rows=2) == BackwardRows(2, 8192, 8, 1, False, True, 3)
+    assert backward_row_config(16384, "tilelang", 4, smem, tilelang_rows=2) == BackwardRows(1, 16384, 8, 2, False, True, 3)
+    assert backward_row_config(16384, "tilelang", 6, smem) == BackwardRows(1, 16384, 8, 2, False, True, 2)
+    assert backward_row_config(32768, "tilelang", 4, smem) == BackwardRows(1, 32768, 16, 1, False, False, 3)
+    assert backward_row_config(8192, "tilelang", 4, 100 * 1024) == BackwardRows(1, 8192, 8, 2, False, True, 2)
+    assert backward_row_config(65536, "triton", 6, smem) == BackwardRows(1, 65536, 16, 1, True, False, 3)
 
 
 def _layer_norm_bwd_lowered(m, n, cfg, programs):

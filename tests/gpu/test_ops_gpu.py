@@ -60,3 +60,19 @@ def test_torch_compile_inductor(backend):
     ge = torch.autograd.grad(eager.float().sum(), x)[0]
     gc = torch.autograd.grad(comp.float().sum(), x)[0]
     torch.testing.assert_close(gc.float(), ge.float(), atol=5e-2, rtol=5e-2)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name, rows, cols, residual", [
+    ("rms_norm", 8, 16384, True), ("rms_norm", 8, 32768, False), ("rms_norm", 4, 65536, True),
+    ("layer_norm", 8, 16384, False), ("layer_norm", 4, 65536, False), ("l2_norm", 4, 65536, False)])
+def test_wide_rows(name, rows, cols, residual, backend):
+    """Rows up to the 65536 columns the norms take, forward and backward in bf16: the staged rows of TileLang's
+    backward loop must fit in shared memory (fewer stages, else the plain loop), Triton's tiles in registers."""
+    op = OPERATORS[name]
+    torch.manual_seed(0)
+    x = torch.randn(rows, cols, device="cuda", dtype=torch.bfloat16)
+    args = (x,) if name == "l2_norm" else (x, torch.rand(cols, device="cuda", dtype=torch.bfloat16) + 0.5)
+    kwargs = {"residual": torch.randn_like(x)} if residual else {}
+    from tle.oplib import Sample
+    assert_matches_reference(op, Sample(args, kwargs, label=f"{rows}x{cols}"), backend, ref_dtype=torch.float32)

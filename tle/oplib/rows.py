@@ -58,24 +58,40 @@ class BackwardRows(NamedTuple):
     num_stages: int
 
 
-def backward_row_config(n_cols: int, backend: str) -> BackwardRows:
-    """The launch of the norms' backward kernels on `backend`. Measured on the H200 (bf16, 32768x8192, TB/s, the
-    kernel alone unless said otherwise):
+STAGE_SMEM_MARGIN = 8 * 1024       # shared memory left beside the staged rows (reduction workspace, barriers)
+
+
+def backward_row_config(n_cols: int, backend: str, staged_bytes: int = 4, smem_bytes: int = 227 * 1024,
+                        tilelang_rows: int = 1) -> BackwardRows:
+    """The launch of the norms' backward kernels on `backend`. `staged_bytes`: the bytes per column of one row
+    over the tensors that TileLang's loop copies into shared memory (dy and x in bf16: 4); `smem_bytes`: what a
+    block may use (`shared_memory_per_block`); `tilelang_rows`: the rows per step the kernel runs best with on
+    TileLang, taken where they fit (with one program per multiprocessor). Measured on the H200 (bf16,
+    32768x8192, TB/s, the kernel alone unless said otherwise):
 
     - Triton: tiles of 8192 elements and more run one 16-warp program per multiprocessor that loads block i + 1
       while it reduces block i (rms_norm / layer_norm 3.83 / 3.67, against 3.05 / 2.84 for 4 warps x 8 per SM
       without prefetch); narrower tiles keep 4 warps x 8 per SM without it (with it, rms_norm at 4096 and 1024
       columns ran at half the speed). The async loop ran at 3.14-3.28 on [1, 8192] tiles.
     - TileLang: on tiles of 8192 elements and more the loop's loads are asynchronous copies into shared memory,
-      pipelined in 3 stages (rms_norm 3.92 with 8 warps x 2 per SM, 3.90 with 16 x 1, 3.43 with 4 x 4; the
-      register prefetch ran at 3.23 with the column sums: TileLang's lowering copies the carried tiles each
-      step). Narrower tiles keep the plain loop: pipelined on 4 warps x 8 per SM, the operator's backward fell
-      to 1.87 TB/s at 65536x2048 (3.28 plain) and to 0.01 at 131072x512."""
+      pipelined in 3 stages where they fit, else 2 (rms_norm 3.92 with 8 warps x 2 per SM, 3.90 with 16 x 1, 3.43
+      with 4 x 4; the register prefetch ran at 3.23 with the column sums: TileLang's lowering copies the carried
+      tiles each step; layer_norm 3.40 on [2, 8192] tiles with 8 warps x 1 per SM, 3.23 on [1, 8192] with 8 x 2,
+      3.28 with 8 x 1, 3.12 with 16 x 1, 2.16 on [2, 8192] with 16 x 1). Narrower tiles keep the plain loop:
+      pipelined on 4 warps x 8 per SM, the operator's backward fell to 1.87 TB/s at 65536x2048 (3.28 plain) and
+      to 0.01 at 131072x512. Rows too wide for two stages in shared memory (bf16 rms_norm from 32768 columns, or
+      from 16384 with the residual's gradient: TileLang could not launch them) run the plain loop on 16 warps."""
     block_m, block_n, _ = row_config(n_cols)
     if block_m * block_n < 8192:
         return BackwardRows(block_m, block_n, 4, 8, False, False, 3)
     if backend == "tilelang":
-        return BackwardRows(block_m, block_n, 8, 2, False, True, 3)
+        budget = smem_bytes - STAGE_SMEM_MARGIN
+        shapes = ((tilelang_rows, 1), (1, 2)) if tilelang_rows > 1 else ((1, 2),)
+        for rows, per_sm in shapes:
+            for stages in (3, 2):
+                if stages * rows * block_n * staged_bytes <= budget:
+                    return BackwardRows(rows, block_n, 8, per_sm, False, True, stages)
+        return BackwardRows(1, block_n, 16, 1, False, False, 3)
     return BackwardRows(block_m, block_n, 16, 1, True, False, 3)
 
 

@@ -53,6 +53,18 @@ def as_rows(x: torch.Tensor, name: str) -> torch.Tensor:
 
 
 _sm_count: dict = {}
+_smem_bytes: dict = {}
+DEFAULT_SMEM_BYTES = 227 * 1024     # what a block may opt into on sm_90 (H100, H200); off a GPU, for the lowering
+
+
+def shared_memory_per_block(device: torch.device) -> int:
+    """The shared memory one block may use on `device` (opted in), in bytes; DEFAULT_SMEM_BYTES off a GPU."""
+    if device.type != "cuda":
+        return DEFAULT_SMEM_BYTES
+    if device not in _smem_bytes:
+        props = torch.cuda.get_device_properties(device)
+        _smem_bytes[device] = int(getattr(props, "shared_memory_per_block_optin", props.shared_memory_per_block))
+    return _smem_bytes[device]
 
 
 def programs(device: torch.device, per_sm: int, work_items: int) -> int:
