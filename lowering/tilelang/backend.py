@@ -17,6 +17,7 @@ from ..ir.core import KernelIR
 from ..spec import Spec
 from ..transforms import (drop_overwritten_buffer_carries, fold_constants, hoist_guarded_loads,
                           pipeline_async_loads, rewrite_inductions)
+from .block_size import check_block_size
 from .cache_hints import dropped_cache_hints
 from .codegen import generate
 
@@ -91,6 +92,7 @@ class TileLangCompiled(api.Compiled):
         self.notes = notes
         self._kernel = None
         self._program = None
+        self._checked = False       # the compiled block size, checked at the first launch
         # how each argument is passed (the kernel is compiled for these shapes and strides): as it is (a
         # scalar), as a flat view, as the strided span it addresses, or as a fresh one-element tensor (empty)
         self._passing = tuple(_how_passed(a) for a in spec.args)
@@ -124,6 +126,9 @@ class TileLangCompiled(api.Compiled):
         return flat
 
     def launch(self, grid, args):
+        if not self._checked:
+            check_block_size(self.kernel.get_kernel_source(), self.ir, self.spec.num_warps)
+            self._checked = True
         self.kernel(*self._flat(args))
 
     def interpret(self, args, strict_reads: bool = False):

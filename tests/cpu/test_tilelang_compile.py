@@ -113,3 +113,36 @@ def test_each_tensor_shape_gets_its_own_lowering():
         interpret_tilelang(kernel, (2,), x, y, out, 200, BLOCK_SIZE=128)
         torch.testing.assert_close(out[:200], x[:200] + y[:200])
         assert out[200:].isnan().all()
+
+
+# -- the block size TileLang compiled for, checked before a launch -------------------------------------------
+def _pipelined_norm_backward(num_warps):
+    from test_ops_norms import _rms_norm_bwd_lowered
+    from tle.oplib.rows import BackwardRows
+    return _rms_norm_bwd_lowered(4096, 8192, BackwardRows(1, 8192, num_warps, 1, False, True, 3), 132)
+
+
+@needs_tilelang
+def test_block_size_over_cuda_limit_is_a_lowering_error_naming_the_loop():
+    from tle.lowering.errors import LoweringError
+    from tle.lowering.tilelang.block_size import check_block_size
+    lowered = _pipelined_norm_backward(32)                   # source only: nothing compiled
+    ir = lowered.compiled.ir
+    check_block_size("__launch_bounds__(1024, 1) kernel(", ir, 32)
+    with pytest.raises(LoweringError, match=r"rms_norm\.py:\d+: \[tilelang\] TileLang compiled rms_norm_bwd_kernel "
+                       r"for 1152 threads a block, more than CUDA's 1024: it warp-specialized the pipelined loop at "
+                       r"line \d+, adding 128 producer threads to the 1024 of num_warps=32; launch it with "
+                       r"num_warps <= 28"):
+        check_block_size("extern \"C\" __global__ void __launch_bounds__(1152, 1) k(", ir, 32)
+
+
+@pytest.mark.slow
+def test_tilelang_warp_specializes_a_pipelined_loop_past_the_block_limit():
+    """What the check above is about: 32 warps and a pipelined loop compile to 1152 threads a block."""
+    from tle.lowering.errors import LoweringError
+    from tle.lowering.tilelang.block_size import check_block_size
+    lowered = _pipelined_norm_backward(32)
+    cuda = lowered.stage("cuda")
+    assert "__launch_bounds__(1152" in cuda
+    with pytest.raises(LoweringError, match="1152 threads a block"):
+        check_block_size(cuda, lowered.compiled.ir, 32)

@@ -103,3 +103,18 @@ def test_sparse_mla_invalid_and_short_rows(backend, is_async):
     torch.testing.assert_close(lse.float(), ref_l, atol=1e-2, rtol=1.6e-2)
     o2, l2 = M.sparse_mla_fwd(q, kv, idx, backend=backend)
     torch.testing.assert_close(o2, out)
+
+
+def test_tilelang_block_over_cuda_limit_raises_before_launch():
+    """32 warps beside the producer warpgroup of a warp-specialized loop: a LoweringError naming the loop, not
+    an unexplained CUDA error from TileLang's runtime."""
+    from tle.kernels.rms_norm import rms_norm_bwd_kernel
+    from tle.lowering.errors import LoweringError
+    m, n, grid = 1024, 8192, 8
+    dy, h = torch.randn(m, n, device="cuda"), torch.randn(m, n, device="cuda")
+    w, rstd = torch.ones(n, device="cuda"), torch.ones(m, device="cuda")
+    dx, part = torch.empty_like(h), torch.empty(grid, n, device="cuda")
+    with pytest.raises(LoweringError, match="more than CUDA's 1024: it warp-specialized the pipelined loop"):
+        rms_norm_bwd_kernel[(grid,)](dy, h, w, rstd, dy, dx, part, n, n, 0, n, m, n, m // grid, BLOCK_M=1,
+                                     BLOCK_N=n, HAS_WEIGHT=True, HAS_DH=False, PREFETCH=False, ASYNC_LOADS=True,
+                                     backend="tilelang", num_warps=32, num_stages=3)
