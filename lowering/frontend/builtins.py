@@ -110,9 +110,6 @@ def _passthrough_hint(tr, input, values):
 
 
 # -- memory -------------------------------------------------------------------------------------------
-_LOAD_HINT_KEYS = ("cache_modifier", "eviction_policy", "volatile")
-
-
 def mask_and_pointer(tr, pointer, mask):
     """The pointer tile and a boolean mask (a non-bool mask compared with 0), broadcast together."""
     if not isinstance(pointer, TV) or not pointer.type.is_pointer:

@@ -62,6 +62,8 @@ OPERANDS: dict[str, tuple[str, ...]] = {
     "copy_out": ("ptr", "buf", "mask"),             # buffer -> global
 }
 BUFFER_WRITES = ("copy_in", "local_store")
+# attributes of load and store that only hint at caching: a backend that cannot honor one drops it with a note
+CACHE_HINTS = ("cache_modifier", "eviction_policy")
 
 
 class Op:

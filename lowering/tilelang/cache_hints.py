@@ -6,9 +6,7 @@ copies only. The hints are performance hints, so the program means the same with
 said once in the kernel's notes."""
 from __future__ import annotations
 
-from ..ir.core import KernelIR
-
-HINT_KEYS = ("cache_modifier", "eviction_policy")
+from ..ir.core import CACHE_HINTS, KernelIR
 
 
 def dropped_cache_hints(k: KernelIR) -> list[str]:
@@ -17,7 +15,7 @@ def dropped_cache_hints(k: KernelIR) -> list[str]:
     for op in k.walk():
         if op.name not in ("load", "store"):
             continue
-        asked = [f"{key}={op.attrs[key]!r}" for key in HINT_KEYS if op.attrs.get(key)]
+        asked = [f"{key}={op.attrs[key]!r}" for key in CACHE_HINTS if op.attrs.get(key)]
         if asked:
             notes.append(f"line {op.loc.line}: tl.{op.name}({', '.join(asked)}): hint dropped, TileLang's loads and "
                          f"stores into registers take no cache hints")

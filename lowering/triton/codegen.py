@@ -10,7 +10,7 @@ import re
 
 from ..errors import UnsupportedConstruct
 from ..ir import types as T
-from ..ir.core import Block, KernelIR, Op, Value
+from ..ir.core import CACHE_HINTS, Block, KernelIR, Op, Value
 from ..ir.uses import Identifiers, users
 from ..transforms.async_loads import how_issued
 
@@ -199,7 +199,7 @@ class TritonCodegen:
                 args.append(f"mask={self.expr(ops[1])}")
             if ops[2] is not None:
                 args.append(f"other={self._other(ops[2])}")
-            for key in ("cache_modifier", "eviction_policy"):
+            for key in CACHE_HINTS:
                 if a.get(key):
                     args.append(f"{key}={a[key]!r}")
             if a.get("volatile"):
@@ -267,7 +267,7 @@ class TritonCodegen:
             args = [self.expr(ptr), self.expr(val)]
             if mask is not None:
                 args.append(f"mask={self.expr(mask)}")
-            for key in ("cache_modifier", "eviction_policy"):
+            for key in CACHE_HINTS:
                 if op.attrs.get(key):
                     args.append(f"{key}={op.attrs[key]!r}")
             self.emit(f"tl.store({', '.join(args)})", indent)

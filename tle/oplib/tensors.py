@@ -52,28 +52,30 @@ def as_rows(x: torch.Tensor, name: str) -> torch.Tensor:
     return x2
 
 
-_sm_count: dict = {}
-_smem_bytes: dict = {}
+_properties: dict = {}
 DEFAULT_SMEM_BYTES = 227 * 1024     # what a block may opt into on sm_90 (H100, H200); off a GPU, for the lowering
+
+
+def _device_properties(device: torch.device):
+    """torch's properties of a CUDA device, looked up once (launch configurations ask on every call)."""
+    if device not in _properties:
+        _properties[device] = torch.cuda.get_device_properties(device)
+    return _properties[device]
 
 
 def shared_memory_per_block(device: torch.device) -> int:
     """The shared memory one block may use on `device` (opted in), in bytes; DEFAULT_SMEM_BYTES off a GPU."""
     if device.type != "cuda":
         return DEFAULT_SMEM_BYTES
-    if device not in _smem_bytes:
-        props = torch.cuda.get_device_properties(device)
-        _smem_bytes[device] = int(getattr(props, "shared_memory_per_block_optin", props.shared_memory_per_block))
-    return _smem_bytes[device]
+    props = _device_properties(device)
+    return int(getattr(props, "shared_memory_per_block_optin", props.shared_memory_per_block))
 
 
 def programs(device: torch.device, per_sm: int, work_items: int) -> int:
     """How many programs a persistent kernel launches: `per_sm` per multiprocessor on a GPU (4 in all on
     the CPU), never more than there are work items, and at least one."""
     if device.type == "cuda":
-        if device not in _sm_count:
-            _sm_count[device] = torch.cuda.get_device_properties(device).multi_processor_count
-        n = _sm_count[device] * per_sm
+        n = _device_properties(device).multi_processor_count * per_sm
     else:
         n = 4
     return max(1, min(n, work_items))
