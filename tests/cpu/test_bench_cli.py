@@ -315,3 +315,10 @@ def test_dry_run_of_rms_norm(tmp_path, capsys):
     assert "| tle torch |" in out and "FAIL" not in out
     v = _values(tmp_path / "rms_norm.json")
     assert {("16x64 fp32", m, b, "TB/s") for m in ("fwd", "bwd") for b in ("torch", "tle torch", "copy")} <= set(v)
+
+
+def test_support_lines_name_each_gradient_once():
+    # layer_norm differentiates weight given by position or by keyword: the page names it once
+    from tle.benchmark.page import support_lines
+    op = Operator("scale", fn=_scale, reference=lambda x, w: x * w, samples=lambda d, t: [], grad_inputs=(0, 1, "w"))
+    assert "- forward and backward (gradients of x, w)" in support_lines(op)

@@ -46,7 +46,7 @@ def support_lines(op) -> list[str]:
     if op.forward_only:
         out.append(f"- forward only: {op.forward_only}")
     else:
-        names = grad_names(op, list(op.grad_inputs))
+        names = list(dict.fromkeys(grad_names(op, list(op.grad_inputs))))   # a position and its keyword: one name
         out.append(f"- forward and backward (gradients of {', '.join(names) or 'nothing'})")
     if spec is not None:
         shapes = ", ".join("x".join(map(str, s)) for s in spec.shapes)
