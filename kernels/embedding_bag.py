@@ -416,9 +416,12 @@ def _setup_context(ctx, inputs, output):
     weight, indices, offsets, padding_idx, backward, backend = inputs
     ctx.save_for_backward(indices, offsets, output[1])
     ctx.num_weights, ctx.padding_idx, ctx.backward, ctx.backend = weight.shape[0], padding_idx, backward, backend
+    ctx.set_materialize_grads(False)     # no zeros made on the host for the bag sizes' unused gradient
 
 
 def _backward(ctx, dy, _dinv_counts):
+    if dy is None:
+        return None, None, None, None, None, None
     indices, offsets, inv_counts = ctx.saved_tensors
     dw = _embedding_bag_mean_backward_op(dy, indices, offsets, inv_counts, ctx.num_weights,
                                                    ctx.padding_idx, ctx.backward, ctx.backend)

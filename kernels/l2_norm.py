@@ -178,9 +178,12 @@ def _setup_context(ctx, inputs, output):
     x, eps, backend = inputs
     ctx.save_for_backward(x, output[1])
     ctx.backend = backend
+    ctx.set_materialize_grads(False)     # no zeros made on the host for the statistics' unused gradients
 
 
 def _backward(ctx, dy, _drstd):
+    if dy is None:
+        return None, None, None
     x, rstd = ctx.saved_tensors
     return _l2_norm_backward_op(dy, x, rstd, ctx.backend), None, None
 

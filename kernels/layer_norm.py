@@ -282,9 +282,12 @@ def _setup_context(ctx, inputs, output):
     _, mean, rstd = output
     ctx.save_for_backward(x, weight, bias, mean, rstd)
     ctx.backend = backend
+    ctx.set_materialize_grads(False)     # no zeros made on the host for the statistics' unused gradients
 
 
 def _backward(ctx, dy, _dmean, _drstd):
+    if dy is None:
+        return None, None, None, None, None
     x, weight, bias, mean, rstd = ctx.saved_tensors
     dx, dw, db = _layer_norm_backward_op(dy, x, weight, bias, mean, rstd, ctx.backend)
     return dx, (dw if weight is not None else None), (db if bias is not None else None), None, None

@@ -298,11 +298,17 @@ def _setup_context(ctx, inputs, output):
     ctx.save_for_backward(h if residual is not None else x, weight, rstd)
     ctx.has_residual = residual is not None
     ctx.backend = backend
+    ctx.set_materialize_grads(False)     # no zeros made on the host for the statistics' unused gradients
 
 
 def _backward(ctx, dy, dh, _drstd):
+    dh = dh if ctx.has_residual else None
+    if dy is None and dh is None:
+        return None, None, None, None, None
     h, weight, rstd = ctx.saved_tensors
-    dx, dw = _rms_norm_backward_op(dy, h, weight, rstd, dh if ctx.has_residual else None, ctx.backend)
+    if dy is None:                                       # only x + residual was used downstream
+        dy = torch.zeros_like(h)
+    dx, dw = _rms_norm_backward_op(dy, h, weight, rstd, dh, ctx.backend)
     return dx, (dw if weight is not None else None), (dx if ctx.has_residual else None), None, None
 
 

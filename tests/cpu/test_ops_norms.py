@@ -195,6 +195,30 @@ def test_torch_compile_fullgraph_matches_eager(backend):
         torch.testing.assert_close(c, e)
 
 
+@pytest.mark.parametrize("used", ["y", "h", "both"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_rms_norm_residual_gradients_of_either_output(backend, used):
+    # the statistics' and an unused output's gradients arrive as None (no zeros are made): each output alone
+    torch.manual_seed(0)
+    x, r = torch.randn(3, 33, requires_grad=True), torch.randn(3, 33, requires_grad=True)
+    w = (torch.rand(33) + 0.5).requires_grad_()
+    gy, gh = torch.randn(3, 33), torch.randn(3, 33)
+    y, h = tle.ops.rms_norm(x, w, 1e-6, residual=r, backend=backend)
+    outs, grads = {"y": ([y], [gy]), "h": ([h], [gh]), "both": ([y, h], [gy, gh])}[used]
+    got = torch.autograd.grad(outs, (x, r, w), grads, allow_unused=True)
+    xr, rr, wr = (t.detach().double().requires_grad_() for t in (x, r, w))
+    hr = xr + rr
+    yr = hr * torch.rsqrt(hr.pow(2).mean(-1, keepdim=True) + 1e-6) * wr
+    ref_outs = {"y": [yr], "h": [hr], "both": [yr, hr]}[used]
+    want = torch.autograd.grad(ref_outs, (xr, rr, wr), [g.double() for g in grads], allow_unused=True)
+    for g, wnt in zip(got, want):
+        if wnt is None:
+            assert g is None or not g.any()
+        else:
+            torch.testing.assert_close(g.double() if g is not None else torch.zeros_like(wnt), wnt, rtol=1e-4,
+                                       atol=1e-5)
+
+
 # -- the loops of the norms' backward that hide load latency ---------------------------------------------------
 # The backward kernels load row block i + 1 while they reduce block i (PREFETCH, Triton) or take the loop's loads
 # as asynchronous copies pipelined in stages (ASYNC_LOADS, TileLang), only for tiles of 8192 elements and more,
