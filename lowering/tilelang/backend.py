@@ -7,6 +7,7 @@ Without a GPU it compiles for sm_90a (CUDA source and PTX); kernels run only on 
 from __future__ import annotations
 
 import hashlib
+import operator
 import os
 import shutil
 import tempfile
@@ -71,6 +72,29 @@ def _how_passed(a) -> tuple[str, int]:
     return (_FLAT_VIEW if _contiguous(a.shape, a.strides) else _SPAN), extent
 
 
+def _passer(how: str, extent: int):
+    """The function that turns an argument into what the kernel takes (see _how_passed)."""
+    if how is _AS_IS:
+        return _as_is
+    if how is _FLAT_VIEW:
+        return _flat_view
+    if how is _SPAN:
+        import torch
+        size, stride = (extent,), (1,)
+        return lambda a: torch.as_strided(a, size, stride)
+    # TileLang has no zero-size buffers: the kernel declares one element, which nothing in bounds can read;
+    # an empty tensor is passed as a fresh one-element tensor
+    return _one_element
+
+
+def _as_is(a):
+    return a
+
+
+_flat_view = operator.methodcaller("view", -1)
+_one_element = operator.methodcaller("new_empty", 1)
+
+
 def _contiguous(shape, strides) -> bool:
     """torch's is_contiguous for these sizes and strides: dimensions of size 1 may have any stride."""
     expected = 1
@@ -96,6 +120,7 @@ class TileLangCompiled(api.Compiled):
         # how each argument is passed (the kernel is compiled for these shapes and strides): as it is (a
         # scalar), as a flat view, as the strided span it addresses, or as a fresh one-element tensor (empty)
         self._passing = tuple(_how_passed(a) for a in spec.args)
+        self._passers = tuple(_passer(how, extent) for how, extent in self._passing)
 
     def prim_func(self):
         """The generated `@T.prim_func`, as TileLang parses it (nothing compiled)."""
@@ -110,20 +135,8 @@ class TileLangCompiled(api.Compiled):
         return self._kernel
 
     def _flat(self, args) -> list:
-        import torch
-        flat = []
-        for (how, extent), a in zip(self._passing, args):
-            if how is _AS_IS:
-                flat.append(a)
-            elif how is _FLAT_VIEW:
-                flat.append(a.view(-1))
-            elif how is _SPAN:
-                flat.append(torch.as_strided(a, (extent,), (1,)))
-            else:
-                # TileLang has no zero-size buffers: the kernel declares one element, which nothing in
-                # bounds can read; an empty tensor is passed as a fresh one-element tensor
-                flat.append(a.new_empty(1))
-        return flat
+        # one call per argument, chosen at lowering: this runs on every launch
+        return [pass_(a) for pass_, a in zip(self._passers, args)]
 
     def launch(self, grid, args):
         if not self._checked:
