@@ -119,8 +119,7 @@ class TileLangCompiled(api.Compiled):
         self._checked = False       # the compiled block size, checked at the first launch
         # how each argument is passed (the kernel is compiled for these shapes and strides): as it is (a
         # scalar), as a flat view, as the strided span it addresses, or as a fresh one-element tensor (empty)
-        self._passing = tuple(_how_passed(a) for a in spec.args)
-        self._passers = tuple(_passer(how, extent) for how, extent in self._passing)
+        self._passers = tuple(_passer(*_how_passed(a)) for a in spec.args)
 
     def prim_func(self):
         """The generated `@T.prim_func`, as TileLang parses it (nothing compiled)."""

@@ -6,6 +6,7 @@ from typing import NamedTuple
 import torch
 
 from tle.oplib.arith import cdiv, next_power_of_2
+from tle.oplib.tensors import DEFAULT_SMEM_BYTES
 
 
 def row_config(n_cols: int) -> tuple[int, int, int]:
@@ -61,7 +62,7 @@ class BackwardRows(NamedTuple):
 STAGE_SMEM_MARGIN = 8 * 1024       # shared memory left beside the staged rows (reduction workspace, barriers)
 
 
-def backward_row_config(n_cols: int, backend: str, staged_bytes: int = 4, smem_bytes: int = 227 * 1024,
+def backward_row_config(n_cols: int, backend: str, staged_bytes: int = 4, smem_bytes: int = DEFAULT_SMEM_BYTES,
                         tilelang_rows: int = 1) -> BackwardRows:
     """The launch of the norms' backward kernels on `backend`. `staged_bytes`: the bytes per column of one row
     over the tensors that TileLang's loop copies into shared memory (dy and x in bf16: 4); `smem_bytes`: what a
