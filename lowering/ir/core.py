@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
+from .ops import BUFFER_WRITE, OPS, with_trait
 from .types import Type
 
 
@@ -43,27 +44,9 @@ class Value:
         return f"%{self.name or ''}{self.id}"
 
 
-# Operand names of each op, in order. A missing optional operand is None.
-OPERANDS: dict[str, tuple[str, ...]] = {
-    "const": (), "program_id": (), "num_programs": (), "arange": (),
-    "splat": ("x",), "broadcast": ("x",), "expand_dims": ("x",), "reshape": ("x",), "trans": ("x",),
-    "binary": ("lhs", "rhs"), "cmp": ("lhs", "rhs"), "unary": ("x",), "cast": ("x",),
-    "where": ("cond", "x", "y"), "addptr": ("ptr", "offset"),
-    "load": ("ptr", "mask", "other"), "store": ("ptr", "value", "mask"),
-    "atomic": ("ptr", "value", "mask"),
-    "reduce": ("x",), "dot": ("a", "b", "acc"),
-    "for": None,  # (lower, upper, step, *inits)
-    "if": ("cond",), "yield": None,
-    "raw_call": None,  # the argument tiles of a tle.call; results: the new values of the written ones
-    # tle.gpu buffers. A buffer is a value: every write makes its next version (the result), and the
-    # versions of one allocation are used one after the other, so a backend may keep them in one place.
-    "alloc": (), "local_load": ("buf",), "local_store": ("buf", "value"),
-    "copy_in": ("ptr", "mask", "other", "buf"),     # global -> buffer; result: the buffer's next version
-    "copy_out": ("ptr", "buf", "mask"),             # buffer -> global
-}
-BUFFER_WRITES = ("copy_in", "local_store")
-# attributes of load and store that only hint at caching: a backend that cannot honor one drops it with a note
-CACHE_HINTS = ("cache_modifier", "eviction_policy")
+# Operand names of each op, in order (None: variadic). The ops themselves are declared in ops.py.
+OPERANDS: dict[str, tuple[str, ...] | None] = {name: d.operands for name, d in OPS.items()}
+BUFFER_WRITES = tuple(sorted(with_trait(BUFFER_WRITE)))
 
 
 class Op:

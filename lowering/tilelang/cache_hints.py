@@ -6,7 +6,8 @@ copies only. The hints are performance hints, so the program means the same with
 said once in the kernel's notes."""
 from __future__ import annotations
 
-from ..ir.core import CACHE_HINTS, KernelIR
+from ..ir.core import KernelIR
+from ..ir.ops import CACHE_HINTS
 
 
 def dropped_cache_hints(k: KernelIR) -> list[str]:

@@ -1158,7 +1158,7 @@ class TileLangCodegen:
         its argument tiles; the copies of the written arguments are the call's results (their other
         positions keep the argument's value). Its threads are the kernel's own; TileLang's thread
         synchronization pass puts the barriers between the copies and the thread-level code."""
-        from ..raw import render_tilelang
+        from .raw_render import render_tilelang
         fn, threads, outputs = op.attrs["fn"], tuple(op.attrs["threads"]), tuple(op.attrs["outputs"])
         body = fn.body()
         body.check(BACKEND)

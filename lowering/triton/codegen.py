@@ -10,7 +10,8 @@ import re
 
 from ..errors import UnsupportedConstruct
 from ..ir import types as T
-from ..ir.core import CACHE_HINTS, Block, KernelIR, Op, Value
+from ..ir.core import Block, KernelIR, Op, Value
+from ..ir.ops import CACHE_HINTS
 from ..ir.uses import Identifiers, users
 from ..transforms.async_loads import how_issued
 
@@ -298,7 +299,7 @@ class TritonCodegen:
     def _raw_call(self, op: Op, indent: int):
         """tle.call: an element-wise raw function becomes whole-tile statements over the argument tiles;
         each written argument's result is then bound to its own name."""
-        from ..raw import render_triton, require_elementwise
+        from .raw_render import render_triton, require_elementwise
         fn = op.attrs["fn"]
         body = fn.body()
         try:

@@ -13,7 +13,8 @@ pytest.importorskip("jaxlib.mlir")
 import tle  # noqa: E402
 import tle.raw  # noqa: E402
 from tle.lowering.errors import LoweringError, UnsupportedConstruct  # noqa: E402
-from tle.lowering.raw import elementwise, render_tilelang, render_triton, require_elementwise  # noqa: E402
+from tle.lowering.tilelang.raw_render import render_tilelang  # noqa: E402
+from tle.lowering.triton.raw_render import elementwise, render_triton, require_elementwise  # noqa: E402
 from tle.raw.mlir import arith, ir, math as mmath, nvvm, scf, tensor  # noqa: E402
 
 F1024 = Annotated[ir.RankedTensorType, "tensor<1024xf32>"]

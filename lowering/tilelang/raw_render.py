@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import re
 
-from .body import BARRIERS, CMP_OPERATORS, SPECIAL, RawBody, Region, Stmt, cmpi_relation
+from ..raw.body import BARRIERS, CMP_OPERATORS, SPECIAL, RawBody, Region, Stmt, cmpi_relation
 
 BACKEND = "tilelang"
 TL_DTYPE = {"i1": "bool", "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64", "index": "int32",

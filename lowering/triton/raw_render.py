@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import UnsupportedConstruct
-from .body import BARRIERS, CMP_OPERATORS, SPECIAL, RawBody, Stmt, cmpi_relation
+from ..raw.body import BARRIERS, CMP_OPERATORS, SPECIAL, RawBody, Stmt, cmpi_relation
 
 BACKEND = "triton"
 TL_DTYPE = {"i1": "tl.int1", "i8": "tl.int8", "i16": "tl.int16", "i32": "tl.int32", "i64": "tl.int64",

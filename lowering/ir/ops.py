@@ -1,0 +1,119 @@
+"""Every op of the tile IR, declared once: its operands, its attributes and what they mean, and its traits.
+
+This is the list the rest of the compiler agrees on. A backend registers one lowering rule per op here
+(or declares the op unsupported, with the reason its users will read), and says for each attribute what
+it does with it: honors it, drops it with a note, or refuses it. `tests/cpu/test_lowering_rules.py` fails
+when an op or an attribute has no entry in some backend.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# Traits
+PURE = "pure"                  # no effect: may be computed anywhere, any number of times, or not at all
+ELEMENTWISE = "elementwise"    # element i of the result is an expression of its operands' elements
+LAYOUT = "layout"              # only re-indexes its operand (splat, broadcast, expand_dims, trans)
+MEMORY = "memory"              # reads or writes global memory through a pointer tile
+BUFFER_WRITE = "buffer_write"  # makes the next version of a tle.gpu buffer
+REGIONS = "regions"            # holds blocks (structured control flow)
+TERMINATOR = "terminator"      # ends a block
+
+
+@dataclass(frozen=True)
+class OpDef:
+    name: str
+    operands: tuple[str, ...] | None    # names in order (a missing optional one is None); None: variadic
+    attrs: dict[str, str] = field(default_factory=dict)     # attribute -> what it means
+    traits: frozenset[str] = frozenset()
+    doc: str = ""
+
+    def has(self, trait: str) -> bool:
+        return trait in self.traits
+
+
+_CACHE_ATTRS = {
+    "cache_modifier": "Triton's cache modifier ('.ca', '.cg', '.cv', ...); only a hint, never changes results",
+    "eviction_policy": "'evict_first' / 'evict_last': an L2 hint, never changes results",
+}
+# attributes of load and store that only hint at caching: a backend that cannot honor one drops it with a note
+CACHE_HINTS = tuple(_CACHE_ATTRS)
+
+_EXPR = frozenset({PURE, ELEMENTWISE})
+_DEFS = [
+    OpDef("const", (), {"value": "the Python value (bool, int or float) of the scalar"}, _EXPR),
+    OpDef("program_id", (), {"axis": "grid axis 0, 1 or 2"}, _EXPR),
+    OpDef("num_programs", (), {"axis": "grid axis 0, 1 or 2"}, _EXPR),
+    OpDef("arange", (), {"start": "first value", "end": "one past the last value"}, _EXPR),
+    OpDef("splat", ("x",), {"shape": "the tile shape a scalar fills"}, _EXPR | {LAYOUT}),
+    OpDef("broadcast", ("x",), {"shape": "the shape unit axes are stretched to"}, _EXPR | {LAYOUT}),
+    OpDef("expand_dims", ("x",), {"axis": "where the unit axis goes"}, _EXPR | {LAYOUT}),
+    OpDef("reshape", ("x",), {"shape": "the new shape (row-major order kept)"}, _EXPR),
+    OpDef("trans", ("x",), {"perm": "result axis i is operand axis perm[i]"}, _EXPR | {LAYOUT}),
+    OpDef("binary", ("lhs", "rhs"), {"op": "add, sub, mul, fdiv, div (truncating), rem, and, or, xor, shl, "
+                                           "shr, maximum, minimum, pow"}, _EXPR),
+    OpDef("cmp", ("lhs", "rhs"), {"pred": "lt, le, gt, ge, eq, ne"}, _EXPR),
+    OpDef("unary", ("x",), {"op": "neg, abs, invert, not, exp, exp2, log, log2, sqrt, rsqrt, sigmoid, erf, "
+                                  "sin, cos, floor, ceil"}, _EXPR),
+    OpDef("cast", ("x",), {"dtype": "the result's element type",
+                           "bitcast": "reinterpret the bits instead of converting the value"}, _EXPR),
+    OpDef("where", ("cond", "x", "y"), {}, _EXPR),
+    OpDef("addptr", ("ptr", "offset"), {}, _EXPR, "a pointer tile: the argument's pointer plus element offsets"),
+    OpDef("load", ("ptr", "mask", "other"), {
+        **_CACHE_ATTRS,
+        "volatile": "read memory every time (no caching across the load)",
+        "is_async": "tle.load(is_async=True): issue the read ahead of its use; never changes results",
+        "async": "set by pipeline_async_loads: how an is_async load is issued ('pipelined' or 'plain: why')",
+        "async_stages": "set by pipeline_async_loads: the pipeline depth an is_async load is issued with",
+    }, frozenset({MEMORY})),
+    OpDef("store", ("ptr", "value", "mask"), dict(_CACHE_ATTRS), frozenset({MEMORY})),
+    OpDef("atomic", ("ptr", "value", "mask"), {
+        "kind": "add, max or min",
+        "sem": "memory ordering: acq_rel (Triton's default when empty), acquire, release, relaxed",
+        "scope": "gpu (the default when empty), cta or sys",
+    }, frozenset({MEMORY})),
+    OpDef("reduce", ("x",), {"kind": "sum, max, min, argmax, argmin", "axis": "the reduced axis",
+                             "keep_dims": "keep the reduced axis with extent 1"}, frozenset({PURE})),
+    OpDef("dot", ("a", "b", "acc"), {
+        "out_dtype": "the accumulator's element type",
+        "input_precision": "fp32 operands: 'tf32', 'tf32x3' or 'ieee'; empty for other dtypes",
+        "max_num_imprecise_acc": "fp8: how many products are accumulated at low precision before promotion",
+    }, frozenset({PURE})),
+    OpDef("for", None, {
+        "kind": "how the loop was written: 'range', 'tl.range' or 'tle.gpu.pipeline' (tl.static_range is "
+                "unrolled by the frontend)",
+        "num_stages": "software-pipeline depth the kernel asked for",
+        "loop_unroll_factor": "tl.range: unroll the loop body this many times",
+        "warp_specialize": "tl.range: split producer and consumer warps",
+        "flatten": "tl.range: flatten nested loops into one",
+        "disallow_acc_multi_buffer": "tl.range: keep one accumulator buffer in a pipelined loop",
+        "disable_licm": "tl.range: do not hoist loop invariants",
+        "async_stages": "set by pipeline_async_loads: the depth its is_async loads need",
+        "async_raised_from": "set by pipeline_async_loads: the num_stages it raised for is_async loads",
+    }, frozenset({REGIONS}), "operands (lower, upper, step, *inits); the body's arguments are (counter, "
+                             "*carried); results: the carried values after the last step"),
+    OpDef("if", ("cond",), {}, frozenset({REGIONS}), "regions (then, else); results: what both branches yield"),
+    OpDef("yield", None, {}, frozenset({TERMINATOR}), "the values a loop body or a branch hands on"),
+    OpDef("raw_call", None, {
+        "fn": "the tle.raw function",
+        "threads": "the hardware threads the function runs on (tle.hardware_constraint / hardware=)",
+        "layout": "per argument: a layout dict (its 'order') or None",
+        "outputs": "indices of the arguments the function writes; one result per written argument",
+    }, frozenset(), "tle.call: operands are the argument tiles"),
+    # tle.gpu buffers. A buffer is a value: every write makes its next version (the result), and the
+    # versions of one allocation are used one after the other, so a backend may keep them in one place.
+    OpDef("alloc", (), {"scope": "the storage kind ('smem')", "layout": "a layout hint or None"},
+          frozenset({PURE}), "tle.gpu.alloc: a buffer with undefined contents"),
+    OpDef("local_load", ("buf",), {}, frozenset({PURE}), "tle.gpu.local_load: the buffer version as a tile"),
+    OpDef("local_store", ("buf", "value"), {}, frozenset({BUFFER_WRITE}),
+          "tle.gpu.local_store: result is the buffer's next version"),
+    OpDef("copy_in", ("ptr", "mask", "other", "buf"), {}, frozenset({MEMORY, BUFFER_WRITE}),
+          "tle.gpu.copy from global memory; result is the buffer's next version"),
+    OpDef("copy_out", ("ptr", "buf", "mask"), {}, frozenset({MEMORY}), "tle.gpu.copy to global memory"),
+]
+
+OPS: dict[str, OpDef] = {d.name: d for d in _DEFS}
+
+
+def with_trait(trait: str) -> frozenset[str]:
+    """The names of the ops that have `trait`."""
+    return frozenset(n for n, d in OPS.items() if trait in d.traits)

@@ -1,0 +1,134 @@
+"""One backend's lowering rules: per IR op (lowering/ir/ops.py), the function that lowers it, or the reason
+the backend cannot; per attribute of every op, what the backend does with it.
+
+A backend keeps one `Rules` table. Its modules register a rule per op with `@RULES.rule("load")` (a
+backend may keep rules of several roles, e.g. TileLang's statements and element expressions), declare
+what they cannot express with `RULES.unsupported(op, reason)`, and say for every attribute whether
+they honor it, drop it (a note the user sees) or refuse it (a lowering error). The reason and the note
+are written once, here, and `tests/cpu/test_lowering_rules.py` checks that no op and no attribute is
+left out on any backend.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+from .errors import UnsupportedConstruct
+from .ir.core import KernelIR, Op
+from .ir.ops import OPS
+
+HONORED, DROPPED, REFUSED = "honored", "dropped", "refused"
+
+
+def _is_set(value) -> bool:
+    """Whether an attribute asks for something: attributes default to an empty or false value."""
+    return value not in (None, "", False, (), [])
+
+
+@dataclass(frozen=True)
+class Treatment:
+    kind: str                          # HONORED, DROPPED or REFUSED
+    detail: str                        # how it is honored, or why it is dropped or refused
+    # for DROPPED/REFUSED: which values the drop or refusal applies to (default: any value that is set)
+    applies: Callable[[Any], bool] = _is_set
+
+
+class Rules:
+    def __init__(self, backend: str, roles: Iterable[str] = ("lower",)):
+        self.backend = backend
+        self.roles = tuple(roles)
+        self._rules: dict[str, dict[str, Callable]] = {r: {} for r in self.roles}
+        self._unsupported: dict[str, str] = {}
+        self._attrs: dict[tuple[str, str], list[Treatment]] = {}
+
+    # -- declaring ------------------------------------------------------------------------------------
+    def rule(self, *ops: str, role: str | None = None):
+        """Decorator: `fn` lowers each op in `ops` (in `role`, by default the table's first)."""
+        role = role or self.roles[0]
+
+        def register(fn):
+            for name in ops:
+                self._check_op(name)
+                if name in self._rules[role]:
+                    raise ValueError(f"{self.backend}: two {role} rules for op '{name}'")
+                self._rules[role][name] = fn
+            return fn
+        return register
+
+    def unsupported(self, op: str, reason: str):
+        self._check_op(op)
+        self._unsupported[op] = reason
+
+    def honors(self, op: str, *attrs: str, how: str = ""):
+        for a in attrs:
+            self._treat(op, a, Treatment(HONORED, how))
+
+    def drops(self, op: str, *attrs: str, why: str, when: Callable[[Any], bool] = _is_set):
+        for a in attrs:
+            self._treat(op, a, Treatment(DROPPED, why, when))
+
+    def refuses(self, op: str, *attrs: str, why: str, when: Callable[[Any], bool] = _is_set):
+        for a in attrs:
+            self._treat(op, a, Treatment(REFUSED, why, when))
+
+    def _treat(self, op: str, attr: str, t: Treatment):
+        self._check_op(op)
+        if attr not in OPS[op].attrs:
+            raise ValueError(f"{self.backend}: op '{op}' has no attribute '{attr}' (lowering/ir/ops.py)")
+        self._attrs.setdefault((op, attr), []).append(t)
+
+    @staticmethod
+    def _check_op(name: str):
+        if name not in OPS:
+            raise ValueError(f"no IR op '{name}' (lowering/ir/ops.py declares them)")
+
+    # -- reading --------------------------------------------------------------------------------------
+    def get(self, op: Op, role: str | None = None) -> Callable | None:
+        """The rule lowering `op` in `role`, or None where it has none in that role. An op declared
+        unsupported raises the lowering error with the declared reason, at the op's file:line."""
+        if op.name in self._unsupported:
+            raise UnsupportedConstruct(f"op '{op.name}'", self.backend, op.loc, self._unsupported[op.name])
+        return self._rules[role or self.roles[0]].get(op.name)
+
+    def has_rule(self, op: str) -> bool:
+        return any(op in table for table in self._rules.values())
+
+    def unsupported_reason(self, op: str) -> str | None:
+        return self._unsupported.get(op)
+
+    def treatments(self, op: str, attr: str) -> list[Treatment]:
+        return list(self._attrs.get((op, attr), ()))
+
+    # -- applying the attribute table to a kernel --------------------------------------------------------
+    def check_attributes(self, k: KernelIR) -> list[str]:
+        """Refuse the attributes this backend refuses (a lowering error naming the attribute and the op's
+        file:line); return one note per op and reason for the attributes it drops:
+        `line N: tl.load(eviction_policy='evict_last'): <why>`."""
+        notes = []
+        for op in k.walk():
+            dropped: dict[str, list[str]] = {}
+            for attr, value in op.attrs.items():
+                for t in self._attrs.get((op.name, attr), ()):
+                    if t.kind == HONORED or not t.applies(value):
+                        continue
+                    if t.kind == REFUSED:
+                        raise UnsupportedConstruct(f"{_construct(op)}({attr}={value!r})", self.backend, op.loc,
+                                                   t.detail)
+                    dropped.setdefault(t.detail, []).append(f"{attr}={value!r}")
+            for why, asked in dropped.items():
+                notes.append(f"line {op.loc.line}: {_construct(op)}({', '.join(asked)}): {why}")
+        return notes
+
+
+def _construct(op: Op) -> str:
+    """How the user wrote the op, as far as the IR knows."""
+    a = op.attrs
+    if op.name in ("load", "store"):
+        return "tle.load" if a.get("is_async") else f"tl.{op.name}"
+    if op.name == "atomic":
+        return f"tl.atomic_{a.get('kind', '')}"
+    if op.name == "dot":
+        return "tl.dot"
+    if op.name == "for":
+        return {"tle.gpu.pipeline": "tle.gpu.pipeline", "tl.range": "tl.range"}.get(a.get("kind"), "for loop")
+    return op.name
