@@ -6,11 +6,12 @@ import importlib
 from abc import ABC, abstractmethod
 
 from .ir.core import KernelIR
+from .rules import Rules
 from .spec import Spec
 
 BACKEND_MODULES = {
-    "triton": "tle.lowering.triton.backend",
-    "tilelang": "tle.lowering.tilelang.backend",
+    "triton": ".triton.backend",
+    "tilelang": ".tilelang.backend",
 }
 
 
@@ -33,6 +34,8 @@ class Compiled(ABC):
 
 class Backend(ABC):
     name: str
+    # the lowering rule of every IR op and the treatment of every attribute (lowering/rules.py)
+    rules: Rules
     # int scalar arguments compiled in as constants (TileLang compiles per shape anyway)
     specializes_ints: bool = False
     # tensor shapes and strides are part of the specialization key
@@ -59,7 +62,7 @@ def get_backend(name: str) -> Backend:
     if name not in BACKEND_MODULES:
         raise KeyError(name)
     if name not in _instances:
-        mod = importlib.import_module(BACKEND_MODULES[name])
+        mod = importlib.import_module(BACKEND_MODULES[name], __package__)
         _instances[name] = mod.Backend()
     return _instances[name]
 

@@ -45,10 +45,11 @@ class Rules:
     def rule(self, *ops: str, role: str | None = None):
         """Decorator: `fn` lowers each op in `ops` (in `role`, by default the table's first)."""
         role = role or self.roles[0]
+        for name in ops:
+            self._check_op(name)
 
         def register(fn):
             for name in ops:
-                self._check_op(name)
                 if name in self._rules[role]:
                     raise ValueError(f"{self.backend}: two {role} rules for op '{name}'")
                 self._rules[role][name] = fn

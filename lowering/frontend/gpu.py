@@ -14,8 +14,8 @@ from . import semantics as S
 from .builtins import mask_and_pointer
 from .semantics import TV, as_tv, constexpr_value as _plain, is_num, to_dtype
 
-SPACES = {"smem": "shared memory"}                # storage kinds some backend supports
-BACKEND_SPACES = {"triton": ("smem",), "tilelang": ("smem",)}
+# storage kinds the IR has; each backend's rule table says what it does with the alloc's scope
+SPACES = {"smem": "shared memory"}
 
 
 class Buffer(TV):
@@ -80,9 +80,9 @@ def alloc(tr, shape, dtype, layout=None, scope=None):
                             tr.b.loc) from None
     space = "smem" if scope is None else _space_name(scope)
     if space not in SPACES:
-        which = "; ".join(f"{b}: {', '.join(s)}" for b, s in BACKEND_SPACES.items())
+        which = ", ".join(f"{name} ({what})" for name, what in SPACES.items())
         raise LoweringError(f"tle.gpu.alloc: storage kind '{space}' is not supported by any backend "
-                            f"(storage kinds per backend: {which})", tr.b.loc, construct=f"storage kind '{space}'")
+                            f"(the storage kinds: {which})", tr.b.loc, construct=f"storage kind '{space}'")
     layout = _plain(layout)
     if layout is not None:
         raise LoweringError(f"tle.gpu.alloc: layout={layout!r} is not supported; pass layout=None (each backend "

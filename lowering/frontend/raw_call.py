@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ..errors import LoweringError
 from ..raw.body import DTYPES, check_constraints
+from ..raw.callee import RawCallee
 from .semantics import TV, constexpr_value
 
 LAYOUT_SPACES = ("shared",)          # where a backend can place a raw function's argument tiles
@@ -28,14 +29,12 @@ _plain = constexpr_value
 
 
 def raw_call(tr, fn=None, args=None, hardware=None, layout=None):
-    from tle.raw.function import RawFunction
-
     loc = tr.b.loc
 
     def error(msg, construct=None):
         return LoweringError(msg, loc, construct=construct)
 
-    if not isinstance(fn, RawFunction):
+    if not isinstance(fn, RawCallee):
         what = "a @tle.jit function" if hasattr(fn, "__tle_fn__") else type(fn).__name__
         raise error(f"tle.call: the function must be a raw function (decorated with @tle.raw.language(name='mlir') "
                     f"or made by tle.raw.from_text), got {what}", "tle.call")

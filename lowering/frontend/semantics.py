@@ -131,13 +131,11 @@ def to_dtype(x) -> T.DType:
     if isinstance(x, str):
         name = x
     if name is None:
-        try:
-            import torch
-            if isinstance(x, torch.dtype):
-                from tle.dtypes import from_torch
-                return from_torch(x)
-        except ImportError:
-            pass
+        if type(x).__name__ == "dtype" and type(x).__module__ == "torch":
+            dtype = T.dtype_from_torch_name(str(x))
+            if dtype is None:
+                raise TypeError(f"torch dtype {x} is not supported by tle")
+            return dtype
         raise TypeError(f"not a dtype: {x!r}")
     return T.dtype_from_name(name)
 

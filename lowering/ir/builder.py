@@ -15,7 +15,7 @@ UNARY_FLOAT_ONLY = {"exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sigmoid", "e
                     "floor", "ceil"}
 UNARY_OPS = UNARY_FLOAT_ONLY | {"neg", "abs", "invert", "not"}
 BINARY_OPS = {"add", "sub", "mul", "fdiv", "div", "rem", "and", "or", "xor", "shl", "shr",
-              "maximum", "minimum", "pow"}
+              "maximum", "minimum"}
 CMP_PREDS = {"lt", "le", "gt", "ge", "eq", "ne"}
 REDUCE_KINDS = {"sum", "max", "min", "argmax", "argmin"}
 

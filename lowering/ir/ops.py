@@ -50,7 +50,7 @@ _DEFS = [
     OpDef("reshape", ("x",), {"shape": "the new shape (row-major order kept)"}, _EXPR),
     OpDef("trans", ("x",), {"perm": "result axis i is operand axis perm[i]"}, _EXPR | {LAYOUT}),
     OpDef("binary", ("lhs", "rhs"), {"op": "add, sub, mul, fdiv, div (truncating), rem, and, or, xor, shl, "
-                                           "shr, maximum, minimum, pow"}, _EXPR),
+                                           "shr, maximum, minimum"}, _EXPR),
     OpDef("cmp", ("lhs", "rhs"), {"pred": "lt, le, gt, ge, eq, ne"}, _EXPR),
     OpDef("unary", ("x",), {"op": "neg, abs, invert, not, exp, exp2, log, log2, sqrt, rsqrt, sigmoid, erf, "
                                   "sin, cos, floor, ceil"}, _EXPR),

@@ -54,6 +54,20 @@ _TRITON_ALIASES = {"int1": "i1", "int8": "i8", "int16": "i16", "int32": "i32", "
                    "uint8": "u8", "uint16": "u16", "uint32": "u32", "uint64": "u64"}
 
 
+# torch's dtype names (str(torch.float32) is "torch.float32") -> ours; the compiler never imports torch
+_TORCH_NAMES = {"bool": "i1", "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64", "uint8": "u8",
+                "uint16": "u16", "uint32": "u32", "uint64": "u64", "float16": "fp16", "bfloat16": "bf16",
+                "float32": "fp32", "float64": "fp64"}
+
+
+def dtype_from_torch_name(text: str) -> DType | None:
+    """Our DType for the text of a torch dtype ("torch.float32"); None if it is not one we have."""
+    if not text.startswith("torch."):
+        return None
+    name = _TORCH_NAMES.get(text[len("torch."):])
+    return DTYPES[name] if name else None
+
+
 def dtype_from_name(name: str) -> DType:
     name = _TRITON_ALIASES.get(name, name)
     if name not in DTYPES:

@@ -17,14 +17,6 @@ from ..ir.core import Block, KernelIR, Op
 ASYNC_STAGES = 2
 
 
-def how_issued(op: Op) -> str:
-    """What became of an asynchronous load on Triton, in words (after pipeline_async_loads marked it)."""
-    if op.attrs.get("async") == "pipelined":
-        return (f"loop pipelined (num_stages={op.attrs['async_stages']}); Triton's pipeliner picks the loads it "
-                "issues ahead as cp.async (ttgir: async_copy_global_to_local)")
-    return op.attrs.get("async", "plain load")
-
-
 def _enclosing(op: Op) -> tuple[Op | None, bool]:
     """(innermost enclosing for-loop, whether an if lies between it and op)."""
     branch = False

@@ -16,11 +16,13 @@ from .. import backend as api
 from ..errors import LoweringError
 from ..files import load_module, write_once
 from ..ir.core import KernelIR
-from ..transforms import bound_guarded_loops, drop_overwritten_buffer_carries, how_issued, pipeline_async_loads
+from ..transforms import bound_guarded_loops, drop_overwritten_buffer_carries, pipeline_async_loads
 from ..spec import Spec
 from . import interpreter_fix
 from .codegen import generate
+from .rules import RULES
 from .stages import STAGES, compile_stages, compile_stages_elsewhere
+from .statements import how_issued
 
 
 def interpret_mode() -> bool:
@@ -153,6 +155,7 @@ def _access_report(ir: KernelIR):
 
 class Backend(api.Backend):
     name = "triton"
+    rules = RULES
 
     def unavailable_reason(self):
         return None  # triton is a dependency; without a GPU it lowers, compiles stages and interprets
@@ -170,6 +173,7 @@ class Backend(api.Backend):
         bound_guarded_loops(ir)
         drop_overwritten_buffer_carries(ir)
         ir.notes.extend(pipeline_async_loads(ir, spec.num_stages))
+        ir.notes.extend(RULES.check_attributes(ir))
         source = generate(ir)
         digest = hashlib.sha256((source + triton.__version__ + str(interpret_mode())).encode()).hexdigest()[:20]
         path = os.path.join(cache_dir, "triton", f"{ir.name}_{digest}.py")

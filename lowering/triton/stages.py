@@ -50,7 +50,7 @@ def compile_stages_elsewhere(path: str, name: str, signature: dict, aligned: lis
 
 
 def _main():
-    from tle.lowering.files import load_module
+    from ..files import load_module
     req = json.loads(sys.stdin.read())
     mod = load_module(req["path"], "tle_gen_triton_stages_" + os.path.basename(req["path"])[:-3])
     out = compile_stages(getattr(mod, req["name"]), req["signature"], req["aligned"], req["options"])

@@ -162,7 +162,7 @@ def _local_load_of_tile(x_ptr):
 @pytest.mark.parametrize("kernel, words", [
     (_buffer_arithmetic, ["tle.gpu buffer", "tle.gpu.local_load(buf)"]),
     (_buffer_to_dot, ["dot got a tle.gpu buffer", "local_load"]),
-    (_tensor_memory, ["storage kind 'tmem'", "triton: smem", "tilelang: smem"]),
+    (_tensor_memory, ["storage kind 'tmem'", "the storage kinds: smem (shared memory)"]),
     (_with_layout, ["layout='swizzled' is not supported", "layout=None"]),
     (_copy_wrong_shape, ["shape [32] differs from the buffer's [16]"]),
     (_copy_wrong_dtype, ["points to fp32", "holds fp16"]),

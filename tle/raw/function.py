@@ -15,6 +15,7 @@ from tle.lowering.errors import LoweringError
 from tle.lowering.ir.core import Loc
 from tle.lowering.raw import bindings
 from tle.lowering.raw.body import RawBody, check_constraints, find_func, read_body, tile_type
+from tle.lowering.raw.callee import RawCallee
 
 SYNC_SCOPES = ("block", "warp", "none")
 
@@ -34,7 +35,7 @@ def check_sync_scope(sync_scope):
         raise ValueError(f"sync_scope must be one of {', '.join(map(repr, SYNC_SCOPES))}, got {sync_scope!r}")
 
 
-class RawFunction:
+class RawFunction(RawCallee):
     """A raw MLIR function: its name, where it was defined, its tile parameters (names and MLIR tensor
     types), its hardware constraint, and (built on demand, cached) its verified MLIR text and body."""
 

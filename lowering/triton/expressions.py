@@ -1,0 +1,170 @@
+"""Expression rules: each op that yields a value, written as the Triton expression computing it. `g` is the
+code generator (lowering/triton/codegen.py); a rule asks it for its operands' expressions, so a value
+used once is written inline where it is used, and one with a name is read through that name."""
+from __future__ import annotations
+
+from ..ir.core import Op
+from ..ir.ops import CACHE_HINTS
+from .rules import RULES
+from .syntax import BIN, CMP, MATH, PREC, full, literal, tl_dtype
+
+
+def _rule(*ops):
+    return RULES.rule(*ops, role="expression")
+
+
+@_rule("const")
+def const(g, op: Op) -> str:
+    elem = op.result.type.elem
+    if elem.name in ("i32", "fp32", "i1") or g.typed_by_context(op):
+        return literal(op.attrs["value"], elem)
+    return full([], op.attrs["value"], elem)
+
+
+@_rule("program_id", "num_programs")
+def grid_index(g, op: Op) -> str:
+    return f"tl.{op.name}({op.attrs['axis']})"
+
+
+@_rule("arange")
+def arange(g, op: Op) -> str:
+    return f"tl.arange({op.attrs['start']}, {op.attrs['end']})"
+
+
+@_rule("splat", "broadcast")
+def splat_or_broadcast(g, op: Op) -> str:
+    x, shape = op.operands[0], list(op.attrs["shape"])
+    if g.implicitly_broadcast(op):
+        return g.expr(x)
+    if op.name == "broadcast" or op.result.type.is_pointer:
+        return f"tl.broadcast_to({g.expr(x)}, {shape})"
+    src = x.defining_op
+    if src is not None and src.name == "const" and x not in g.ids:
+        return full(shape, src.attrs["value"], op.result.type.elem)
+    return f"tl.full({shape}, {g.expr(x)}, {tl_dtype(op.result.type.elem)})"
+
+
+@_rule("expand_dims")
+def expand_dims(g, op: Op) -> str:
+    idx = [":"] * op.result.type.rank
+    idx[op.attrs["axis"]] = "None"
+    return f"{g.paren(op.operands[0])}[{', '.join(idx)}]"
+
+
+@_rule("reshape")
+def reshape(g, op: Op) -> str:
+    return f"tl.reshape({g.expr(op.operands[0])}, {list(op.attrs['shape'])})"
+
+
+@_rule("trans")
+def trans(g, op: Op) -> str:
+    perm = tuple(op.attrs["perm"])
+    if perm == (1, 0):
+        return f"tl.trans({g.expr(op.operands[0])})"
+    return f"tl.permute({g.expr(op.operands[0])}, {perm})"
+
+
+@_rule("binary")
+def binary(g, op: Op) -> str:
+    o, (x, y) = op.attrs["op"], op.operands
+    if o in ("maximum", "minimum"):
+        return f"tl.{o}({g.expr(x)}, {g.expr(y)})"
+    return g.binop(BIN[o], x, y)
+
+
+@_rule("cmp")
+def cmp(g, op: Op) -> str:
+    return g.binop(CMP[op.attrs["pred"]], *op.operands)
+
+
+@_rule("unary")
+def unary(g, op: Op) -> str:
+    o, x = op.attrs["op"], op.operands[0]
+    if o == "neg":
+        return f"-{g.paren(x, PREC['unary'], right=True)}"
+    if o in ("invert", "not"):
+        return f"~{g.paren(x, PREC['unary'], right=True)}"
+    return f"{MATH[o]}({g.expr(x)})"
+
+
+@_rule("cast")
+def cast(g, op: Op) -> str:
+    x, dtype = op.operands[0], tl_dtype(op.attrs["dtype"])
+    extra = ", bitcast=True" if op.attrs.get("bitcast") else ""
+    if x.type.is_scalar:
+        # a loop counter is a Python int in Triton's interpreter, where int has no .to()
+        return f"tl.cast({g.expr(x)}, {dtype}{extra})"
+    return f"{g.paren(x)}.to({dtype}{extra})"
+
+
+@_rule("where")
+def where(g, op: Op) -> str:
+    return f"tl.where({', '.join(g.expr(v) for v in op.operands)})"
+
+
+@_rule("addptr")
+def addptr(g, op: Op) -> str:
+    return g.binop("+", *op.operands)
+
+
+# tle.gpu buffers are register tiles here (stock Triton has no explicit shared memory): a buffer version is
+# the tile it holds, an allocation's contents (undefined) are zeros.
+@_rule("alloc")
+def alloc(g, op: Op) -> str:
+    return full(list(op.result.type.shape), 0, op.result.type.elem)
+
+
+@_rule("local_load")
+def local_load(g, op: Op) -> str:
+    return g.expr(op.operands[0])
+
+
+@_rule("local_store")
+def local_store(g, op: Op) -> str:
+    return g.expr(op.operands[1])
+
+
+@_rule("load", "copy_in")
+def load(g, op: Op) -> str:
+    ptr, mask, other = op.operands[:3]
+    args = [g.expr(ptr)]
+    if mask is not None:
+        args.append(f"mask={g.expr(mask)}")
+    if other is not None:
+        args.append(f"other={g.other(other)}")
+    for key in CACHE_HINTS:
+        if op.attrs.get(key):
+            args.append(f"{key}={op.attrs[key]!r}")
+    if op.attrs.get("volatile"):
+        args.append("volatile=True")
+    return f"tl.load({', '.join(args)})"
+
+
+@_rule("atomic")
+def atomic(g, op: Op) -> str:
+    ptr, val, mask = op.operands
+    args = [g.expr(ptr), g.expr(val)]
+    if mask is not None:
+        args.append(f"mask={g.expr(mask)}")
+    for key in ("sem", "scope"):
+        if op.attrs.get(key):
+            args.append(f"{key}={op.attrs[key]!r}")
+    return f"tl.atomic_{op.attrs['kind']}({', '.join(args)})"
+
+
+@_rule("reduce")
+def reduce(g, op: Op) -> str:
+    kd = ", keep_dims=True" if op.attrs["keep_dims"] else ""
+    return f"tl.{op.attrs['kind']}({g.expr(op.operands[0])}, axis={op.attrs['axis']}{kd})"
+
+
+@_rule("dot")
+def dot(g, op: Op) -> str:
+    a = op.attrs
+    args = [g.expr(v) for v in op.operands]
+    if a.get("input_precision"):
+        args.append(f"input_precision={a['input_precision']!r}")
+    if a.get("max_num_imprecise_acc"):
+        args.append(f"max_num_imprecise_acc={a['max_num_imprecise_acc']}")
+    args.append(f"out_dtype={tl_dtype(a['out_dtype'])}")
+    return f"tl.dot({', '.join(args)})"

@@ -1,0 +1,42 @@
+"""The pieces of Triton's syntax the generated source is written with: dtype names, operators and their
+precedence, literals and constant tiles."""
+from __future__ import annotations
+
+from ..ir import types as T
+
+TL_DTYPE = {"i1": "tl.int1", "i8": "tl.int8", "i16": "tl.int16", "i32": "tl.int32", "i64": "tl.int64",
+            "u8": "tl.uint8", "u16": "tl.uint16", "u32": "tl.uint32", "u64": "tl.uint64",
+            "fp16": "tl.float16", "bf16": "tl.bfloat16", "fp32": "tl.float32", "fp64": "tl.float64"}
+BIN = {"add": "+", "sub": "-", "mul": "*", "fdiv": "/", "div": "//", "rem": "%", "and": "&", "or": "|",
+       "xor": "^", "shl": "<<", "shr": ">>"}
+CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
+MATH = {"exp": "tl.exp", "exp2": "tl.exp2", "log": "tl.log", "log2": "tl.log2", "sqrt": "tl.sqrt",
+        "rsqrt": "tl.rsqrt", "sigmoid": "tl.sigmoid", "abs": "tl.abs", "erf": "tl.erf", "sin": "tl.sin",
+        "cos": "tl.cos", "floor": "tl.floor", "ceil": "tl.ceil"}
+# Python precedence of an operator (higher binds tighter)
+PREC = {"|": 1, "^": 2, "&": 3, "<<": 4, ">>": 4, "+": 5, "-": 5, "*": 6, "/": 6, "//": 6, "%": 6,
+        "unary": 7, "<": 0.5, "<=": 0.5, ">": 0.5, ">=": 0.5, "==": 0.5, "!=": 0.5}
+
+
+def tl_dtype(d: T.DType) -> str:
+    return TL_DTYPE[d.name]
+
+
+def literal(value, dtype: T.DType) -> str:
+    if dtype.is_bool:
+        return "True" if value else "False"
+    if dtype.is_float:
+        if value != value:
+            return "float('nan')"
+        if value in (float("inf"), float("-inf")):
+            return f"float('{'-' if value < 0 else ''}inf')"
+        return repr(float(value))
+    return repr(int(value))
+
+
+def full(shape: list, value, dtype: T.DType) -> str:
+    """A constant tile. bf16 constants are made in fp32 and converted (the same value after rounding):
+    Triton's interpreter cannot build bf16 constants."""
+    if dtype.name == "bf16":
+        return f"tl.full({shape}, {literal(value, dtype)}, tl.float32).to(tl.bfloat16)"
+    return f"tl.full({shape}, {literal(value, dtype)}, {tl_dtype(dtype)})"
