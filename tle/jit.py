@@ -24,7 +24,12 @@ from tle.lowering.ir import types as T
 from tle.lowering.ir.core import KernelIR
 from tle.lowering.spec import ArgSpec, Spec
 
-_LAUNCH_KEYS = ("backend", "num_warps", "num_stages")
+# launch options a call may pass beside the kernel's arguments (Triton's, through triton.Config too)
+_LAUNCH_KEYS = ("backend", "num_warps", "num_stages", "num_ctas", "maxnreg", "ir_override")
+# Triton's options whose defaults are the only value a tle launch takes, and why
+_FIXED_OPTIONS = {"num_ctas": (1, "tle launches one CTA per program (no thread-block clusters)"),
+                  "maxnreg": (None, "tle lets each backend choose the register count"),
+                  "ir_override": (None, "tle generates the kernel's IR itself")}
 _REQUIRED = object()
 
 
@@ -109,6 +114,7 @@ class Kernel:
         self.do_not_specialize = tuple(do_not_specialize)
         self.signature = inspect.signature(fn)
         self.param_names = list(self.signature.parameters)
+        self.arg_names = self.param_names      # as Triton's JITFunction names them (triton.autotune reads it)
         self.constexpr_names = set(constexpr_params(fn))
         for n in self.do_not_specialize:
             if n not in self.param_names:
@@ -128,7 +134,12 @@ class Kernel:
         raise TypeError(f"launch a tle kernel with a grid: {self.__name__}[grid](...)")
 
     def __getitem__(self, grid):
-        return lambda *args, **kwargs: self.run(grid, args, kwargs)
+        return lambda *args, **kwargs: self._launch(grid, args, kwargs)
+
+    def run(self, *args, grid, warmup: bool = False, **kwargs):
+        """Triton's JITFunction.run, which `triton.autotune` and `triton.heuristics` call: launch on `grid`
+        (a tuple, or a function of the arguments by name), or with warmup=True only lower and compile."""
+        return self._launch(grid, args, kwargs, warmup=warmup)
 
     # -- binding ------------------------------------------------------------------------------------
     # A warm launch binds, keys and looks up in one pass over the parameters: its host cost is paid on
@@ -286,8 +297,10 @@ class Kernel:
         return lowered.compiled.interpret([values[i] for i in positions], strict_reads=strict_reads)
 
     # -- launch -------------------------------------------------------------------------------------
-    def run(self, grid, args, kwargs):
+    def _launch(self, grid, args, kwargs, warmup: bool = False):
         values, launch = self._bind(args, kwargs)
+        if len(launch) > 3 or not launch.keys() <= {"backend", "num_warps", "num_stages"}:
+            _check_fixed_options(self.__name__, launch)
         b = select.resolve(select.choose(launch.get("backend"), self.backend))
         num_warps, num_stages = int(launch.get("num_warps", 4)), int(launch.get("num_stages", 3))
         if num_warps <= 0 or num_warps & (num_warps - 1):
@@ -305,8 +318,16 @@ class Kernel:
             raise LaunchError(f"{self.__name__}: cannot launch on backend '{b.name}' with tensors "
                               f"{', '.join(tensors)} on {device}: {why}")
         lowered, positions = self._get(b, values, key, num_warps, num_stages, grid, interpret)
-        lowered.compiled.launch(grid, [values[i] for i in positions])
+        if not warmup:
+            lowered.compiled.launch(grid, [values[i] for i in positions])
         return lowered
+
+
+def _check_fixed_options(kernel: str, launch: dict):
+    for name, (default, why) in _FIXED_OPTIONS.items():
+        if name in launch and launch[name] != default:
+            raise LaunchError(f"{kernel}: {name}={launch[name]!r} is not supported ({why}); leave it at "
+                              f"{default!r}")
 
 
 _PLAIN = frozenset((int, float, bool, str, type(None)))
