@@ -157,7 +157,10 @@ class Kernel:
         for k, v in kwargs.items():
             if k in _LAUNCH_KEYS:
                 launch[k] = v
-                continue
+                if k not in self._index:
+                    continue
+                # a parameter named like a launch option (`num_stages: tl.constexpr`) takes the value
+                # too, as in Triton
             i = self._index.get(k)
             if i is None:
                 raise LaunchError(f"{self.__name__}: unexpected argument '{k}'")

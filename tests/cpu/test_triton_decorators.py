@@ -75,3 +75,21 @@ def test_triton_launch_options_tle_cannot_take_are_errors(option, value):
     with pytest.raises(LaunchError, match=rf"_scale: {option}={value} is not supported"):
         _scale[(1,)](x, x, 64, 1.0, BLOCK=64, **{option: value})
     _scale[(1,)](x, x, 64, 1.0, BLOCK=64, num_ctas=1, maxnreg=None)     # the defaults are fine
+
+
+@tle.jit
+def _staged_copy(x, y, n, BLOCK: tl.constexpr, num_stages: tl.constexpr):
+    # a parameter named like a launch option, as in Triton's fused-softmax tutorial
+    for start in tl.range(0, n, BLOCK, num_stages=num_stages):
+        offs = start + tl.arange(0, BLOCK)
+        tl.store(y + offs, tl.load(x + offs, mask=offs < n), mask=offs < n)
+
+
+def test_a_parameter_named_like_a_launch_option_is_the_kernels_constexpr():
+    x = torch.randn(100)
+    y = torch.full_like(x, float("nan"))
+    lowered = _staged_copy[(1,)](x, y, 100, BLOCK=32, num_stages=2)
+    assert "num_stages=2" in lowered.source and "launch: num_warps=4, num_stages=2" in lowered.source
+    torch.testing.assert_close(y, x)
+    lowered = _staged_copy[(1,)](x, y, 100, 32, 1)               # by position: the constexpr only
+    assert "tl.range(0, n, 32, num_stages=1)" in lowered.source
