@@ -133,3 +133,27 @@ def _construct(op: Op) -> str:
     if op.name == "for":
         return {"tle.gpu.pipeline": "tle.gpu.pipeline", "tl.range": "tl.range"}.get(a.get("kind"), "for loop")
     return op.name
+
+
+def attribute_table(tables: list[Rules]) -> str:
+    """docs/lowering.md's table of what each backend does with each attribute that is not plainly honored
+    everywhere: one row per op attribute, one column per backend."""
+    head = "| op | attribute | " + " | ".join(t.backend for t in tables) + " |"
+    rows = [head, "|---|---|" + "---|" * len(tables)]
+    for op, d in OPS.items():
+        for attr in d.attrs:
+            treated = [t.treatments(op, attr) for t in tables]
+            if all(tr and all(x.kind == HONORED for x in tr) for tr in treated):
+                continue
+            cells = [_cell(tr) for tr in treated]
+            rows.append(f"| `{op}` | `{attr}` | " + " | ".join(cells) + " |")
+    return "\n".join(rows) + "\n"
+
+
+def _cell(treatments: list[Treatment]) -> str:
+    if not treatments:
+        return "(none declared)"
+    parts = []
+    for t in treatments:
+        parts.append(t.kind if t.kind == HONORED else f"{t.kind}: {t.detail}")
+    return "; ".join(parts)

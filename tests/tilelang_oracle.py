@@ -57,20 +57,20 @@ class tilelang_through_interpreter:
     def __enter__(self):
         import tle.oplib.backend as op_backend
         from tle.jit import Kernel
-        self.saved = real_run, real_reason = Kernel.run, op_backend.kernel_unusable_reason
+        self.saved = real_launch, real_reason = Kernel._launch, op_backend.kernel_unusable_reason
 
-        def run(kernel, grid, args, kwargs):
+        def launch(kernel, grid, args, kwargs, warmup=False):
             if kwargs.get("backend") != "tilelang":
-                return real_run(kernel, grid, args, kwargs)
+                return real_launch(kernel, grid, args, kwargs, warmup)
             interpret_tilelang(kernel, grid, *args, **{k: v for k, v in kwargs.items() if k != "backend"})
 
         def reason(name, device):
             return None if name == "tilelang" and device.type == "cpu" else real_reason(name, device)
 
-        Kernel.run, op_backend.kernel_unusable_reason = run, reason
+        Kernel._launch, op_backend.kernel_unusable_reason = launch, reason
         return self
 
     def __exit__(self, *exc):
         import tle.oplib.backend as op_backend
         from tle.jit import Kernel
-        Kernel.run, op_backend.kernel_unusable_reason = self.saved
+        Kernel._launch, op_backend.kernel_unusable_reason = self.saved

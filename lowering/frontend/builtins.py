@@ -375,7 +375,8 @@ def dot(tr, input, other, acc=None, input_precision=None, allow_tf32=None, max_n
         out = acc.dtype
     if input_precision is None and allow_tf32 is not None:
         input_precision = "tf32" if allow_tf32 else "ieee"
-    attrs = {"input_precision": input_precision or ("tf32" if a.dtype == T.fp32 else ""),
+    # input_precision applies to fp32 operands only (Triton ignores it for the others)
+    attrs = {"input_precision": (input_precision or "tf32") if a.dtype == T.fp32 else "",
              "max_num_imprecise_acc": max_num_imprecise_acc}
     return TV(tr.b.dot(a.v, b.v, acc.v, out, attrs), tr.b)
 

@@ -19,8 +19,8 @@ from ..spec import Spec
 from ..transforms import (drop_overwritten_buffer_carries, fold_constants, hoist_guarded_loads,
                           pipeline_async_loads, rewrite_inductions)
 from .block_size import check_block_size
-from .cache_hints import dropped_cache_hints
 from .codegen import generate
+from .rules import RULES
 
 STAGES = ("cuda", "ptx")
 
@@ -167,6 +167,7 @@ class TileLangCompiled(api.Compiled):
 
 class Backend(api.Backend):
     name = "tilelang"
+    rules = RULES
     specializes_ints = True
     specializes_shapes = True
     specializes_grid = True
@@ -192,7 +193,7 @@ class Backend(api.Backend):
         hoist_guarded_loads(ir)
         drop_overwritten_buffer_carries(ir)
         ir.notes.extend(pipeline_async_loads(ir, spec.num_stages))
-        ir.notes.extend(dropped_cache_hints(ir))
+        ir.notes.extend(RULES.check_attributes(ir))     # refused attributes raise, dropped ones are noted
         source, notes, report = generate(ir, spec, spec.grid)
         import tilelang
         digest = hashlib.sha256((source + tilelang.__version__).encode()).hexdigest()[:20]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 
 from ..raw.body import BARRIERS, CMP_OPERATORS, SPECIAL, RawBody, Region, Stmt, cmpi_relation
 
@@ -42,6 +43,26 @@ def render_tilelang(body: RawBody, buffers: list[str], thread_vars: list[str], b
     """Lines of TileLang for one call of `body`: `buffers[k]` names argument k's tile buffer,
     `thread_vars[a]` / `block_dims[a]` the thread index and thread count along axis a. Lets are named
     `<prefix><n>` (default `raw_<function>_<n>`); pass a distinct prefix for each call site."""
+    return render_tilelang_rows(body, buffers, thread_vars, block_dims, indent, prefix).lines()
+
+
+@dataclass
+class Rendered:
+    """One call's statements as (indentation level, text) rows, with what the caller needs to know of
+    them without reading their text: the names they define, the thread variables they read, and which
+    rows are `else:` clauses (part of the `if` above them)."""
+    rows: list[tuple[int, str]]
+    defined: list[str]
+    threads_read: set[str]
+    clauses: set[int]
+
+    def lines(self) -> list[str]:
+        return ["    " * indent + text for indent, text in self.rows]
+
+
+def render_tilelang_rows(body: RawBody, buffers: list[str], thread_vars: list[str], block_dims: list[int],
+                         indent: int = 0, prefix: str | None = None) -> Rendered:
+    """`render_tilelang`, as rows (see Rendered)."""
     body.check(BACKEND)
     if len(buffers) != len(body.args):
         raise ValueError(f"raw function '{body.name}' takes {len(body.args)} tiles, got {len(buffers)} buffers")
@@ -49,7 +70,7 @@ def render_tilelang(body: RawBody, buffers: list[str], thread_vars: list[str], b
         prefix = "raw_" + re.sub(r"\W", "_", body.name) + "_"
     r = _Renderer(body, list(buffers), list(thread_vars), list(block_dims), prefix)
     r.stmts(body.stmts, indent)
-    return r.lines
+    return Rendered(r.rows, [f"{prefix}{n}" for n in range(r.count)], r.threads_read, r.clauses)
 
 
 def literal(value, dtype: str) -> str:
@@ -91,15 +112,18 @@ class _Renderer:
         self.thread_vars, self.block_dims = thread_vars, block_dims
         self.dt = body.dtype
         self.expr: dict[str, str] = {}
-        self.lines: list[str] = []
+        self.rows: list[tuple[int, str]] = []
         self.count = 0
+        self.threads_read: set[str] = set()     # thread variables written into the statements
+        self.threads_in: dict[str, set[str]] = {}  # value -> thread variables its expression is written with
+        self.clauses: set[int] = set()
 
     def fresh(self) -> str:
         self.count += 1
         return f"{self.prefix}{self.count - 1}"
 
     def emit(self, line: str, indent: int):
-        self.lines.append("    " * indent + line)
+        self.rows.append((indent, line))
 
     def let(self, name: str, expr: str, indent: int):
         var = self.fresh()
@@ -116,22 +140,31 @@ class _Renderer:
             self.expr[s.name] = literal(s.attrs["value"], self.dt[s.name])
         elif s.op in SPECIAL:
             self.expr[s.name] = self.special(*SPECIAL[s.op])
-        elif s.op == "tensor.extract":
-            self.let(s.name, f"{self.buffers[s.attrs['arg']]}[{', '.join(a)}]", indent)
-        elif s.op == "tensor.insert":
-            self.emit(f"{self.buffers[s.attrs['arg']]}[{', '.join(a[1:])}] = {a[0]}", indent)
-        elif s.op in BARRIERS:
-            self.emit("T.sync_threads()", indent)
-        elif s.op == "scf.for":
-            self.scf_for(s, a, indent)
-        elif s.op == "scf.if":
-            self.scf_if(s, a, indent)
+            if self.expr[s.name] in self.thread_vars:
+                self.threads_in[s.name] = {self.expr[s.name]}
         elif s.op == "arith.index_cast" and {self.dt[s.operands[0]], self.dt[s.name]} <= {"i32", "index"}:
             self.expr[s.name] = a[0]           # index is int32 here
+            self.threads_in[s.name] = self.threads_in.get(s.operands[0], set())
         elif (folded := _fold(s.op, a)) is not None:
             self.expr[s.name] = folded
+            kept = [o for o, x in zip(s.operands, a) if x == folded]     # the operand the fold kept, if any
+            self.threads_in[s.name] = self.threads_in.get(kept[0], set()) if kept else set()
         else:
-            self.let(s.name, self.scalar(s, a), indent)
+            # a statement (or a let): the expressions of its operands are written into it
+            for o in s.operands:
+                self.threads_read |= self.threads_in.get(o, set())
+            if s.op == "tensor.extract":
+                self.let(s.name, f"{self.buffers[s.attrs['arg']]}[{', '.join(a)}]", indent)
+            elif s.op == "tensor.insert":
+                self.emit(f"{self.buffers[s.attrs['arg']]}[{', '.join(a[1:])}] = {a[0]}", indent)
+            elif s.op in BARRIERS:
+                self.emit("T.sync_threads()", indent)
+            elif s.op == "scf.for":
+                self.scf_for(s, a, indent)
+            elif s.op == "scf.if":
+                self.scf_if(s, a, indent)
+            else:
+                self.let(s.name, self.scalar(s, a), indent)
 
     def special(self, kind: str, axis: int) -> str:
         if kind == "thread_id":
@@ -217,14 +250,18 @@ class _Renderer:
         self.emit(f"if {a[0]}:", indent)
         self.region(s.regions[0], slots, indent + 1)
         if len(s.regions) > 1 and (s.regions[1].stmts or slots):
+            self.clauses.add(len(self.rows))
             self.emit("else:", indent)
             self.region(s.regions[1], slots, indent + 1)
 
     def region(self, region: Region, slots: list[str], indent: int):
-        before = len(self.lines)
+        before = len(self.rows)
         self.stmts(region.stmts, indent)
+        for slot, y in zip(slots, region.yields):
+            if slot != self.expr[y]:           # written into its slot
+                self.threads_read |= self.threads_in.get(y, set())
         self.write_slots(slots, [self.expr[y] for y in region.yields], indent)
-        if len(self.lines) == before:
+        if len(self.rows) == before:
             self.emit("pass", indent)
 
     def write_slots(self, slots: list[str], values: list[str], indent: int):

@@ -1,0 +1,95 @@
+"""tle.gpu buffers: `tle.gpu.alloc` is one `T.alloc_shared` that every version of the buffer lives in;
+`local_load` reads it in place where nothing writes it again while the tile is in use, else copies it to a
+fragment; `local_store` writes a tile into it. (The copies between a buffer and global memory are in
+memory.py.)"""
+from __future__ import annotations
+
+from ..ir.core import BUFFER_WRITES, Op
+from ..ir.ops import ELEMENTWISE, with_trait
+from .context import Buffer, Context
+from .rules import RULES
+from .syntax import loop_indices, mentions
+from .values import nested
+from .versions import root
+
+_ELEMENTWISE = with_trait(ELEMENTWISE)
+
+
+@RULES.rule("alloc", role="statement")
+def alloc(g: Context, op: Op, indent: int):
+    v = op.result
+    name = g.alloc(v.name or "buf", v.type.shape, v.type.elem, "shared")
+    g.buffers[v.id] = Buffer(name, v.type.shape, v.type.elem, "shared", g.k.body)
+    g.report.append((op.loc.line, "tle.gpu.alloc", "buffer", f"T.alloc_shared {name}"))
+
+
+@RULES.rule("local_load", role="statement")
+def local_load(g: Context, op: Op, indent: int):
+    v = op.result
+    buf = g.buffers[op.operands[0].id]
+    if read_before_next_write(g, op):
+        g.buffers[v.id] = buf
+        how = f"reads {buf.name} in place"
+    else:       # the buffer is written again while this tile is still in use: keep a copy
+        name = g.alloc(v.name or buf.name + "_tile", v.type.shape, v.type.elem, "fragment")
+        g.emit(f"T.copy({buf.name}, {name})", indent)
+        g.buffers[v.id] = g.fragment(name, v)
+        how = f"T.copy {buf.name} into a fragment (the buffer is written again while the tile is in use)"
+    g.report.append((op.loc.line, "tle.gpu.local_load", "buffer", how))
+
+
+def read_before_next_write(g: Context, op: Op) -> bool:
+    """Are all reads of `op`'s tile (through the element-wise ops written inline at their use) in
+    its block, before the next op there that writes the same buffer?"""
+    blk = op.parent
+    alloc_value = root(op.operands[0])
+    pos = blk.ops.index(op)
+    limit = len(blk.ops)
+    for i in range(pos + 1, len(blk.ops)):
+        o = blk.ops[i]
+        if any(w.name in BUFFER_WRITES and root(w.results[0]) is alloc_value for w in [o, *nested(o)]) or \
+                (o.name in ("for", "if") and any(r.type.is_buffer and root(r) is alloc_value for r in o.results)):
+            limit = i
+            break
+    pending, seen = [op.result], set()
+    while pending:
+        v = pending.pop()
+        for u in g.users.get(v.id, []):
+            if id(u) in seen:
+                continue
+            seen.add(id(u))
+            top = u
+            while top.parent is not blk:
+                if top.parent is None or top.parent.parent_op is None:
+                    return False
+                top = top.parent.parent_op
+            if blk.ops.index(top) >= limit:
+                return False
+            if u.name in _ELEMENTWISE and u.results and u.results[0].id not in g.buffers:
+                pending.append(u.results[0])
+    return True
+
+
+@RULES.rule("local_store", role="statement")
+def local_store(g: Context, op: Op, indent: int):
+    bv, val = op.operands
+    buf = g.buffers[bv.id]
+    g.buffers[op.result.id] = buf
+    src = g.buffers.get(val.id)
+    if src is buf:
+        how = "nothing to do (the tile is the buffer's own contents)"
+    elif src is not None and g.visible(src) and src.perm is None and src.dtype == buf.dtype:
+        g.emit(f"T.copy({src.name}, {buf.name})", indent)
+        how = f"T.copy from a {src.scope} buffer"
+    else:
+        idx = loop_indices(len(buf.shape))
+        if mentions(g.elem(val, idx), buf.name):
+            # the new contents read the buffer itself: compute them aside first
+            tmp = g.alloc(buf.name + "_next", buf.shape, buf.dtype, "fragment")
+            g.fill(tmp, val, indent)
+            g.emit(f"T.copy({tmp}, {buf.name})", indent)
+            how = "T.Parallel into a fragment, then T.copy (the value reads the buffer)"
+        else:
+            g.fill(buf.name, val, indent)
+            how = "T.Parallel into the buffer"
+    g.report.append((op.loc.line, "tle.gpu.local_store", "buffer", how))

@@ -1,0 +1,225 @@
+"""The state of one TileLang code generation, which every rule reads and extends: identifiers, the
+allocations and statements emitted so far, the buffer or scalar each value lives in, the notes and the
+access report; and the two dispatches through the rule table, `statement` (emit an op) and `elem` (write
+one element of a value as a TIR expression).
+
+A value that lives nowhere is recomputed where it is read: `elem` renders its defining op's expression
+rule, down to the values that do live in a buffer or a scalar."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..analysis.access import Access, classify
+from ..analysis.affine import AffineAnalysis
+from ..errors import UnsupportedConstruct
+from ..ir import types as T
+from ..ir.core import Block, KernelIR, Op, Value
+from ..ir.ops import LAYOUT, with_trait
+from ..ir.uses import Identifiers, users
+from ..spec import Spec
+from .emission import Emission, Stmt
+from .rules import RULES
+from .syntax import GRID_VARS, PY_BUILTINS, loop_indices, operand_index, parallel_header, tl_dtype
+
+BACKEND = "tilelang"
+LAYOUT_OPS = with_trait(LAYOUT)
+
+
+@dataclass
+class Buffer:
+    name: str
+    shape: tuple[int, ...]
+    dtype: T.DType
+    scope: str            # "fragment" | "shared"
+    block: Block          # where it was filled (its contents are valid there and in nested blocks)
+    perm: tuple | None = None   # stored with its axes permuted: buffer axis i is the tile's axis perm[i]
+
+
+class Context:
+    def __init__(self, k: KernelIR, spec: Spec, grid: tuple[int, ...]):
+        self.k = k
+        self.spec = spec
+        self.grid = tuple(grid)
+        self.ids = Identifiers(reserved={"T", "tilelang", *GRID_VARS, *PY_BUILTINS})
+        self.users = users(k)
+        self.aff = AffineAnalysis(k)
+        self.params = {p.value.id: p for p in k.params}
+        self.arg = {p.value.id: spec.arg(p.name) for p in k.params}
+        self.allocs: list[str] = []
+        self.views: dict[str, str] = {}         # param name -> view name
+        self.view_lines: list[str] = []
+        self.out = Emission()                  # the kernel body's statements
+        self.buffers: dict[int, Buffer] = {}
+        self.scalars: dict[int, str] = {}      # value id -> identifier of a let or alloc_var
+        self.notes: list[str] = []
+        self.accesses: dict[int, Access] = {}
+        self.report: list[tuple[int, str, str, str]] = []   # (line, op, kind, how it was lowered)
+        self.blocks: list[Block] = []
+        self.keepdims: dict[int, int] = {}     # value id -> the unit axis of a keep_dims reduction
+        self.index_loads: set[int] = set()     # loads of index tiles read again at each use (memory.py)
+        self.substitutes: dict = {}            # value id -> idx -> expression, while rendering one access
+        self._all_values: dict[int, Value] | None = None
+        self.pipelined: set[int] = set()       # id() of the for ops emitted as T.Pipelined
+        self.static_pipelined: set[int] = set()   # id() of T.Pipelined loops with a constant trip count
+        self.staged_index: set[int] = set()    # index loads staged in shared memory by their pipelined loop
+        self.staged_body: Block | None = None  # body of the loop whose statements get named stages
+
+    # -- naming, allocation, emission ---------------------------------------------------------------------
+    def alloc(self, base: str, shape, dtype: T.DType, scope: str) -> str:
+        name = self.ids.fresh(base)
+        shape = tuple(shape) or (1,)
+        fn = "T.alloc_shared" if scope == "shared" else "T.alloc_fragment"
+        self.allocs.append(f"{name} = {fn}({shape!r}, {tl_dtype(dtype)!r})")
+        return name
+
+    def emit(self, line: str, indent: int, reads=()) -> Stmt:
+        """Emit a statement; `reads`: let names it reads that were not rendered through `elem`."""
+        return self.out.statement(line, indent, reads)
+
+    def let(self, name: str, expr: str, indent: int, reads=()):
+        """Emit `name = expr`, a scalar let: the stage planner and the dead-let removal know it as one."""
+        self.out.let(name, expr, indent, reads)
+
+    def error(self, construct: str, op: Op, detail: str = ""):
+        raise UnsupportedConstruct(construct, BACKEND, op.loc, detail)
+
+    # -- statements ------------------------------------------------------------------------------------------
+    def block(self, blk: Block, indent: int, then=None):
+        """Emit `blk`'s ops; then call `then()` (a loop's or branch's writes of what it yields), while the
+        block's own buffers are still visible."""
+        self.blocks.append(blk)
+        for op in blk.ops:
+            self.statement(op, indent)
+        if then is not None:
+            then()
+        self.blocks.pop()
+
+    def statement(self, op: Op, indent: int):
+        rule = RULES.get(op, "statement")
+        if rule is None:
+            self.error(f"op '{op.name}'", op)
+        rule(self, op, indent)
+
+    # -- element expressions ------------------------------------------------------------------------------
+    def scalar(self, v: Value) -> str:
+        assert v.type.is_scalar, v
+        return self.elem(v, [])
+
+    def elem(self, v: Value, idx: list[str]) -> str:
+        """A TIR expression for element `idx` of value `v` (idx is [] for scalars)."""
+        if v.id in self.scalars:
+            return self.out.read(self.scalars[v.id])
+        if v.id in self.substitutes:
+            return self.substitutes[v.id](idx)
+        b = self.buffers.get(v.id)
+        # a buffer filled in a block that does not enclose this point (the body of a loop that may run no
+        # steps) holds nothing here: compute the value again
+        if b is not None and self.visible(b):
+            if v.id in self.keepdims:           # a keep_dims reduction: its buffer has no unit axis
+                ax = self.keepdims[v.id]
+                idx = idx[:ax] + idx[ax + 1:]
+            if b.perm is not None:
+                idx = [idx[p] for p in b.perm]
+            ix = idx if idx else ["0"]
+            return f"{b.name}[{', '.join(ix)}]"
+        op = v.defining_op
+        if op is None:
+            raise AssertionError(f"value {v} has no expression")
+        return self.render(op, idx)
+
+    def render(self, op: Op, idx: list[str]) -> str:
+        """Element `idx` of `op`'s result, by its expression rule."""
+        rule = RULES.get(op, "expression")
+        if rule is None:
+            self.error(f"'{op.name}' as a value", op)
+        return rule(self, op, idx)
+
+    def offset(self, ptr: Value, idx: list[str]) -> str:
+        """Flat element offset of a pointer value from its argument's data pointer."""
+        op = ptr.defining_op
+        if ptr.id in self.params:
+            return "0"
+        if op is None:
+            raise UnsupportedConstruct("a pointer carried through a loop or branch", BACKEND, None,
+                                       "write the pointer as base + offsets computed from the loop counter")
+        if op.name == "addptr":
+            base = self.offset(op.operands[0], idx)
+            off = self.elem(op.operands[1], idx)
+            return off if base == "0" else f"({base} + {off})"
+        if op.name in LAYOUT_OPS:
+            return self.offset(op.operands[0], operand_index(op, idx))
+        self.error(f"pointer produced by '{op.name}'", op)
+
+    # -- buffers ---------------------------------------------------------------------------------------------
+    def visible(self, b: Buffer) -> bool:
+        return b.block in self.blocks
+
+    def buffer_of(self, v: Value, indent: int, scope: str = "fragment", dtype: T.DType | None = None,
+                  allow_perm: bool = False) -> Buffer:
+        """A buffer holding `v` (filled here if it has none visible, or of another scope/dtype)."""
+        dtype = dtype or v.type.elem
+        b = self.buffers.get(v.id)
+        if b is not None and self.visible(b) and b.dtype == dtype and (b.scope == scope or scope == "any") and \
+                (b.perm is None or allow_perm):
+            return b
+        scope = "fragment" if scope == "any" else scope
+        name = self.alloc(v.name or "t", v.type.shape, dtype, scope)
+        self.fill(name, v, indent, dtype)
+        nb = Buffer(name, v.type.shape or (1,), dtype, scope, self.blocks[-1])
+        if b is None or not self.visible(b):
+            self.buffers[v.id] = nb
+        return nb
+
+    def fill(self, name: str, v: Value, indent: int, dtype: T.DType | None = None):
+        """`for i.. in T.Parallel(shape): name[i..] = v[i..]`."""
+        shape = v.type.shape or (1,)
+        idx = loop_indices(len(shape))
+        expr = self.elem(v, idx if v.type.shape else [])
+        if dtype is not None and dtype != v.type.elem:
+            expr = f"T.cast({expr}, {tl_dtype(dtype)!r})"
+        self.emit(parallel_header(idx, shape), indent)
+        self.emit(f"{name}[{', '.join(idx)}] = {expr}", indent + 1)
+
+    def fragment(self, name: str, v: Value) -> Buffer:
+        """The fragment `name`, filled here with `v`."""
+        return Buffer(name, v.type.shape, v.type.elem, "fragment", self.blocks[-1])
+
+    # -- accesses and uses -----------------------------------------------------------------------------------
+    def access(self, op: Op) -> Access:
+        if id(op) not in self.accesses:
+            self.accesses[id(op)] = classify(op, self.aff, self.params)
+        return self.accesses[id(op)]
+
+    def value_users(self, v: Value) -> list[Op]:
+        """Users of `v`, looking through layout-only ops (trans, cast) to the ops that consume them."""
+        out = []
+        for u in self.users.get(v.id, []):
+            if u.name in ("trans",) and u.results:
+                out.extend(self.value_users(u.result))
+            else:
+                out.append(u)
+        return out
+
+    def values_by_id(self) -> dict[int, Value]:
+        if self._all_values is None:
+            vals = {p.value.id: p.value for p in self.k.params}
+            for o in self.k.walk():
+                vals.update((r.id, r) for r in o.results)
+                for blk in o.regions:
+                    vals.update((a.id, a) for a in blk.args)
+            self._all_values = vals
+        return self._all_values
+
+    def in_pipelined_loop(self, op: Op) -> bool:
+        """Is `op` inside a loop emitted as T.Pipelined (the innermost loop around it)?"""
+        blk = op.parent
+        while blk is not None and blk.parent_op is not None:
+            if blk.parent_op.name == "for":
+                return id(blk.parent_op) in self.pipelined
+            blk = blk.parent_op.parent
+        return False
+
+    def in_static_pipelined_body(self, op: Op) -> bool:
+        """Is `op` a top-level statement of a T.Pipelined loop with a constant trip count?"""
+        loop = op.parent.parent_op if op.parent is not None else None
+        return loop is not None and loop.name == "for" and id(loop) in self.static_pipelined

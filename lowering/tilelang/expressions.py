@@ -1,0 +1,162 @@
+"""Element-wise ops: the expression rule writing element `idx` of each as a TIR expression, and the one
+statement rule they share, which decides whether a value is written inline at its uses, bound to a
+scalar let, or materialized in a fragment."""
+from __future__ import annotations
+
+from ..ir import types as T
+from ..ir.core import Op, Value
+from ..ir.ops import ELEMENTWISE, LAYOUT, with_trait
+from .context import Context
+from .rules import RULES
+from .syntax import GRID_VARS, literal, operand_index, reindex, tl_dtype
+
+ELEMENTWISE_OPS = with_trait(ELEMENTWISE)
+_BIN = {"add": "+", "sub": "-", "mul": "*", "and": "&", "or": "|", "xor": "^", "shl": "<<", "shr": ">>"}
+_CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
+_MATH = {"exp": "T.exp", "exp2": "T.exp2", "log": "T.log", "log2": "T.log2", "sqrt": "T.sqrt",
+         "rsqrt": "T.rsqrt", "sigmoid": "T.sigmoid", "abs": "T.abs", "erf": "T.erf", "sin": "T.sin",
+         "cos": "T.cos", "floor": "T.floor", "ceil": "T.ceil"}
+_EXPENSIVE = {"exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sigmoid", "erf", "sin", "cos", "fdiv", "div", "rem"}
+# ops that only name or re-index a value: recomputing them costs nothing
+_FREE = with_trait(LAYOUT) | {"const", "program_id", "num_programs", "arange", "reshape"}
+_LOG2E = 1.4426950408889634
+_LN2 = 0.6931471805599453
+
+
+# -- the statement rule -----------------------------------------------------------------------------------
+@RULES.rule(*sorted(ELEMENTWISE_OPS), role="statement")
+def inline_or_materialize(g: Context, op: Op, indent: int):
+    v = op.result
+    if v.type.is_scalar:
+        if binds_let(g, op):
+            name = g.ids.define(v)
+            g.let(name, g.render(op, []), indent)
+            g.scalars[v.id] = name
+        return
+    if materializes(g, op, held=lambda u: u.id in g.buffers or u.id in g.scalars):
+        g.buffer_of(v, indent)
+
+
+def binds_let(g: Context, op: Op) -> bool:
+    """Is scalar `op` bound to a let: named in the source, used twice, or used in another block?
+    (Pointers and constants are always written inline.)"""
+    v = op.result
+    if v.type.is_pointer or op.name == "const":
+        return False
+    us = g.users.get(v.id, [])
+    return bool(v.name) or len(us) > 1 or any(u.parent is not op.parent for u in us)
+
+
+def materializes(g: Context, op: Op, held) -> bool:
+    """Is tile `op` materialized in a fragment: costly to recompute, and used more than once or inside a
+    block it is not in? `held(value)`: whether a value already lives in a buffer or a scalar."""
+    v = op.result
+    if v.type.is_pointer or v.type.elem.is_bool:
+        return False
+    us = g.users.get(v.id, [])
+    nested = any(u.parent is not op.parent for u in us)
+    return cost(v, held) >= 4 and (len(us) > 1 or nested)
+
+
+def cost(v: Value, held) -> int:
+    """Rough cost of recomputing `v` inline (expensive ops count more)."""
+    if held(v):
+        return 0
+    op = v.defining_op
+    if op is None or op.name not in ELEMENTWISE_OPS:
+        return 0
+    c = 0 if op.name in _FREE else 4 if op.attrs.get("op") in _EXPENSIVE else 1
+    return c + sum(cost(o, held) for o in op.operands if o is not None)
+
+
+# -- expression rules -------------------------------------------------------------------------------------
+@RULES.rule("const", role="expression")
+def const(g: Context, op: Op, idx: list[str]) -> str:
+    return literal(op.attrs["value"], op.result.type.elem)
+
+
+@RULES.rule("program_id", role="expression")
+def program_id(g: Context, op: Op, idx: list[str]) -> str:
+    return GRID_VARS[op.attrs["axis"]]
+
+
+@RULES.rule("num_programs", role="expression")
+def num_programs(g: Context, op: Op, idx: list[str]) -> str:
+    axis = op.attrs["axis"]
+    return str(g.grid[axis] if axis < len(g.grid) else 1)
+
+
+@RULES.rule("arange", role="expression")
+def arange(g: Context, op: Op, idx: list[str]) -> str:
+    start = op.attrs["start"]
+    return idx[0] if start == 0 else f"({idx[0]} + {start})"
+
+
+@RULES.rule(*sorted(with_trait(LAYOUT)), role="expression")
+def relayout(g: Context, op: Op, idx: list[str]) -> str:
+    return g.elem(op.operands[0], operand_index(op, idx))
+
+
+@RULES.rule("reshape", role="expression")
+def reshape(g: Context, op: Op, idx: list[str]) -> str:
+    x = op.operands[0]
+    return g.elem(x, reindex(idx, op.result.type.shape, x.type.shape))
+
+
+@RULES.rule("binary", role="expression")
+def binary(g: Context, op: Op, idx: list[str]) -> str:
+    lhs, rhs = op.operands
+    x, y = g.elem(lhs, idx), g.elem(rhs, idx)
+    k = op.attrs["op"]
+    if k in _BIN:
+        return f"({x} {_BIN[k]} {y})"
+    if k == "fdiv":
+        return f"({x} / {y})"
+    if k == "div":
+        return f"T.truncdiv({x}, {y})"    # Triton's integer division truncates, like C
+    if k == "rem":
+        return f"T.truncmod({x}, {y})" if lhs.type.elem.is_int else f"T.fmod({x}, {y})"
+    if k == "maximum":
+        return f"T.max({x}, {y})"
+    if k == "minimum":
+        return f"T.min({x}, {y})"
+    g.error(f"binary op '{k}'", op)
+
+
+@RULES.rule("cmp", role="expression")
+def cmp(g: Context, op: Op, idx: list[str]) -> str:
+    lhs, rhs = op.operands
+    return f"({g.elem(lhs, idx)} {_CMP[op.attrs['pred']]} {g.elem(rhs, idx)})"
+
+
+@RULES.rule("unary", role="expression")
+def unary(g: Context, op: Op, idx: list[str]) -> str:
+    k = op.attrs["op"]
+    operand = op.operands[0]
+    x = g.elem(operand, idx)
+    if k == "neg":
+        return f"(-{x})"
+    if k in ("invert", "not"):
+        return f"T.Not({x})" if operand.type.elem.is_bool else f"(~{x})"
+    if k == "exp" and operand.type.elem == T.fp32:     # as Triton lowers tl.exp: 2^(x*log2(e))
+        return f"T.exp2({x} * {_LOG2E})"
+    if k == "log" and operand.type.elem == T.fp32:     # as Triton lowers tl.log: log2(x)*ln(2)
+        return f"(T.log2({x}) * {_LN2})"
+    return f"{_MATH[k]}({x})"
+
+
+@RULES.rule("cast", role="expression")
+def cast(g: Context, op: Op, idx: list[str]) -> str:
+    fn = "T.reinterpret" if op.attrs.get("bitcast") else "T.cast"
+    return f"{fn}({g.elem(op.operands[0], idx)}, {tl_dtype(op.attrs['dtype'])!r})"
+
+
+@RULES.rule("where", role="expression")
+def where(g: Context, op: Op, idx: list[str]) -> str:
+    cond, x, y = op.operands
+    return f"T.if_then_else({g.elem(cond, idx)}, {g.elem(x, idx)}, {g.elem(y, idx)})"
+
+
+@RULES.rule("addptr", role="expression")
+def addptr(g: Context, op: Op, idx: list[str]) -> str:
+    return g.offset(op.result, idx)

@@ -1,0 +1,111 @@
+"""Gathers through index tiles: which index loads are read again at each use instead of held in a fragment,
+which stay synchronous reads inside a pipelined loop, and the zero-filled form of a masked gather that
+keeps it an asynchronous copy."""
+from __future__ import annotations
+
+from ..analysis.access import Access, mask_always_true
+from ..ir.core import Op, Value
+from ..ir.ops import ELEMENTWISE, with_trait
+from .context import Context
+from .values import is_zero
+
+_ELEMENTWISE = with_trait(ELEMENTWISE)
+
+
+def index_loads(g: Context) -> set[int]:
+    """Loads of 1-D index tiles (values that other accesses gather through) that are read again at
+    each use rather than held in a fragment: a fragment's layout follows the first loop that
+    writes it, and every gather indexing it from another layout would then run on the few threads
+    that own each element. Only when nothing in the kernel writes the indexed argument."""
+    written = {id(g.access(o).param) for o in g.k.walk() if o.name in ("store", "atomic", "copy_out")}
+    gathered = set()
+    for o in g.k.walk():
+        if o.name in ("load", "store", "atomic", "copy_in", "copy_out"):
+            a = g.access(o)
+            if a.offset is not None:
+                gathered.update(vid for vid, _, _ in a.offset.data)
+    out = set()
+    for o in g.k.walk():
+        if o.name == "load" and o.result.id in gathered and o.result.type.rank == 1 and \
+                not o.attrs.get("is_async") and id(g.access(o).param) not in written and \
+                all(u.name in _ELEMENTWISE or u.name in ("load", "store", "copy_in", "copy_out")
+                    for u in g.users.get(o.result.id, [])):
+            out.add(o.result.id)
+    return out
+
+
+def stays_synchronous(g: Context, load_op: Op) -> bool:
+    """Does TileLang keep this read of global memory into shared synchronous inside T.Pipelined? It
+    issues a plain or zero-filled copy as cp.async, and its software pipeline does not wait for one
+    before a statement of the same stage: an index tile read that way and then gathered through in
+    its own stage would be read before it lands. A masked read whose `other` is not zero stays a
+    plain read."""
+    ptr, mask, other = load_op.operands[:3]
+    return mask is not None and other is not None and not is_zero(other) and \
+        not mask_always_true(mask, ptr.type.shape, g.aff)
+
+
+def zero_filled_rows(g: Context, op: Op, acc: Access, idx: list[str]) -> dict | None:
+    """For a gather `x[rows[j], ...]` masked by a condition on the gathered rows only (other
+    conjuncts provably true) with zero for `other`: substitute for `rows` an index that points
+    past the argument where the mask is false. TileLang predicates every out-of-bounds global read
+    to zero, so the result is the masked load's, while the copy keeps the plain form that its
+    pipeliner issues as cp.async. None where this does not apply."""
+    mask = op.operands[1]
+    if acc.offset is None or len(acc.offset.data) != 1:
+        return None
+    vid, axes, coef = acc.offset.data[0]
+    if coef <= 0 or len(axes) != 1:
+        return None
+    extent = g.arg[acc.param.value.id].extent
+    out_row = -(-2 * extent // coef)        # row * coef >= 2 * extent: past the end from any base
+    if out_row * coef + extent >= 2 ** 31:
+        return None
+    row_terms = []
+    for leaf in _conjuncts(mask):
+        used = _axes_used(leaf, op.operands[0].type.rank)
+        if used is None:
+            return None
+        if used <= set(axes):
+            row_terms.append(leaf)
+        elif not mask_always_true(leaf, leaf.type.shape, g.aff):
+            return None
+    if not row_terms:
+        return None
+    rows = g.values_by_id().get(vid)
+    if rows is None:
+        return None
+    cond = " & ".join(g.elem(t, idx) for t in row_terms)
+    return {vid: lambda ix, rows=rows, cond=cond: (
+        f"T.if_then_else({cond}, {_without_substitutes(g, rows, ix)}, {out_row})")}
+
+
+def _without_substitutes(g: Context, v: Value, idx: list[str]) -> str:
+    saved, g.substitutes = g.substitutes, {}
+    try:
+        return g.elem(v, idx)
+    finally:
+        g.substitutes = saved
+
+
+def _conjuncts(mask: Value) -> list[Value]:
+    """The leaves of an `a & b & ...` tree of boolean tiles."""
+    op = mask.defining_op
+    if op is not None and op.name == "binary" and op.attrs["op"] == "and":
+        return _conjuncts(op.operands[0]) + _conjuncts(op.operands[1])
+    return [mask]
+
+
+def _axes_used(v: Value, rank: int) -> set[int] | None:
+    """The axes of a broadcast-to-`rank` tile that `v` varies along (None if unknown)."""
+    op = v.defining_op
+    if op is not None and op.name in ("broadcast", "splat"):
+        src = op.operands[0]
+        inner = _axes_used(src, src.type.rank) if src.type.rank else set()
+        if inner is None:
+            return None
+        off = rank - src.type.rank
+        return {off + a for a in inner if src.type.shape[a] != 1}
+    if v.type.rank != rank:
+        return None
+    return {a for a, s in enumerate(v.type.shape) if s != 1}

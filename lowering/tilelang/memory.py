@@ -1,0 +1,243 @@
+"""Global memory: the rules for load, store, atomic and the tle.gpu copies between global memory and a
+buffer. A box access is a `T.copy` of a region of the argument's strided view (views.py); a gather or a
+general access is a T.Parallel loop over the flat argument, masked with `T.if_then_else` (reads) or `if`
+(writes). Inside a T.Pipelined loop, reads are written in the form TileLang issues as asynchronous
+copies where that keeps their meaning. (How index tiles are read is decided in gathers.py.)"""
+from __future__ import annotations
+
+from ..analysis.access import Access, mask_always_true
+from ..ir.core import Op, Value
+from .context import Buffer, Context
+from .gathers import zero_filled_rows
+from .rules import RULES
+from .syntax import literal, loop_indices, parallel_header
+from .values import is_zero
+from .views import box, region, view
+
+
+# -- loads --------------------------------------------------------------------------------------------------
+@RULES.rule("load", role="statement")
+def load(g: Context, op: Op, indent: int):
+    ptr, mask, other = op.operands[:3]
+    v = op.result
+    acc = g.access(op)
+    if acc.param is None:
+        g.error("a load through a pointer that is not base + offsets of one argument", op)
+    param = g.ids[acc.param.value]
+    if v.id in g.staged_index:
+        g.out.mark_stage0()
+        name, _, _ = read_global(g, op, None, "shared", False, indent)
+        g.buffers[v.id] = Buffer(name, v.type.shape, v.type.elem, "shared", g.blocks[-1])
+        g.report.append((op.loc.line, "load", acc.kind, "T.Parallel into shared in stage 0 of T.Pipelined "
+                         "(an index tile the stage's gathers read)"))
+        return
+    if v.id in g.index_loads:
+        g.report.append((op.loc.line, "load", acc.kind, "read at each use (an index tile of a gather)"))
+        return
+    if v.type.is_scalar:
+        g.report.append((op.loc.line, "load", acc.kind, "scalar expression"))
+        e = f"{param}[{g.offset(ptr, [])}]"
+        if mask is not None:
+            e = f"T.if_then_else({g.scalar(mask)}, {e}, {g.scalar(other) if other is not None else literal(0, v.type.elem)})"
+        name = g.ids.define(v)
+        g.let(name, e, indent)
+        g.scalars[v.id] = name
+        return
+    pipelined_async = op.attrs.get("async") == "pipelined"
+    dot_operand = any(u.name == "dot" for u in g.value_users(v))
+    scope = "shared" if pipelined_async or dot_operand else "fragment"
+    # a plain load of a dot operand at the top of a pipelined loop is, to TileLang, one more copy of
+    # the loop's stage 0 (as a T.copy there would be); only where the trip count is a constant:
+    # TileLang 0.1.15 fails on a loop of dynamic length holding asynchronous copies
+    plain_copy = not pipelined_async and dot_operand and g.in_static_pipelined_body(op)
+    ahead = pipelined_async or plain_copy
+    if ahead:
+        g.out.mark_stage0()
+    name, how, perm = read_global(g, op, None, scope, ahead, indent)
+    kind = "TMA or cp.async bulk copy" if how.startswith("T.copy") else "cp.async per thread"
+    if pipelined_async:
+        how += f", is_async: stage 0 of T.Pipelined (num_stages={op.attrs['async_stages']}), {kind}"
+    elif plain_copy:
+        how += f", stage 0 of its T.Pipelined loop like the loop's other copies, {kind}"
+    elif op.attrs.get("is_async"):
+        how += f", is_async: {op.attrs.get('async', 'plain')}"
+    g.report.append((op.loc.line, "load", acc.kind, how))
+    g.buffers[v.id] = Buffer(name, v.type.shape, v.type.elem, scope, g.blocks[-1], perm)
+
+
+@RULES.rule("load", role="expression")
+def index_tile_element(g: Context, op: Op, idx: list[str]) -> str:
+    """An element of an index tile, read where it is used (see index_loads)."""
+    if op.result.id not in g.index_loads:
+        g.error("'load' as a value", op)
+    return load_expr(g, op, idx)
+
+
+def load_expr(g: Context, op: Op, idx: list[str]) -> str:
+    """Element `idx` of a load, read from global memory (masked with T.if_then_else)."""
+    ptr, mask, other = op.operands[:3]
+    acc = g.access(op)
+    e = f"{g.ids[acc.param.value]}[{g.offset(ptr, idx)}]"
+    if mask is not None:
+        oth = g.elem(other, idx) if other is not None else literal(0, ptr.type.elem.elem)
+        e = f"T.if_then_else({g.elem(mask, idx)}, {e}, {oth})"
+    return e
+
+
+@RULES.rule("copy_in", role="statement")
+def copy_in(g: Context, op: Op, indent: int):
+    acc = g.access(op)
+    if acc.param is None:
+        g.error("a tle.gpu.copy from a pointer that is not base + offsets of one argument", op)
+    buf = g.buffers[op.operands[3].id]       # every version maps to its allocation's buffer
+    staged = g.in_pipelined_loop(op)
+    if staged:
+        g.out.mark_stage0()
+    _, how, _ = read_global(g, op, buf.name, "shared", staged, indent)
+    if staged:
+        how += ", a stage of T.Pipelined (cp.async or TMA where TileLang can)"
+    g.buffers[op.result.id] = buf
+    g.report.append((op.loc.line, "tle.gpu.copy", acc.kind, how.replace("into shared", f"into {buf.name}")))
+
+
+def read_global(g: Context, op: Op, into: str | None, scope: str, asynchronous: bool, indent: int):
+    """Emit the read of a load's (or a tle.gpu.copy's) pointer tile into a buffer: `into`, or a new
+    one of `scope`. `asynchronous`: the read is a stage of a pipelined loop, so write it in the form
+    TileLang issues as cp.async where that keeps its meaning. Returns (buffer name, how, storage
+    permutation or None)."""
+    ptr, mask, other = op.operands[:3]
+    shape, elem = ptr.type.shape, ptr.type.elem.elem
+    acc = g.access(op)
+    param = g.ids[acc.param.value]
+    plan = box(g, op, acc, mask)
+    # `other` only matters where the mask can be false
+    zero_other = other is None or is_zero(other) or mask_always_true(mask, shape, g.aff)
+    perm = None
+    # a read into a fragment inside T.Pipelined stays element-wise: TileLang 0.1.15 gives a T.copy from global
+    # into a fragment to the producer warps of its warp-specialized pipeline, and the consumer warps that read
+    # the fragment never see it (they read it uninitialized)
+    fragment_in_pipeline = scope == "fragment" and g.in_pipelined_loop(op)
+    if plan is not None and zero_other and not fragment_in_pipeline:
+        name = into or g.alloc(op.results[0].name or "t", shape, elem, scope)
+        g.emit(f"T.copy({region(g, view(g, acc.param.value), plan)}, {name})", indent)
+        return name, f"T.copy into {scope}", None
+    if plan is None:
+        why = acc.reason
+    elif not zero_other:
+        why = "`other` is not zero where the mask can be false"
+    else:
+        why = "a plain read in T.Pipelined, kept with the warps that use it"
+    tile = op.results[0] if op.name == "load" else ptr
+    perm = _storage_order(acc, tile) if scope == "shared" and into is None else None
+    stored = shape if perm is None else tuple(shape[p] for p in perm)
+    name = into or g.alloc(op.results[0].name or "t", stored, elem, scope)
+    idx = loop_indices(len(shape))
+    # only reads that are a stage of a pipelined loop take the copy form TileLang issues as cp.async;
+    # elsewhere a load stays a synchronous masked read
+    fill = zero_filled_rows(g, op, acc, idx) if asynchronous and zero_other and mask is not None else None
+    if fill is not None:
+        # masked-off rows are sent out of bounds: TileLang's bounds predication zero-fills them,
+        # and the copy stays a plain (vectorizable, asynchronous) global-to-shared copy
+        g.substitutes = fill
+        e = f"{param}[{g.offset(ptr, idx)}]"
+        g.substitutes = {}
+        why = ""
+    else:
+        e = load_expr(g, op, idx)
+    # loop over the buffer's own axes: the innermost one is where consecutive threads go
+    order = list(range(len(shape))) if perm is None else list(perm)
+    g.emit(parallel_header([idx[d] for d in order], stored), indent)
+    g.emit(f"{name}[{', '.join(idx[d] for d in order)}] = {e}", indent + 1)
+    how = f"T.Parallel into {scope}" + (" (stored transposed: its contiguous axis is the first)"
+                                        if perm is not None else "") + (f" ({why})" if why else "")
+    if fill is not None:
+        how += ", masked rows zero-filled by bounds predication"
+    return name, how, perm
+
+
+def _storage_order(acc: Access, v: Value) -> tuple | None:
+    """(1, 0) when a 2-D tile read element by element is contiguous in memory along its first axis
+    and not its last: stored transposed, consecutive threads read consecutive addresses."""
+    if v.type.rank != 2 or acc.offset is None:
+        return None
+    if acc.offset.axis_coef(0) == 1 and acc.offset.axis_coef(1) != 1:
+        return (1, 0)
+    return None
+
+
+# -- stores and atomics -------------------------------------------------------------------------------------
+@RULES.rule("store", "copy_out", role="statement")
+def store(g: Context, op: Op, indent: int):
+    """tl.store, and tle.gpu.copy from a buffer to global memory (the buffer is the value stored)."""
+    site = "store" if op.name == "store" else "tle.gpu.copy"
+    ptr, val, mask = op.operands
+    acc = g.access(op)
+    if acc.param is None:
+        g.error("a store through a pointer that is not base + offsets of one argument", op)
+    param = g.ids[acc.param.value]
+    elem = ptr.type.elem.elem
+    if ptr.type.is_scalar:
+        g.report.append((op.loc.line, site, acc.kind, "scalar statement"))
+        # every thread of the block runs a scalar statement; they all store the same value
+        st = f"{param}[{g.offset(ptr, [])}] = {g.scalar(val)}"
+        if mask is not None:
+            g.emit(f"if {g.scalar(mask)}:", indent)
+            g.emit(st, indent + 1)
+        else:
+            g.emit(st, indent)
+        return
+    plan = box(g, op, acc, mask)
+    if plan is not None:
+        src = val
+        cast = val.defining_op
+        if cast is not None and cast.name == "cast" and not cast.attrs.get("bitcast") and \
+                cast.operands[0].id in g.buffers and g.visible(g.buffers[cast.operands[0].id]) and \
+                g.buffers[cast.operands[0].id].perm is None:
+            src = cast.operands[0]          # T.copy converts to the destination's dtype itself
+        b = g.buffers[src.id] if src is not val else g.buffer_of(val, indent, "any", dtype=elem)
+        g.emit(f"T.copy({b.name}, {region(g, view(g, acc.param.value), plan)})", indent)
+        g.report.append((op.loc.line, site, acc.kind, f"T.copy from {b.scope}" if site == "store"
+                         else f"T.copy from {b.name}"))
+        return
+    g.report.append((op.loc.line, site, acc.kind, "T.Parallel" + (f" ({acc.reason})" if acc.reason else "")))
+    _masked_parallel(g, ptr.type.shape, mask, lambda idx: f"{param}[{g.offset(ptr, idx)}] = "
+                     f"{g.elem(val, idx)}", indent)
+
+
+@RULES.rule("atomic", role="statement")
+def atomic(g: Context, op: Op, indent: int):
+    ptr, val, mask = op.operands
+    if g.users.get(op.result.id):
+        g.error(f"using the value returned by tl.atomic_{op.attrs['kind']}", op)
+    acc = g.access(op)
+    if acc.param is None:
+        g.error("an atomic through a pointer that is not base + offsets of one argument", op)
+    param = g.ids[acc.param.value]
+    fn = f"T.atomic_{op.attrs['kind']}"
+    # Triton's memory order, where the kernel names one (TileLang takes the same names)
+    order = f", memory_order={op.attrs['sem']!r}" if op.attrs.get("sem") else ""
+    g.report.append((op.loc.line, "atomic", acc.kind, f"{fn} per element" if ptr.type.shape else f"{fn} on one thread"))
+    if ptr.type.is_scalar:
+        # a scalar statement runs on every thread: let one thread do the atomic
+        g.emit("if T.get_thread_binding() == 0:", indent)
+        cond = f"{g.scalar(mask)}" if mask is not None else None
+        st = f"{fn}({param}[{g.offset(ptr, [])}], {g.scalar(val)}{order})"
+        if cond:
+            g.emit(f"if {cond}:", indent + 1)
+            g.emit(st, indent + 2)
+        else:
+            g.emit(st, indent + 1)
+        return
+    _masked_parallel(g, ptr.type.shape, mask, lambda idx: f"{fn}({param}[{g.offset(ptr, idx)}], "
+                     f"{g.elem(val, idx)}{order})", indent)
+
+
+def _masked_parallel(g: Context, shape, mask: Value | None, statement, indent: int):
+    """`for i.. in T.Parallel(shape): [if mask[i..]:] statement(i..)`."""
+    idx = loop_indices(len(shape))
+    g.emit(parallel_header(idx, shape), indent)
+    if mask is not None:
+        g.emit(f"if {g.elem(mask, idx)}:", indent + 1)
+        g.emit(statement(idx), indent + 2)
+    else:
+        g.emit(statement(idx), indent + 1)

@@ -1,0 +1,83 @@
+"""The TileLang backend's rule table: per IR op, the statement rule that emits it and/or the expression
+rule that writes one element of it as a TIR expression, and what becomes of each of its attributes.
+
+The rules themselves live with their concern (expressions, memory, reductions, control, buffers, raw_call)
+and register here when codegen.py imports them. The attribute table below says, for every attribute of
+every op, whether TileLang honors it, drops it with a note (`RULES.check_attributes` writes the notes) or
+refuses it (a lowering error naming the attribute and the kernel's line)."""
+from __future__ import annotations
+
+from ..ir.ops import CACHE_HINTS
+from ..rules import Rules
+
+RULES = Rules("tilelang", roles=("statement", "expression"))
+
+# -- element-wise ops --------------------------------------------------------------------------------------
+RULES.honors("const", "value", how="a TIR literal of the result's dtype")
+RULES.honors("program_id", "axis", how="the T.Kernel block index bx, by or bz")
+RULES.honors("num_programs", "axis", how="the grid's extent, a constant (TileLang compiles per grid)")
+RULES.honors("arange", "start", "end", how="the T.Parallel index plus start, over end - start elements")
+RULES.honors("splat", "shape", how="every element reads the scalar")
+RULES.honors("broadcast", "shape", how="unit axes read index 0")
+RULES.honors("expand_dims", "axis", how="the unit axis is left out of the operand's index")
+RULES.honors("reshape", "shape", how="the element's row-major flat index, split over the operand's shape")
+RULES.honors("trans", "perm", how="the index is permuted")
+RULES.honors("binary", "op", how="TIR operators; div and rem truncate like C (T.truncdiv, T.truncmod, T.fmod), "
+                                 "maximum and minimum are T.max and T.min")
+RULES.honors("cmp", "pred", how="TIR comparisons")
+RULES.honors("unary", "op", how="TIR operators and T.* math; fp32 exp and log as Triton computes them (exp2, log2)")
+RULES.honors("cast", "dtype", how="T.cast to the TIR dtype")
+RULES.honors("cast", "bitcast", how="T.reinterpret")
+
+# -- global memory -----------------------------------------------------------------------------------------
+for _op in ("load", "store"):
+    RULES.drops(_op, *CACHE_HINTS, why="hint dropped, TileLang's loads and stores into registers take no cache hints")
+RULES.refuses("load", "volatile", why="TileLang's reads cannot be made volatile (its language has no volatile load)")
+RULES.honors("load", "is_async", how="a pipelined is_async load is a stage-0 copy of its T.Pipelined loop; the "
+                                     "access report says how each one was issued")
+RULES.honors("load", "async", how="'pipelined': a stage-0 copy of the loop's T.Pipelined; 'plain: ...': a plain read")
+RULES.honors("load", "async_stages", how="the num_stages of the T.Pipelined loop the load is a stage of")
+RULES.honors("atomic", "kind", how="T.atomic_add, T.atomic_max or T.atomic_min per element")
+# TileLang's atomics take a memory order (its default, for an empty `sem`, is relaxed where Triton's is
+# acq_rel); the difference cannot be seen on TileLang, where the value an atomic returns may not be used
+RULES.honors("atomic", "sem", how="passed as T.atomic_*(memory_order=sem); an empty sem is TileLang's relaxed "
+                                  "order, which no kernel can tell from acq_rel here (the returned value may "
+                                  "not be used)")
+RULES.honors("atomic", "scope", how="TileLang's atomics are device-scoped: 'gpu', and 'cta' (a device-scoped "
+                                    "atomic is atomic within the block too)")
+RULES.refuses("atomic", "scope", why="TileLang's atomics are device-scoped; a system-scope atomic (seen by the host "
+                                     "or other GPUs) cannot be expressed", when=lambda v: v == "sys")
+
+# -- reductions and products -------------------------------------------------------------------------------
+RULES.honors("reduce", "kind", how="T.reduce_sum/max/min; argmax/argmin: the extreme, then the least index holding it")
+RULES.honors("reduce", "axis", how="the dim= of T.reduce_*")
+RULES.honors("reduce", "keep_dims", how="the result's unit axis is left out of its fragment's index")
+RULES.honors("dot", "out_dtype", how="the dtype of T.gemm's fragment accumulator")
+RULES.honors("dot", "input_precision", how="T.gemm computes fp32 operands in TF32, as 'tf32' asks")
+RULES.refuses("dot", "input_precision", why="T.gemm computes fp32 operands in TF32; it has no IEEE fp32 product "
+                                            "(use input_precision='tf32', or the Triton backend)",
+              when=lambda v: v in ("ieee", "tf32x3"))
+RULES.refuses("dot", "max_num_imprecise_acc", why="T.gemm cannot be told how many fp8 products to accumulate "
+                                                  "before promoting the sum")
+
+# -- control flow ------------------------------------------------------------------------------------------
+RULES.honors("for", "kind", how="T.serial, or T.Pipelined where the loop is pipelined")
+RULES.honors("for", "num_stages", how="T.Pipelined(num_stages=...) from 2 stages on, else T.serial")
+RULES.drops("for", "loop_unroll_factor", "warp_specialize", "flatten", "disallow_acc_multi_buffer", "disable_licm",
+            why="hint dropped, TileLang's T.serial and T.Pipelined loops take no such hint")
+RULES.honors("for", "async_stages", how="the num_stages of the loop's T.Pipelined, for its is_async loads")
+RULES.honors("for", "async_raised_from", how="pipeline_async_loads says in the notes which num_stages it raised")
+
+# -- tle.call ----------------------------------------------------------------------------------------------
+RULES.honors("raw_call", "fn", how="its body, rendered as thread-level TIR on shared copies of the argument tiles")
+RULES.honors("raw_call", "threads", how="the kernel's own threads (their count must be 32 * num_warps), split "
+                                        "per axis from T.get_thread_binding")
+RULES.honors("raw_call", "outputs", how="each written argument gets a fresh shared copy, the call's result")
+RULES.honors("raw_call", "layout", how="TileLang infers shared layouts itself; a non-row-major order is reported "
+                                       "in the notes as a hint")
+
+# -- tle.gpu buffers ---------------------------------------------------------------------------------------
+RULES.honors("alloc", "scope", how="'smem': T.alloc_shared")
+RULES.refuses("alloc", "scope", why="TileLang keeps tle.gpu buffers in shared memory only",
+              when=lambda v: v != "smem")
+RULES.drops("alloc", "layout", why="layout hint dropped, TileLang chooses shared layouts itself")

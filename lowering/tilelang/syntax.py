@@ -1,0 +1,96 @@
+"""How tile-IR values are spelled in TileLang source: dtype names, literals, the grid's variables, and the
+index arithmetic that maps an element of a layout op or a reshape to the element of its operand it reads.
+
+Every rule module writes these; none of them holds codegen state."""
+from __future__ import annotations
+
+import re
+
+from ..ir import types as T
+from ..ir.core import Op
+
+TL_DTYPE = {"i1": "bool", "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64", "u8": "uint8",
+            "u16": "uint16", "u32": "uint32", "u64": "uint64", "fp16": "float16", "bf16": "bfloat16",
+            "fp32": "float32", "fp64": "float64"}
+GRID_VARS = ("bx", "by", "bz")
+# names the generated module may not define: they would shadow what T.prim_func's parser looks up
+PY_BUILTINS = {"sum", "max", "min", "abs", "range", "len", "int", "float", "bool", "pow", "round", "all", "any"}
+
+
+def tl_dtype(d: T.DType) -> str:
+    return TL_DTYPE[d.name]
+
+
+def literal(value, dtype: T.DType) -> str:
+    name = tl_dtype(dtype)
+    if dtype.is_bool:
+        return "True" if value else "False"
+    if dtype.is_float:
+        if value in (float("inf"), float("-inf")):
+            return f"{'-' if value < 0 else ''}T.infinity({name!r})"
+        if value != value:
+            return f"T.cast(T.float32(float('nan')), {name!r})" if name != "float32" else "T.float32(float('nan'))"
+        text = repr(float(value))
+        return text if name == "float32" else f"T.{name}({text})"
+    return repr(int(value)) if name == "int32" else f"T.{name}({int(value)})"
+
+
+def loop_indices(rank: int) -> list[str]:
+    """The index variables of a T.Parallel loop over a tile of `rank` axes."""
+    return [f"i{d}" for d in range(rank)]
+
+
+def parallel_header(idx: list[str], shape) -> str:
+    return f"for {', '.join(idx)} in T.Parallel({', '.join(map(str, shape))}):"
+
+
+def operand_index(op: Op, idx: list[str]) -> list[str]:
+    """For a layout op (splat, broadcast, expand_dims, trans): the index into its operand that element
+    `idx` of its result reads."""
+    a = op.attrs
+    if op.name == "splat":
+        return []
+    if op.name == "broadcast":
+        src = op.operands[0].type.shape
+        off = len(idx) - len(src)
+        return [("0" if s == 1 else idx[off + i]) for i, s in enumerate(src)]
+    if op.name == "expand_dims":
+        return idx[:a["axis"]] + idx[a["axis"] + 1:]
+    src = [None] * len(a["perm"])          # trans: result axis i is operand axis perm[i]
+    for i, p in enumerate(a["perm"]):
+        src[p] = idx[i]
+    return src
+
+
+def reindex(idx: list[str], new_shape, old_shape) -> list[str]:
+    """For a reshape: the index into the operand (of `old_shape`) that element `idx` of the result reads
+    (both row-major)."""
+    flat_terms = []
+    stride = 1
+    for i in reversed(range(len(new_shape))):
+        flat_terms.append(idx[i] if stride == 1 else f"{idx[i]} * {stride}")
+        stride *= new_shape[i]
+    flat = "(" + " + ".join(reversed(flat_terms)) + ")"
+    out = []
+    stride = 1
+    strides = []
+    for s in reversed(old_shape):
+        strides.append(stride)
+        stride *= s
+    strides = list(reversed(strides))
+    for s, st in zip(old_shape, strides):
+        out.append(f"({flat} // {st} % {s})" if st > 1 else f"({flat} % {s})")
+    return out
+
+
+def contiguous_strides(shape) -> tuple[int, ...]:
+    strides, acc = [], 1
+    for s in reversed(shape):
+        strides.append(acc)
+        acc *= max(s, 1)
+    return tuple(reversed(strides))
+
+
+def mentions(text: str, name: str) -> bool:
+    """Does generated `text` read identifier `name` (as a whole word)?"""
+    return re.search(rf"\b{re.escape(name)}\b", text) is not None

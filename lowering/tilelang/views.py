@@ -1,0 +1,84 @@
+"""Box accesses: the strided view of an argument with its tensor's shape, and the region of it a box
+access covers, written with the kernel's own named scalars where they fit (`pid_m * 64`, not the
+program id and quotients it was computed from)."""
+from __future__ import annotations
+
+from ..analysis.access import Access, BoxPlan, plan_box
+from ..analysis.affine import Affine
+from ..ir.core import Op, Value
+from .context import Context
+from .syntax import contiguous_strides, tl_dtype
+
+
+def view(g: Context, param_value: Value) -> str:
+    """The name of argument `param_value` seen with its tensor's shape and strides."""
+    p = g.params[param_value.id]
+    if p.name in g.views:
+        return g.views[p.name]
+    a = g.arg[param_value.id]
+    name = g.ids.fresh(p.name + "_v")
+    dt = tl_dtype(a.type.elem.elem)
+    contiguous = contiguous_strides(a.shape) == tuple(a.strides)
+    if contiguous and len(a.shape) == 1:
+        g.views[p.name] = g.ids[param_value]      # the flat buffer is already this view
+        return g.views[p.name]
+    # T.StridedTensor rather than T.view: T.view checks sizes in bits with an int32 and overflows
+    # on tensors of 2^31 bits or more
+    g.view_lines.append(f"{name} = T.StridedTensor({tuple(a.shape)!r}, {tuple(a.strides)!r}, {dt!r}, "
+                        f"data={g.ids[param_value]}.data)")
+    g.views[p.name] = name
+    return name
+
+
+def box(g: Context, op: Op, acc: Access, mask: Value | None) -> BoxPlan | None:
+    """The box region access `op` covers of its argument, or None (the reason is left in acc.reason)."""
+    if acc.kind != "box" or acc.param is None:
+        return None
+    a = g.arg[acc.param.value.id]
+    plan, why = plan_box(acc, mask, op.operands[0].type.shape, a.shape, a.strides, g.aff)
+    if plan is None:
+        acc.reason = why
+    return plan
+
+
+def region(g: Context, view_name: str, plan: BoxPlan) -> str:
+    parts = []
+    for d in plan.dims:
+        s = affine_expr(g, d.start)
+        parts.append(s if d.axis is None else f"{s}:{s} + {d.extent}" if s != "0" else f"0:{d.extent}")
+    return f"{view_name}[{', '.join(parts)}]"
+
+
+def affine_expr(g: Context, f: Affine) -> str:
+    """Render a scalar affine form, preferring the kernel's own named scalars (pid_m * 64) over
+    the program ids and quotients they were computed from."""
+    named = []
+    for vid, name in g.scalars.items():
+        form = g.aff.memo.get(vid)
+        if form is not None and form.syms and form.is_scalar_form and not (len(form.syms) == 1 and
+                                                                          form.syms[0][1] == 1 and not form.const):
+            named.append((name, form))
+    named.sort(key=lambda nf: -len(nf[1].syms))
+    prefix = []
+    for name, form in named:
+        sym0, c0 = form.syms[0]
+        fc = dict(f.syms).get(sym0)
+        if fc is None or fc % c0:
+            continue
+        k = fc // c0
+        if k <= 0:
+            continue
+        rest = f - form.scale(k)
+        if all(s not in dict(rest.syms) for s, _ in form.syms) and \
+                len(rest.syms) < len(f.syms):
+            g.out.read(name)
+            prefix.append(name if k == 1 else f"{name} * {k}")
+            f = rest
+    terms = list(prefix)
+    for sym, c in f.syms:
+        v = g.aff.symbols[sym]
+        e = g.scalar(v)
+        terms.append(e if c == 1 else f"{e} * {c}")
+    if f.const or not terms:
+        terms.append(str(f.const))
+    return " + ".join(terms)
