@@ -30,6 +30,7 @@ _LAUNCH_KEYS = ("backend", "num_warps", "num_stages", "num_ctas", "maxnreg", "ir
 _FIXED_OPTIONS = {"num_ctas": (1, "tle launches one CTA per program (no thread-block clusters)"),
                   "maxnreg": (None, "tle lets each backend choose the register count"),
                   "ir_override": (None, "tle generates the kernel's IR itself")}
+_TLE_OPTIONS = frozenset(("backend", "num_warps", "num_stages"))
 _REQUIRED = object()
 
 
@@ -302,7 +303,7 @@ class Kernel:
     # -- launch -------------------------------------------------------------------------------------
     def _launch(self, grid, args, kwargs, warmup: bool = False):
         values, launch = self._bind(args, kwargs)
-        if len(launch) > 3 or not launch.keys() <= {"backend", "num_warps", "num_stages"}:
+        if not launch.keys() <= _TLE_OPTIONS:
             _check_fixed_options(self.__name__, launch)
         b = select.resolve(select.choose(launch.get("backend"), self.backend))
         num_warps, num_stages = int(launch.get("num_warps", 4)), int(launch.get("num_stages", 3))

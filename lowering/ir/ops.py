@@ -27,9 +27,6 @@ class OpDef:
     traits: frozenset[str] = frozenset()
     doc: str = ""
 
-    def has(self, trait: str) -> bool:
-        return trait in self.traits
-
 
 _CACHE_ATTRS = {
     "cache_modifier": "Triton's cache modifier ('.ca', '.cg', '.cv', ...); only a hint, never changes results",

@@ -26,7 +26,7 @@ from ..spec import Spec
 from . import buffers, control, expressions, memory, raw_call, reductions  # noqa: F401
 from .context import Context
 from .gathers import index_loads
-from .syntax import GRID_VARS, TL_DTYPE, literal, tl_dtype  # noqa: F401 (TL_DTYPE, literal: used by others)
+from .syntax import GRID_VARS, tl_dtype
 
 
 def generate(k: KernelIR, spec: Spec, grid) -> tuple[str, list[str], list]:

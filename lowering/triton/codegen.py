@@ -22,12 +22,11 @@ _IMPLICIT_BROADCAST_USERS = {"binary", "cmp", "where", "addptr"}
 
 
 class TritonCodegen:
-    def __init__(self, k: KernelIR, source_note: str = ""):
+    def __init__(self, k: KernelIR):
         self.k = k
         self.ids = Identifiers(reserved={"tl", "triton"})
         self.users = users(k)
         self.lines: list[str] = []
-        self.source_note = source_note
 
     # -- which values become expressions instead of statements ------------------------------------
     def inline(self, op: Op) -> bool:
