@@ -88,7 +88,7 @@ class Rules:
         """The rule lowering `op` in `role`, or None where it has none in that role. An op declared
         unsupported raises the lowering error with the declared reason, at the op's file:line."""
         if op.name in self._unsupported:
-            raise UnsupportedConstruct(f"op '{op.name}'", self.backend, op.loc, self._unsupported[op.name])
+            raise UnsupportedConstruct(_construct(op), self.backend, op.loc, self._unsupported[op.name])
         return self._rules[role or self.roles[0]].get(op.name)
 
     def has_rule(self, op: str) -> bool:
@@ -128,11 +128,25 @@ def _construct(op: Op) -> str:
         return "tle.load" if a.get("is_async") else f"tl.{op.name}"
     if op.name == "atomic":
         return f"tl.atomic_{a.get('kind', '')}"
+    if op.name == "atomic_cas":
+        return "tl.atomic_cas"
     if op.name == "dot":
         return "tl.dot"
+    if op.name == "hint":
+        return f"tl.{a['kind']}"
     if op.name == "for":
         return {"tle.gpu.pipeline": "tle.gpu.pipeline", "tl.range": "tl.range"}.get(a.get("kind"), "for loop")
-    return op.name
+    if op.name == "scan":
+        return f"tl.cum{a['kind']}"
+    if op.name == "libdevice":
+        return f"libdevice.{a['fn']}"
+    return _USER_NAMES.get(op.name, f"op '{op.name}'")
+
+
+# how the kernel wrote an op that is one Triton function
+_USER_NAMES = {"sort": "tl.sort", "topk": "tl.topk", "histogram": "tl.histogram", "join": "tl.join",
+               "split": "tl.split", "inline_asm": "tl.inline_asm_elementwise", "print": "tl.device_print",
+               "assert": "tl.device_assert", "reshape": "tl.reshape", "trans": "tl.trans"}
 
 
 def attribute_table(tables: list[Rules]) -> str:

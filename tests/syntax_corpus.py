@@ -1354,3 +1354,137 @@ def pipelined_lookups(device):
         return {"y": acc, "z": g + g * 3.0 + 2.0}
     return tle.Launch(grid=(1,), args=(x, idx, y, z), kwargs=dict(BI=16, BJ=4, STEPS=3), outputs={"y": y, "z": z},
                       reference=ref, tolerances={"y": (1e-5, 1e-5), "z": (1e-5, 1e-5)})
+
+
+# -- promises to the compiler: tl.multiple_of / tl.max_contiguous (kept by Triton, dropped by TileLang) -----
+@tle.jit
+def promised_offsets(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    start = tl.multiple_of(tl.program_id(0) * BLOCK, BLOCK)
+    offs = tl.max_contiguous(tl.multiple_of(start + tl.arange(0, BLOCK), BLOCK), BLOCK)
+    m = offs < n
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=m) * 3.0, mask=m)
+
+
+@case(promised_offsets)
+def alignment_hints(device):
+    x = torch.randn(300, device=device)
+    y = _nan_like(x)
+    return tle.Launch(grid=(3,), args=(x, y, 300), kwargs=dict(BLOCK=128), outputs={"y": y},
+                      reference=lambda: {"y": x * 3.0})
+
+
+# -- libdevice functions, tl.fma, tl.clamp, tl.umulhi -----------------------------------------------------
+from triton.language.extra.cuda import libdevice  # noqa: E402 (here, so the cases above keep their lines)
+
+@tle.jit
+def special_functions(x_ptr, u_ptr, y_ptr, h_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(x_ptr + offs, mask=m, other=1.0)
+    y = libdevice.tanh(x) + libdevice.pow(tl.abs(x), 1.5) + tl.fma(x, x, 1.0) + libdevice.rint(x * 3.0)
+    y += libdevice.atan2(x, 2.0) + libdevice.log1p(tl.abs(x)) + tl.clamp(x, -0.5, 0.5)
+    tl.store(y_ptr + offs, y, mask=m)
+    u = tl.load(u_ptr + offs, mask=m)
+    tl.store(h_ptr + offs, tl.umulhi(u, u * 7 + 3), mask=m)
+
+
+@case(special_functions)
+def libdevice_and_umulhi(device):
+    x = torch.randn(200, device=device)
+    u = torch.randint(-2**31, 2**31 - 1, (200,), dtype=torch.int32, device=device)
+    y, h = _nan_like(x), _nan_like(u)
+
+    def reference():
+        r = torch.tanh(x) + x.abs() ** 1.5 + (x * x + 1) + torch.round(x * 3) + torch.atan2(x, torch.tensor(2.0))
+        r = r + torch.log1p(x.abs()) + x.clamp(-0.5, 0.5)
+        a, b = u.long() & 0xFFFFFFFF, (u * 7 + 3).long() & 0xFFFFFFFF
+        return {"y": r, "h": ((a * b) >> 32).to(torch.int64).to(torch.int32)}     # the high 32 bits, as i32
+    return tle.Launch(grid=(2,), args=(x, u, y, h, 200), kwargs=dict(BLOCK=128), outputs={"y": y, "h": h},
+                      reference=reference)
+
+
+# -- tl.join / tl.split / tl.interleave -----------------------------------------------------------------
+@tle.jit
+def pairs(x_ptr, y_ptr, z_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    j = tl.join(tl.load(x_ptr + offs), tl.load(y_ptr + offs))      # (BLOCK, 2)
+    a, b = tl.split(j * 2.0)
+    tl.store(z_ptr + tl.arange(0, 2 * BLOCK), tl.interleave(a, b + 1.0))
+
+
+@case(pairs)
+def join_split_interleave(device):
+    x, y = torch.randn(64, device=device), torch.randn(64, device=device)
+    z = torch.full((128,), float("nan"), device=device)
+    return tle.Launch(grid=(1,), args=(x, y, z), kwargs=dict(BLOCK=64), outputs={"z": z},
+                      reference=lambda: {"z": torch.stack([2 * x, 2 * y + 1], 1).reshape(-1)})
+
+
+# -- a persistent loop: tl.range with a runtime step ----------------------------------------------------
+@tle.jit
+def persistent_softmax(x_ptr, y_ptr, n_rows, n_cols, BLOCK: tl.constexpr, num_stages: tl.constexpr):
+    for row in tl.range(tl.program_id(0), n_rows, tl.num_programs(0), num_stages=num_stages):
+        offs = tl.arange(0, BLOCK)
+        m = offs < n_cols
+        x = tl.load(x_ptr + row * n_cols + offs, mask=m, other=-float("inf"))
+        e = tl.exp(x - tl.max(x, 0))
+        tl.store(y_ptr + row * n_cols + offs, e / tl.sum(e, 0), mask=m)
+
+
+@case(persistent_softmax)
+def runtime_step(device):
+    x = torch.randn(37, 100, device=device)
+    y = _nan_like(x)
+    return tle.Launch(grid=(5,), args=(x, y, 37, 100), kwargs=dict(BLOCK=128, num_stages=2), outputs={"y": y},
+                      reference=lambda: {"y": torch.softmax(x, 1)})
+
+
+# -- block pointers: tl.make_block_ptr / tl.advance with boundary_check and padding ----------------------
+@tle.jit
+def block_ptr_matmul(a_ptr, b_ptr, c_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn, BM: tl.constexpr,
+                     BN: tl.constexpr, BK: tl.constexpr):
+    pid_m, pid_n = tl.program_id(0), tl.program_id(1)
+    a_blk = tl.make_block_ptr(a_ptr, (M, K), (sam, sak), (pid_m * BM, 0), (BM, BK), (1, 0))
+    b_blk = tl.make_block_ptr(b_ptr, (K, N), (sbk, sbn), (0, pid_n * BN), (BK, BN), (1, 0))
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for _ in range(0, tl.cdiv(K, BK)):
+        a = tl.load(a_blk, boundary_check=(0, 1), padding_option="zero")
+        b = tl.load(b_blk, boundary_check=(0, 1), padding_option="zero")
+        acc = tl.dot(a, b, acc)
+        a_blk = tl.advance(a_blk, (0, BK))
+        b_blk = tl.advance(b_blk, (BK, 0))
+    c_blk = tl.make_block_ptr(c_ptr, (M, N), (scm, scn), (pid_m * BM, pid_n * BN), (BM, BN), (1, 0))
+    tl.store(c_blk, acc.to(tl.float16), boundary_check=(0, 1))
+
+
+@case(block_ptr_matmul)
+def block_pointers(device):
+    M, N, K = 100, 72, 90
+    a = torch.randn(M, K, device=device).half()
+    b = torch.randn(K, N, device=device).half()
+    c = torch.full((M, N), float("nan"), device=device).half()
+    return tle.Launch(grid=(4, 3), args=(a, b, c, M, N, K, K, 1, N, 1, N, 1), kwargs=dict(BM=32, BN=32, BK=32),
+                      outputs={"c": c}, reference=lambda: {"c": (a.float() @ b.float()).half()})
+
+
+# -- tl.atomic_or ------------------------------------------------------------------------------------------
+@tle.jit
+def bit_sets(x_ptr, bits_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    v = tl.load(x_ptr + offs, mask=m, other=0)
+    tl.atomic_or(bits_ptr + v // 32, (1 << (v % 32)).to(tl.int32), mask=m)
+
+
+@case(bit_sets)
+def atomic_or(device):
+    x = torch.randint(0, 256, (300,), dtype=torch.int32, device=device)
+    bits = torch.zeros(8, dtype=torch.int32, device=device)
+
+    def reference():
+        out = [0] * 8
+        for v in x.tolist():
+            out[v // 32] |= 1 << (v % 32)
+        return {"bits": torch.tensor([w - (1 << 32) if w >= 1 << 31 else w for w in out], dtype=torch.int32)}
+    return tle.Launch(grid=(3,), args=(x, bits, 300), kwargs=dict(BLOCK=128), outputs={"bits": bits},
+                      reference=reference)

@@ -39,7 +39,7 @@ def root_param(v: Value, params_by_id: dict[int, Param]) -> Param | None:
         op = v.defining_op
         if op is None:
             return None
-        if op.name in ("addptr", "splat", "broadcast", "expand_dims", "trans"):
+        if op.name in ("addptr", "splat", "broadcast", "expand_dims", "trans", "hint"):
             v = op.operands[0]
         else:
             return None
@@ -72,7 +72,7 @@ def classify_accesses(k: KernelIR, known: dict[int, int] | None = None) -> dict[
     params = {p.value.id: p for p in k.params}
     out = {}
     for op in k.walk():
-        if op.name in ("load", "store", "atomic", "copy_in", "copy_out"):
+        if op.name in ("load", "store", "atomic", "atomic_cas", "copy_in", "copy_out"):
             out[id(op)] = classify(op, aff, params)
     return out
 

@@ -115,7 +115,7 @@ class AffineAnalysis:
             return Affine(a["start"], (), ((0, 1),))
         if n in ("program_id", "num_programs"):
             return self._sym(v)
-        if n == "splat":
+        if n in ("splat", "hint"):
             return self.of(op.operands[0])
         if n == "broadcast":
             return self.of(op.operands[0])

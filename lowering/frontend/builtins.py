@@ -9,6 +9,7 @@ import triton.language as tl
 
 from ..errors import LoweringError
 from ..ir import types as T
+from . import block_ptr
 from . import semantics as S
 from .semantics import TV, as_tv, is_num, to_dtype
 
@@ -104,9 +105,27 @@ def static_print(tr, *args, **kw):
     tr.notes.append(" ".join(str(a) for a in args))
 
 
-@builtin(tl.multiple_of, tl.max_contiguous)
-def _passthrough_hint(tr, input, values):
-    return input   # alignment hints: Triton re-derives them; no semantic effect
+def _hint(kind):
+    def impl(tr, input, values):
+        x = as_tv(tr.b, input)
+        values = (values,) if isinstance(values, int) else tuple(values)
+        values = tuple(_int(tr, v, f"tl.{kind} value") for v in values)
+        if len(values) != max(x.type.rank, 1):
+            raise LoweringError(f"tl.{kind} takes one value per axis of its operand ({x.type}), got {list(values)}",
+                                tr.b.loc)
+        if x.dtype.is_float or x.dtype.is_bool:
+            raise LoweringError(f"tl.{kind} applies to integers and pointers, got {x.dtype}", tr.b.loc)
+        return TV(tr.b.hint(kind, x.v, values), tr.b)
+    return impl
+
+
+# promises about the values (alignment, contiguity): kept for Triton, which uses them to vectorize
+BUILTINS[tl.multiple_of] = _hint("multiple_of")
+BUILTINS[tl.max_contiguous] = _hint("max_contiguous")
+
+
+BUILTINS[tl.make_block_ptr] = block_ptr.make_block_ptr
+BUILTINS[tl.advance] = block_ptr.advance
 
 
 # -- memory -------------------------------------------------------------------------------------------
@@ -122,10 +141,22 @@ def mask_and_pointer(tr, pointer, mask):
     return pointer, mask
 
 
+def _block_pointer(tr, pointer, mask, other, boundary_check, what):
+    """For a block pointer: its pointer tile and boundary mask (`mask`/`other` are not taken with one)."""
+    if mask is not None or other is not None:
+        raise LoweringError(f"{what} through a block pointer takes boundary_check, not mask/other", tr.b.loc)
+    return block_ptr.pointers_and_mask(tr, pointer, boundary_check)
+
+
 def _load(tr, pointer, mask, other, boundary_check, padding_option, cache_modifier, eviction_policy,
           volatile, is_async):
-    if boundary_check or padding_option:
-        raise LoweringError("block pointers (boundary_check / padding_option) are not supported", tr.b.loc)
+    if isinstance(pointer, block_ptr.BlockPtr):
+        bp = pointer
+        pointer, mask = _block_pointer(tr, pointer, mask, other, boundary_check, "tl.load")
+        other = block_ptr.padding(tr, bp, padding_option, mask is not None)
+    elif boundary_check or padding_option:
+        raise LoweringError("boundary_check / padding_option apply to block pointers (tl.make_block_ptr), "
+                            "not to a tile of pointers", tr.b.loc)
     pointer, mask = mask_and_pointer(tr, pointer, mask)
     elem = pointer.dtype.elem
     if other is not None:
@@ -160,8 +191,11 @@ def _bool_constexpr(tr, x, what):
 
 @builtin(tl.store)
 def store(tr, pointer, value, mask=None, boundary_check=(), cache_modifier="", eviction_policy=""):
-    if boundary_check:
-        raise LoweringError("block pointers (boundary_check) are not supported", tr.b.loc)
+    if isinstance(pointer, block_ptr.BlockPtr):
+        pointer, mask = _block_pointer(tr, pointer, mask, None, boundary_check, "tl.store")
+    elif boundary_check:
+        raise LoweringError("boundary_check applies to block pointers (tl.make_block_ptr), not to a tile of "
+                            "pointers", tr.b.loc)
     pointer, mask = mask_and_pointer(tr, pointer, mask)
     elem = pointer.dtype.elem
     value = S.broadcast_to(S.cast(as_tv(tr.b, value, elem if is_num(value) else None), elem), pointer.type.shape)
@@ -169,19 +203,46 @@ def store(tr, pointer, value, mask=None, boundary_check=(), cache_modifier="", e
                {"cache_modifier": cache_modifier or "", "eviction_policy": eviction_policy or ""})
 
 
+_SEMS = ("", "acq_rel", "acquire", "release", "relaxed")
+_SCOPES = ("", "gpu", "cta", "sys")
+
+
+def _atomic_attrs(tr, kind, sem, scope) -> dict:
+    sem, scope = sem or "", scope or ""
+    if sem not in _SEMS:
+        raise LoweringError(f"tl.atomic_{kind}: sem must be one of {list(_SEMS[1:])}, got {sem!r}", tr.b.loc)
+    if scope not in _SCOPES:
+        raise LoweringError(f"tl.atomic_{kind}: scope must be one of {list(_SCOPES[1:])}, got {scope!r}", tr.b.loc)
+    return {"sem": sem, "scope": scope}
+
+
+def _atomic_operand(tr, pointer, val):
+    elem = pointer.dtype.elem
+    return S.broadcast_to(S.cast(as_tv(tr.b, val, elem if is_num(val) else None), elem), pointer.type.shape)
+
+
 def _atomic(kind):
     def impl(tr, pointer, val, mask=None, sem=None, scope=None):
         pointer, mask = mask_and_pointer(tr, pointer, mask)
         elem = pointer.dtype.elem
-        val = S.broadcast_to(S.cast(as_tv(tr.b, val, elem if is_num(val) else None), elem), pointer.type.shape)
-        attrs = {"sem": sem or "", "scope": scope or ""}
+        if kind in ("and", "or", "xor") and not elem.is_int:
+            raise LoweringError(f"tl.atomic_{kind} takes integer memory, got {elem}", tr.b.loc)
+        val = _atomic_operand(tr, pointer, val)
+        attrs = _atomic_attrs(tr, kind, sem, scope)
         return TV(tr.b.atomic(kind, pointer.v, val.v, mask.v if mask is not None else None, attrs), tr.b)
     return impl
 
 
-BUILTINS[tl.atomic_add] = _atomic("add")
-BUILTINS[tl.atomic_max] = _atomic("max")
-BUILTINS[tl.atomic_min] = _atomic("min")
+for _kind in ("add", "max", "min", "and", "or", "xor", "xchg"):
+    BUILTINS[getattr(tl, f"atomic_{_kind}")] = _atomic(_kind)
+
+
+@builtin(tl.atomic_cas)
+def atomic_cas(tr, pointer, cmp, val, sem=None, scope=None):
+    pointer, _ = mask_and_pointer(tr, pointer, None)
+    cmp, val = _atomic_operand(tr, pointer, cmp), _atomic_operand(tr, pointer, val)
+    attrs = _atomic_attrs(tr, "cas", sem, scope)
+    return TV(tr.b.atomic_cas(pointer.v, cmp.v, val.v, attrs), tr.b)
 
 
 # -- element-wise math ---------------------------------------------------------------------------------
@@ -202,6 +263,69 @@ BUILTINS[tl.rsqrt] = _math("rsqrt")
 BUILTINS[tl.erf] = _math("erf")
 
 
+# CUDA libdevice (tl.extra.cuda.libdevice, or tl.extra.libdevice): float functions by arity
+LIBDEVICE_ARITY = {
+    **dict.fromkeys(("tanh", "sinh", "cosh", "tan", "asin", "acos", "atan", "asinh", "acosh", "atanh", "exp",
+                     "exp2", "exp10", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "cbrt", "erf",
+                     "erfc", "erfinv", "lgamma", "tgamma", "floor", "ceil", "trunc", "round", "rint",
+                     "nearbyint", "sin", "cos", "sinpi", "cospi", "normcdf", "j0", "j1", "y0", "y1"), 1),
+    **dict.fromkeys(("pow", "fmod", "atan2", "hypot", "copysign", "fdim", "nextafter", "remainder"), 2),
+    "fma": 3,
+}
+
+
+def _libdevice(name):
+    def impl(tr, *args):
+        if len(args) != LIBDEVICE_ARITY[name]:
+            raise LoweringError(f"libdevice.{name} takes {LIBDEVICE_ARITY[name]} arguments, got {len(args)}",
+                                tr.b.loc)
+        tiles = [as_tv(tr.b, a) for a in args if isinstance(a, TV)]
+        if not tiles:
+            raise LoweringError(f"libdevice.{name} needs a runtime operand", tr.b.loc)
+        dtype = tiles[0].dtype
+        if dtype.name not in ("fp32", "fp64") or any(t.dtype != dtype for t in tiles):
+            raise LoweringError(f"libdevice.{name} takes fp32 or fp64 operands of one dtype, got "
+                                f"{', '.join(str(t.dtype) for t in tiles)} (cast with .to())", tr.b.loc)
+        vals = S.broadcast_all([S.cast(as_tv(tr.b, a, dtype), dtype) for a in args])
+        return TV(tr.b.libdevice(name, [v.v for v in vals]), tr.b)
+    return impl
+
+
+def _register_libdevice():
+    import triton.language.extra.cuda.libdevice as cuda_libdevice
+    import triton.language.extra.libdevice as libdevice
+    for name in LIBDEVICE_ARITY:
+        for module in (libdevice, cuda_libdevice):
+            if hasattr(module, name):
+                BUILTINS[getattr(module, name)] = _libdevice(name)
+    BUILTINS[tl.fma] = _libdevice("fma")
+
+
+_register_libdevice()
+
+
+@builtin(tl.umulhi)
+def umulhi(tr, x, y):
+    x, y = as_tv(tr.b, x), as_tv(tr.b, y)
+    if x.dtype != y.dtype or x.dtype.name not in ("i32", "u32", "i64", "u64"):
+        raise LoweringError(f"tl.umulhi takes two 32- or 64-bit integer operands of one dtype, got {x.dtype} and "
+                            f"{y.dtype}", tr.b.loc)
+    x, y = S.broadcast_pair(x, y)
+    return TV(tr.b.binary("umulhi", x.v, y.v), tr.b)
+
+
+@builtin(tl.clamp)
+def clamp(tr, x, min, max, propagate_nan=tl.PropagateNan.NONE):
+    _no_nan_propagation(tr, propagate_nan, "tl.clamp")
+    return S.minmax("minimum", S.minmax("maximum", x, min), max)
+
+
+def _no_nan_propagation(tr, propagate_nan, what):
+    if propagate_nan not in (None, tl.PropagateNan.NONE):
+        raise LoweringError(f"{what}(propagate_nan={propagate_nan}) is not supported: tle's maximum and minimum "
+                            f"return the other operand when one is NaN (Triton's default)", tr.b.loc)
+
+
 @builtin(tl.sigmoid)
 def sigmoid(tr, x):
     x = as_tv(tr.b, x)
@@ -220,11 +344,13 @@ def abs_(tr, x):
 
 @builtin(tl.maximum)
 def maximum(tr, x, y, propagate_nan=None):
+    _no_nan_propagation(tr, propagate_nan, "tl.maximum")
     return S.minmax("maximum", x, y)
 
 
 @builtin(tl.minimum)
 def minimum(tr, x, y, propagate_nan=None):
+    _no_nan_propagation(tr, propagate_nan, "tl.minimum")
     return S.minmax("minimum", x, y)
 
 
@@ -281,6 +407,30 @@ def reshape(tr, input, *shape, can_reorder=False):
     if n != input.type.numel:
         raise LoweringError(f"reshape to {shape} changes the number of elements ({input.type.numel})", tr.b.loc)
     return TV(tr.b.reshape(input.v, shape), tr.b)
+
+
+@builtin(tl.join)
+def join(tr, a, b):
+    a, b = S.broadcast_pair(*S._operands(a, b)) if (is_num(a) or is_num(b)) else (as_tv(tr.b, a), as_tv(tr.b, b))
+    if a.dtype != b.dtype:
+        raise LoweringError(f"tl.join of {a.dtype} and {b.dtype}: the operands must have one dtype", tr.b.loc)
+    a, b = S.broadcast_pair(a, b)
+    return TV(tr.b.join(a.v, b.v), tr.b)
+
+
+@builtin(tl.split)
+def split(tr, a):
+    a = as_tv(tr.b, a)
+    if a.type.is_scalar or a.type.shape[-1] != 2:
+        raise LoweringError(f"tl.split needs a last axis of extent 2, got {a.type}", tr.b.loc)
+    return TV(tr.b.split(a.v, 0), tr.b), TV(tr.b.split(a.v, 1), tr.b)
+
+
+@builtin(tl.interleave)
+def interleave(tr, a, b):
+    joined = join(tr, a, b)
+    shape = joined.type.shape
+    return TV(tr.b.reshape(joined.v, tuple(shape[:-2]) + (shape[-2] * 2,)), tr.b)
 
 
 # -- reductions ---------------------------------------------------------------------------------------
@@ -347,6 +497,90 @@ def argmax(tr, input, axis, tie_break_left=True, keep_dims=False):
 @builtin(tl.argmin)
 def argmin(tr, input, axis, tie_break_left=True, keep_dims=False):
     return _reduce(tr, "argmin", _promote_small(as_tv(tr.b, input)), axis, keep_dims)
+
+
+# -- scans, sorting, counting -------------------------------------------------------------------------
+def _scan(kind):
+    def impl(tr, input, axis=0, reverse=False, dtype=None):
+        x = as_tv(tr.b, input)
+        if dtype is not None:
+            x = S.cast(x, dtype)
+        elif x.dtype.is_int and x.dtype.bits < 32:      # as tl.sum does
+            x = S.cast(x, T.i32 if x.dtype.is_signed or x.dtype.is_bool else T.u32)
+        if x.type.is_scalar:
+            raise LoweringError(f"tl.cum{kind} of a scalar", tr.b.loc)
+        return TV(tr.b.scan(kind, x.v, _axis(tr, x, axis), bool(reverse)), tr.b)
+    return impl
+
+
+BUILTINS[tl.cumsum] = _scan("sum")
+BUILTINS[tl.cumprod] = _scan("prod")
+
+
+def _last_axis(tr, x: TV, axis, what):
+    axis = x.type.rank - 1 if axis is None else _axis(tr, x, axis)
+    if axis != x.type.rank - 1:
+        raise LoweringError(f"{what} sorts along the last axis only (as Triton), got axis {axis}", tr.b.loc)
+    return axis
+
+
+@builtin(tl.sort)
+def sort(tr, x, dim=None, descending=False):
+    x = as_tv(tr.b, x)
+    return TV(tr.b.sort(x.v, _last_axis(tr, x, dim, "tl.sort"), bool(descending)), tr.b)
+
+
+@builtin(tl.topk)
+def topk(tr, x, k, dim=None):
+    x = as_tv(tr.b, x)
+    axis = _last_axis(tr, x, dim, "tl.topk")
+    k = _int(tr, k, "tl.topk k")
+    if k <= 0 or k & (k - 1) or k > x.type.shape[axis]:
+        raise LoweringError(f"tl.topk: k must be a power of two no larger than the axis ({x.type.shape[axis]}), "
+                            f"got {k}", tr.b.loc)
+    return TV(tr.b.topk(x.v, k, axis), tr.b)
+
+
+@builtin(tl.histogram)
+def histogram(tr, input, num_bins, mask=None):
+    x = as_tv(tr.b, input)
+    if x.type.rank != 1 or not x.dtype.is_int:
+        raise LoweringError(f"tl.histogram takes a 1-D integer tile, got {x.type}", tr.b.loc)
+    num_bins = _int(tr, num_bins, "tl.histogram num_bins")
+    if mask is not None:
+        mask = as_tv(tr.b, mask)
+        mask = S.broadcast_to(mask if mask.dtype.is_bool else S.compare("ne", mask, 0), x.type.shape)
+    return TV(tr.b.histogram(x.v, mask.v if mask is not None else None, num_bins), tr.b)
+
+
+# -- inline assembly, printing, assertions --------------------------------------------------------------
+@builtin(tl.inline_asm_elementwise)
+def inline_asm_elementwise(tr, asm, constraints, args, dtype, is_pure, pack):
+    if isinstance(dtype, (tuple, list)):
+        raise LoweringError("tl.inline_asm_elementwise with several results is not supported", tr.b.loc)
+    tiles = S.broadcast_all([as_tv(tr.b, a) for a in args])
+    shape = tiles[0].type.shape if tiles else ()
+    result = T.Type(tuple(shape), to_dtype(dtype))
+    attrs = {"asm": str(asm), "constraints": str(constraints), "is_pure": bool(is_pure), "pack": _int(tr, pack, "pack")}
+    return TV(tr.b.inline_asm([t.v for t in tiles], result, attrs), tr.b)
+
+
+@builtin(tl.device_print)
+def device_print(tr, prefix, *args, hex=False):
+    tr.b.print_(str(prefix), [as_tv(tr.b, a).v for a in args], bool(hex))
+
+
+@builtin(tl.device_assert)
+def device_assert(tr, cond, msg="", mask=None):
+    if not isinstance(cond, TV):
+        if not cond:
+            raise LoweringError(f"tl.device_assert on a constant false condition: {msg}", tr.b.loc)
+        return
+    if not cond.dtype.is_bool:
+        cond = S.compare("ne", cond, 0)
+    if mask is not None:      # asserted where the mask holds
+        cond = S.bitwise("or", cond, S.compare("eq", as_tv(tr.b, mask), 0))
+    tr.b.assert_(cond.v, str(msg))
 
 
 # -- matrix product -----------------------------------------------------------------------------------

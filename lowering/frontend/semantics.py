@@ -238,6 +238,16 @@ def broadcast_pair(a: TV, b_: TV) -> tuple[TV, TV]:
     return broadcast_to(a, shape), broadcast_to(b_, shape)
 
 
+def broadcast_all(xs: list[TV]) -> list[TV]:
+    shape = ()
+    try:
+        for x in xs:
+            shape = T.broadcast_shapes(shape, x.type.shape)
+    except ValueError as e:
+        raise LoweringError(str(e), xs[0].b.loc)
+    return [broadcast_to(x, shape) for x in xs]
+
+
 def _operands(x, y, div_or_mod=False) -> tuple[TV, TV]:
     b = _builder(x, y)
     xd = num_dtype(x) if is_num(x) else x.dtype

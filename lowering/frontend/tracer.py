@@ -22,6 +22,7 @@ from ..ir import types as T
 from ..ir.builder import Builder
 from ..ir.core import KernelIR, Loc, Param
 from . import semantics as S
+from .block_ptr import BlockPtr
 from .builtins import BUILTINS, TENSOR_METHODS, tle_load
 from .gpu import Buffer, traced
 from .semantics import TV, as_tv, is_num
@@ -406,18 +407,24 @@ class Tracer:
             lo, hi, step = args[0], args[1], 1
         else:
             lo, hi, step = args
-        if isinstance(step, TV):
-            raise self._err("a loop step must be a constexpr", st)
-        if step == 0:
+        # a runtime step (persistent kernels: range(pid, n, num_programs)) must be positive at run time, as
+        # Triton's loops assume; a constexpr one may be negative
+        if not isinstance(step, TV) and step == 0:
             raise self._err("a loop step of 0", st)
         ivt = T.i32
-        for x in (lo, hi):
+        for x in (lo, hi, step):
             if isinstance(x, TV):
                 if not x.type.is_scalar or not x.dtype.is_int:
-                    raise self._err(f"loop bounds must be integer scalars, got {x.type}", st)
+                    raise self._err(f"loop bounds and step must be integer scalars, got {x.type}", st)
                 ivt = T.promote(ivt, x.dtype)
         lo_v, hi_v, st_v = (S.cast(as_tv(self.b, x, ivt), ivt) for x in (lo, hi, step))
         assigned = [n for n in _assigned_names(st.body) if n != st.target.id]
+        # a block pointer the body advances is carried as its offsets, under names of their own
+        packed = {n: [f"{n}_off{i}" for i in range(len(env[n].offsets))]
+                  for n in assigned if isinstance(env.get(n), BlockPtr)}
+        for n, fields in packed.items():
+            env.update(zip(fields, env[n].offsets))
+            assigned += fields
         carried = [n for n in assigned if n in env and (isinstance(env[n], TV) or is_num(env[n]))]
         inits = {}
         for n in carried:
@@ -433,6 +440,8 @@ class Tracer:
             benv[st.target.id] = TV(body.args[0], self.b)
             for n, a in zip(carried, body.args[1:]):
                 benv[n] = traced(a, self.b)
+            for n, fields in packed.items():
+                benv[n] = env[n].with_offsets(benv[f] for f in fields)
             with self.b.insert_into(body):
                 log = self._open_region()
                 try:
@@ -442,6 +451,12 @@ class Tracer:
                         self._exec_body(st.body, benv)
                     except _Return:
                         raise self._err("`return` inside a loop is not supported", st)
+                    for n, fields in packed.items():
+                        bp = benv.get(n)
+                        if not env[n].same_block(bp):
+                            raise self._err(f"block pointer '{n}' is replaced in the loop body; only "
+                                            f"tl.advance may change it there", st)
+                        benv.update(zip(fields, bp.offsets))
                     outs, retry = [], False
                     for n in carried:
                         v = benv[n]
@@ -480,8 +495,10 @@ class Tracer:
             r.name = tv.v.name
             self.rebind(tv, r)
         for n in assigned:     # values local to the body are not visible after the loop
-            if n not in carried:
+            if n not in carried and n not in packed:
                 env.pop(n, None)
+        for n, fields in packed.items():
+            env[n] = env[n].with_offsets(env.pop(f) for f in fields)
         env.pop(st.target.id, None)
 
     # -- expressions --------------------------------------------------------------------------------

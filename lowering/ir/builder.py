@@ -15,7 +15,7 @@ UNARY_FLOAT_ONLY = {"exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sigmoid", "e
                     "floor", "ceil"}
 UNARY_OPS = UNARY_FLOAT_ONLY | {"neg", "abs", "invert", "not"}
 BINARY_OPS = {"add", "sub", "mul", "fdiv", "div", "rem", "and", "or", "xor", "shl", "shr",
-              "maximum", "minimum"}
+              "maximum", "minimum", "umulhi"}
 CMP_PREDS = {"lt", "le", "gt", "ge", "eq", "ne"}
 REDUCE_KINDS = {"sum", "max", "min", "argmax", "argmin"}
 
@@ -91,6 +91,14 @@ class Builder:
     def reshape(self, x: Value, shape) -> Value:
         return self._one("reshape", [x], [T.tile(shape, x.type.elem)], {"shape": tuple(shape)})
 
+    def join(self, a: Value, b: Value) -> Value:
+        return self._one("join", [a, b], [T.tile(tuple(a.type.shape) + (2,), a.type.elem)])
+
+    def split(self, x: Value, half: int) -> Value:
+        shape = x.type.shape[:-1]
+        return self._one("split", [x], [T.tile(shape, x.type.elem) if shape else T.scalar(x.type.elem)],
+                         {"half": half})
+
     def trans(self, x: Value, perm) -> Value:
         shape = [x.type.shape[p] for p in perm]
         return self._one("trans", [x], [T.tile(shape, x.type.elem)], {"perm": tuple(perm)})
@@ -109,6 +117,9 @@ class Builder:
         assert op in UNARY_OPS, op
         return self._one("unary", [x], [x.type], {"op": op})
 
+    def libdevice(self, fn: str, args: list[Value]) -> Value:
+        return self._one("libdevice", list(args), [args[0].type], {"fn": fn})
+
     def cast(self, x: Value, dtype: T.DType, bitcast: bool = False) -> Value:
         if x.type.elem == dtype:
             return x
@@ -119,6 +130,9 @@ class Builder:
 
     def where(self, cond: Value, x: Value, y: Value) -> Value:
         return self._one("where", [cond, x, y], [x.type])
+
+    def hint(self, kind: str, x: Value, values: tuple[int, ...]) -> Value:
+        return self._one("hint", [x], [x.type], {"kind": kind, "values": tuple(values)})
 
     def addptr(self, ptr: Value, offset: Value) -> Value:
         return self._one("addptr", [ptr, offset], [ptr.type.with_shape(offset.type.shape)])
@@ -133,6 +147,9 @@ class Builder:
 
     def atomic(self, kind: str, ptr: Value, value: Value, mask: Value | None, attrs: dict) -> Value:
         return self._one("atomic", [ptr, value, mask], [value.type], {"kind": kind, **attrs})
+
+    def atomic_cas(self, ptr: Value, cmp: Value, value: Value, attrs: dict) -> Value:
+        return self._one("atomic_cas", [ptr, cmp, value], [value.type], dict(attrs))
 
     # -- tle.gpu buffers --------------------------------------------------------------------------
     def alloc(self, shape, elem: T.DType, space: str, layout) -> Value:
@@ -161,6 +178,29 @@ class Builder:
         elem = T.i32 if kind in ("argmax", "argmin") else x.type.elem
         return self._one("reduce", [x], [Type(tuple(shape), elem)],
                          {"kind": kind, "axis": axis, "keep_dims": keep_dims})
+
+    def scan(self, kind: str, x: Value, axis: int, reverse: bool) -> Value:
+        return self._one("scan", [x], [x.type], {"kind": kind, "axis": axis, "reverse": reverse})
+
+    def sort(self, x: Value, axis: int, descending: bool) -> Value:
+        return self._one("sort", [x], [x.type], {"axis": axis, "descending": descending})
+
+    def topk(self, x: Value, k: int, axis: int) -> Value:
+        shape = list(x.type.shape)
+        shape[axis] = k
+        return self._one("topk", [x], [T.tile(shape, x.type.elem)], {"k": k, "axis": axis})
+
+    def histogram(self, x: Value, mask: Value | None, num_bins: int) -> Value:
+        return self._one("histogram", [x, mask], [T.tile([num_bins], T.i32)], {"num_bins": num_bins})
+
+    def inline_asm(self, args: list[Value], result: Type, attrs: dict) -> Value:
+        return self._one("inline_asm", list(args), [result], dict(attrs))
+
+    def print_(self, prefix: str, args: list[Value], hex: bool) -> Op:
+        return self._op("print", list(args), [], {"prefix": prefix, "hex": hex})
+
+    def assert_(self, cond: Value, msg: str) -> Op:
+        return self._op("assert", [cond], [], {"msg": msg})
 
     def dot(self, a: Value, b: Value, acc: Value, out_dtype: T.DType, attrs: dict) -> Value:
         shape = (a.type.shape[0], b.type.shape[1])

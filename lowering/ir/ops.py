@@ -35,6 +35,11 @@ _CACHE_ATTRS = {
 # attributes of load and store that only hint at caching: a backend that cannot honor one drops it with a note
 CACHE_HINTS = tuple(_CACHE_ATTRS)
 
+_ATOMIC_ATTRS = {
+    "sem": "memory ordering: acq_rel (Triton's default when empty), acquire, release, relaxed",
+    "scope": "gpu (the default when empty), cta or sys",
+}
+
 _EXPR = frozenset({PURE, ELEMENTWISE})
 _DEFS = [
     OpDef("const", (), {"value": "the Python value (bool, int or float) of the scalar"}, _EXPR),
@@ -45,15 +50,24 @@ _DEFS = [
     OpDef("broadcast", ("x",), {"shape": "the shape unit axes are stretched to"}, _EXPR | {LAYOUT}),
     OpDef("expand_dims", ("x",), {"axis": "where the unit axis goes"}, _EXPR | {LAYOUT}),
     OpDef("reshape", ("x",), {"shape": "the new shape (row-major order kept)"}, _EXPR),
+    OpDef("join", ("a", "b"), {}, _EXPR, "tl.join: a new last axis of extent 2 holding a, then b"),
+    OpDef("split", ("x",), {"half": "0 or 1: which element of the last axis (of extent 2) the result holds"},
+          _EXPR, "one result of tl.split: the last axis dropped"),
     OpDef("trans", ("x",), {"perm": "result axis i is operand axis perm[i]"}, _EXPR | {LAYOUT}),
     OpDef("binary", ("lhs", "rhs"), {"op": "add, sub, mul, fdiv, div (truncating), rem, and, or, xor, shl, "
-                                           "shr, maximum, minimum"}, _EXPR),
+                                           "shr, maximum, minimum, umulhi (high half of the unsigned product)"},
+          _EXPR),
     OpDef("cmp", ("lhs", "rhs"), {"pred": "lt, le, gt, ge, eq, ne"}, _EXPR),
     OpDef("unary", ("x",), {"op": "neg, abs, invert, not, exp, exp2, log, log2, sqrt, rsqrt, sigmoid, erf, "
                                   "sin, cos, floor, ceil"}, _EXPR),
+    OpDef("libdevice", None, {"fn": "the CUDA libdevice function (tl.extra.cuda.libdevice), e.g. 'tanh', 'pow'"},
+          _EXPR, "float operands of one dtype (fp32 or fp64); the result has that dtype"),
     OpDef("cast", ("x",), {"dtype": "the result's element type",
                            "bitcast": "reinterpret the bits instead of converting the value"}, _EXPR),
     OpDef("where", ("cond", "x", "y"), {}, _EXPR),
+    OpDef("hint", ("x",), {"kind": "'multiple_of' or 'max_contiguous': what the kernel promises about its values",
+                           "values": "per axis: the divisor, or the length of the contiguous runs"},
+          _EXPR | {LAYOUT}, "tl.multiple_of / tl.max_contiguous: the operand itself, with a promise for the compiler"),
     OpDef("addptr", ("ptr", "offset"), {}, _EXPR, "a pointer tile: the argument's pointer plus element offsets"),
     OpDef("load", ("ptr", "mask", "other"), {
         **_CACHE_ATTRS,
@@ -64,17 +78,37 @@ _DEFS = [
     }, frozenset({MEMORY})),
     OpDef("store", ("ptr", "value", "mask"), dict(_CACHE_ATTRS), frozenset({MEMORY})),
     OpDef("atomic", ("ptr", "value", "mask"), {
-        "kind": "add, max or min",
-        "sem": "memory ordering: acq_rel (Triton's default when empty), acquire, release, relaxed",
-        "scope": "gpu (the default when empty), cta or sys",
-    }, frozenset({MEMORY})),
+        "kind": "add, max, min, and, or, xor or xchg",
+        **_ATOMIC_ATTRS,
+    }, frozenset({MEMORY}), "result: the values the memory held before"),
+    OpDef("atomic_cas", ("ptr", "cmp", "value"), dict(_ATOMIC_ATTRS), frozenset({MEMORY}),
+          "tl.atomic_cas: where memory holds cmp, write value; result: the values it held before"),
     OpDef("reduce", ("x",), {"kind": "sum, max, min, argmax, argmin", "axis": "the reduced axis",
                              "keep_dims": "keep the reduced axis with extent 1"}, frozenset({PURE})),
+    OpDef("scan", ("x",), {"kind": "sum or prod (tl.cumsum, tl.cumprod)", "axis": "the scanned axis",
+                           "reverse": "scan from the end of the axis"}, frozenset({PURE}),
+          "inclusive prefix sums or products along one axis"),
+    OpDef("sort", ("x",), {"axis": "the sorted axis (the last one)", "descending": "largest first"},
+          frozenset({PURE})),
+    OpDef("topk", ("x",), {"k": "how many of the largest values are kept, largest first",
+                           "axis": "the reduced axis (the last one)"}, frozenset({PURE})),
+    OpDef("histogram", ("x", "mask"), {"num_bins": "bins 0 .. num_bins-1; other values are not counted"},
+          frozenset({PURE}), "i32 counts of each value of an integer tile"),
     OpDef("dot", ("a", "b", "acc"), {
         "out_dtype": "the accumulator's element type",
         "input_precision": "fp32 operands: 'tf32', 'tf32x3' or 'ieee'; empty for other dtypes",
         "max_num_imprecise_acc": "fp8: how many products are accumulated at low precision before promotion",
     }, frozenset({PURE})),
+    OpDef("inline_asm", None, {
+        "asm": "the PTX text, run once per element (or per `pack` elements)",
+        "constraints": "LLVM inline-assembly constraints: outputs, then inputs",
+        "is_pure": "the asm has no effect besides its result",
+        "pack": "how many elements one asm instance handles",
+    }, frozenset(), "tl.inline_asm_elementwise with one result; operands: the argument tiles"),
+    OpDef("print", None, {"prefix": "the text before the values", "hex": "print integers in hexadecimal"},
+          frozenset(), "tl.device_print: each program prints the operand tiles' elements"),
+    OpDef("assert", ("cond",), {"msg": "the message of a failed assertion"}, frozenset(),
+          "tl.device_assert: every element of cond must hold (checked when Triton's debug mode is on)"),
     OpDef("for", None, {
         "kind": "how the loop was written: 'range', 'tl.range' or 'tle.gpu.pipeline' (tl.static_range is "
                 "unrolled by the frontend)",

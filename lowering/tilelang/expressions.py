@@ -16,7 +16,8 @@ _CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 _MATH = {"exp": "T.exp", "exp2": "T.exp2", "log": "T.log", "log2": "T.log2", "sqrt": "T.sqrt",
          "rsqrt": "T.rsqrt", "sigmoid": "T.sigmoid", "abs": "T.abs", "erf": "T.erf", "sin": "T.sin",
          "cos": "T.cos", "floor": "T.floor", "ceil": "T.ceil"}
-_EXPENSIVE = {"exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sigmoid", "erf", "sin", "cos", "fdiv", "div", "rem"}
+_EXPENSIVE = {"exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sigmoid", "erf", "sin", "cos", "fdiv", "div", "rem",
+              "umulhi"}
 # ops that only name or re-index a value: recomputing them costs nothing
 _FREE = with_trait(LAYOUT) | {"const", "program_id", "num_programs", "arange", "reshape"}
 _LOG2E = 1.4426950408889634
@@ -65,7 +66,8 @@ def cost(v: Value, held) -> int:
     op = v.defining_op
     if op is None or op.name not in ELEMENTWISE_OPS:
         return 0
-    c = 0 if op.name in _FREE else 4 if op.attrs.get("op") in _EXPENSIVE else 1
+    expensive = op.name == "libdevice" or op.attrs.get("op") in _EXPENSIVE
+    c = 0 if op.name in _FREE else 4 if expensive else 1
     return c + sum(cost(o, held) for o in op.operands if o is not None)
 
 
@@ -103,6 +105,18 @@ def reshape(g: Context, op: Op, idx: list[str]) -> str:
     return g.elem(x, reindex(idx, op.result.type.shape, x.type.shape))
 
 
+@RULES.rule("join", role="expression")
+def join(g: Context, op: Op, idx: list[str]) -> str:
+    a, b = op.operands
+    rest = idx[:-1]
+    return f"T.if_then_else({idx[-1]} == 0, {g.elem(a, rest)}, {g.elem(b, rest)})"
+
+
+@RULES.rule("split", role="expression")
+def split(g: Context, op: Op, idx: list[str]) -> str:
+    return g.elem(op.operands[0], list(idx) + [str(op.attrs["half"])])
+
+
 @RULES.rule("binary", role="expression")
 def binary(g: Context, op: Op, idx: list[str]) -> str:
     lhs, rhs = op.operands
@@ -116,6 +130,13 @@ def binary(g: Context, op: Op, idx: list[str]) -> str:
         return f"T.truncdiv({x}, {y})"    # Triton's integer division truncates, like C
     if k == "rem":
         return f"T.truncmod({x}, {y})" if lhs.type.elem.is_int else f"T.fmod({x}, {y})"
+    if k == "umulhi":     # the high half of the unsigned double-width product
+        bits = lhs.type.elem.bits
+        wide, narrow = ("uint64", "uint32") if bits == 32 else (None, None)
+        if wide is None:
+            g.error("tl.umulhi of 64-bit integers", op, "TIR has no 128-bit product to take the high half of")
+        return (f"T.reinterpret(T.Cast({narrow!r}, (T.Cast({wide!r}, T.reinterpret({x}, {narrow!r})) * "
+                f"T.Cast({wide!r}, T.reinterpret({y}, {narrow!r}))) >> T.uint64(32)), {tl_dtype(lhs.type.elem)!r})")
     if k == "maximum":
         return f"T.max({x}, {y})"
     if k == "minimum":
@@ -143,6 +164,22 @@ def unary(g: Context, op: Op, idx: list[str]) -> str:
     if k == "log" and operand.type.elem == T.fp32:     # as Triton lowers tl.log: log2(x)*ln(2)
         return f"(T.log2({x}) * {_LN2})"
     return f"{_MATH[k]}({x})"
+
+
+# libdevice functions with a TIR intrinsic computing the same function (CUDA's own, for fp32 and fp64)
+LIBDEVICE = {name: f"T.{name}" for name in (
+    "tanh", "sinh", "cosh", "tan", "asin", "acos", "atan", "asinh", "acosh", "atanh", "exp", "exp2", "exp10",
+    "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "erf", "floor", "ceil", "trunc", "nearbyint", "sin",
+    "cos", "pow", "fmod", "atan2", "hypot", "copysign", "fma")}
+LIBDEVICE["rint"] = "T.nearbyint"        # both round half to even
+
+
+@RULES.rule("libdevice", role="expression")
+def libdevice(g: Context, op: Op, idx: list[str]) -> str:
+    fn = LIBDEVICE.get(op.attrs["fn"])
+    if fn is None:
+        g.error(f"libdevice.{op.attrs['fn']}", op, "TIR has no intrinsic computing this CUDA function")
+    return f"{fn}({', '.join(g.elem(v, idx) for v in op.operands)})"
 
 
 @RULES.rule("cast", role="expression")

@@ -22,11 +22,16 @@ RULES.honors("broadcast", "shape", how="unit axes read index 0")
 RULES.honors("expand_dims", "axis", how="the unit axis is left out of the operand's index")
 RULES.honors("reshape", "shape", how="the element's row-major flat index, split over the operand's shape")
 RULES.honors("trans", "perm", how="the index is permuted")
+RULES.honors("split", "half", how="the operand's element at that index of its last axis")
+RULES.drops("hint", "kind", "values", why="hint dropped, TileLang derives alignment and contiguity from the "
+                                          "index expressions itself")
 RULES.honors("binary", "op", how="TIR operators; div and rem truncate like C (T.truncdiv, T.truncmod, T.fmod), "
                                  "maximum and minimum are T.max and T.min")
 RULES.honors("cmp", "pred", how="TIR comparisons")
 RULES.honors("unary", "op", how="TIR operators and T.* math; fp32 exp and log as Triton computes them (exp2, log2)")
 RULES.honors("cast", "dtype", how="T.cast to the TIR dtype")
+RULES.honors("libdevice", "fn", how="the TIR intrinsic of the same CUDA function (T.tanh, T.pow, ...); a function "
+                                    "TIR has none for is a lowering error naming it")
 RULES.honors("cast", "bitcast", how="T.reinterpret")
 
 # -- global memory -----------------------------------------------------------------------------------------
@@ -37,7 +42,10 @@ RULES.honors("load", "is_async", how="a pipelined is_async load is a stage-0 cop
                                      "access report says how each one was issued")
 RULES.honors("load", "async", how="'pipelined': a stage-0 copy of the loop's T.Pipelined; 'plain: ...': a plain read")
 RULES.honors("load", "async_stages", how="the num_stages of the T.Pipelined loop the load is a stage of")
-RULES.honors("atomic", "kind", how="T.atomic_add, T.atomic_max or T.atomic_min per element")
+RULES.honors("atomic", "kind", how="T.atomic_add, T.atomic_max, T.atomic_min or T.atomic_or per element")
+RULES.refuses("atomic", "kind", why="TileLang 0.1.15 has no atomic and, xor or exchange (T.atomic_add, max, min and "
+                                    "or only)", when=lambda v: v in ("and", "xor", "xchg"))
+RULES.unsupported("atomic_cas", "TileLang 0.1.15 has no compare-and-swap (T.atomic_* are add, max, min and or)")
 # TileLang's atomics take a memory order (its default, for an empty `sem`, is relaxed where Triton's is
 # acq_rel); the difference cannot be seen on TileLang, where the value an atomic returns may not be used
 RULES.honors("atomic", "sem", how="passed as T.atomic_*(memory_order=sem); an empty sem is TileLang's relaxed "
@@ -59,6 +67,19 @@ RULES.refuses("dot", "input_precision", why="T.gemm computes fp32 operands in TF
               when=lambda v: v in ("ieee", "tf32x3"))
 RULES.refuses("dot", "max_num_imprecise_acc", why="T.gemm cannot be told how many fp8 products to accumulate "
                                                   "before promoting the sum")
+
+# -- what TileLang has no counterpart for -----------------------------------------------------------------
+RULES.unsupported("scan", "tle does not lower tl.cumsum / tl.cumprod to TileLang (T.cumsum covers sums over "
+                          "shared or fragment buffers only; no lowering is written for it yet)")
+RULES.unsupported("sort", "TileLang 0.1.15 has no sort (tl.sort)")
+RULES.unsupported("topk", "TileLang 0.1.15 has no top-k selection (tl.topk)")
+RULES.unsupported("histogram", "TileLang 0.1.15 has no histogram (tl.histogram); count with tl.atomic_add instead")
+RULES.unsupported("inline_asm", "TileLang kernels are not written in PTX: tl.inline_asm_elementwise has no faithful "
+                                "lowering there")
+RULES.unsupported("print", "TileLang's T.print prints one buffer or value from chosen threads, not Triton's "
+                           "per-element lines; tl.device_print is not lowered there")
+RULES.unsupported("assert", "tle does not lower tl.device_assert to TileLang (its T.device_assert is not wired "
+                            "in yet)")
 
 # -- control flow ------------------------------------------------------------------------------------------
 RULES.honors("for", "kind", how="T.serial, or T.Pipelined where the loop is pipelined")

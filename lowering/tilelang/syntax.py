@@ -45,11 +45,13 @@ def parallel_header(idx: list[str], shape) -> str:
 
 
 def operand_index(op: Op, idx: list[str]) -> list[str]:
-    """For a layout op (splat, broadcast, expand_dims, trans): the index into its operand that element
+    """For a layout op (splat, broadcast, expand_dims, trans, hint): the index into its operand that element
     `idx` of its result reads."""
     a = op.attrs
     if op.name == "splat":
         return []
+    if op.name == "hint":
+        return idx
     if op.name == "broadcast":
         src = op.operands[0].type.shape
         off = len(idx) - len(src)

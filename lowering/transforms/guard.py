@@ -74,7 +74,7 @@ def match_guard(loop: Op):
     if any(o.name != "yield" for o in else_blk.ops) or \
             list(else_blk.terminator.operands if else_blk.terminator else []) != list(carried):
         return None
-    if any(o.name in ("store", "atomic") for o in body.ops if o is not guard):
+    if any(o.name in ("store", "atomic", "atomic_cas") for o in body.ops if o is not guard):
         return None
     g = _guard(guard.operands[0], iv, body)
     if g is None:
@@ -136,7 +136,7 @@ def _rewrite(loop: Op, em: _Emitter) -> bool:
 def _drop_unused(body: Block, v: Value):
     """Remove the now-unused pure op defining v (and its now-unused operands) from the body."""
     op = v.defining_op
-    if op is None or op.parent is not body or op.regions or op.name in ("load", "store", "atomic"):
+    if op is None or op.parent is not body or op.regions or op.name in ("load", "store", "atomic", "atomic_cas"):
         return
     if any(v in o.operands for o in body.walk()):
         return

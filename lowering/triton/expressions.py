@@ -56,6 +56,16 @@ def reshape(g, op: Op) -> str:
     return f"tl.reshape({g.expr(op.operands[0])}, {list(op.attrs['shape'])})"
 
 
+@_rule("join")
+def join(g, op: Op) -> str:
+    return f"tl.join({g.expr(op.operands[0])}, {g.expr(op.operands[1])})"
+
+
+@_rule("split")
+def split(g, op: Op) -> str:
+    return f"tl.split({g.expr(op.operands[0])})[{op.attrs['half']}]"
+
+
 @_rule("trans")
 def trans(g, op: Op) -> str:
     perm = tuple(op.attrs["perm"])
@@ -67,7 +77,7 @@ def trans(g, op: Op) -> str:
 @_rule("binary")
 def binary(g, op: Op) -> str:
     o, (x, y) = op.attrs["op"], op.operands
-    if o in ("maximum", "minimum"):
+    if o in ("maximum", "minimum", "umulhi"):
         return f"tl.{o}({g.expr(x)}, {g.expr(y)})"
     return g.binop(BIN[o], x, y)
 
@@ -87,6 +97,12 @@ def unary(g, op: Op) -> str:
     return f"{MATH[o]}({g.expr(x)})"
 
 
+@_rule("libdevice")
+def libdevice(g, op: Op) -> str:
+    g.need_import("from triton.language.extra.cuda import libdevice")
+    return f"libdevice.{op.attrs['fn']}({', '.join(g.expr(v) for v in op.operands)})"
+
+
 @_rule("cast")
 def cast(g, op: Op) -> str:
     x, dtype = op.operands[0], tl_dtype(op.attrs["dtype"])
@@ -100,6 +116,12 @@ def cast(g, op: Op) -> str:
 @_rule("where")
 def where(g, op: Op) -> str:
     return f"tl.where({', '.join(g.expr(v) for v in op.operands)})"
+
+
+@_rule("hint")
+def hint(g, op: Op) -> str:
+    values = list(op.attrs["values"])
+    return f"tl.{op.attrs['kind']}({g.expr(op.operands[0])}, {values[0] if len(values) == 1 else values})"
 
 
 @_rule("addptr")
@@ -146,16 +168,54 @@ def atomic(g, op: Op) -> str:
     args = [g.expr(ptr), g.expr(val)]
     if mask is not None:
         args.append(f"mask={g.expr(mask)}")
-    for key in ("sem", "scope"):
-        if op.attrs.get(key):
-            args.append(f"{key}={op.attrs[key]!r}")
-    return f"tl.atomic_{op.attrs['kind']}({', '.join(args)})"
+    return f"tl.atomic_{op.attrs['kind']}({', '.join(args + _ordering(op))})"
+
+
+@_rule("atomic_cas")
+def atomic_cas(g, op: Op) -> str:
+    return f"tl.atomic_cas({', '.join([g.expr(v) for v in op.operands] + _ordering(op))})"
+
+
+def _ordering(op: Op) -> list[str]:
+    return [f"{key}={op.attrs[key]!r}" for key in ("sem", "scope") if op.attrs.get(key)]
 
 
 @_rule("reduce")
 def reduce(g, op: Op) -> str:
     kd = ", keep_dims=True" if op.attrs["keep_dims"] else ""
     return f"tl.{op.attrs['kind']}({g.expr(op.operands[0])}, axis={op.attrs['axis']}{kd})"
+
+
+@_rule("scan")
+def scan(g, op: Op) -> str:
+    rev = ", reverse=True" if op.attrs["reverse"] else ""
+    return f"tl.cum{op.attrs['kind']}({g.expr(op.operands[0])}, axis={op.attrs['axis']}{rev})"
+
+
+@_rule("sort")
+def sort(g, op: Op) -> str:
+    desc = ", descending=True" if op.attrs["descending"] else ""
+    return f"tl.sort({g.expr(op.operands[0])}, dim={op.attrs['axis']}{desc})"
+
+
+@_rule("topk")
+def topk(g, op: Op) -> str:
+    return f"tl.topk({g.expr(op.operands[0])}, {op.attrs['k']}, dim={op.attrs['axis']})"
+
+
+@_rule("histogram")
+def histogram(g, op: Op) -> str:
+    x, mask = op.operands
+    m = f", mask={g.expr(mask)}" if mask is not None else ""
+    return f"tl.histogram({g.expr(x)}, {op.attrs['num_bins']}{m})"
+
+
+@_rule("inline_asm")
+def inline_asm(g, op: Op) -> str:
+    a = op.attrs
+    args = ", ".join(g.expr(v) for v in op.operands)
+    return (f"tl.inline_asm_elementwise({a['asm']!r}, {a['constraints']!r}, [{args}], "
+            f"dtype={tl_dtype(op.result.type.elem)}, is_pure={a['is_pure']}, pack={a['pack']})")
 
 
 @_rule("dot")

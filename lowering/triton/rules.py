@@ -11,15 +11,19 @@ _AS_WRITTEN = "written back as the kernel gave it"
 for _op, _attrs in {
     "const": ("value",), "program_id": ("axis",), "num_programs": ("axis",), "arange": ("start", "end"),
     "splat": ("shape",), "broadcast": ("shape",), "expand_dims": ("axis",), "reshape": ("shape",),
-    "trans": ("perm",), "cmp": ("pred",), "unary": ("op",), "cast": ("dtype", "bitcast"),
+    "trans": ("perm",), "hint": ("kind", "values"), "split": ("half",),
+    "scan": ("kind", "axis", "reverse"), "sort": ("axis", "descending"), "topk": ("k", "axis"),
+    "histogram": ("num_bins",), "inline_asm": ("asm", "constraints", "is_pure", "pack"), "print": ("prefix", "hex"),
+    "assert": ("msg",), "cmp": ("pred",), "unary": ("op",), "cast": ("dtype", "bitcast"),
     "load": ("cache_modifier", "eviction_policy", "volatile"), "store": ("cache_modifier", "eviction_policy"),
-    "atomic": ("kind", "sem", "scope"), "reduce": ("kind", "axis", "keep_dims"),
+    "atomic": ("kind", "sem", "scope"), "atomic_cas": ("sem", "scope"), "reduce": ("kind", "axis", "keep_dims"),
     "dot": ("out_dtype", "input_precision", "max_num_imprecise_acc"),
     "for": ("kind", "num_stages", "loop_unroll_factor", "warp_specialize", "flatten", "disallow_acc_multi_buffer",
             "disable_licm"),
 }.items():
     RULES.honors(_op, *_attrs, how=_AS_WRITTEN)
-RULES.honors("binary", "op", how="Python operators and tl.maximum / tl.minimum")
+RULES.honors("binary", "op", how="Python operators and tl.maximum / tl.minimum / tl.umulhi")
+RULES.honors("libdevice", "fn", how="libdevice.<fn>, from triton.language.extra.cuda")
 RULES.honors("load", "is_async", "async", "async_stages",
              how="the loop around the load is pipelined; Triton's pipeliner picks the loads it issues ahead")
 RULES.honors("for", "async_stages", "async_raised_from", how="the loop's num_stages, raised for is_async loads")

@@ -49,6 +49,9 @@ def value(g, op: Op, indent: int):
     """An op with a result: nothing where it is written inline at its use, else `name = expression`."""
     if g.inline(op):
         return
+    if op.name in ("atomic", "atomic_cas") and not g.users.get(op.result.id):
+        g.emit(g.render(op), indent)         # done for its effect: the old values are not used
+        return
     name = g.ids[op.result] if op.result in g.ids else g.ids.define(op.result)
     note = f"  # tle.load(is_async=True): {how_issued(op)}" if op.name == "load" and op.attrs.get("is_async") else ""
     if op.name in ("copy_in", "local_store") and _first_write(op):
@@ -152,6 +155,18 @@ def for_(g, op: Op, indent: int):
     g.assign_many(names, y.operands if y else [], indent + 1)
     if len(op.body.ops) == 0 or (len(op.body.ops) == 1 and y is not None and not names):
         g.emit("pass", indent + 1)
+
+
+@_rule("print")
+def device_print(g, op: Op, indent: int):
+    args = [repr(op.attrs["prefix"])] + [g.expr(v) for v in op.operands]
+    hexa = ", hex=True" if op.attrs["hex"] else ""
+    g.emit(f"tl.device_print({', '.join(args)}{hexa})", indent)
+
+
+@_rule("assert")
+def device_assert(g, op: Op, indent: int):
+    g.emit(f"tl.device_assert({g.expr(op.operands[0])}, {op.attrs['msg']!r})", indent)
 
 
 @_rule("if")

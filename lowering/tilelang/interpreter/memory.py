@@ -290,6 +290,9 @@ class Memory:
             st.data.index_add_(0, pos, val * repeat if repeat != 1 else val)
         elif kind in ("max", "min"):
             st.data.scatter_reduce_(0, pos, val, reduce="amax" if kind == "max" else "amin", include_self=True)
+        elif kind == "or":      # idempotent: once per thread is once
+            for p, v in zip(pos.tolist(), val.tolist()):
+                st.data[p] |= v
         else:
             raise Unsupported(f"atomic {kind}")
 

@@ -24,7 +24,8 @@ from .memory import GLOBAL, BufferInfo, Memory, ParallelLog, Report, Storage, sc
 
 _SERIAL_KINDS = (0, 3)      # ForKind SERIAL, UNROLLED
 _PARALLEL, _THREAD_BINDING = 1, 4
-_ATOMICS = {"tl.atomic_add_elem_op": "add", "tl.atomic_max_elem_op": "max", "tl.atomic_min_elem_op": "min"}
+_ATOMICS = {"tl.atomic_add_elem_op": "add", "tl.atomic_max_elem_op": "max", "tl.atomic_min_elem_op": "min",
+            "tl.atomic_or_elem_op": "or"}
 _DECLARATION = re.compile(r"^\w+ = T\.(Buffer|handle|int32|int64|float32)\b")
 _NO_OPS = ("tirx.tvm_storage_sync", "tir.tvm_storage_sync")
 

@@ -23,4 +23,4 @@ def embedding_bag_bwd_atomic_kernel(dy_ptr, idx_ptr, off_ptr, inv_ptr, acc_ptr, 
         keep = pos < end_1
         idx = tl.load(idx_ptr + pos, mask=keep, other=0)
         keep_1 = keep & (idx != tl.cast(padding_idx, tl.int64))
-        t_2 = tl.atomic_add(acc_ptr + idx[:, None] * tl.cast(dim, tl.int64) + cols[None, :], tl.broadcast_to(g[None, :], [64, 64]), mask=keep_1[:, None] & col_mask[None, :])
+        tl.atomic_add(acc_ptr + idx[:, None] * tl.cast(dim, tl.int64) + cols[None, :], tl.broadcast_to(g[None, :], [64, 64]), mask=keep_1[:, None] & col_mask[None, :])
