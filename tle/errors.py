@@ -8,3 +8,7 @@ class LaunchError(ValueError):
 
 class BackendUnavailable(RuntimeError):
     """An unknown backend, or one that cannot run here; lists the available ones."""
+
+
+class AutotuneError(RuntimeError):
+    """Autotuning found no config that runs: lists each config and why it failed."""
