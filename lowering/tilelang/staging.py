@@ -8,7 +8,17 @@ the loop's own statements, and a scalar let (`x = expr`, a TIR LetStmt) nests ev
 so the tiles are staged only when no let comes after a statement at the top of the body. That is
 decided here on the IR of the body, before it is emitted, by following what each top-level op will
 emit (the same decisions the rules take); where that cannot be known before the body is emitted, the
-tiles are not staged (they are then read again at each use, as without a pipelined loop)."""
+tiles are not staged (they are then read again at each use, as without a pipelined loop).
+
+TileLang counts the statements of the body after its simplifier has run. That simplifier replaces an `if`
+whose condition it proves by the branch taken (the guarded block's statements, or nothing) and removes a
+loop it proves empty: in a loop of one step (`ck` is 0 there, so a guard `ck * 64 <= i_sq` always holds),
+or one whose guard holds at every step, the body would have more or fewer statements than the list
+names, which TileLang rejects. No prover shows constant a condition that holds at one point the program
+reaches and fails at another, nor empty a loop that runs at one: so the tiles are staged only when each
+`if` at the top of the body is seen to go both ways, and each loop there to run, at points the program
+reaches (a step of the loop and of the loops around it, a block of the grid, a value of each runtime
+integer the kernel was not compiled for, of which TileLang knows nothing)."""
 from __future__ import annotations
 
 from ..ir.core import Op, Value
@@ -41,7 +51,7 @@ def index_tiles_to_stage(g: Context, loop: Op, slots) -> set[int]:
                 gathered.update(vid for vid, _, _ in acc.offset.data)
     staged = {o.result.id for o in body.ops if o.name == "load" and o.result.id in g.index_loads and
               o.result.id in gathered and stays_synchronous(g, o)}
-    if not staged or _lets_may_nest_statements(g, loop, staged, slots):
+    if not staged or _lets_may_nest_statements(g, loop, staged, slots) or not _statements_kept(g, loop):
         return set()
     return staged
 
@@ -210,3 +220,182 @@ def _slots_reached(v: Value, storage: dict[int, set[int]], g: Context, sim: _Sim
         if op is not None and (op.name in _ELEMENTWISE or op.name == "load"):
             todo.extend(op.operands)
     return out
+
+
+# -- branches and loops at the top of the body, as TileLang's simplifier leaves them -------------------------
+# values tried for a runtime integer the kernel was not compiled for; for a block index, a step of a loop
+_RUNTIME_INTS = (-1, 0, 1, 2, 64, 1000)
+_MAX_POINTS = 4096          # beyond this many points, the body is not examined (its tiles are not staged)
+_INT_OPS = {
+    "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+    "div": lambda a, b: _trunc_div(a, b) if b else None,
+    "rem": lambda a, b: a - _trunc_div(a, b) * b if b else None,
+    "maximum": max, "minimum": min, "and": lambda a, b: a & b, "or": lambda a, b: a | b,
+    "xor": lambda a, b: a ^ b,
+}
+_CMP_OPS = {"lt": lambda a, b: a < b, "le": lambda a, b: a <= b, "gt": lambda a, b: a > b,
+            "ge": lambda a, b: a >= b, "eq": lambda a, b: a == b, "ne": lambda a, b: a != b}
+_Point = dict           # value id (or ("pid", axis)) -> its integer value at one point of the program
+
+
+def _statements_kept(g: Context, loop: Op) -> bool:
+    """Is every `if` at the top of `loop`'s body seen to go both ways, and every loop there to run, at points
+    the program reaches (see above)? Then TileLang's simplifier keeps each of them one statement."""
+    checked = [o for o in loop.body.ops if o.name in ("if", "for")]
+    if not checked:
+        return True
+    points = _points(g, loop)
+    if points is None:
+        return False
+    for o in checked:
+        if o.name == "if":
+            seen = {_eval(g, o.operands[0], p) for p in points}
+            if not {True, False} <= seen:
+                return False
+        elif not any((n := _steps(g, o, p)) is not None and n > 0 for p in points):
+            return False
+    return True
+
+
+def _points(g: Context, loop: Op) -> list[_Point] | None:
+    """Points that reach the body of `loop`: each block index, runtime integer and counter of an enclosing
+    loop given a value, inside the loops' bounds and the branches taken. None: not enumerable here."""
+    chain = []                  # (op, index of the region on the way to the body), outermost first
+    op, region = loop, 0
+    while op is not None:
+        chain.append((op, region))
+        blk = op.parent
+        op = blk.parent_op if blk is not None else None
+        region = op.regions.index(blk) if op is not None else 0
+    chain.reverse()
+    # the block indices and runtime integers the bounds and conditions read
+    read = [v for op, _ in chain for v in (op.operands[:3] if op.name == "for" else op.operands[:1])]
+    read += [v for o in loop.body.ops if o.name in ("if", "for") for v in
+             (o.operands[:3] if o.name == "for" else o.operands[:1])]
+    grid_axes, runtime = _inputs(g, read)
+    choices = [[(("pid", a), v) for v in _samples(g.grid[a] if a < len(g.grid) else 1)] for a in grid_axes]
+    choices += [[(vid, v) for v in _RUNTIME_INTS] for vid in runtime]
+    points: list[_Point] = [{}]
+    for options in choices:
+        points = [{**p, k: v} for p in points for k, v in options]
+        if len(points) > _MAX_POINTS:
+            return None
+    for op, region in chain:
+        reached = []
+        for p in points:
+            if op.name == "for":
+                n = _steps(g, op, p)
+                if n is None:
+                    return None
+                lo, step = _eval(g, op.operands[0], p), _eval(g, op.operands[2], p)
+                reached += [{**p, op.body.args[0].id: lo + k * step} for k in _samples(n)]
+            elif op.name == "if":
+                cond = _eval(g, op.operands[0], p)
+                if cond is None:
+                    return None
+                if cond == (region == 0):
+                    reached.append(p)
+            else:
+                return None
+        points = reached
+        if len(points) > _MAX_POINTS:
+            return None
+    return points
+
+
+def _inputs(g: Context, values) -> tuple[list[int], list[int]]:
+    """(grid axes, ids of runtime integer parameters) that the expressions of `values` read."""
+    axes, params, seen, todo = set(), set(), set(), list(values)
+    while todo:
+        v = todo.pop()
+        if v is None or v.id in seen:
+            continue
+        seen.add(v.id)
+        p = g.params.get(v.id)
+        if p is not None:
+            if v.type.is_scalar and not v.type.is_pointer and v.type.elem.is_int and not v.type.elem.is_bool:
+                params.add(v.id)
+            continue
+        op = v.defining_op
+        if op is None:
+            continue
+        if op.name == "program_id":
+            axes.add(op.attrs["axis"])
+        todo.extend(op.operands)
+    return sorted(axes), sorted(params)
+
+
+def _samples(n: int) -> list[int]:
+    """A few of 0 .. n-1: both ends, the second, the middle."""
+    return sorted({k for k in (0, 1, n // 2, n - 1) if 0 <= k < n})
+
+
+def _steps(g: Context, loop: Op, p: _Point) -> int | None:
+    """How many steps `loop` runs at point `p` (None: not known here)."""
+    lo, hi, step = (_eval(g, v, p) for v in loop.operands[:3])
+    if None in (lo, hi, step) or step <= 0:
+        return None
+    return max(0, -(-(hi - lo) // step))
+
+
+def _eval(g: Context, v: Value, p: _Point, memo: dict | None = None):
+    """The value of integer or boolean scalar `v` at point `p`, or None where it is not known here (it
+    reads memory, a carried value, a float)."""
+    if v is None or not v.type.is_scalar or v.type.is_pointer or not v.type.elem.is_int:
+        return None
+    if v.id in p:
+        return p[v.id]
+    memo = {} if memo is None else memo
+    if v.id not in memo:
+        memo[v.id] = _eval_op(g, v, p, memo)
+    return memo[v.id]
+
+
+def _eval_op(g: Context, v: Value, p: _Point, memo: dict):
+    op = v.defining_op
+    if op is None:
+        return None
+    name = op.name
+    if name == "const":
+        value = op.attrs["value"]
+        return value if isinstance(value, int) else None          # bool is an int
+    if name == "program_id":
+        return p.get(("pid", op.attrs["axis"]))
+    if name == "num_programs":
+        axis = op.attrs["axis"]
+        return g.grid[axis] if axis < len(g.grid) else 1
+    if name == "hint":
+        return _eval(g, op.operands[0], p, memo)
+    if name not in ("cmp", "binary", "unary", "cast", "where"):
+        return None
+    args = [_eval(g, o, p, memo) for o in op.operands]
+    if None in args:
+        return None
+    if name == "cmp":
+        return _CMP_OPS[op.attrs["pred"]](*args)
+    if name == "binary" and op.attrs["op"] in _INT_OPS:
+        return _fit(_INT_OPS[op.attrs["op"]](*args), v.type.elem)
+    if name == "unary" and op.attrs["op"] in ("not", "neg", "abs", "invert"):
+        (a,) = args
+        kind = op.attrs["op"]
+        if v.type.elem.is_bool:
+            return not a if kind in ("not", "invert") else None
+        return _fit({"not": int(not a), "neg": -a, "abs": abs(a), "invert": ~a}[kind], v.type.elem)
+    if name == "cast" and not op.attrs.get("bitcast"):
+        return bool(args[0]) if v.type.elem.is_bool else _fit(int(args[0]), v.type.elem)
+    if name == "where":
+        return args[1] if args[0] else args[2]
+    return None
+
+
+def _fit(value, elem):
+    """`value` as a value of integer type `elem`; None where it does not fit (no wrap-around is followed)."""
+    if value is None or elem.is_bool:
+        return None if value is None else bool(value)
+    lo, hi = (-(2 ** (elem.bits - 1)), 2 ** (elem.bits - 1)) if elem.is_signed else (0, 2 ** elem.bits)
+    return value if lo <= value < hi else None
+
+
+def _trunc_div(a: int, b: int) -> int:
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b > 0) else -q
