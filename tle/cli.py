@@ -1,9 +1,14 @@
-"""The `tle` command: read what each backend made of a kernel, run both, check them, time them.
+"""The `tle` command: read what each backend made of a kernel, compile, run, check and time each lowering.
 
+    tle                                             the commands, one line each
     tle show    kernels/matmul.py::matmul_kernel --backend triton --stage ttgir
-    tle compare kernels/softmax.py::softmax_kernel [more PATH::KERNEL ...] [--side-by-side]
+    tle compare kernels/softmax.py::softmax_kernel [more PATH::KERNEL ...] [--verbose | --side-by-side]
 
-Every kernel here is driven by its example launch (`@tle.example`), so no shape flags are needed.
+Every kernel here is driven by its example launch (`@tle.example`), so no shape flags are needed. `compare`
+prints each kernel's notes and failures (with --verbose its IR, sources and access classes too) and ends with
+a summary table: per kernel and backend, lowered, compiled (stage and target), checked (max abs error) and
+time. What differs between backends (the stage a lowering is compiled to, how it runs without a GPU) is
+declared by the backends themselves (see "tle compare" below), not here.
 """
 from __future__ import annotations
 
@@ -13,6 +18,8 @@ import importlib.util
 import os
 import shutil
 import sys
+from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
 
 STAGES_ALWAYS = ("ir", "source")
 
@@ -165,6 +172,36 @@ def cmd_show(args) -> int:
 
 
 # -- tle compare ----------------------------------------------------------------------------------------------
+# What each backend declares for `tle compare` (lowering/<backend>/backend.py), read here with these defaults:
+#   build_stage  the stage a lowering is compiled to, with or without a GPU: reaching it runs the target's
+#                compiler, so a kernel it rejects is a compile failure (default: the last of its stages)
+#   target()     the architecture that stage is compiled for here, e.g. "sm_90a"
+#   cpu_run      without a GPU, (how, where): "launch" launches as usual on CPU tensors, "interpret" runs
+#                Compiled.interpret(args); where, e.g. "Triton interpreter", names what ran it (default: None,
+#                the lowering is compiled and not run)
+def _build_stage(backend, lowered) -> str | None:
+    stage = getattr(backend, "build_stage", None)
+    if stage is None and lowered.stages:
+        stage = lowered.stages[-1]
+    return stage
+
+
+def _target(backend) -> str:
+    try:
+        return backend.target() if hasattr(backend, "target") else ""
+    except Exception:                    # the target only labels the summary
+        return ""
+
+
+def _build(backend, lowered) -> str:
+    """Compile `lowered` to its backend's build stage; returns what the summary says of it ('ptx sm_90a')."""
+    stage = _build_stage(backend, lowered)
+    if stage is None:
+        return "-"
+    lowered.stage(stage)
+    return f"{stage} {_target(backend)}".strip()
+
+
 def _heading(text: str, char: str = "=") -> None:
     print(f"\n{char * 3} {text} {char * max(3, 96 - len(text))}")
 
@@ -247,8 +284,45 @@ def _first_line(e: Exception) -> str:
     return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"
 
 
-def _run_one(kernel, launch, backend: str, time_it: bool) -> tuple[bool, str]:
-    """Poison the outputs, launch, check against the reference, and (on a GPU) time with do_bench."""
+def _clip(text: str, lines: int = 25) -> str:
+    """The last `lines` lines of a compiler's message (its error comes last)."""
+    all_lines = text.rstrip("\n").splitlines()
+    if len(all_lines) <= lines:
+        return "\n".join(all_lines)
+    return "\n".join([f"... ({len(all_lines) - lines} lines above; --verbose shows them)"] + all_lines[-lines:])
+
+
+@dataclass
+class Run:
+    """One lowering run against the reference: passed, the max abs error over its outputs (None: it did not
+    finish), a one-line detail, the median time on a GPU, and what the run reported beside."""
+    ok: bool
+    error: float | None
+    detail: str
+    ms: float | None = None
+    extra: str = ""
+
+
+def _checked(launch, extra: str = "") -> Run:
+    """The outputs against the reference: check() as a Run, with the largest error over the outputs."""
+    from tle.examples import compare_outputs
+    try:
+        errs = max_errors(launch)
+    except Exception as e:               # a reference that fails, or outputs it does not match in shape
+        return Run(False, None, f"checking failed: {_first_line(e)}", extra=extra)
+    summary = "max error " + ", ".join(f"{n} {e:.3g}" for n, e in errs.items())
+    # NaN (an output the kernel did not write) wins, whatever its place among the outputs
+    worst = float("nan") if any(e != e for e in errs.values()) else max(errs.values(), default=0.0)
+    try:
+        compare_outputs(launch)
+    except AssertionError as e:
+        first = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), "mismatch")
+        return Run(False, worst, f"{summary} ({first})", extra=extra)
+    return Run(True, worst, summary, extra=extra)
+
+
+def _run_launch(kernel, launch, backend: str, time_it: bool) -> Run:
+    """Poison the outputs, launch as usual, check against the reference, and (on a GPU) time with do_bench."""
     import torch
     run = lambda: kernel[launch.grid](*launch.args, backend=backend, **launch.kwargs)  # noqa: E731
     poison(launch)
@@ -257,27 +331,83 @@ def _run_one(kernel, launch, backend: str, time_it: bool) -> tuple[bool, str]:
         if torch.cuda.is_available():
             torch.cuda.synchronize()
     except Exception as e:
-        return False, f"FAIL  launch failed: {_first_line(e)}"
-    ok, summary = check(launch)
-    line = f"{'PASS' if ok else 'FAIL'}  {summary}"
-    if ok and time_it:
+        return Run(False, None, f"launch failed: {_first_line(e)}")
+    result = _checked(launch)
+    if result.ok and time_it:
         from triton.testing import do_bench
-        ms = do_bench(run, return_mode="median")
-        line += f"  {ms:.4f} ms  {rate(launch, ms)}"
-    return ok, line
+        result.ms = do_bench(run, return_mode="median")
+    return result
 
 
-def compare_one(target: str, args, on_gpu: bool) -> bool:
-    """Print one kernel's IR, lowerings, notes and accesses; run and check each backend. True if all good."""
-    from tle.lowering.backend import backend_names
-    kernel = load_kernel(target)
-    size = args.size or ("large" if on_gpu else "small")
-    launch = example_meta(kernel, size) if args.no_run else kernel.example("cuda" if on_gpu else "cpu", size)
-    _heading(f"{target}  [{launch.label or size}]", "#")
-    backends = backend_names()
-    lowered, errors = _lower_all(kernel, launch, backends)
+def _runtime_args(kernel, lowered, launch) -> list:
+    """The values the lowering's compiled kernel takes (its IR parameters), from the example launch."""
+    kwargs = {k: v for k, v in launch.kwargs.items() if k in kernel.param_names}
+    bound = kernel.signature.bind(*launch.args, **kwargs)
+    bound.apply_defaults()
+    return [bound.arguments[p.name] for p in lowered.kernel.params]
 
-    if lowered:
+
+def _run_interpret(kernel, lowered, launch) -> Run:
+    """Without a GPU: run the lowering through its Compiled.interpret on CPU tensors and check it."""
+    poison(launch)
+    try:
+        report = lowered.compiled.interpret(_runtime_args(kernel, lowered, launch))
+    except Exception as e:
+        return Run(False, None, _first_line(e))
+    zeroed = sum(getattr(report, "predicated_reads", {}).values())
+    return _checked(launch, f"{zeroed} reads past a tensor read zero, as the generated program predicates them"
+                    if zeroed else "")
+
+
+@dataclass
+class Row:
+    """One line of the summary: a kernel on a backend."""
+    target: str
+    backend: str
+    lowered: str = "-"
+    compiled: str = "-"
+    checked: str = "not run"
+    time: str = "-"
+    ok: bool = True
+
+
+@dataclass
+class _Job:
+    target: str
+    kernel: object
+    size: str
+    launch: object = None
+    lowered: dict = field(default_factory=dict)
+    errors: dict = field(default_factory=dict)
+    builds: dict = field(default_factory=dict)        # backend -> Future of _build
+
+
+def _prepare(target: str, args, on_gpu: bool, backends: list[str]) -> _Job:
+    """Build the kernel's example launch and lower it to every backend (compiling comes later)."""
+    job = _Job(target, load_kernel(target), args.size or ("large" if on_gpu else "small"))
+    try:
+        job.launch = (example_meta(job.kernel, job.size) if args.no_run
+                      else job.kernel.example("cuda" if on_gpu else "cpu", job.size))
+    except Exception as e:
+        job.errors = {b: f"the example launch failed: {type(e).__name__}: {e}" for b in backends}
+        return job
+    job.lowered, job.errors = _lower_all(job.kernel, job.launch, backends)
+    return job
+
+
+def _failure(title: str, text: str) -> None:
+    _heading(f"{title} FAILED", "-")
+    print(text)
+
+
+def compare_one(job: _Job, args, on_gpu: bool, verbose: bool) -> list[Row]:
+    """Print one kernel's notes and failures (with --verbose also its IR, lowerings, accesses and run lines);
+    wait for its compiles, run and check each backend; return its rows of the summary."""
+    from tle.lowering.backend import backend_names, get_backend
+    label = job.launch.label if job.launch is not None else ""
+    _heading(f"{job.target}  [{label or job.size}]", "#")
+    lowered, backends = job.lowered, backend_names()
+    if verbose and lowered:
         _heading("tile IR")
         print(next(iter(lowered.values())).ir)
         for b, lw in lowered.items():
@@ -286,65 +416,99 @@ def compare_one(target: str, args, on_gpu: bool) -> bool:
                 print(f"({b} compiles these int arguments in as constants: "
                       f"{', '.join(f'{k}={v}' for k, v in spec.items())})")
         _print_sources(lowered, args.side_by_side)
-    for b, e in errors.items():
-        _heading(f"{b} lowering FAILED", "-")
-        print(e)
-    _heading("notes", "-")
+    for b, e in job.errors.items():
+        _failure(f"{b} lowering", e)
+    if lowered:
+        _heading("notes", "-")
     for b, lw in lowered.items():
-        print(f"{b}: " + ("none" if not lw.notes else ""))
+        print(f"{b}:" + (" none" if not lw.notes else ""))
         for n in lw.notes:
             print(f"  - {n}")
-    if lowered:
+    if verbose and lowered:
         _print_accesses(lowered)
 
-    ok = not errors
-    if args.no_run:
-        return ok
-    _heading(f"run: {'GPU' if on_gpu else 'CPU (no CUDA device)'}, size {size}", "-")
+    rows = []
+    runs = []                            # (backend, line) for --verbose
     for b in backends:
+        row = Row(job.target, b)
+        rows.append(row)
         if b not in lowered:
-            print(f"{b:10s} not run: lowering failed")
-        elif not on_gpu and b == "triton" and launch.no_interpreter:
-            print(f"{b:10s} not run: {launch.no_interpreter}")
-            ok &= _compile_only(b, lowered[b])
-        elif on_gpu or b == "triton":
-            good, line = _run_one(kernel, launch, b, time_it=on_gpu)
-            print(f"{b:10s} {line}" + ("" if on_gpu else "  (Triton interpreter, CPU)"))
-            ok &= good
-        else:
-            ok &= _compile_only(b, lowered[b])
-            if b == "tilelang":
-                good, line = _interpret_one(kernel, launch)
-                print(f"{b:10s} {line}  (interpreter of TileLang programs, CPU)")
-                ok &= good
-    return ok
-
-
-def _interpret_one(kernel, launch) -> tuple[bool, str]:
-    """Without a GPU: run the TileLang lowering through the CPU interpreter of TileLang programs (a test
-    oracle: what the generated program computes) and check it against the reference."""
-    poison(launch)
-    try:
-        report = kernel.interpret_tilelang(launch.grid, *launch.args, **launch.kwargs)
-    except Exception as e:
-        return False, f"FAIL  {_first_line(e)}"
-    ok, summary = check(launch)
-    zeroed = sum(report.predicated_reads.values())
-    extra = f"; {zeroed} reads past a tensor read zero, as TileLang predicates them" if zeroed else ""
-    return ok, f"{'PASS' if ok else 'FAIL'}  {summary}{extra}"
-
-
-def _compile_only(b: str, lowered) -> bool:
-    """Without a GPU: compile down to the last stage (ptx) to show it builds, and say it did not run."""
-    last = lowered.stages[-1] if lowered.stages else None
-    if last is not None:
+            row.lowered, row.ok = "error", False
+            runs.append((b, "not run: lowering failed"))
+            continue
+        row.lowered = "yes"
+        if args.no_run:
+            continue
+        backend, lw = get_backend(b), lowered[b]
         try:
-            lowered.stage(last)
+            row.compiled = job.builds[b].result()
         except Exception as e:
-            print(f"{b:10s} FAIL  compiling to {last}: {type(e).__name__}: {e}")
-            return False
-    print(f"{b:10s} compiled{f' to {last}' if last else ''}, not run on a GPU: none here")
-    return True
+            row.compiled, row.ok = "error", False
+            stage = _build_stage(backend, lw)
+            text = f"{type(e).__name__}: {e}"
+            _failure(f"{b} compile to {stage} {_target(backend)}".rstrip(), text if verbose else _clip(text))
+            runs.append((b, "not run: compile failed"))
+            continue
+        how, where = getattr(backend, "cpu_run", None) or (None, "")
+        if on_gpu:
+            result, where = _run_launch(job.kernel, job.launch, b, time_it=True), "GPU"
+        elif how == "launch" and job.launch.no_interpreter:
+            print(f"{b}: not run: {job.launch.no_interpreter}")
+            runs.append((b, f"not run: {job.launch.no_interpreter}"))
+            continue
+        elif how == "launch":
+            result = _run_launch(job.kernel, job.launch, b, time_it=False)
+        elif how == "interpret":
+            result = _run_interpret(job.kernel, lw, job.launch)
+        else:
+            runs.append((b, "not run: it runs on a GPU only, and there is none here"))
+            continue
+        row.ok = result.ok
+        if result.ok:
+            row.checked = f"{result.error:.3g}"
+        else:
+            row.checked = "FAIL" + (f" (max err {result.error:.3g})" if result.error is not None else "")
+            _failure(f"{b} run ({where})", result.detail)
+        line = f"{'PASS' if result.ok else 'FAIL'}  {result.detail}"
+        if result.ms is not None:
+            speed = rate(job.launch, result.ms)
+            row.time = f"{result.ms:.4f} ms" + (f" ({speed})" if speed else "")
+            line += f"  {result.ms:.4f} ms  {speed}"
+        runs.append((b, f"{row.compiled}, {line}" + (f"; {result.extra}" if result.extra else "")
+                     + f"  ({where}" + ("" if on_gpu else ", CPU") + ")"))
+    if verbose and not args.no_run:
+        _heading(f"run: {'GPU' if on_gpu else 'CPU (no CUDA device)'}, size {job.size}", "-")
+        for b, line in runs:
+            print(f"{b:10s} {line}")
+    return rows
+
+
+def _print_summary(rows: list[Row], on_gpu: bool, args) -> None:
+    from tle.lowering.backend import backend_names, get_backend
+    _heading("summary")
+    table = [("kernel", "backend", "lowered", "compiled", "checked", "time")]
+    last = None
+    for r in rows:
+        table.append((r.target if r.target != last else "", r.backend, r.lowered, r.compiled, r.checked, r.time))
+        last = r.target
+    widths = [max(len(t[i]) for t in table) for i in range(len(table[0]))]
+    for t in table:
+        print("  ".join(c.ljust(w) for c, w in zip(t, widths)).rstrip())
+    if args.no_run:
+        print("(--no-run: lowered only; nothing compiled or run)")
+        return
+    print("checked: max abs error against the torch reference, over the kernel's outputs")
+    if on_gpu:
+        print("time: median of triton.testing.do_bench on this GPU")
+    else:
+        ran = []
+        for b in backend_names():
+            try:
+                how, where = getattr(get_backend(b), "cpu_run", None) or (None, "")
+            except Exception:            # a backend that cannot even be imported: its rows say so
+                how = None
+            ran.append(f"{b} in the {where}" if how else f"{b} not run")
+        print(f"no GPU here: ran {', '.join(ran)}")
 
 
 def _interpreted_triton() -> bool:
@@ -359,6 +523,7 @@ def _interpreted_triton() -> bool:
 
 def cmd_compare(args) -> int:
     import torch
+    from tle.lowering.backend import backend_names, get_backend
     on_gpu = torch.cuda.is_available()
     if not on_gpu:
         # Triton runs the kernels on CPU tensors in its interpreter; set before any kernel is lowered.
@@ -369,31 +534,76 @@ def cmd_compare(args) -> int:
             os.execv(sys.executable, [sys.executable, "-m", "tle.cli"] + args.argv)
     for t in args.targets:                        # bad targets are usage errors before any work starts
         load_kernel(t)
-    ok = True
-    for t in args.targets:
-        ok &= compare_one(t, args, on_gpu)
+    verbose = args.verbose or args.side_by_side
+    backends = backend_names()
+    # The compiles run in worker threads while this one runs the kernels, and a kernel runs once its own are
+    # done. Without a GPU they run side by side (a compiler in a process of its own spends most of its time
+    # starting); on a GPU one at a time, all done before the first timed run, so that none competes with it
+    workers = 1 if on_gpu else max(1, min(4, os.cpu_count() or 1))
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tle-compile")
+    rows: list[Row] = []
+    jobs: list[_Job] = []
+    try:
+        for t in args.targets:
+            jobs.append(_prepare(t, args, on_gpu, backends))
+            if not args.no_run:
+                for b, lw in jobs[-1].lowered.items():
+                    jobs[-1].builds[b] = pool.submit(_build, get_backend(b), lw)
+        if on_gpu:
+            wait([f for job in jobs for f in job.builds.values()])
+        for job in jobs:
+            rows += compare_one(job, args, on_gpu, verbose)
+            job.launch = None                     # its tensors are no longer needed
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+    _print_summary(rows, on_gpu, args)
+    ok = all(r.ok for r in rows)
     print()
-    print("all lowerings and checks passed" if ok else "some lowerings or checks FAILED (see above)")
+    if args.no_run:
+        print("all lowerings passed" if ok else "some lowerings FAILED (see above)")
+    else:
+        print("all lowerings, compiles and checks passed" if ok else
+              "some lowerings, compiles or checks FAILED (see above)")
     return 0 if ok else 1
 
 
 # -- entry point --------------------------------------------------------------------------------------------
+COMMANDS = {
+    "show": "print one lowering stage of a kernel (ir, source, or a compiler stage) at its example launch",
+    "compare": "lower a kernel to every backend, compile, run and check each; end with a summary table",
+}
+
+
+def overview() -> str:
+    """What `tle` and `tle --help` print: the commands, one line each."""
+    width = max(map(len, COMMANDS))
+    lines = ["usage: tle COMMAND [options]", "",
+             "Inspect, run and compare tle kernels on their backends, at the example launch each kernel",
+             "declares with @tle.example.", "", "commands:"]
+    lines += [f"  {name.ljust(width)}  {text}" for name, text in COMMANDS.items()]
+    lines += ["", "`tle COMMAND --help` lists a command's options."]
+    return "\n".join(lines)
+
+
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="tle", description="Inspect, run and compare tle kernels on their backends.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    s = sub.add_parser("show", help="print one lowering stage of a kernel, at its example launch")
+    s = sub.add_parser("show", help=COMMANDS["show"], description=COMMANDS["show"])
     s.add_argument("target", metavar="PATH::KERNEL")
     s.add_argument("--backend", default=None, help="triton or tilelang (default: TLE_BACKEND, else triton)")
     s.add_argument("--stage", default=None,
                    help="ir, source (default), or a backend stage: triton ttir/ttgir/llir/ptx, tilelang cuda/ptx")
     s.add_argument("--size", default="small", choices=("small", "large"))
     s.set_defaults(func=cmd_show)
-    c = sub.add_parser("compare", help="lower to every backend, show both, run and check them")
+    c = sub.add_parser("compare", help=COMMANDS["compare"], description=COMMANDS["compare"])
     c.add_argument("targets", nargs="+", metavar="PATH::KERNEL")
     c.add_argument("--size", default=None, choices=("small", "large"),
                    help="example size (default: small on CPU, large on a GPU)")
-    c.add_argument("--side-by-side", action="store_true", help="sources in columns when the terminal is wide")
-    c.add_argument("--no-run", action="store_true", help="lower and show only; run nothing")
+    c.add_argument("-v", "--verbose", action="store_true",
+                   help="also print the tile IR, every generated source, the memory accesses and the run lines")
+    c.add_argument("--side-by-side", action="store_true",
+                   help="as --verbose, with the generated sources in columns when the terminal is wide")
+    c.add_argument("--no-run", action="store_true", help="lower and show only; compile and run nothing")
     c.set_defaults(func=cmd_compare)
     return p
 
@@ -401,12 +611,18 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     try:
         argv = list(sys.argv[1:] if argv is None else argv)
+        if not argv or argv[0] in ("-h", "--help"):
+            print(overview())
+            return 0
         args = _parser().parse_args(argv)
         args.argv = argv
         return args.func(args)
     except UsageError as e:
         print(f"tle: error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:              # `tle ... | head`: the reader has gone, so stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 if __name__ == "__main__":

@@ -171,6 +171,15 @@ class Backend(api.Backend):
     specializes_ints = True
     specializes_shapes = True
     specializes_grid = True
+    # what `tle compare` does with a lowering, with or without a GPU: compile it to this stage for target()
+    # (TileLang's compile: nvcc and ptxas build the CUDA source); and, without a GPU, run it on CPU tensors
+    # through Compiled.interpret (the interpreter of TileLang programs, a test oracle)
+    build_stage = "cuda"
+    cpu_run = ("interpret", "interpreter of TileLang programs")
+
+    def target(self) -> str:
+        """The architecture kernels are compiled for here: this machine's GPU, else sm_90a."""
+        return _target()["arch"]
 
     def unavailable_reason(self):
         try:

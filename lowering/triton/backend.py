@@ -134,7 +134,8 @@ def _access_report(ir: KernelIR):
             out.append((a.line, "tle.gpu.copy", a.kind, "tl.load into the buffer's register tile"
                         if a.op.name == "copy_in" else "tl.store of the buffer's register tile"))
             continue
-        how = "tl.load" if a.op.name == "load" else "tl.store" if a.op.name == "store" else f"tl.atomic_{a.op.attrs['kind']}"
+        how = {"load": "tl.load", "store": "tl.store", "atomic_cas": "tl.atomic_cas"}.get(
+            a.op.name, f"tl.atomic_{a.op.attrs.get('kind')}")
         if a.op.name == "load" and a.op.attrs.get("is_async"):
             how += f", is_async: {how_issued(a.op)}"
         if a.reason and a.kind in ("general", "strided"):
@@ -156,6 +157,18 @@ def _access_report(ir: KernelIR):
 class Backend(api.Backend):
     name = "triton"
     rules = RULES
+    # what `tle compare` does with a lowering, with or without a GPU: compile it to this stage for target()
+    # (reaching ptx runs Triton's compiler down to ptxas's check of the PTX); and, without a GPU, run it on
+    # CPU tensors by launching it as usual, which TRITON_INTERPRET=1 sends to Triton's interpreter
+    build_stage = "ptx"
+    cpu_run = ("launch", "Triton interpreter")
+
+    def target(self) -> str:
+        """The architecture the stages are compiled for here: this machine's GPU, else sm_90a."""
+        from triton.backends.nvidia.compiler import sm_arch_from_capability
+
+        from .stages import gpu_target
+        return sm_arch_from_capability(gpu_target().arch)
 
     def unavailable_reason(self):
         return None  # triton is a dependency; without a GPU it lowers, compiles stages and interprets
