@@ -266,9 +266,10 @@ class Kernel:
             hit = self._cache[full_key] = (lowered, positions)
         return hit
 
-    def lower(self, *args, grid=None, backend: str | None = None, num_warps: int = 4, num_stages: int = 3,
-              **kwargs) -> Lowered:
+    def lower(self, *args, grid=None, backend: str | None = None, num_warps: int | None = None,
+              num_stages: int | None = None, **kwargs) -> Lowered:
         """Lower for these arguments (tensors may be on the 'meta' device) without launching."""
+        num_warps, num_stages = self._options_as_params(args, kwargs, num_warps, num_stages)
         values, _ = self._bind(args, kwargs)
         if grid is not None:
             grid = check_grid(grid(self._named(values)) if callable(grid) else grid)
@@ -276,18 +277,31 @@ class Kernel:
         key, _ = self._key(values, b, grid)
         return self._get(b, values, key, int(num_warps), int(num_stages), grid, select.interpret_setting())[0]
 
+    def _options_as_params(self, args, kwargs, num_warps, num_stages) -> tuple[int, int]:
+        """A parameter named like a launch option (`num_stages: tl.constexpr`) takes the option's value, as in
+        a launch (Triton's too), unless the call gives the parameter itself; (num_warps, num_stages) with
+        their defaults filled in."""
+        for name, v in (("num_warps", num_warps), ("num_stages", num_stages)):
+            i = self._index.get(name)
+            if v is not None and i is not None and i >= len(args) and name not in kwargs:
+                kwargs[name] = v
+        return (4 if num_warps is None else int(num_warps)), (3 if num_stages is None else int(num_stages))
+
     def _named(self, values) -> dict:
         """What a callable grid receives: every argument by name."""
         return dict(zip(self.param_names, values))
 
-    def interpret_tilelang(self, grid, *args, strict_reads: bool = False, num_warps: int = 4, num_stages: int = 3,
-                           **kwargs):
+    def interpret_tilelang(self, grid, *args, strict_reads: bool = False, num_warps: int | None = None,
+                           num_stages: int | None = None, **kwargs):
         """Run the TileLang lowering for these arguments on CPU tensors through the interpreter of
         TileLang programs: what the generated program computes, checked without a GPU. It is a test
         oracle, never a backend (no launch goes through it). Outputs are written in place; returns the
         interpreter's Report. Errors (tle.lowering.tilelang.interpreter.InterpreterError) name the
         statement of the generated program that has no defined result."""
-        values, launch = self._bind(args, dict(kwargs))
+        kwargs = dict(kwargs)
+        num_warps, num_stages = self._options_as_params(args, kwargs, num_warps, num_stages)
+        values, launch = self._bind(args, kwargs)
+        launch = [k for k in launch if k not in self._index]      # a parameter of that name took the value
         if launch:
             raise LaunchError(f"{self.__name__}: interpret_tilelang takes num_warps and num_stages, not "
                               f"{', '.join(launch)}")

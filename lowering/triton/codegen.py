@@ -52,7 +52,18 @@ class TritonCodegen:
     def implicitly_broadcast(self, op: Op) -> bool:
         """A splat/broadcast whose every user broadcasts its operands itself in Triton."""
         us = self.users.get(op.result.id, [])
-        return op.name in ("splat", "broadcast") and bool(us) and all(u.name in _IMPLICIT_BROADCAST_USERS for u in us)
+        if op.name not in ("splat", "broadcast") or not us or any(u.name not in _IMPLICIT_BROADCAST_USERS for u in us):
+            return False
+        # a scalar written where a tile is meant stays a tile only beside one: `0.0 - float('inf')` of two
+        # splats would be a scalar (and a loop-carried variable would change type in Triton)
+        return op.name == "broadcast" or all(any(self._renders_as_tile(o) for o in u.operands if o is not op.result)
+                                             for u in us)
+
+    def _renders_as_tile(self, v: Value | None) -> bool:
+        if v is None or v.type.is_scalar:
+            return False
+        d = v.defining_op
+        return v in self.ids or d is None or d.name != "splat"
 
     def expr(self, v: Value) -> str:
         if v in self.ids:

@@ -548,6 +548,34 @@ PLANS = {
         ('store', 'box', 'T.copy from fragment'),
         ('store', 'box', 'T.copy from fragment'),
     ],
+    'alignment_hints': [
+        ('load', 'box', 'T.copy into fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+    ],
+    'runtime_step': [
+        ('load', 'box', 'T.Parallel into fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+    ],
+    'block_pointers': [
+        ('load', 'box', 'T.Parallel into shared'),
+        ('load', 'box', 'T.Parallel into shared'),
+        ('store', 'box', 'T.Parallel'),
+    ],
+    'atomic_or': [
+        ('load', 'box', 'T.copy into fragment'),
+        ('atomic', 'general', 'T.atomic_or per element'),
+    ],
+    'join_split_interleave': [
+        ('load', 'box', 'T.copy into fragment'),
+        ('load', 'box', 'T.copy into fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+    ],
+    'libdevice_and_umulhi': [
+        ('load', 'box', 'T.Parallel into fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+        ('load', 'box', 'T.copy into fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+    ],
 }
 KERNELS = dict(example_kernels())
 
