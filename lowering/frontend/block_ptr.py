@@ -95,6 +95,7 @@ def _check_axes(tr, bp: BlockPtr, boundary_check) -> tuple[int, ...]:
 def pointers_and_mask(tr, bp: BlockPtr, boundary_check):
     """The pointer tile the block pointer stands for, and the mask of `boundary_check` (None without it)."""
     rank = len(bp.block_shape)
+    checked = _check_axes(tr, bp, boundary_check)
     offset, mask = None, None
     for d, (size, off) in enumerate(zip(bp.block_shape, bp.offsets)):
         idx = S.binary("add", off, TV(tr.b.arange(0, size), tr.b))           # i32 indices along axis d
@@ -104,7 +105,7 @@ def pointers_and_mask(tr, bp: BlockPtr, boundary_check):
             idx = TV(tr.b.expand_dims(idx.v, idx.type.rank), tr.b)
         term = S.binary("mul", S.cast(idx, T.i64), bp.strides[d])
         offset = term if offset is None else S.binary("add", offset, term)
-        if d in _check_axes(tr, bp, boundary_check):
+        if d in checked:
             inside = S.bitwise("and", S.compare("ge", idx, 0), S.compare("lt", S.cast(idx, T.i64), bp.shape[d]))
             mask = inside if mask is None else S.bitwise("and", mask, inside)
     offset = S.broadcast_to(offset, bp.block_shape)

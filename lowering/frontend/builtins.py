@@ -411,7 +411,9 @@ def reshape(tr, input, *shape, can_reorder=False):
 
 @builtin(tl.join)
 def join(tr, a, b):
-    a, b = S.broadcast_pair(*S._operands(a, b)) if (is_num(a) or is_num(b)) else (as_tv(tr.b, a), as_tv(tr.b, b))
+    if is_num(a) or is_num(b):          # a number takes the tile's dtype, as in Triton's arithmetic
+        a, b = S._operands(a, b)
+    a, b = as_tv(tr.b, a), as_tv(tr.b, b)
     if a.dtype != b.dtype:
         raise LoweringError(f"tl.join of {a.dtype} and {b.dtype}: the operands must have one dtype", tr.b.loc)
     a, b = S.broadcast_pair(a, b)

@@ -30,9 +30,9 @@ RULES.honors("binary", "op", how="TIR operators; div and rem truncate like C (T.
 RULES.honors("cmp", "pred", how="TIR comparisons")
 RULES.honors("unary", "op", how="TIR operators and T.* math; fp32 exp and log as Triton computes them (exp2, log2)")
 RULES.honors("cast", "dtype", how="T.cast to the TIR dtype")
+RULES.honors("cast", "bitcast", how="T.reinterpret")
 RULES.honors("libdevice", "fn", how="the TIR intrinsic of the same CUDA function (T.tanh, T.pow, ...); a function "
                                     "TIR has none for is a lowering error naming it")
-RULES.honors("cast", "bitcast", how="T.reinterpret")
 
 # -- global memory -----------------------------------------------------------------------------------------
 for _op in ("load", "store"):

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from ..ir.core import Op, Value
 from ..ir.ops import ELEMENTWISE, with_trait
+from ..transforms.fold import CMP_OPS, INT_OPS, fits
 from .buffers import read_before_next_write
 from .context import Context
 from .emission import Stmt
@@ -226,15 +227,6 @@ def _slots_reached(v: Value, storage: dict[int, set[int]], g: Context, sim: _Sim
 # values tried for a runtime integer the kernel was not compiled for; for a block index, a step of a loop
 _RUNTIME_INTS = (-1, 0, 1, 2, 64, 1000)
 _MAX_POINTS = 4096          # beyond this many points, the body is not examined (its tiles are not staged)
-_INT_OPS = {
-    "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
-    "div": lambda a, b: _trunc_div(a, b) if b else None,
-    "rem": lambda a, b: a - _trunc_div(a, b) * b if b else None,
-    "maximum": max, "minimum": min, "and": lambda a, b: a & b, "or": lambda a, b: a | b,
-    "xor": lambda a, b: a ^ b,
-}
-_CMP_OPS = {"lt": lambda a, b: a < b, "le": lambda a, b: a <= b, "gt": lambda a, b: a > b,
-            "ge": lambda a, b: a >= b, "eq": lambda a, b: a == b, "ne": lambda a, b: a != b}
 _Point = dict           # value id (or ("pid", axis)) -> its integer value at one point of the program
 
 
@@ -372,9 +364,9 @@ def _eval_op(g: Context, v: Value, p: _Point, memo: dict):
     if None in args:
         return None
     if name == "cmp":
-        return _CMP_OPS[op.attrs["pred"]](*args)
-    if name == "binary" and op.attrs["op"] in _INT_OPS:
-        return _fit(_INT_OPS[op.attrs["op"]](*args), v.type.elem)
+        return CMP_OPS[op.attrs["pred"]](*args)
+    if name == "binary" and op.attrs["op"] in INT_OPS:
+        return _fit(INT_OPS[op.attrs["op"]](*args), v.type.elem)
     if name == "unary" and op.attrs["op"] in ("not", "neg", "abs", "invert"):
         (a,) = args
         kind = op.attrs["op"]
@@ -392,10 +384,4 @@ def _fit(value, elem):
     """`value` as a value of integer type `elem`; None where it does not fit (no wrap-around is followed)."""
     if value is None or elem.is_bool:
         return None if value is None else bool(value)
-    lo, hi = (-(2 ** (elem.bits - 1)), 2 ** (elem.bits - 1)) if elem.is_signed else (0, 2 ** elem.bits)
-    return value if lo <= value < hi else None
-
-
-def _trunc_div(a: int, b: int) -> int:
-    q = abs(a) // abs(b)
-    return q if (a >= 0) == (b > 0) else -q
+    return value if fits(value, elem) else None

@@ -12,7 +12,8 @@ def _trunc_div(a: int, b: int) -> int:
     return q if (a >= 0) == (b > 0) else -q
 
 
-_INT = {
+# Triton's scalar integer semantics, shared with the passes that evaluate integer expressions
+INT_OPS = {
     "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
     "div": lambda a, b: _trunc_div(a, b) if b else None,
     "rem": lambda a, b: a - _trunc_div(a, b) * b if b else None,
@@ -20,7 +21,7 @@ _INT = {
     "xor": lambda a, b: a ^ b, "shl": lambda a, b: a << b if 0 <= b < 64 else None,
     "shr": lambda a, b: a >> b if 0 <= b < 64 else None,
 }
-_CMP = {"lt": lambda a, b: a < b, "le": lambda a, b: a <= b, "gt": lambda a, b: a > b,
+CMP_OPS = {"lt": lambda a, b: a < b, "le": lambda a, b: a <= b, "gt": lambda a, b: a > b,
         "ge": lambda a, b: a >= b, "eq": lambda a, b: a == b, "ne": lambda a, b: a != b}
 
 
@@ -31,7 +32,7 @@ def _const(v):
     return None
 
 
-def _fits(value: int, elem) -> bool:
+def fits(value: int, elem) -> bool:
     if elem.is_bool:
         return True
     lo, hi = (-(2 ** (elem.bits - 1)), 2 ** (elem.bits - 1) - 1) if elem.is_signed else (0, 2 ** elem.bits - 1)
@@ -47,13 +48,13 @@ def _fold(op: Op):
     vals = [_const(v) for v in op.operands]
     if any(v is None for v in vals):
         return None
-    if op.name == "binary" and op.attrs["op"] in _INT:
-        r = _INT[op.attrs["op"]](*vals)
-        return None if r is None or not _fits(r, op.results[0].type.elem) else r
+    if op.name == "binary" and op.attrs["op"] in INT_OPS:
+        r = INT_OPS[op.attrs["op"]](*vals)
+        return None if r is None or not fits(r, op.results[0].type.elem) else r
     if op.name == "cmp":
-        return _CMP[op.attrs["pred"]](*vals)
+        return CMP_OPS[op.attrs["pred"]](*vals)
     if op.name == "cast" and op.attrs["dtype"].is_int and not op.attrs.get("bitcast"):
-        return int(vals[0]) if _fits(int(vals[0]), op.attrs["dtype"]) else None
+        return int(vals[0]) if fits(int(vals[0]), op.attrs["dtype"]) else None
     return None
 
 

@@ -36,13 +36,13 @@ def apply() -> None:
     original_umulhi = interpreter.InterpreterBuilder.create_umulhi
 
     def create_umulhi(self, lhs, rhs):
-        if lhs.data.dtype.kind == "i" and lhs.data.dtype.itemsize < 8:
-            unsigned = np.dtype(f"uint{lhs.data.dtype.itemsize * 8}")
-            lhs = interpreter.TensorHandle(lhs.data.view(unsigned), lhs.dtype.scalar)
-            rhs = interpreter.TensorHandle(rhs.data.view(unsigned), rhs.dtype.scalar)
-            out = original_umulhi(self, lhs, rhs)
-            return interpreter.TensorHandle(out.data.view(lhs.data.dtype.str.replace("u", "i")), lhs.dtype.scalar)
-        return original_umulhi(self, lhs, rhs)
+        signed = lhs.data.dtype
+        if signed.kind != "i" or signed.itemsize == 8:
+            return original_umulhi(self, lhs, rhs)
+        unsigned = np.dtype(f"uint{signed.itemsize * 8}")
+        out = original_umulhi(self, interpreter.TensorHandle(lhs.data.view(unsigned), lhs.dtype.scalar),
+                              interpreter.TensorHandle(rhs.data.view(unsigned), rhs.dtype.scalar))
+        return interpreter.TensorHandle(out.data.view(signed), lhs.dtype.scalar)
 
     interpreter.InterpreterBuilder.create_umulhi = create_umulhi
     interpreter.InterpreterBuilder.create_extern_elementwise = _extern_elementwise
