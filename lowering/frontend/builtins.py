@@ -113,7 +113,7 @@ def _hint(kind):
         if len(values) != max(x.type.rank, 1):
             raise LoweringError(f"tl.{kind} takes one value per axis of its operand ({x.type}), got {list(values)}",
                                 tr.b.loc)
-        if x.dtype.is_float or x.dtype.is_bool:
+        if not x.type.is_pointer and (x.dtype.is_float or x.dtype.is_bool):
             raise LoweringError(f"tl.{kind} applies to integers and pointers, got {x.dtype}", tr.b.loc)
         return TV(tr.b.hint(kind, x.v, values), tr.b)
     return impl

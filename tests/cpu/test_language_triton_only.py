@@ -130,3 +130,16 @@ def test_frontend_errors_name_the_construct(kernel, extra, match, backend):
     args = (x, x) if extra == () else (x,) if extra is None else (x, *extra)
     with pytest.raises(LoweringError, match=match):
         kernel.lower(*args, BLOCK=16, grid=(1,), backend=backend)
+
+
+@tle.jit
+def aligned_pointer(x_ptr, y_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(tl.multiple_of(x_ptr, 16) + offs))
+
+
+@pytest.mark.parametrize("backend", ["triton", "tilelang"])
+def test_an_alignment_hint_on_a_pointer_lowers(backend):
+    x = torch.empty(32)
+    src = aligned_pointer.lower(x, x, BLOCK=32, grid=(1,), backend=backend).source
+    assert ("tl.multiple_of(x_ptr, 16)" in src) == (backend == "triton")
