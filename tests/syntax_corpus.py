@@ -1488,3 +1488,62 @@ def atomic_or(device):
         return {"bits": torch.tensor([w - (1 << 32) if w >= 1 << 31 else w for w in out], dtype=torch.int32)}
     return tle.Launch(grid=(3,), args=(x, bits, 300), kwargs=dict(BLOCK=128), outputs={"bits": bits},
                       reference=reference)
+
+
+# -- while loops: a binary search, and a linked-list walk whose condition is the value it last loaded ------
+@tle.jit
+def while_forms(sorted_ptr, q_ptr, pos_ptr, head_ptr, next_ptr, val_ptr, sum_ptr, len_ptr, n):
+    pid = tl.program_id(0)
+    q = tl.load(q_ptr + pid)
+    lo = 0
+    hi = n
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if tl.load(sorted_ptr + mid) < q:
+            lo = mid + 1
+        else:
+            hi = mid
+    tl.store(pos_ptr + pid, lo)
+    node = tl.load(head_ptr + pid)
+    total = 0.0
+    length = 0
+    while node >= 0:
+        total += tl.load(val_ptr + node)
+        length += 1
+        node = tl.load(next_ptr + node)
+    tl.store(sum_ptr + pid, total)
+    tl.store(len_ptr + pid, length)
+
+
+@case(while_forms)
+def while_loops(device):
+    n, lists = 300, 6
+    srt = torch.sort(torch.randint(0, 1000, (n,), dtype=torch.int32)).values.to(device)
+    q = torch.tensor([-5, 0, 17, 500, 999, 2000], dtype=torch.int32, device=device)
+    # six linked lists threaded through 40 nodes in a random order; the last one is empty
+    order = torch.randperm(40, generator=torch.Generator().manual_seed(3)).tolist()
+    nxt, heads = [-1] * 40, []
+    for chunk in (order[0:1], order[1:9], order[9:20], order[20:33], order[33:40], []):
+        heads.append(chunk[0] if chunk else -1)
+        for a, b in zip(chunk, chunk[1:]):
+            nxt[a] = b
+    head = torch.tensor(heads, dtype=torch.int32, device=device)
+    nxt_t = torch.tensor(nxt, dtype=torch.int32, device=device)
+    val = torch.randn(40, device=device)
+    pos = torch.full((lists,), -7, dtype=torch.int32, device=device)
+    sums, lens = torch.full((lists,), float("nan"), device=device), torch.full((lists,), -7, dtype=torch.int32,
+                                                                                device=device)
+
+    def reference():
+        s, ln = [], []
+        for h in heads:
+            total, count, node = 0.0, 0, h
+            while node >= 0:
+                total, count, node = total + val[node].item(), count + 1, nxt[node]
+            s.append(total)
+            ln.append(count)
+        return {"pos": torch.searchsorted(srt.cpu(), q.cpu(), side="left").to(torch.int32),
+                "sums": torch.tensor(s), "lens": torch.tensor(ln, dtype=torch.int32)}
+    return tle.Launch(grid=(lists,), args=(srt, q, pos, head, nxt_t, val, sums, lens, n), kwargs={},
+                      outputs={"pos": pos, "sums": sums, "lens": lens}, reference=reference,
+                      tolerances={"sums": (1e-5, 1e-5)})

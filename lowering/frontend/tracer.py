@@ -270,8 +270,96 @@ class Tracer:
             msg = self._eval(st.msg, env) if st.msg is not None else ""
             raise self._err(f"assertion failed: {msg}", st)
 
+    # -- while -------------------------------------------------------------------------------------
     def _st_While(self, st, env):
-        raise self._err("while loops are not supported; use `for ... in range(...)`", st)
+        """`while cond:` with a runtime condition: a `while` op whose first region computes the condition
+        from the carried values and whose second runs the body (scf.while's shape, condition first)."""
+        if st.orelse:
+            raise self._err("while ... else is not supported", st)
+        assigned = _assigned_names(st.body)
+        for n in assigned:
+            if isinstance(env.get(n), (BlockPtr, Buffer)):
+                raise self._err(f"'{n}' ({type(env[n]).__name__}) is changed in a while loop; carry a block "
+                                f"pointer's or buffer's state through a `for` loop", st)
+        carried = [n for n in assigned if n in env and (isinstance(env[n], TV) or is_num(env[n]))]
+        inits = {n: env[n] if isinstance(env[n], TV) else S.const(self.b, env[n], S.num_dtype(env[n]))
+                 for n in carried}
+        types = {n: inits[n].type for n in carried}
+        outer = _tiles_in(env)
+        for _attempt in range(3):
+            arg_types, names = [types[n] for n in carried], list(carried)
+            before, body = self.b.new_block(arg_types, names), self.b.new_block(arg_types, names)
+            with self.b.insert_into(before):
+                self._while_condition(st, env, carried, before, outer)
+            with self.b.insert_into(body):
+                if self._while_body(st, env, carried, types, body, outer):
+                    break        # a Python number became a runtime value of another type: retrace
+        else:
+            raise self._err("could not settle the types of loop-carried variables", st)
+        self._loc(st)
+        init_vals = [S.cast(inits[n], types[n].elem) if inits[n].type != types[n] else inits[n] for n in carried]
+        op = self.b.while_op([v.v for v in init_vals], before, body)
+        for n, r in zip(carried, op.results):
+            r.name = n
+            env[n] = traced(r, self.b)
+        for n in assigned:     # values local to the body are not visible after the loop
+            if n not in carried:
+                env.pop(n, None)
+
+    def _loop_scope(self, env, carried, block) -> dict:
+        scope = dict(env)
+        for n, a in zip(carried, block.args):
+            scope[n] = traced(a, self.b)
+        return scope
+
+    def _while_condition(self, st, env, carried, before, outer):
+        log = self._open_region()
+        try:
+            cond = self._eval(st.test, self._loop_scope(env, carried, before))
+            if any(key in outer for key in log):
+                raise self._err("a while condition that updates a tile in place is not supported", st)
+        finally:
+            self._close_region(log, outer)
+        if not isinstance(cond, TV):
+            raise self._err(f"a while condition must be a runtime scalar (it is the constant {cond!r} here): a "
+                            f"loop of constant condition never ends or never runs", st)
+        if not cond.type.is_scalar:
+            raise self._err(f"a while condition must be a scalar, not a {cond.type} tile (reduce it first)", st)
+        if not cond.dtype.is_bool:
+            cond = S.compare("ne", cond, 0)
+        self._loc(st)
+        self.b.yield_([cond.v])
+
+    def _while_body(self, st, env, carried, types, body, outer) -> bool:
+        """Trace the body into `body`; True when done, False when a carried type changed (retrace)."""
+        benv = self._loop_scope(env, carried, body)
+        log = self._open_region()
+        try:
+            try:
+                self._exec_body(st.body, benv)
+            except _Return:
+                raise self._err("`return` inside a loop is not supported", st)
+            if any(key in outer for key in log):
+                raise self._err("a while loop body that updates a tile from before the loop in place (tle.call) "
+                                "is not supported; use a `for` loop", st)
+            outs, settled = [], True
+            for n in carried:
+                v = benv[n]
+                if is_num(v):
+                    v = S.broadcast_to(S.const(self.b, v, types[n].elem), types[n].shape)
+                if v.type != types[n]:
+                    if not isinstance(env[n], TV) and v.type.is_scalar:
+                        types[n], settled = v.type, False
+                        continue
+                    raise self._err(f"loop-carried variable '{n}' has type {types[n]} before the loop and "
+                                    f"{v.type} at the end of the body", st)
+                outs.append(v)
+            if settled:
+                self._loc(st)
+                self.b.yield_([v.v for v in outs])
+            return settled
+        finally:
+            self._close_region(log, outer)
 
     def _st_Break(self, st, env):
         raise self._err("break is not supported in kernels", st)

@@ -219,6 +219,9 @@ class Builder:
                attrs: dict) -> Op:
         return self._op("for", [lower, upper, step, *inits], [v.type for v in inits], attrs, [body])
 
+    def while_op(self, inits: list[Value], before: Block, body: Block) -> Op:
+        return self._op("while", list(inits), [v.type for v in inits], {}, [before, body])
+
     def if_op(self, cond: Value, then_block: Block, else_block: Block, result_types: list[Type]) -> Op:
         return self._op("if", [cond], result_types, {}, [then_block, else_block])
 

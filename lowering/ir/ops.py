@@ -122,6 +122,10 @@ _DEFS = [
         "async_raised_from": "set by pipeline_async_loads: the num_stages it raised for is_async loads",
     }, frozenset({REGIONS}), "operands (lower, upper, step, *inits); the body's arguments are (counter, "
                              "*carried); results: the carried values after the last step"),
+    OpDef("while", None, {}, frozenset({REGIONS}),
+          "operands: the carried values' initial values; regions (before, body), both taking the carried values "
+          "as arguments: before yields the condition (a bool scalar), body yields the next carried values; "
+          "results: the carried values when the condition first fails"),
     OpDef("if", ("cond",), {}, frozenset({REGIONS}), "regions (then, else); results: what both branches yield"),
     OpDef("yield", None, {}, frozenset({TERMINATOR}), "the values a loop body or a branch hands on"),
     OpDef("raw_call", None, {

@@ -77,6 +77,16 @@ def _print_op(op: Op, namer: _Namer, indent: int, pad: str, out: list[str]):
         _print_block(op.body, namer, indent + 1, out)
         out.append(pad + "}")
         return
+    if op.name == "while":
+        before, body = op.regions
+        head = pad + (", ".join(namer.define(r) for r in op.results) + " = " if op.results else "")
+        pairs = ", ".join(f"{namer.define(c)} = {namer(i)}" for c, i in zip(before.args, op.operands))
+        out.append(f"{head}while ({pairs}) {{{loc}")
+        _print_block(before, namer, indent + 1, out)
+        out.append(f"{pad}}} do ({', '.join(namer.define(a) for a in body.args)}) {{")
+        _print_block(body, namer, indent + 1, out)
+        out.append(pad + "}")
+        return
     if op.name == "if":
         head = pad
         if op.results:

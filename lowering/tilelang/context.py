@@ -214,7 +214,7 @@ class Context:
         """Is `op` inside a loop emitted as T.Pipelined (the innermost loop around it)?"""
         blk = op.parent
         while blk is not None and blk.parent_op is not None:
-            if blk.parent_op.name == "for":
+            if blk.parent_op.name in ("for", "while"):       # a while loop is never pipelined
                 return id(blk.parent_op) in self.pipelined
             blk = blk.parent_op.parent
         return False

@@ -68,6 +68,27 @@ def for_(g: Context, op: Op, indent: int):
         header.text = f"for {counter} in T.Pipelined({trip}, num_stages={stages}, order={order}, stage={stage}):"
 
 
+@RULES.rule("while", role="statement")
+def while_(g: Context, op: Op, indent: int):
+    """`while cond:`, TIR's while. The carried values live in slots the body writes at its end; the condition
+    is one expression over them, which TIR evaluates again before every step."""
+    before, body = op.regions
+    slots = []
+    for a, b, init, r in zip(before.args, body.args, op.operands, op.results):
+        if a.type.is_buffer:
+            g.error("while loop", op, "a tle.gpu buffer carried by a while loop is not lowered to TileLang")
+        slot = carry_slot(g, a, init, r, op, indent)
+        (g.scalars if slot[0] == "var" else g.buffers)[b.id] = slot[1]
+        slots.append(slot)
+    start = g.out.position()
+    g.block(before, indent)
+    if g.out.emitted_since(start):
+        g.error("while loop", op, "its condition needs statements of its own in TileLang (it reads a tile, "
+                                  "not only scalars); compute the condition from scalars")
+    g.emit(f"while {g.scalar(before.terminator.operands[0])}:", indent)
+    _emit_body(g, body, slots, indent + 1)
+
+
 def _emit_body(g: Context, body: Block, slots, indent: int):
     start = g.out.position()
     g.block(body, indent, then=lambda: write_slots(g, slots, body.terminator.operands if body.terminator else [],

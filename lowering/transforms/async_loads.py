@@ -18,12 +18,12 @@ ASYNC_STAGES = 2
 
 
 def _enclosing(op: Op) -> tuple[Op | None, bool]:
-    """(innermost enclosing for-loop, whether an if lies between it and op)."""
+    """(innermost enclosing loop, whether an if lies between it and op)."""
     branch = False
     blk: Block | None = op.parent
     while blk is not None and blk.parent_op is not None:
         parent = blk.parent_op
-        if parent.name == "for":
+        if parent.name in ("for", "while"):
             return parent, branch
         if parent.name == "if":
             branch = True
@@ -42,6 +42,8 @@ def pipeline_async_loads(k: KernelIR, default_stages: int) -> list[str]:
         loop, branch = _enclosing(op)
         if loop is None:
             op.attrs["async"] = "plain: not inside a loop, nothing to overlap it with"
+        elif loop.name == "while":
+            op.attrs["async"] = "plain: inside a while loop, which no pipeliner reaches"
         elif branch:
             op.attrs["async"] = "plain: inside a branch of its loop, which no pipeliner reaches"
         else:

@@ -167,7 +167,7 @@ class TritonCodegen:
         """Can the body's new value of a carried variable be assigned to the variable itself? Yes when it
         is a statement of the body's own block that comes after every use of the old value."""
         d = out.defining_op
-        if d is None or d.parent is not body or out in self.ids or d.name in ("for", "if") or self.inline(d):
+        if d is None or d.parent is not body or out in self.ids or d.name in ("for", "while", "if") or self.inline(d):
             return False
         if [u for u in self.users.get(out.id, []) if u is not body.terminator]:
             return False

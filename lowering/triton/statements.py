@@ -157,6 +157,39 @@ def for_(g, op: Op, indent: int):
         g.emit("pass", indent + 1)
 
 
+@_rule("while")
+def while_(g, op: Op, indent: int):
+    """`while cond:`. The condition region's statements (a load it reads, a value used twice) run before the
+    loop and again at the end of the body, so Triton re-evaluates `cond` from this step's values."""
+    before, body = op.regions
+    names = []
+    for a, b, r, init in zip(before.args, body.args, op.results, op.operands):
+        if init in g.ids and all(u is op for u in g.users.get(init.id, [])) and \
+                g.ids[init].split("_")[0] == (a.name or "").split("_")[0]:
+            nm = g.ids[init]
+            g.ids.alias(a, nm)
+        else:
+            nm = g.ids.define(a)
+        g.ids.alias(b, nm)
+        g.ids.alias(r, nm)
+        names.append(nm)
+    g.assign_many(names, list(op.operands), indent)
+    start = len(g.lines)
+    g.block(before, indent)
+    condition = g.lines[start:]
+    g.emit(f"while {g.expr(before.terminator.operands[0])}:", indent)
+    order = {id(o): i for i, o in enumerate(body.ops)}
+    y = body.terminator
+    for nm, b, out in zip(names, body.args, y.operands):
+        if g.can_write_in_place(b, out, body, order):
+            g.ids.alias(out, nm)
+    g.block(body, indent + 1)
+    g.assign_many(names, list(y.operands), indent + 1)
+    g.lines.extend("    " + line for line in condition)
+    if all(line.startswith("    " * (indent + 1) + "#") for line in g.lines[start + len(condition) + 1:]):
+        g.emit("pass", indent + 1)
+
+
 @_rule("print")
 def device_print(g, op: Op, indent: int):
     args = [repr(op.attrs["prefix"])] + [g.expr(v) for v in op.operands]
@@ -177,7 +210,7 @@ def if_(g, op: Op, indent: int):
         for nm, out in zip(names, y.operands if y else []):
             d = out.defining_op
             if d is not None and d.parent is blk and out not in g.ids and not g.inline(d) and \
-                    d.name not in ("for", "if") and \
+                    d.name not in ("for", "while", "if") and \
                     all(u is y for u in g.users.get(out.id, [])) and \
                     nm not in [g.expr(o) for o in (y.operands if y else []) if o is not out and o in g.ids]:
                 g.ids.alias(out, nm)

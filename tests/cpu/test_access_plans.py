@@ -576,6 +576,16 @@ PLANS = {
         ('load', 'box', 'T.copy into fragment'),
         ('store', 'box', 'T.copy from fragment'),
     ],
+    'while_loops': [
+        ('load', 'scalar', 'scalar expression'),
+        ('load', 'scalar', 'scalar expression'),
+        ('store', 'scalar', 'scalar statement'),
+        ('load', 'scalar', 'scalar expression'),
+        ('load', 'scalar', 'scalar expression'),
+        ('load', 'scalar', 'scalar expression'),
+        ('store', 'scalar', 'scalar statement'),
+        ('store', 'scalar', 'scalar statement'),
+    ],
 }
 KERNELS = dict(example_kernels())
 
