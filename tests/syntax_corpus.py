@@ -1547,3 +1547,35 @@ def while_loops(device):
     return tle.Launch(grid=(lists,), args=(srt, q, pos, head, nxt_t, val, sums, lens, n), kwargs={},
                       outputs={"pos": pos, "sums": sums, "lens": lens}, reference=reference,
                       tolerances={"sums": (1e-5, 1e-5)})
+
+
+# -- tensor descriptors: a matmul over ragged edges, read and written through descriptors ------------------
+@tle.jit
+def descriptor_matmul(a_ptr, b_ptr, c_ptr, s_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr,
+                      BK: tl.constexpr):
+    a_desc = tl.make_tensor_descriptor(a_ptr, [M, K], [K, 1], [BM, BK])
+    b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[N, 1], block_shape=[BK, BN])
+    c_desc = tl.make_tensor_descriptor(c_ptr, [M, N], [N, 1], [BM, BN])
+    s_desc = tl.make_tensor_descriptor(s_ptr, [M, N], [N, 1], [BM, BN])
+    off_m = tl.program_id(0) * BM
+    off_n = tl.program_id(1) * BN
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, K, BK):
+        acc = tl.dot(a_desc.load([off_m, k]), b_desc.load([k, off_n]), acc)
+    c_desc.store([off_m, off_n], acc.to(tl.float16))
+    s_desc.atomic_add([off_m, off_n], acc)
+
+
+@case(descriptor_matmul)
+def tensor_descriptors(device):
+    M, N, K = 100, 72, 90
+    a = torch.randn(M, K, device=device).half()
+    b = torch.randn(K, N, device=device).half()
+    c = torch.full((M, N), float("nan"), device=device).half()
+    s = torch.ones(M, N, device=device)
+
+    def reference():
+        prod = a.float() @ b.float()
+        return {"c": prod.half(), "s": prod + 1.0}
+    return tle.Launch(grid=(4, 3), args=(a, b, c, s, M, N, K), kwargs=dict(BM=32, BN=32, BK=32),
+                      outputs={"c": c, "s": s}, reference=reference, tolerances={"s": (1e-2, 1e-2)})

@@ -171,9 +171,14 @@ def plan_box(access: Access, mask: Value | None, tile_shape: tuple[int, ...], te
     if conj is None:
         return None, "the mask is not a conjunction of affine bounds"
     starts: dict[int, Affine] = {}
+    lower: dict[int, Affine] = {}      # tile axis -> start, from a term `start + i >= 0` (block pointers)
     for d_form in conj:
         if _max_over_tile(d_form, tile_shape) is not None and _max_over_tile(d_form, tile_shape) < 0:
             continue                                   # statically true
+        if not d_form.data and len(d_form.axes) == 1 and d_form.axes[0][1] == -1:
+            # -(start + i) - 1 < 0: the copy's own lower-bound predicate, if start is the dimension's start
+            lower[d_form.axes[0][0]] = Affine(0) - Affine(d_form.const + 1, d_form.syms)
+            continue
         if d_form.data or len(d_form.axes) != 1 or d_form.axes[0][1] != 1:
             return None, "a mask term is not of the form index < bound on a single tile axis"
         a = d_form.axes[0][0]
@@ -209,9 +214,15 @@ def plan_box(access: Access, mask: Value | None, tile_shape: tuple[int, ...], te
     if rest != 0:
         return None, "the base address does not split over the argument's dimensions"
     dim_start.update(parts)
+    for a, st in lower.items():
+        if dim_start.get(axis_dim[a]) != st:
+            return None, f"a lower bound on tile axis {a} that is not its dimension's start"
     for d, st in dim_start.items():
         # a bulk copy predicates 0 <= index < size per dimension; program ids and loop counters are
         # non-negative, so a start with no negative part keeps the lower bound as the program had it
+        # (where the mask bounds the index below by 0 itself, the predicate is the program's own)
+        if d in [axis_dim[a] for a in lower]:
+            continue
         if st.const < 0 or any(c < 0 for _, c in st.syms):
             return None, f"the start along dimension {d} may be negative"
         if not st.syms and st.const >= tensor_shape[d]:

@@ -45,13 +45,14 @@ class BlockPtr:
         return self.base.dtype.elem
 
 
-def _scalars(tr, values, dtype, what) -> tuple:
+def _scalars(tr, values, dtype, what, construct="tl.make_block_ptr") -> tuple:
     out = []
     for x in values:
+        x = getattr(x, "value", x)          # a tl.constexpr
         if isinstance(x, TV) and not (x.type.is_scalar and x.dtype.is_int):
-            raise LoweringError(f"tl.make_block_ptr: {what} must be integer scalars, got {x.type}", tr.b.loc)
+            raise LoweringError(f"{construct}: {what} must be integer scalars, got {x.type}", tr.b.loc)
         if not isinstance(x, TV) and not is_num(x):
-            raise LoweringError(f"tl.make_block_ptr: {what} must be integers, got {x!r}", tr.b.loc)
+            raise LoweringError(f"{construct}: {what} must be integers, got {x!r}", tr.b.loc)
         out.append(S.cast(as_tv(tr.b, x, dtype if is_num(x) else None), dtype))
     return tuple(out)
 

@@ -9,7 +9,7 @@ import triton.language as tl
 
 from ..errors import LoweringError
 from ..ir import types as T
-from . import block_ptr
+from . import block_ptr, tensor_desc
 from . import semantics as S
 from .semantics import TV, as_tv, is_num, to_dtype
 
@@ -126,6 +126,7 @@ BUILTINS[tl.max_contiguous] = _hint("max_contiguous")
 
 BUILTINS[tl.make_block_ptr] = block_ptr.make_block_ptr
 BUILTINS[tl.advance] = block_ptr.advance
+BUILTINS[tl.make_tensor_descriptor] = tensor_desc.make_tensor_descriptor
 
 
 # -- memory -------------------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from .block_ptr import BlockPtr
 from .builtins import BUILTINS, TENSOR_METHODS, tle_load
 from .gpu import Buffer, traced
 from .semantics import TV, as_tv, is_num
+from .tensor_desc import TensorDescriptor
 
 _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
            ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.BitAnd: operator.and_,
@@ -748,6 +749,11 @@ class Tracer:
             return self._inline(inner, args, kwargs, node)
         if getattr(fn, "__self__", None) is not None and isinstance(fn.__self__, TV):
             return fn(*args, **kwargs)
+        if isinstance(getattr(fn, "__self__", None), TensorDescriptor):
+            try:
+                return fn(*args, **kwargs)
+            except TypeError as e:
+                raise self._err(f"bad arguments to desc.{fn.__name__}: {e}", node)
         if isinstance(fn, _TileMethod):
             return fn(*args, **kwargs)
         if fn is tl.range or fn is tl.static_range or (_hashable(fn) and fn in TLE_RANGES):

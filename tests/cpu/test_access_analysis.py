@@ -250,6 +250,33 @@ def test_box_plan_mask_must_match_the_tensor_edge():
 
 
 @tle.jit
+def lower_bounded(x_ptr, y_ptr, M, N, ROW, LOW: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):
+    rm = ROW + tl.arange(0, BM)
+    rn = tl.arange(0, BN)
+    inside = (rm[:, None] >= LOW) & (rm[:, None] < M) & (rn[None, :] < N)
+    tl.store(y_ptr + rm[:, None] * N + rn[None, :], tl.load(x_ptr + rm[:, None] * N + rn[None, :], mask=inside))
+
+
+@pytest.mark.parametrize("low, row, expect", [
+    (0, None, ""),               # `index >= 0` is the copy's own lower predicate: a box
+    (0, -3, ""),                 # even where the start is negative: the program masks those rows itself
+    (1, 5, ""),                  # provably true where the start is known
+    (1, None, "a lower bound on tile axis 0 that is not its dimension's start"),
+])
+def test_box_plan_takes_a_lower_bound_of_zero(low, row, expect):
+    """Block pointers and tensor descriptors check both ends of each axis: `0 <= index < size`."""
+    M, N = 40, 16
+    x = meta(M, N)
+    k = ir_of(lower_bounded, x, meta(M, N), M, N, 7 if row is None else row, LOW=low, BM=8, BN=16)
+    known = dict(M=M, N=N) if row is None else dict(M=M, N=N, ROW=row)
+    plan, why = plan_of(k, ops_named(k, "load")[0], x, known)
+    assert why == expect
+    if not expect:
+        start = sym(k, "ROW") if row is None else Affine(row)
+        assert starts(plan) == [(start, 8, 0), (Affine(0), 16, 1)]
+
+
+@tle.jit
 def flat_box(x_ptr, y_ptr, START, BLOCK: tl.constexpr):
     offs = tl.arange(0, BLOCK)
     tl.store(y_ptr + offs, tl.load(x_ptr + START + offs))

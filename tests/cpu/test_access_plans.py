@@ -557,9 +557,9 @@ PLANS = {
         ('store', 'box', 'T.copy from fragment'),
     ],
     'block_pointers': [
-        ('load', 'box', 'T.Parallel into shared'),
-        ('load', 'box', 'T.Parallel into shared'),
-        ('store', 'box', 'T.Parallel'),
+        ('load', 'box', 'T.copy into shared'),
+        ('load', 'box', 'T.copy into shared'),
+        ('store', 'box', 'T.copy from fragment'),
     ],
     'atomic_or': [
         ('load', 'box', 'T.copy into fragment'),
@@ -585,6 +585,12 @@ PLANS = {
         ('load', 'scalar', 'scalar expression'),
         ('store', 'scalar', 'scalar statement'),
         ('store', 'scalar', 'scalar statement'),
+    ],
+    'tensor_descriptors': [
+        ('load', 'box', 'T.copy into shared'),
+        ('load', 'box', 'T.copy into shared'),
+        ('store', 'box', 'T.copy from fragment'),
+        ('atomic', 'box', 'T.atomic_add per element'),
     ],
 }
 KERNELS = dict(example_kernels())

@@ -30,10 +30,12 @@ def meta(*shape, dtype=torch.float32):
 
 # -- unsupported constructs: LoweringError with file:line ----------------------------------------------
 @tle.jit
-def uses_while(x_ptr, n, BLOCK: tl.constexpr):
+def uses_break(x_ptr, n, BLOCK: tl.constexpr):
     i = 0
-    while i < n:  # ERR-while
+    while i < n:
         i += 1
+        if i > 3:
+            break  # ERR-break
     tl.store(x_ptr + tl.arange(0, BLOCK), 0.0)
 
 
@@ -63,7 +65,7 @@ def uses_unsupported_triton_builtin(x_ptr, BLOCK: tl.constexpr):
 
 
 @pytest.mark.parametrize("kernel, marker, words", [
-    (uses_while, "ERR-while", "while"),
+    (uses_break, "ERR-break", "break"),
     (uses_block_pointer_load, "ERR-boundary-check", "boundary_check"),
     (calls_plain_python_on_tiles, "ERR-unknown-call", "not_a_kernel_function"),
     (uses_unsupported_triton_builtin, "ERR-triton-builtin", "histogram"),

@@ -15,6 +15,9 @@ def block_ptr_matmul(
     c_ptr: T.Tensor((7200,), 'float16'),
 ):
     with T.Kernel(4, 3, threads=128) as (bx, by):
+        a_ptr_v = T.StridedTensor((100, 90), (90, 1), 'float16', data=a_ptr.data)
+        b_ptr_v = T.StridedTensor((90, 72), (72, 1), 'float16', data=b_ptr.data)
+        c_ptr_v = T.StridedTensor((100, 72), (72, 1), 'float16', data=c_ptr.data)
         acc = T.alloc_fragment((32, 32), 'float32')
         a = T.alloc_shared((32, 32), 'float16')
         b = T.alloc_shared((32, 32), 'float16')
@@ -25,12 +28,7 @@ def block_ptr_matmul(
         b_blk_off1 = T.alloc_var('int32', init=(pid_n * 32))
         for _ in T.Pipelined(3, num_stages=3):
             a_blk_off1 = (0 + (_ * 32))
-            b_blk_off0 = (0 + (_ * 32))
-            for i0, i1 in T.Parallel(32, 32):
-                a[i0, i1] = T.if_then_else(((((a_blk_off0 + i0) >= 0) & (T.cast((a_blk_off0 + i0), 'int64') < T.int64(100))) & (((a_blk_off1 + i1) >= 0) & (T.cast((a_blk_off1 + i1), 'int64') < T.int64(90)))), a_ptr[((T.cast((a_blk_off0 + i0), 'int64') * T.int64(90)) + (T.cast((a_blk_off1 + i1), 'int64') * T.int64(1)))], T.float16(0.0))
-            for i0, i1 in T.Parallel(32, 32):
-                b[i0, i1] = T.if_then_else(((((b_blk_off0 + i0) >= 0) & (T.cast((b_blk_off0 + i0), 'int64') < T.int64(90))) & (((b_blk_off1 + i1) >= 0) & (T.cast((b_blk_off1 + i1), 'int64') < T.int64(72)))), b_ptr[((T.cast((b_blk_off0 + i0), 'int64') * T.int64(72)) + (T.cast((b_blk_off1 + i1), 'int64') * T.int64(1)))], T.float16(0.0))
+            T.copy(a_ptr_v[a_blk_off0:a_blk_off0 + 32, a_blk_off1:a_blk_off1 + 32], a)
+            T.copy(b_ptr_v[a_blk_off1:a_blk_off1 + 32, b_blk_off1:b_blk_off1 + 32], b)
             T.gemm(a, b, acc)
-        for i0, i1 in T.Parallel(32, 32):
-            if (((((pid_m * 32) + i0) >= 0) & (T.cast(((pid_m * 32) + i0), 'int64') < T.int64(100))) & ((((pid_n * 32) + i1) >= 0) & (T.cast(((pid_n * 32) + i1), 'int64') < T.int64(72)))):
-                c_ptr[((T.cast(((pid_m * 32) + i0), 'int64') * T.int64(72)) + (T.cast(((pid_n * 32) + i1), 'int64') * T.int64(1)))] = T.cast(acc[i0, i1], 'float16')
+        T.copy(acc, c_ptr_v[pid_m * 32:pid_m * 32 + 32, pid_n * 32:pid_n * 32 + 32])
