@@ -307,6 +307,23 @@ class Tracer:
             if n not in carried:
                 env.pop(n, None)
 
+    def _carried_outs(self, st, env, benv, carried, types) -> tuple[list, bool]:
+        """The values a loop body hands on for its `carried` variables, and whether their types settled: a
+        Python number that became a runtime value of another type updates `types` (the loop is retraced)."""
+        outs, settled = [], True
+        for n in carried:
+            v = benv[n]
+            if is_num(v):
+                v = S.broadcast_to(S.const(self.b, v, types[n].elem), types[n].shape)
+            if v.type != types[n]:
+                if not isinstance(env[n], TV) and v.type.is_scalar:
+                    types[n], settled = v.type, False
+                    continue
+                raise self._err(f"loop-carried variable '{n}' has type {types[n]} before the loop and "
+                                f"{v.type} at the end of the body", st)
+            outs.append(v)
+        return outs, settled
+
     def _loop_scope(self, env, carried, block) -> dict:
         scope = dict(env)
         for n, a in zip(carried, block.args):
@@ -343,18 +360,7 @@ class Tracer:
             if any(key in outer for key in log):
                 raise self._err("a while loop body that updates a tile from before the loop in place (tle.call) "
                                 "is not supported; use a `for` loop", st)
-            outs, settled = [], True
-            for n in carried:
-                v = benv[n]
-                if is_num(v):
-                    v = S.broadcast_to(S.const(self.b, v, types[n].elem), types[n].shape)
-                if v.type != types[n]:
-                    if not isinstance(env[n], TV) and v.type.is_scalar:
-                        types[n], settled = v.type, False
-                        continue
-                    raise self._err(f"loop-carried variable '{n}' has type {types[n]} before the loop and "
-                                    f"{v.type} at the end of the body", st)
-                outs.append(v)
+            outs, settled = self._carried_outs(st, env, benv, carried, types)
             if settled:
                 self._loc(st)
                 self.b.yield_([v.v for v in outs])
@@ -546,19 +552,8 @@ class Tracer:
                             raise self._err(f"block pointer '{n}' is replaced in the loop body; only "
                                             f"tl.advance may change it there", st)
                         benv.update(zip(fields, bp.offsets))
-                    outs, retry = [], False
-                    for n in carried:
-                        v = benv[n]
-                        if is_num(v):
-                            v = S.broadcast_to(S.const(self.b, v, types[n].elem), types[n].shape)
-                        if v.type != types[n]:
-                            if not isinstance(env[n], TV) and v.type.is_scalar:
-                                types[n] = v.type   # a Python number became a runtime value: retrace with its type
-                                retry = True
-                                continue
-                            raise self._err(f"loop-carried variable '{n}' has type {types[n]} before the loop "
-                                            f"and {v.type} at the end of the body", st)
-                        outs.append(v)
+                    outs, settled = self._carried_outs(st, env, benv, carried, types)
+                    retry = not settled
                     new = [tv for key, (tv, _) in log.items()
                            if key in outer and all(tv is not u for u in updated)]
                     if new:                 # carry them too: retrace with a block argument for each

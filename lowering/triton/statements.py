@@ -113,6 +113,16 @@ def raw_call(g, op: Op, indent: int):
         g.emit(f"{', '.join(p[0] for p in pairs)} = {', '.join(p[1] for p in pairs)}", indent)
 
 
+def _carried_name(g, loop: Op, init, arg) -> str:
+    """The variable of a loop-carried value (block argument `arg`): the source's own name, kept across the
+    loop where nothing but the loop reads its initial value, else a fresh one."""
+    if init in g.ids and all(u is loop for u in g.users.get(init.id, [])) and \
+            g.ids[init].split("_")[0] == (arg.name or "").split("_")[0]:
+        g.ids.alias(arg, g.ids[init])
+        return g.ids[init]
+    return g.ids.define(arg)
+
+
 @_rule("for")
 def for_(g, op: Op, indent: int):
     lo, hi, st, *inits = op.operands
@@ -122,13 +132,7 @@ def for_(g, op: Op, indent: int):
     order = {id(o): i for i, o in enumerate(op.body.ops)}
     names = []
     for c, r, init, out in zip(carried, op.results, inits, yields):
-        # keep the source's variable name across the loop where nothing else needs the value
-        if init in g.ids and all(u is op for u in g.users.get(init.id, [])) and \
-                g.ids[init].split("_")[0] == (c.name or "").split("_")[0]:
-            nm = g.ids[init]
-            g.ids.alias(c, nm)
-        else:
-            nm = g.ids.define(c)
+        nm = _carried_name(g, op, init, c)
         g.ids.alias(r, nm)
         names.append(nm)
         if g.can_write_in_place(c, out, op.body, order):
@@ -164,12 +168,7 @@ def while_(g, op: Op, indent: int):
     before, body = op.regions
     names = []
     for a, b, r, init in zip(before.args, body.args, op.results, op.operands):
-        if init in g.ids and all(u is op for u in g.users.get(init.id, [])) and \
-                g.ids[init].split("_")[0] == (a.name or "").split("_")[0]:
-            nm = g.ids[init]
-            g.ids.alias(a, nm)
-        else:
-            nm = g.ids.define(a)
+        nm = _carried_name(g, op, init, a)
         g.ids.alias(b, nm)
         g.ids.alias(r, nm)
         names.append(nm)
