@@ -16,8 +16,8 @@ from .. import backend as api
 from ..files import default_cache_dir, load_module, write_once
 from ..ir.core import KernelIR
 from ..spec import Spec
-from ..transforms import (drop_overwritten_buffer_carries, fold_constants, hoist_guarded_loads,
-                          pipeline_async_loads, rewrite_inductions)
+from ..transforms import (drop_overwritten_buffer_carries, fold_constants, fold_dot_accumulators,
+                          hoist_guarded_loads, pipeline_async_loads, rewrite_inductions)
 from .block_size import check_block_size
 from .codegen import generate
 from .rules import RULES
@@ -198,6 +198,7 @@ class Backend(api.Backend):
 
     def lower(self, ir: KernelIR, spec: Spec, cache_dir: str) -> TileLangCompiled:
         fold_constants(ir)
+        fold_dot_accumulators(ir)      # acc += tl.dot(a, b): T.gemm into acc, as Triton's compiler does it
         rewrite_inductions(ir)
         hoist_guarded_loads(ir)
         drop_overwritten_buffer_carries(ir)
