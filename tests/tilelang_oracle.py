@@ -18,8 +18,9 @@ needs_tilelang = pytest.mark.skipif(tle.available_backends().get("tilelang") is 
                                     reason="TileLang backend unavailable")
 
 
-def interpret_tilelang(kernel, grid, *args, num_warps=4, **kwargs):
-    """Run on CPU tensors (written in place); return the interpreter's report."""
+def interpret_tilelang(kernel, grid, *args, num_warps=None, **kwargs):
+    """Run on CPU tensors (written in place); return the interpreter's report. num_warps None: as a launch
+    that leaves it out (the kernel's tle.call sites choose it, else 4)."""
     lowered = kernel.lower(*args, grid=grid, backend="tilelang", num_warps=num_warps, **kwargs)
     relies = any(ZERO_FILL in how for _, _, _, how in lowered.compiled.access_report)
     report = kernel.interpret_tilelang(grid, *args, strict_reads=not relies, num_warps=num_warps, **kwargs)

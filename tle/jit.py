@@ -14,12 +14,13 @@ from dataclasses import dataclass
 
 import torch
 
-from tle import select
+from tle import arguments, select
 from tle.cache import cache_dir
 from tle.dtypes import from_torch
 from tle.errors import LaunchError
 from tle.lowering.backend import Compiled
-from tle.lowering.frontend import constexpr_params, make_tracer
+from tle.lowering.frontend import constexpr_params
+from tle.lowering.frontend.raw_call import DEFAULT_NUM_WARPS, settle_num_warps
 from tle.lowering.ir import types as T
 from tle.lowering.ir.core import KernelIR
 from tle.lowering.spec import ArgSpec, Spec
@@ -34,7 +35,7 @@ _TLE_OPTIONS = frozenset(("backend", "num_warps", "num_stages"))
 _REQUIRED = object()
 
 
-def _scalar_kind(name, x) -> str:
+def _scalar_kind(kernel: str, name: str, x) -> str:
     """The IR type name of a scalar argument: i1, i32, i64 or fp32 (the common cases tested first)."""
     t = type(x)
     if t is int:
@@ -50,14 +51,15 @@ def _scalar_kind(name, x) -> str:
             return "i32"
         if -2**63 <= x < 2**63:
             return "i64"
-        raise LaunchError(f"argument '{name}': integer {x} does not fit in 64 bits")
+        raise LaunchError(f"{kernel}: argument '{name}': integer {x} does not fit in 64 bits")
     if isinstance(x, numbers.Real):
         return "fp32"
-    raise LaunchError(f"argument '{name}': expected a torch.Tensor, int, float or bool, got {type(x).__name__}")
+    raise LaunchError(f"{kernel}: argument '{name}' is {arguments.describe(x)}; expected a torch.Tensor, an int, "
+                      f"a float, a bool or None")
 
 
-def _scalar_type(name, x) -> T.Type:
-    return T.scalar(getattr(T, _scalar_kind(name, x)))
+def _scalar_type(kernel: str, name: str, x) -> T.Type:
+    return T.scalar(getattr(T, _scalar_kind(kernel, name, x)))
 
 
 def check_grid(grid) -> tuple[int, ...]:
@@ -98,6 +100,11 @@ class Lowered:
     @property
     def stages(self) -> tuple[str, ...]:
         return self.compiled.stages
+
+    @property
+    def num_warps(self) -> int:
+        """What the kernel runs with: the launch's num_warps, else its tle.call sites' threads / 32, else 4."""
+        return self.kernel.num_warps
 
     def stage(self, name: str) -> str:
         return self.compiled.stage(name)
@@ -190,33 +197,42 @@ class Kernel:
 
     def _key(self, values, backend, grid):
         """The specialization key of a launch (without backend and launch options), and its tensors' device."""
-        key, device = [], None
+        key, device, first_tensor = [], None, None
         shapes, ints = backend.specializes_shapes, backend.specializes_ints
         for (name, is_constexpr, unspecialized), v in zip(self._params, values):
             t = type(v)
             if is_constexpr or v is None:
-                key.append(v if t in _PLAIN else _hashable(v))
+                key.append(v if t in _PLAIN else self._constexpr_key(name, v))
             elif t is int and -2**31 <= v < 2**31:
                 key.append(v if ints and not unspecialized else "i32")
             elif t is float:
                 key.append("fp32")
             elif t is torch.Tensor or isinstance(v, torch.Tensor):
                 if device is None:
-                    device = v.device
+                    device, first_tensor = v.device, name
                 elif v.device != device:
-                    raise LaunchError(f"argument '{name}' is on {v.device}, other tensors are on {device}")
+                    raise LaunchError(f"{self.__name__}: argument '{name}' is on {v.device}, but '{first_tensor}' is "
+                                      f"on {device}; a launch takes all its tensors on one device")
                 aligned = device.type == "meta" or v.data_ptr() % 16 == 0
                 key.append((v.dtype, aligned, v.shape, v.stride()) if shapes else (v.dtype, aligned))
             elif ints and type(v) is int and not unspecialized:
-                _scalar_kind(name, v)            # rejects ints that do not fit in 64 bits
-                key.append(v)                    # compiled in as a constant
+                _scalar_kind(self.__name__, name, v)     # rejects ints that do not fit in 64 bits
+                key.append(v)                            # compiled in as a constant
             else:
-                key.append(_scalar_kind(name, v))
+                key.append(_scalar_kind(self.__name__, name, v))
         if backend.specializes_grid:
             if grid is None:
                 raise LaunchError(f"{self.__name__}: backend '{backend.name}' compiles for a grid; pass grid=")
             key.append(grid)
         return tuple(key), device
+
+    def _constexpr_key(self, name, v):
+        """The key of a constexpr that is no plain Python value (a dtype, a tuple, a function, ...)."""
+        if isinstance(v, torch.Tensor):
+            raise LaunchError(f"{self.__name__}: constexpr '{name}' is {arguments.describe(v)}; a constexpr takes "
+                              f"a Python value (an int, a float, a bool, a str, a dtype, ...): pass t.item() for a "
+                              f"number")
+        return _hashable(v)
 
     def _spec(self, runtime, backend, num_warps, num_stages, grid=None) -> Spec:
         arg_specs, specialized = [], []
@@ -225,11 +241,11 @@ class Kernel:
                 try:
                     dt = from_torch(v.dtype)
                 except TypeError as e:
-                    raise LaunchError(f"argument '{name}': {e}") from None
+                    raise LaunchError(f"{self.__name__}: argument '{name}': {e}") from None
                 aligned = (v.data_ptr() % 16 == 0) if v.device.type != "meta" else True
                 a = ArgSpec(name, T.scalar(T.PointerType(dt)), tuple(v.shape), tuple(v.stride()), aligned16=aligned)
             else:
-                t = _scalar_type(name, v)
+                t = _scalar_type(self.__name__, name, v)
                 spec_it = backend.specializes_ints and t.elem.is_int and not t.elem.is_bool \
                     and name not in self.do_not_specialize
                 a = ArgSpec(name, t, value=int(v) if spec_it else None)
@@ -240,26 +256,31 @@ class Kernel:
                     grid if backend.specializes_grid else None)
 
     # -- lowering -----------------------------------------------------------------------------------
-    def _lower(self, backend, constexprs, spec: Spec) -> Lowered:
+    def _lower(self, backend, constexprs, spec: Spec, launch_values: dict) -> Lowered:
+        """Lower for `spec`, whose num_warps is None where the launch left it to the kernel."""
         runtime_types = {a.name: a.type for a in spec.args if a.name not in spec.specialized}
         known = {a.name: (a.type, a.value) for a in spec.args if a.name in spec.specialized}
-        tracer = make_tracer()
-        ir = tracer.trace_kernel(self.fn, runtime_types, dict(constexprs), spec.num_warps, spec.num_stages, known)
+        attempt = arguments.Trace(self.fn, runtime_types, dict(constexprs), known,
+                                  spec.num_warps or DEFAULT_NUM_WARPS, spec.num_stages)
+        ir = arguments.trace(self.__name__, attempt, launch_values, self.constexpr_names)
+        num_warps = settle_num_warps(ir, spec.num_warps)     # the launch's, else its tle.call sites', else 4
         ir.specialized = {n: v for n, (_, v) in known.items()}
-        runtime_spec = Spec(tuple(a for a in spec.args if a.name not in spec.specialized), spec.num_warps,
+        runtime_spec = Spec(tuple(a for a in spec.args if a.name not in spec.specialized), num_warps,
                             spec.num_stages, spec.specialized, spec.grid)
         ir_text = str(ir)      # the frontend's IR, before any backend rewrites it
         compiled = backend.lower(ir, runtime_spec, cache_dir())
         return Lowered(backend.name, ir, compiled, ir_text)
 
     def _get(self, backend, values, key, num_warps, num_stages, grid, interpret: str):
-        """(Lowered, positions in `values` of what its kernel takes), lowered on the first launch of a key."""
+        """(Lowered, positions in `values` of what its kernel takes), lowered on the first launch of a key;
+        num_warps None: the launch did not fix it."""
         # the interpreter setting decides what Triton's jit builds, so lowerings differ with it
         full_key = (backend.name, key, num_warps, num_stages, interpret)
         hit = self._cache.get(full_key)
         if hit is None:
             constexprs, runtime = self._split(values)
-            lowered = self._lower(backend, constexprs, self._spec(runtime, backend, num_warps, num_stages, grid))
+            lowered = self._lower(backend, constexprs, self._spec(runtime, backend, num_warps, num_stages, grid),
+                                  self._named(values))
             specialized = lowered.kernel.specialized
             positions = tuple(i for i, ((name, is_constexpr, _), v) in enumerate(zip(self._params, values))
                               if not is_constexpr and v is not None and name not in specialized)
@@ -275,17 +296,17 @@ class Kernel:
             grid = check_grid(grid(self._named(values)) if callable(grid) else grid)
         b = select.resolve(select.choose(backend, self.backend))
         key, _ = self._key(values, b, grid)
-        return self._get(b, values, key, int(num_warps), int(num_stages), grid, select.interpret_setting())[0]
+        return self._get(b, values, key, num_warps, num_stages, grid, select.interpret_setting())[0]
 
-    def _options_as_params(self, args, kwargs, num_warps, num_stages) -> tuple[int, int]:
+    def _options_as_params(self, args, kwargs, num_warps, num_stages) -> tuple[int | None, int]:
         """A parameter named like a launch option (`num_stages: tl.constexpr`) takes the option's value, as in
         a launch (Triton's too), unless the call gives the parameter itself; (num_warps, num_stages) with
-        their defaults filled in."""
+        num_stages's default filled in (num_warps stays None: the kernel's tle.call sites may choose it)."""
         for name, v in (("num_warps", num_warps), ("num_stages", num_stages)):
             i = self._index.get(name)
             if v is not None and i is not None and i >= len(args) and name not in kwargs:
                 kwargs[name] = v
-        return (4 if num_warps is None else int(num_warps)), (3 if num_stages is None else int(num_stages))
+        return (None if num_warps is None else int(num_warps)), (3 if num_stages is None else int(num_stages))
 
     def _named(self, values) -> dict:
         """What a callable grid receives: every argument by name."""
@@ -310,7 +331,7 @@ class Kernel:
         grid = check_grid(grid)
         b = select.resolve("tilelang")
         key, _ = self._key(values, b, grid)
-        lowered, positions = self._get(b, values, key, int(num_warps), int(num_stages), grid,
+        lowered, positions = self._get(b, values, key, num_warps, num_stages, grid,
                                        select.interpret_setting())
         return lowered.compiled.interpret([values[i] for i in positions], strict_reads=strict_reads)
 
@@ -320,9 +341,11 @@ class Kernel:
         if not launch.keys() <= _TLE_OPTIONS:
             _check_fixed_options(self.__name__, launch)
         b = select.resolve(select.choose(launch.get("backend"), self.backend))
-        num_warps, num_stages = int(launch.get("num_warps", 4)), int(launch.get("num_stages", 3))
-        if num_warps <= 0 or num_warps & (num_warps - 1):
-            raise LaunchError(f"num_warps must be a power of two, got {num_warps}")
+        num_warps, num_stages = launch.get("num_warps"), int(launch.get("num_stages", 3))
+        if num_warps is not None:       # else the kernel's tle.call sites choose it, or the default 4
+            num_warps = int(num_warps)
+            if num_warps <= 0 or num_warps & (num_warps - 1):
+                raise LaunchError(f"{self.__name__}: num_warps must be a power of two, got {num_warps}")
         if callable(grid):
             grid = grid(self._named(values))
         grid = check_grid(grid)
@@ -330,12 +353,14 @@ class Kernel:
         if device is None:
             raise LaunchError(f"{self.__name__}: a launch needs at least one tensor argument")
         interpret = select.interpret_setting()
+        # lowered first: an argument the kernel cannot use is reported the same way on every backend and
+        # device, before whether this backend runs here
+        lowered, positions = self._get(b, values, key, num_warps, num_stages, grid, interpret)
         why = select.launch_unavailable_reason(b, device, interpret)
         if why is not None:
             tensors = [n for (n, _, _), v in zip(self._params, values) if isinstance(v, torch.Tensor)]
             raise LaunchError(f"{self.__name__}: cannot launch on backend '{b.name}' with tensors "
                               f"{', '.join(tensors)} on {device}: {why}")
-        lowered, positions = self._get(b, values, key, num_warps, num_stages, grid, interpret)
         if not warmup:
             lowered.compiled.launch(grid, [values[i] for i in positions])
         return lowered

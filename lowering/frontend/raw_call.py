@@ -140,3 +140,79 @@ def _layouts(fn, args, layout, call, error) -> tuple:
         for i in where:
             per_arg[i] = {"space": space, "order": order}
     return tuple(per_arg)
+
+
+# -- the kernel's thread count ---------------------------------------------------------------------------------
+# A tle.call runs its raw function on one block of `hardware["threads"]` threads, and a kernel's block is
+# 32 * num_warps threads. The same rule holds on every backend, so that a program means the same thing
+# everywhere: TileLang runs the function on the kernel's own threads, and Triton, whose element-wise inlining
+# would work with any count, launches the thread count the call asked for too.
+WARP_SIZE = 32
+MAX_THREADS = 1024           # a CUDA block's limit (num_warps=32)
+DEFAULT_NUM_WARPS = 4
+
+
+def settle_num_warps(kernel, launch_num_warps: int | None) -> int:
+    """The num_warps `kernel` (a KernelIR) runs with, written into it: the launch's where it gave one, else
+    the one its tle.call sites ask for (their threads / 32), else 4. Calls that disagree, a call whose thread
+    count the launch's num_warps does not give, or one that no num_warps gives, are LoweringErrors at the call
+    naming both counts."""
+    call = _agreed_call(kernel)
+    if call is None:
+        num_warps = launch_num_warps or DEFAULT_NUM_WARPS
+    elif launch_num_warps is not None:
+        if _thread_count(call) != WARP_SIZE * launch_num_warps:
+            raise LoweringError(f"{_call_text(call)} asks for {_thread_count(call)} threads, but the launch's "
+                                f"num_warps={launch_num_warps} gives the kernel {WARP_SIZE * launch_num_warps}; "
+                                f"{_fix(_thread_count(call))}", call.loc, construct="hardware")
+        num_warps = launch_num_warps
+    else:
+        num_warps = _warps_for(_thread_count(call))
+        if num_warps is None:
+            raise LoweringError(f"{_call_text(call)} asks for {_thread_count(call)} threads, but a kernel runs "
+                                f"32 * num_warps threads; {_fix(_thread_count(call))}", call.loc,
+                                construct="hardware")
+    kernel.num_warps = num_warps
+    return num_warps
+
+
+def _agreed_call(kernel):
+    """The kernel's first raw_call op (None without one), once every other asks for as many threads."""
+    calls = [op for op in kernel.walk() if op.name == "raw_call"]
+    for op in calls[1:]:
+        if _thread_count(op) != _thread_count(calls[0]):
+            first = calls[0]
+            raise LoweringError(f"{_call_text(first)} at {first.loc} asks for {_thread_count(first)} threads and "
+                                f"{_call_text(op)} at {op.loc} for {_thread_count(op)}: a kernel runs one block of "
+                                f"32 * num_warps threads, so its tle.call sites must ask for the same count",
+                                op.loc, construct="hardware")
+    return calls[0] if calls else None
+
+
+def _thread_count(op) -> int:
+    """The number of threads a raw_call op asks for (the product over its thread axes)."""
+    n = 1
+    for t in op.attrs["threads"]:
+        n *= int(t)
+    return n
+
+
+def _call_text(op) -> str:
+    return f"tle.call({op.attrs['fn'].name}) with hardware threads {tuple(op.attrs['threads'])}"
+
+
+def _warps_for(count: int) -> int | None:
+    """The num_warps whose block has `count` threads (a power of two, at most 32), or None where none has."""
+    warps = count // WARP_SIZE
+    if count % WARP_SIZE or warps & (warps - 1) or not 1 <= warps <= MAX_THREADS // WARP_SIZE:
+        return None
+    return warps
+
+
+def _fix(count: int) -> str:
+    """How to make a call of `count` threads and its launch agree."""
+    warps = _warps_for(count)
+    if warps is None:
+        return (f"no num_warps (a power of two, at most {MAX_THREADS // WARP_SIZE}) gives {count}: give the call "
+                f"32 * 2**k threads, at most {MAX_THREADS}")
+    return f"launch with num_warps={warps}, or leave num_warps out (the kernel then runs the call's {count} threads)"

@@ -17,13 +17,10 @@ def raw_call(g: Context, op: Op, indent: int):
     body = fn.body()
     body.check(BACKEND)
     count, kernel_threads = _thread_count(threads), 32 * g.k.num_warps
-    if count != kernel_threads:
-        warps = count // 32
-        hint = f"launch the kernel with num_warps={warps}" if count % 32 == 0 and warps & (warps - 1) == 0 \
-            else "give the call 32 * 2**k threads and launch the kernel with num_warps=2**k"
+    if count != kernel_threads:     # the frontend settles num_warps so that they agree; IR built otherwise may not
         g.error(f"tle.call({fn.name}) with hardware threads {threads}", op,
                 f"on TileLang the raw function's threads are the kernel's threads, and the kernel runs "
-                f"{kernel_threads} (32 * num_warps={g.k.num_warps}), not {count}; {hint}")
+                f"{kernel_threads} (32 * num_warps={g.k.num_warps}), not {count}")
     for k, v in enumerate(op.operands):
         if not v.type.shape:
             g.error(f"tle.call({fn.name}) on a rank-0 tile ('{fn.params[k]}')", op, "pass tiles of rank 1 or more")

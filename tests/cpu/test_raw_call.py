@@ -250,7 +250,7 @@ def test_2d_threads_on_tilelang_split_the_thread_index():
 _DEFAULT = object()
 
 
-def _call(backend="triton", block=1024, fn=copy_tile, hw=_DEFAULT, layout=None, dtype=torch.float32, num_warps=4):
+def _call(backend="triton", block=1024, fn=copy_tile, hw=_DEFAULT, layout=None, dtype=torch.float32, num_warps=None):
     hw = {"threads": (block,)} if hw is _DEFAULT else hw
     layout = {"space": "shared", "order": [0]} if layout is None else layout
     x = torch.empty(block, device="meta", dtype=dtype)
@@ -352,26 +352,15 @@ def test_non_elementwise_function_lowers_on_tilelang():
                            HW={"threads": (1024,)}, LAYOUT={"space": "shared", "order": [0]}, num_warps=32)
 
 
-def test_tilelang_needs_the_kernel_thread_count():
-    _tilelang_or_skip()
-    with pytest.raises(UnsupportedConstruct) as e:
-        _call(backend="tilelang", num_warps=4)
-    err = e.value
-    assert err.backend == "tilelang" and err.loc.line == _line("# call: the call")
-    assert "the kernel's threads" in str(err) and "num_warps=32" in str(err)
-
-
-@pytest.mark.parametrize("threads, hint", [
-    (1024, "launch the kernel with num_warps=32"),
-    (32, "launch the kernel with num_warps=1"),
-    (96, "give the call 32 * 2**k threads and launch the kernel with num_warps=2**k"),    # 3 warps
-    (100, "give the call 32 * 2**k threads and launch the kernel with num_warps=2**k"),   # not whole warps
-])
-def test_tilelang_thread_count_hint(threads, hint):
-    _tilelang_or_skip()
-    with pytest.raises(UnsupportedConstruct) as e:
-        _call(backend="tilelang", hw={"threads": (threads,)}, num_warps=4)
-    assert f"runs 128 (32 * num_warps=4), not {threads}; {hint}" in str(e.value)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_launch_num_warps_other_than_the_call_threads(backend):
+    """The kernel's thread count and the call's agree on every backend (tests/cpu/test_call_threads.py)."""
+    if backend == "tilelang":
+        _tilelang_or_skip()
+    with pytest.raises(LoweringError) as e:
+        _call(backend=backend, num_warps=4)
+    assert e.value.loc.line == _line("# call: the call")
+    assert "asks for 1024 threads" in str(e.value) and "num_warps=4 gives the kernel 128" in str(e.value)
 
 
 def test_tilelang_notes_an_order_other_than_row_major():

@@ -36,9 +36,12 @@ Semantics of a call `tle.call(fn, args, hardware={"threads": (n0, ...)}, layout=
   a tile of exactly its parameter's shape and dtype. `layout={tile: {"space": "shared", "order": [...]}}`
   (optional, keyed by tiles of `args`) places a tile: "shared" is the only space; `order` lists the
   tile's axes fastest-varying first, as Triton's layouts do, and is a hint.
+- The function's threads are the kernel's own: the product of `hardware["threads"]` is the kernel's thread
+  count, 32 * num_warps, on every backend (thread axis x varies fastest). A launch without num_warps takes
+  it from the calls (threads / 32); one with another num_warps, or calls asking for different counts, are
+  lowering errors naming both numbers.
 - Backends: TileLang runs the function as written, thread by thread, on shared-memory copies of the
-  tiles; its threads are the kernel's own, so the product of `hardware["threads"]` must be the kernel's
-  thread count (32 * num_warps; thread axis x varies fastest). Triton has no threads, so it lowers
+  tiles. Triton has no threads, so it lowers
   a function only when it is element-wise over the tile (every access at one index vector computed from
   the thread/block ids that reaches each tile element exactly once); otherwise UnsupportedConstruct.
 
