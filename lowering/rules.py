@@ -146,7 +146,8 @@ def _construct(op: Op) -> str:
 # how the kernel wrote an op that is one Triton function
 _USER_NAMES = {"sort": "tl.sort", "topk": "tl.topk", "histogram": "tl.histogram", "join": "tl.join",
                "split": "tl.split", "inline_asm": "tl.inline_asm_elementwise", "print": "tl.device_print",
-               "assert": "tl.device_assert", "reshape": "tl.reshape", "trans": "tl.trans", "while": "while loop"}
+               "assert": "tl.device_assert", "reshape": "tl.reshape", "trans": "tl.trans", "while": "while loop",
+               "combine_scan": "tl.associative_scan", "combine_reduce": "tl.reduce"}
 
 
 def attribute_table(tables: list[Rules]) -> str:

@@ -1579,3 +1579,149 @@ def tensor_descriptors(device):
         return {"c": prod.half(), "s": prod + 1.0}
     return tle.Launch(grid=(4, 3), args=(a, b, c, s, M, N, K), kwargs=dict(BM=32, BN=32, BK=32),
                       outputs={"c": c, "s": s}, reference=reference, tolerances={"s": (1e-2, 1e-2)})
+
+
+# -- scans and reductions both backends have: tl.cumsum, and tl.associative_scan / tl.reduce whose combine
+#    function is a plain sum or maximum (T.cumsum, T.reduce_sum, T.reduce_max on TileLang) ---------------------
+@tle.jit
+def _plus(a, b):
+    return a + b
+
+
+@tle.jit
+def _larger(a, b):
+    return tl.maximum(a, b)
+
+
+@tle.jit
+def prefix_sums(x_ptr, down_ptr, back_ptr, count_ptr, sum_ptr, max_ptr, n_rows, ROWS: tl.constexpr,
+                COLS: tl.constexpr):
+    rows = tl.arange(0, ROWS)
+    cols = tl.arange(0, COLS)
+    tile = rows[:, None] * COLS + cols[None, :]
+    mask = rows[:, None] < n_rows
+    x = tl.load(x_ptr + tile, mask=mask, other=0.0)
+    tl.store(down_ptr + tile, tl.cumsum(x, 0), mask=mask)                                 # down the columns
+    tl.store(back_ptr + tile, tl.associative_scan(x, 1, _plus, reverse=True), mask=mask)  # suffix sums of rows
+    tl.store(count_ptr + cols, tl.cumsum(tl.sum((x > 0).to(tl.int32), 0), 0))            # 1-D, integers
+    tl.store(sum_ptr + cols, tl.reduce(x, 0, _plus))
+    tl.store(max_ptr + rows, tl.reduce(x, 1, _larger), mask=rows < n_rows)
+
+
+@case(prefix_sums)
+def user_combine_sums(device):
+    n = 13
+    x = torch.randn(n, 32, device=device)
+    down, back = _nan_like(x), _nan_like(x)
+    count = torch.full((32,), -7, dtype=torch.int32, device=device)
+    sums, maxes = torch.full((32,), float("nan"), device=device), torch.full((n,), float("nan"), device=device)
+
+    def reference():
+        return {"down": x.cumsum(0), "back": x.flip(1).cumsum(1).flip(1),
+                "count": (x > 0).int().sum(0).cumsum(0).int(), "sums": x.sum(0), "maxes": x.amax(1)}
+    return tle.Launch(grid=(1,), args=(x, down, back, count, sums, maxes, n), kwargs=dict(ROWS=16, COLS=32),
+                      outputs={"down": down, "back": back, "count": count, "sums": sums, "maxes": maxes},
+                      reference=reference)
+
+
+# -- fp8: conversions from fp32 and back (rounding to nearest even, saturating), bitcasts, two kinds mixed ------
+def _fp8(x, dtype):
+    """x rounded to the fp8 dtype as the GPU converts: to nearest even, saturating at the largest finite value."""
+    limit = torch.finfo(dtype).max
+    return x.clamp(-limit, limit).to(dtype)
+
+
+@tle.jit
+def fp8_conversions(x_ptr, e4_ptr, e5_ptr, e45_ptr, back_ptr, half_ptr, bits_ptr, raw_ptr, raw_back_ptr, n,
+                    BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(x_ptr + offs, mask=m, other=0.0)
+    e4 = x.to(tl.float8e4nv)
+    e5 = tl.cast(x, tl.float8e5)
+    tl.store(e4_ptr + offs, e4, mask=m)
+    tl.store(e5_ptr + offs, e5, mask=m)
+    tl.store(e45_ptr + offs, e5.to(tl.float8e4nv), mask=m)   # one fp8 kind to the other
+    tl.store(back_ptr + offs, e4.to(tl.float32), mask=m)
+    tl.store(half_ptr + offs, e4 + e5, mask=m)               # two fp8 kinds meet in fp16 (Triton's rule)
+    tl.store(bits_ptr + offs, e4.to(tl.uint8, bitcast=True), mask=m)
+    raw = tl.load(raw_ptr + offs, mask=m, other=0).to(tl.float8e5, bitcast=True)
+    tl.store(raw_back_ptr + offs, tl.abs(raw).to(tl.float16), mask=m)
+
+
+@case(fp8_conversions)
+def fp8_round_trips(device):
+    n = 300
+    g = torch.Generator().manual_seed(8)
+    x = torch.randn(n, generator=g) * torch.exp2(torch.randint(-18, 18, (n,), generator=g).float())
+    x[:10] = torch.tensor([float("inf"), -float("inf"), 1000.0, 464.0, 449.0, -70000.0, 2.0 ** -10, 2.0 ** -17,
+                           0.5625, 0.1875])                  # saturated, subnormal and half-way values
+    raw = (torch.arange(n) * 37 % 256).to(torch.uint8)
+    nonfinite = (raw & 0x7C) == 0x7C                         # fp8e5 infinities and NaNs
+    raw[nonfinite] &= 0x83
+    x, raw = x.to(device), raw.to(device)
+
+    def fp8_nan(dtype):
+        return torch.full((n,), float("nan"), device=device).to(dtype)
+    e4, e45, e5 = fp8_nan(torch.float8_e4m3fn), fp8_nan(torch.float8_e4m3fn), fp8_nan(torch.float8_e5m2)
+    back, half = _nan_like(x), torch.full((n,), float("nan"), device=device, dtype=torch.float16)
+    bits = torch.full((n,), 7, device=device, dtype=torch.uint8)
+    raw_back = torch.full((n,), float("nan"), device=device, dtype=torch.float16)
+
+    def reference():
+        r4, r5 = _fp8(x, torch.float8_e4m3fn), _fp8(x, torch.float8_e5m2)
+        return {"e4": r4, "e5": r5, "e45": _fp8(r5.float(), torch.float8_e4m3fn), "back": r4.float(),
+                "half": r4.half() + r5.half(), "bits": r4.view(torch.uint8),
+                "raw_back": raw.view(torch.float8_e5m2).float().abs().half()}
+    outputs = {"e4": e4, "e5": e5, "e45": e45, "back": back, "half": half, "bits": bits, "raw_back": raw_back}
+    return tle.Launch(grid=(3,), args=(x, e4, e5, e45, back, half, bits, raw, raw_back, n), kwargs=dict(BLOCK=128),
+                      outputs=outputs, reference=reference,
+                      tolerances={k: (0.0, 0.0) for k in outputs if k != "bits"})
+
+
+# -- fp8: a loaded fp8 operand, one converted in the kernel, tl.dot accumulating in fp32 -------------------------
+@tle.jit
+def fp8_matmul(a_ptr, b_ptr, bt_ptr, c_ptr, c8_ptr, d_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr,
+               BK: tl.constexpr):
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    acc5 = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, K, BK):
+        kk = k + rk
+        a = tl.load(a_ptr + rm[:, None] * K + kk[None, :], mask=(rm[:, None] < M) & (kk[None, :] < K),
+                    other=0.0)                                                            # fp8e4nv in memory
+        b = tl.load(b_ptr + kk[:, None] * N + rn[None, :], mask=(kk[:, None] < K) & (rn[None, :] < N),
+                    other=0.0).to(tl.float8e4nv)                                          # fp16, converted here
+        acc = tl.dot(a, b, acc)
+        bt = tl.load(bt_ptr + rn[:, None] * K + kk[None, :], mask=(rn[:, None] < N) & (kk[None, :] < K),
+                     other=0.0)                                                           # fp8e5, K-major
+        acc5 = tl.dot(a.to(tl.float8e5), tl.trans(bt), acc5)
+    mask = (rm[:, None] < M) & (rn[None, :] < N)
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc, mask=mask)
+    tl.store(c8_ptr + rm[:, None] * N + rn[None, :], acc.to(tl.float8e4nv), mask=mask)
+    tl.store(d_ptr + rm[:, None] * N + rn[None, :], acc5, mask=mask)
+
+
+@case(fp8_matmul)
+def fp8_dot(device):
+    M, N, K = 64, 128, 128
+    g = torch.Generator().manual_seed(9)
+
+    def halves(*shape):
+        # multiples of 1/2 in [-2, 2]: exact in both fp8 kinds, with partial sums of a few bits, which even the
+        # GPU's fp8 tensor-core accumulation (narrower than fp32) adds exactly
+        return torch.randint(-4, 5, shape, generator=g).float() / 2
+    a = halves(M, K).to(device).to(torch.float8_e4m3fn)
+    b = halves(K, N).to(device).half()
+    bt = halves(N, K).to(device).to(torch.float8_e5m2)
+    c, d = torch.full((M, N), float("nan"), device=device), torch.full((M, N), float("nan"), device=device)
+    c8 = torch.full((M, N), float("nan"), device=device).to(torch.float8_e4m3fn)
+
+    def reference():
+        c_ref = a.float() @ b.float()
+        return {"c": c_ref, "c8": _fp8(c_ref, torch.float8_e4m3fn), "d": a.float() @ bt.float().t()}
+    return tle.Launch(grid=(1, 2), args=(a, b, bt, c, c8, d, M, N, K), kwargs=dict(BM=64, BN=64, BK=64),
+                      outputs={"c": c, "c8": c8, "d": d}, reference=reference,
+                      tolerances={"c": (0.0, 0.0), "c8": (0.0, 0.0), "d": (0.0, 0.0)})

@@ -10,6 +10,7 @@ import triton.language as tl
 from ..errors import LoweringError
 from ..ir import types as T
 from . import block_ptr, tensor_desc
+from .combine import trace_combine
 from . import semantics as S
 from .semantics import TV, as_tv, is_num, to_dtype
 
@@ -228,6 +229,8 @@ def _atomic(kind):
         elem = pointer.dtype.elem
         if kind in ("and", "or", "xor") and not elem.is_int:
             raise LoweringError(f"tl.atomic_{kind} takes integer memory, got {elem}", tr.b.loc)
+        if elem.is_fp8:
+            raise LoweringError(f"tl.atomic_{kind} on {elem} memory: Triton's atomics take no fp8", tr.b.loc)
         val = _atomic_operand(tr, pointer, val)
         attrs = _atomic_attrs(tr, kind, sem, scope)
         return TV(tr.b.atomic(kind, pointer.v, val.v, mask.v if mask is not None else None, attrs), tr.b)
@@ -332,6 +335,7 @@ def sigmoid(tr, x):
     x = as_tv(tr.b, x)
     if not x.dtype.is_float:
         raise LoweringError(f"tl.sigmoid expects a float tile, got {x.dtype}", tr.b.loc)
+    S.refuse_fp8_compute(x.dtype, "tl.sigmoid", tr.b.loc)
     return TV(tr.b.unary("sigmoid", x.v), tr.b)
 
 
@@ -372,7 +376,7 @@ def div_rn(tr, x, y):
 
 @builtin(tl.cast)
 def cast(tr, input, dtype, fp_downcast_rounding=None, bitcast=False):
-    return S.cast(as_tv(tr.b, input), dtype, bitcast)
+    return S.cast(as_tv(tr.b, input), dtype, bitcast, fp_downcast_rounding)
 
 
 # -- shapes -------------------------------------------------------------------------------------------
@@ -451,6 +455,7 @@ def _reduce(tr, kind, x, axis, keep_dims):
     x = as_tv(tr.b, x)
     if x.type.is_scalar:
         raise LoweringError(f"tl.{kind} of a scalar", tr.b.loc)
+    S.refuse_fp8_compute(x.dtype, f"tl.{kind}", tr.b.loc)
     if axis is None:
         if x.type.rank != 1:
             if kind in ("argmax", "argmin"):
@@ -506,18 +511,65 @@ def argmin(tr, input, axis, tie_break_left=True, keep_dims=False):
 def _scan(kind):
     def impl(tr, input, axis=0, reverse=False, dtype=None):
         x = as_tv(tr.b, input)
+        if x.dtype == T.bf16:                           # Triton scans bf16 in fp32
+            x = S.cast(x, T.fp32)
         if dtype is not None:
             x = S.cast(x, dtype)
-        elif x.dtype.is_int and x.dtype.bits < 32:      # as tl.sum does
+        elif kind == "sum" and x.dtype.is_int and x.dtype.bits < 32:      # as tl.sum does (not tl.cumprod)
             x = S.cast(x, T.i32 if x.dtype.is_signed or x.dtype.is_bool else T.u32)
         if x.type.is_scalar:
             raise LoweringError(f"tl.cum{kind} of a scalar", tr.b.loc)
+        S.refuse_fp8_compute(x.dtype, f"tl.cum{kind}", tr.b.loc)
         return TV(tr.b.scan(kind, x.v, _axis(tr, x, axis), bool(reverse)), tr.b)
     return impl
 
 
 BUILTINS[tl.cumsum] = _scan("sum")
 BUILTINS[tl.cumprod] = _scan("prod")
+
+
+def _combine_inputs(tr, input, what: str) -> tuple[list[TV], bool]:
+    """The input tiles of tl.associative_scan / tl.reduce, and whether the kernel gave one tile (not a tuple)."""
+    single = not isinstance(input, (tuple, list))
+    tiles = [as_tv(tr.b, x) for x in ([input] if single else input)]
+    if not tiles or any(t.type.is_scalar or t.type.is_pointer for t in tiles):
+        raise LoweringError(f"{what} takes a tile or a tuple of tiles, got {input!r}", tr.b.loc)
+    if len({tuple(t.shape) for t in tiles}) != 1:
+        raise LoweringError(f"{what}: the input tiles must have one shape, got {[t.shape for t in tiles]}", tr.b.loc)
+    return tiles, single
+
+
+@builtin(tl.associative_scan)
+def associative_scan(tr, input, axis, combine_fn, reverse=False):
+    tiles, single = _combine_inputs(tr, input, "tl.associative_scan")
+    axis = _axis(tr, tiles[0], axis)
+    region, name = trace_combine(tr, combine_fn, [t.dtype for t in tiles], "tl.associative_scan")
+    op = tr.b.combine("combine_scan", [t.v for t in tiles], [t.type for t in tiles], region,
+                      {"axis": axis, "reverse": bool(reverse), "fn": name})
+    results = tuple(TV(r, tr.b) for r in op.results)
+    return results[0] if single else results
+
+
+@builtin(tl.reduce)
+def reduce_with(tr, input, axis, combine_fn, keep_dims=False):
+    tiles, single = _combine_inputs(tr, input, "tl.reduce")
+    rank = tiles[0].type.rank
+    if axis is None and rank > 1:       # over every axis: the tiles flattened in row-major order, as Triton does
+        tiles = [TV(tr.b.reshape(t.v, (t.type.numel,)), tr.b) for t in tiles]
+    red_axis = 0 if axis is None else _axis(tr, tiles[0], axis)
+    keep = bool(keep_dims) and axis is not None
+    shape = list(tiles[0].shape)
+    if keep:
+        shape[red_axis] = 1
+    else:
+        del shape[red_axis]
+    region, name = trace_combine(tr, combine_fn, [t.dtype for t in tiles], "tl.reduce")
+    op = tr.b.combine("combine_reduce", [t.v for t in tiles], [T.Type(tuple(shape), t.dtype) for t in tiles],
+                      region, {"axis": red_axis, "keep_dims": keep, "fn": name})
+    results = tuple(TV(r, tr.b) for r in op.results)
+    if keep_dims and axis is None:      # every axis kept, with extent 1
+        results = tuple(S.broadcast_to(r, (1,) * rank) for r in results)
+    return results[0] if single else results
 
 
 def _last_axis(tr, x: TV, axis, what):
@@ -598,8 +650,12 @@ def dot(tr, input, other, acc=None, input_precision=None, allow_tf32=None, max_n
         raise LoweringError(f"tl.dot: inner dimensions differ ({a.type} @ {b.type})", tr.b.loc)
     if min(m, n, k) < 16:
         raise LoweringError(f"tl.dot needs every dimension >= 16, got {m}x{k} @ {k}x{n}", tr.b.loc)
-    if a.dtype != b.dtype:
+    fp8 = a.dtype.is_fp8 and b.dtype.is_fp8            # Triton takes any two fp8 kinds together
+    if a.dtype != b.dtype and not fp8:
         raise LoweringError(f"tl.dot operands differ in dtype: {a.dtype} and {b.dtype}", tr.b.loc)
+    if a.dtype.bits == 8 and k < 32:
+        raise LoweringError(f"tl.dot of {a.dtype} operands needs K >= 32 (Triton's smallest 8-bit product), "
+                            f"got {m}x{k} @ {k}x{n}", tr.b.loc)
     out = to_dtype(out_dtype)
     if a.dtype.is_int:
         out = T.i32
@@ -610,14 +666,28 @@ def dot(tr, input, other, acc=None, input_precision=None, allow_tf32=None, max_n
         if acc.type.shape != (m, n):
             raise LoweringError(f"tl.dot accumulator shape {acc.type.shape} != {(m, n)}", tr.b.loc)
         out = acc.dtype
+    if fp8 and out not in (T.fp16, T.fp32):
+        raise LoweringError(f"tl.dot of fp8 operands accumulates in fp32 or fp16, got {out}", tr.b.loc)
     if input_precision is None and allow_tf32 is not None:
         input_precision = "tf32" if allow_tf32 else "ieee"
     # input_precision applies to fp32 operands only (Triton ignores it for the others)
     attrs = {"input_precision": (input_precision or "tf32") if a.dtype == T.fp32 else "",
-             "max_num_imprecise_acc": max_num_imprecise_acc}
+             "max_num_imprecise_acc": _imprecise_accumulation(tr, max_num_imprecise_acc, fp8, k)}
     return TV(tr.b.dot(a.v, b.v, acc.v, out, attrs), tr.b)
+
+
+def _imprecise_accumulation(tr, value, fp8: bool, k: int) -> int | None:
+    """tl.dot's max_num_imprecise_acc, which applies to fp8 operands only (Triton ignores it for the others):
+    None where the backend's default holds."""
+    if value is None or not fp8:
+        return None
+    value = _int(tr, value, "max_num_imprecise_acc")
+    if value > k:
+        raise LoweringError(f"tl.dot: max_num_imprecise_acc ({value}) must be <= K ({k})", tr.b.loc)
+    return value
 
 
 # Triton's tensor member functions (x.sum(axis), x.max(0), ...)
 TENSOR_METHODS = {"sum": sum_, "max": max_, "min": min_, "argmax": argmax, "argmin": argmin,
-                  "reshape": reshape, "expand_dims": expand_dims, "broadcast_to": broadcast_to}
+                  "reshape": reshape, "expand_dims": expand_dims, "broadcast_to": broadcast_to,
+                  "reduce": reduce_with, "associative_scan": associative_scan}

@@ -90,6 +90,7 @@ class TV:
     def __neg__(self):
         if self.dtype.is_bool:
             raise LoweringError("negation of a boolean tile", self.b.loc)
+        refuse_fp8_compute(self.dtype, "negation", self.b.loc)
         return self._wrap(self.b.unary("neg", self.v))
 
     def __pos__(self):
@@ -105,7 +106,7 @@ class TV:
 
     # -- methods Triton tensors have ---------------------------------------------------------------
     def to(self, dtype, bitcast=False, fp_downcast_rounding=None):
-        return cast(self, dtype, bitcast)
+        return cast(self, dtype, bitcast, fp_downcast_rounding)
 
     def trans(self, *dims):
         return trans(self, *dims)
@@ -137,7 +138,11 @@ def to_dtype(x) -> T.DType:
                 raise TypeError(f"torch dtype {x} is not supported by tle")
             return dtype
         raise TypeError(f"not a dtype: {x!r}")
-    return T.dtype_from_name(name)
+    try:
+        return T.dtype_from_name(name)
+    except KeyError:
+        raise TypeError(f"dtype {name} is not supported by tle (its fp8 types are tl.float8e4nv and "
+                        f"tl.float8e5)") from None
 
 
 def num_dtype(x) -> T.DType:
@@ -177,6 +182,10 @@ def computation_type(a: T.DType, a_num: bool, b: T.DType, b_num: bool, div_or_mo
         return T.fp32 if div_or_mod else T.bf16
     if "bf16" in (a.name, b.name):
         return T.fp32
+    if a.is_fp8 and b.is_fp8:                 # one fp8 kind stays fp8; two kinds meet in fp16
+        return a if a == b else T.fp16
+    if a.is_fp8 or b.is_fp8:
+        raise TypeError(f"cannot combine {a} and {b}: Triton combines fp8 values only with other floats")
     if div_or_mod and a.is_int and b.is_int and a.is_signed != b.is_signed and not (a.is_bool or b.is_bool):
         raise TypeError(f"cannot use /, // or % with {a} and {b}: they differ in signedness")
     return T.promote(a, b)
@@ -207,15 +216,47 @@ def as_tv(b: Builder, x, dtype: T.DType | None = None) -> TV:
     raise LoweringError(f"expected a number or a tile, got {type(x).__name__} {x!r}", b.loc)
 
 
-def cast(x, dtype, bitcast=False) -> TV:
-    dtype = to_dtype(dtype)
+def cast(x, dtype, bitcast=False, fp_downcast_rounding=None) -> TV:
     if not isinstance(x, TV):
         raise LoweringError(".to() on a Python value", None)
+    try:
+        dtype = to_dtype(dtype)
+    except TypeError as e:
+        raise LoweringError(str(e), x.b.loc) from None
+    if fp_downcast_rounding not in (None, "rtne"):
+        raise LoweringError(f"fp_downcast_rounding={fp_downcast_rounding!r} is not supported: tle's conversions "
+                            f"round to nearest even ('rtne')", x.b.loc)
     if x.type.is_pointer:
         raise LoweringError("casting pointers is not supported", x.b.loc)
     if bitcast and dtype.bits != x.dtype.bits:
         raise LoweringError(f"bitcast from {x.dtype} to {dtype} changes the bit width", x.b.loc)
+    if not bitcast and x.dtype != dtype and (x.dtype.is_fp8 or dtype.is_fp8):
+        return _fp8_cast(x, dtype)
     return TV(x.b.cast(x.v, dtype, bitcast), x.b)
+
+
+def _fp8_cast(x: TV, dtype: T.DType) -> TV:
+    """A conversion to or from fp8. Triton converts fp8 only to and from floats, and its GPU code only
+    between fp8 and fp16, bf16 or fp32: fp8 to the other fp8 kind or to fp64 goes through fp32 (exact), and
+    fp64 to fp8, which would round twice that way, is refused."""
+    src = x.dtype
+    if not (src.is_float and dtype.is_float):
+        raise LoweringError(f"cannot convert {src} to {dtype}: Triton converts fp8 only to and from floats "
+                            f"(convert through tl.float32)", x.b.loc)
+    if src == T.fp64:
+        raise LoweringError(f"cannot convert fp64 to {dtype}: Triton cannot compile it for the GPU, and going "
+                            f"through fp32 rounds twice (write .to(tl.float32).to(...) if that is meant)", x.b.loc)
+    if (src.is_fp8 and dtype.is_fp8) or dtype == T.fp64:
+        x = TV(x.b.cast(x.v, T.fp32), x.b)
+    return TV(x.b.cast(x.v, dtype), x.b)
+
+
+def refuse_fp8_compute(dtype: T.DType, what: str, loc):
+    """Triton computes on fp8 values in fp8 (x + y, x * 2.0, tl.sum(x)), which no GPU instruction does:
+    Triton fails to compile it. tle says so at the construct instead."""
+    if dtype.is_fp8:
+        raise LoweringError(f"{what} on {dtype} values: Triton computes it in fp8, which it cannot compile for "
+                            f"the GPU; convert first (e.g. x.to(tl.float32))", loc)
 
 
 def broadcast_to(x: TV, shape) -> TV:
@@ -248,16 +289,28 @@ def broadcast_all(xs: list[TV]) -> list[TV]:
     return [broadcast_to(x, shape) for x in xs]
 
 
-def _operands(x, y, div_or_mod=False) -> tuple[TV, TV]:
+def _operand_dtype(b: Builder, x) -> T.DType:
+    if is_num(x):
+        return num_dtype(x)
+    if isinstance(x, TV):
+        return x.dtype
+    # None, a string, a torch tensor given as a constexpr, ...: not a value a tile operation can take
+    raise LoweringError(f"expected a number or a tile, got {type(x).__name__} {x!r}", b.loc)
+
+
+def _operands(x, y, div_or_mod=False, computes: str = "") -> tuple[TV, TV]:
+    """The operands converted to the type Triton computes `x op y` in, and broadcast. `computes` names the
+    computation, which fp8 operands cannot be (tl.where only selects: no name)."""
     b = _builder(x, y)
-    xd = num_dtype(x) if is_num(x) else x.dtype
-    yd = num_dtype(y) if is_num(y) else y.dtype
+    xd, yd = _operand_dtype(b, x), _operand_dtype(b, y)
     if isinstance(xd, T.PointerType) or isinstance(yd, T.PointerType):
         raise LoweringError("invalid operation on pointers", b.loc)
     try:
         ct = computation_type(xd, is_num(x), yd, is_num(y), div_or_mod)
     except TypeError as e:
         raise LoweringError(str(e), b.loc)
+    if computes:
+        refuse_fp8_compute(ct, computes, b.loc)
     x = const(b, x, ct) if is_num(x) else cast(x, ct)
     y = const(b, y, ct) if is_num(y) else cast(y, ct)
     return broadcast_pair(x, y)
@@ -280,7 +333,7 @@ def binary(op: str, x, y) -> TV:
             ptr, off = broadcast_pair(ptr, off)
             return TV(b.addptr(ptr.v, off.v), b)
         raise LoweringError(f"operation '{op}' on pointers is not supported", b.loc)
-    x, y = _operands(x, y)
+    x, y = _operands(x, y, computes=f"arithmetic '{op}'")
     if op in ("add", "sub", "mul") and x.dtype.is_bool:
         raise LoweringError(f"arithmetic '{op}' on booleans", b.loc)
     return TV(b.binary(op, x.v, y.v), b)
@@ -293,13 +346,13 @@ def truediv(x, y) -> TV:
     if xd.is_int and yd.is_int:
         x = float(x) if is_num(x) else cast(x, T.fp32)
         y = float(y) if is_num(y) else cast(y, T.fp32)
-    x, y = _operands(x, y, div_or_mod=True)
+    x, y = _operands(x, y, div_or_mod=True, computes="division '/'")
     return TV(b.binary("fdiv", x.v, y.v), b)
 
 
 def floordiv(x, y) -> TV:
     b = _builder(x, y)
-    x, y = _operands(x, y, div_or_mod=True)
+    x, y = _operands(x, y, div_or_mod=True, computes="division '//'")
     if not x.dtype.is_int:
         raise LoweringError(f"// needs integers, got {x.dtype} (Triton semantics)", b.loc)
     return TV(b.binary("div", x.v, y.v), b)   # truncating, like Triton and C
@@ -307,13 +360,13 @@ def floordiv(x, y) -> TV:
 
 def mod(x, y) -> TV:
     b = _builder(x, y)
-    x, y = _operands(x, y, div_or_mod=True)
+    x, y = _operands(x, y, div_or_mod=True, computes="remainder '%'")
     return TV(b.binary("rem", x.v, y.v), b)   # remainder with the dividend's sign
 
 
 def bitwise(op: str, x, y) -> TV:
     b = _builder(x, y)
-    x, y = _operands(x, y)
+    x, y = _operands(x, y, computes=f"bitwise '{op}'")
     if not x.dtype.is_int:
         raise LoweringError(f"bitwise '{op}' needs integer or boolean operands, got {x.dtype}", b.loc)
     return TV(b.binary(op, x.v, y.v), b)
@@ -321,13 +374,13 @@ def bitwise(op: str, x, y) -> TV:
 
 def compare(pred: str, x, y) -> TV:
     b = _builder(x, y)
-    x, y = _operands(x, y)
+    x, y = _operands(x, y, computes=f"comparison '{pred}'")
     return TV(b.cmp(pred, x.v, y.v), b)
 
 
 def minmax(op: str, x, y) -> TV:
     b = _builder(x, y)
-    x, y = _operands(x, y)
+    x, y = _operands(x, y, computes=f"tl.{op}")
     return TV(b.binary(op, x.v, y.v), b)
 
 

@@ -182,6 +182,10 @@ class Builder:
     def scan(self, kind: str, x: Value, axis: int, reverse: bool) -> Value:
         return self._one("scan", [x], [x.type], {"kind": kind, "axis": axis, "reverse": reverse})
 
+    def combine(self, name: str, inputs: list[Value], result_types: list[Type], combine: Block, attrs: dict) -> Op:
+        """combine_scan / combine_reduce of the tiles `inputs` with the traced combine function `combine`."""
+        return self._op(name, list(inputs), result_types, dict(attrs), [combine])
+
     def sort(self, x: Value, axis: int, descending: bool) -> Value:
         return self._one("sort", [x], [x.type], {"axis": axis, "descending": descending})
 

@@ -88,6 +88,15 @@ _DEFS = [
     OpDef("scan", ("x",), {"kind": "sum or prod (tl.cumsum, tl.cumprod)", "axis": "the scanned axis",
                            "reverse": "scan from the end of the axis"}, frozenset({PURE}),
           "inclusive prefix sums or products along one axis"),
+    # tl.associative_scan / tl.reduce with the kernel's own combine function, traced once into the region:
+    # its block arguments are the left group of scalars then the right group (one per input), and its
+    # yield the combined group. The region is pure scalar code (the frontend checks it).
+    OpDef("combine_scan", None, {"axis": "the scanned axis", "reverse": "scan from the end of the axis",
+                                 "fn": "the name of the kernel's combine function"}, frozenset({PURE, REGIONS}),
+          "tl.associative_scan: operands are the input tiles (one shape); one result per input, of its type"),
+    OpDef("combine_reduce", None, {"axis": "the reduced axis", "keep_dims": "keep the reduced axis with extent 1",
+                                   "fn": "the name of the kernel's combine function"}, frozenset({PURE, REGIONS}),
+          "tl.reduce: operands are the input tiles (one shape); one result per input, the axis reduced"),
     OpDef("sort", ("x",), {"axis": "the sorted axis (the last one)", "descending": "largest first"},
           frozenset({PURE})),
     OpDef("topk", ("x",), {"k": "how many of the largest values are kept, largest first",

@@ -100,6 +100,9 @@ def _print_op(op: Op, namer: _Namer, indent: int, pad: str, out: list[str]):
     if op.name == "raw_call":
         out.append(pad + _raw_call(op, namer) + loc)
         return
+    if op.name in ("combine_scan", "combine_reduce"):
+        _print_combine(op, namer, indent, pad, loc, out)
+        return
     args = []
     from .core import OPERANDS
     names = OPERANDS.get(op.name)
@@ -120,6 +123,19 @@ def _print_op(op: Op, namer: _Namer, indent: int, pad: str, out: list[str]):
     text = f"{pad}{lhs}{opname} {', '.join(args)}".rstrip()
     text += _attrs(op, skip=("op", "pred", "kind")) + rtype
     out.append(text + loc)
+
+
+def _print_combine(op: Op, namer: _Namer, indent: int, pad: str, loc: str, out: list[str]):
+    """`%s, %i = combine_scan %x, %idx {axis=0, fn=f} : types combine(%a, %ia, %b, %ib) {` then the
+    combine function's body and `}`."""
+    region = op.regions[0]
+    args = ", ".join(namer(v) for v in op.operands)
+    lhs = ", ".join(namer.define(r) for r in op.results)
+    types = ", ".join(str(r.type) for r in op.results)
+    params = ", ".join(namer.define(a) for a in region.args)
+    out.append(f"{pad}{lhs} = {op.name} {args}{_attrs(op)} : {types} combine({params}) {{{loc}")
+    _print_block(region, namer, indent + 1, out)
+    out.append(pad + "}")
 
 
 def _raw_call(op: Op, namer: _Namer) -> str:

@@ -20,6 +20,10 @@ class DType:
         return self.kind == "float"
 
     @property
+    def is_fp8(self) -> bool:
+        return self.kind == "float" and self.bits == 8
+
+    @property
     def is_int(self) -> bool:
         return self.kind in ("int", "uint", "bool")
 
@@ -43,11 +47,14 @@ _ALL = [
     DType("i8", "int", 8), DType("i16", "int", 16), DType("i32", "int", 32), DType("i64", "int", 64),
     DType("u8", "uint", 8), DType("u16", "uint", 16), DType("u32", "uint", 32), DType("u64", "uint", 64),
     DType("fp16", "float", 16), DType("bf16", "float", 16), DType("fp32", "float", 32), DType("fp64", "float", 64),
+    # fp8 as NVIDIA GPUs have it: e4m3 without infinities (max 448; Triton's float8e4nv) and e5m2 (float8e5)
+    DType("fp8e4nv", "float", 8), DType("fp8e5", "float", 8),
 ]
 DTYPES = {d.name: d for d in _ALL}
 i1, i8, i16, i32, i64 = (DTYPES[n] for n in ("i1", "i8", "i16", "i32", "i64"))
 u8, u16, u32, u64 = (DTYPES[n] for n in ("u8", "u16", "u32", "u64"))
 fp16, bf16, fp32, fp64 = (DTYPES[n] for n in ("fp16", "bf16", "fp32", "fp64"))
+fp8e4nv, fp8e5 = DTYPES["fp8e4nv"], DTYPES["fp8e5"]
 
 # Triton's dtype names -> ours (Triton spells booleans int1 and unsigned ints uint8 ...).
 _TRITON_ALIASES = {"int1": "i1", "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
@@ -57,7 +64,7 @@ _TRITON_ALIASES = {"int1": "i1", "int8": "i8", "int16": "i16", "int32": "i32", "
 # torch's dtype names (str(torch.float32) is "torch.float32") -> ours; the compiler never imports torch
 _TORCH_NAMES = {"bool": "i1", "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64", "uint8": "u8",
                 "uint16": "u16", "uint32": "u32", "uint64": "u64", "float16": "fp16", "bfloat16": "bf16",
-                "float32": "fp32", "float64": "fp64"}
+                "float32": "fp32", "float64": "fp64", "float8_e4m3fn": "fp8e4nv", "float8_e5m2": "fp8e5"}
 
 
 def dtype_from_torch_name(text: str) -> DType | None:
@@ -170,7 +177,7 @@ def broadcast_shapes(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
 
 
 # Triton's promotion rules for binary arithmetic between two tensors of different element types.
-_FLOAT_RANK = {"fp16": 1, "bf16": 1, "fp32": 2, "fp64": 3}
+_FLOAT_RANK = {"fp8e4nv": 0, "fp8e5": 0, "fp16": 1, "bf16": 1, "fp32": 2, "fp64": 3}
 
 
 def promote(a: DType, b: DType) -> DType:
@@ -180,6 +187,8 @@ def promote(a: DType, b: DType) -> DType:
         if a.is_float and b.is_float:
             if {a.name, b.name} == {"fp16", "bf16"}:
                 return fp32
+            if a.is_fp8 and b.is_fp8:          # two fp8 kinds meet in fp16
+                return fp16
             return a if _FLOAT_RANK[a.name] >= _FLOAT_RANK[b.name] else b
         return a if a.is_float else b
     if a.is_bool:

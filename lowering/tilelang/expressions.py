@@ -159,6 +159,8 @@ def unary(g: Context, op: Op, idx: list[str]) -> str:
         return f"(-{x})"
     if k in ("invert", "not"):
         return f"T.Not({x})" if operand.type.elem.is_bool else f"(~{x})"
+    if k == "abs" and operand.type.elem.is_fp8:        # TIR has no fp8 abs: clear the sign bit
+        return f"T.reinterpret(T.reinterpret({x}, 'uint8') & T.uint8(127), {tl_dtype(operand.type.elem)!r})"
     if k == "exp" and operand.type.elem == T.fp32:     # as Triton lowers tl.exp: 2^(x*log2(e))
         return f"T.exp2({x} * {_LOG2E})"
     if k == "log" and operand.type.elem == T.fp32:     # as Triton lowers tl.log: log2(x)*ln(2)

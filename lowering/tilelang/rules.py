@@ -67,10 +67,18 @@ RULES.refuses("dot", "input_precision", why="T.gemm computes fp32 operands in TF
               when=lambda v: v in ("ieee", "tf32x3"))
 RULES.refuses("dot", "max_num_imprecise_acc", why="T.gemm cannot be told how many fp8 products to accumulate "
                                                   "before promoting the sum")
+RULES.honors("scan", "kind", how="'sum': T.cumsum (inclusive, as tl.cumsum)")
+RULES.refuses("scan", "kind", why="TileLang 0.1.15 has no cumulative product (its scans are T.cumsum and T.cummax)",
+              when=lambda v: v == "prod")
+RULES.honors("scan", "axis", "reverse", how="the dim= and reverse= of T.cumsum")
+RULES.honors("combine_reduce", "axis", "keep_dims", how="as for tl.sum/max/min (a combine function that is a plain "
+                                                      "sum, max or min is T.reduce_*; others are refused)")
+RULES.honors("combine_scan", "axis", "reverse", how="the dim= and reverse= of T.cumsum (a combine function that is "
+                                                   "a plain sum; others are refused)")
+for _op in ("combine_reduce", "combine_scan"):
+    RULES.honors(_op, "fn", how="only names the combine function; its traced body decides the lowering")
 
 # -- what TileLang has no counterpart for -----------------------------------------------------------------
-RULES.unsupported("scan", "tle does not lower tl.cumsum / tl.cumprod to TileLang (T.cumsum covers sums over "
-                          "shared or fragment buffers only; no lowering is written for it yet)")
 RULES.unsupported("sort", "TileLang 0.1.15 has no sort (tl.sort)")
 RULES.unsupported("topk", "TileLang 0.1.15 has no top-k selection (tl.topk)")
 RULES.unsupported("histogram", "TileLang 0.1.15 has no histogram (tl.histogram); count with tl.atomic_add instead")

@@ -11,7 +11,7 @@ from ..ir.core import Op
 
 TL_DTYPE = {"i1": "bool", "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64", "u8": "uint8",
             "u16": "uint16", "u32": "uint32", "u64": "uint64", "fp16": "float16", "bf16": "bfloat16",
-            "fp32": "float32", "fp64": "float64"}
+            "fp32": "float32", "fp64": "float64", "fp8e4nv": "float8_e4m3fn", "fp8e5": "float8_e5m2"}
 GRID_VARS = ("bx", "by", "bz")
 # names the generated module may not define: they would shadow what T.prim_func's parser looks up
 PY_BUILTINS = {"sum", "max", "min", "abs", "range", "len", "int", "float", "bool", "pow", "round", "all", "any"}
@@ -25,6 +25,8 @@ def literal(value, dtype: T.DType) -> str:
     name = tl_dtype(dtype)
     if dtype.is_bool:
         return "True" if value else "False"
+    if dtype.is_fp8:      # an fp32 constant converted, as Triton makes it (saturating: e4m3 has no infinity)
+        return f"T.cast({literal(value, T.fp32)}, {name!r})"
     if dtype.is_float:
         if value in (float("inf"), float("-inf")):
             return f"{'-' if value < 0 else ''}T.infinity({name!r})"

@@ -11,7 +11,7 @@ from ..errors import UnsupportedConstruct
 from ..ir.core import Block, KernelIR, Op, Value
 from ..ir.ops import ELEMENTWISE, with_trait
 from ..ir.uses import Identifiers, users
-from . import expressions, statements  # noqa: F401 (they register their rules)
+from . import combine, expressions, statements  # noqa: F401 (they register their rules)
 from .rules import RULES
 from .syntax import BIN, PREC, full, literal
 
@@ -28,10 +28,21 @@ class TritonCodegen:
         self.users = users(k)
         self.lines: list[str] = []
         self.imports: list[str] = []     # modules a rule's text needs beyond triton and tl
+        self.functions: dict[tuple, str] = {}   # module-level helpers a rule's text calls: their text -> name
+        self.function_lines: list[str] = []
 
     def need_import(self, line: str):
         if line not in self.imports:
             self.imports.append(line)
+
+    def function(self, base: str, params: list[str], body: list[str]) -> str:
+        """The name of a module-level `@triton.jit` function with this text (e.g. a combine function of
+        tl.associative_scan), defined once however often the kernel calls it."""
+        key = (base, tuple(params), tuple(body))
+        if key not in self.functions:
+            self.functions[key] = name = self.ids.fresh(base)
+            self.function_lines += ["@triton.jit", f"def {name}({', '.join(params)}):", *body, "", ""]
+        return self.functions[key]
 
     # -- which values become expressions instead of statements ------------------------------------
     def inline(self, op: Op) -> bool:
@@ -191,7 +202,8 @@ class TritonCodegen:
                 "import triton.language as tl",
                 *self.imports,
                 "",
-                ""]
+                "",
+                *self.function_lines]
         if k.constexprs:
             head.append("# constexprs: " + ", ".join(f"{n}={v!r}" for n, v in k.constexprs.items()))
         head.append(f"# launch: num_warps={k.num_warps}, num_stages={k.num_stages}")

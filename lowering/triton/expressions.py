@@ -16,7 +16,7 @@ def _rule(*ops):
 @_rule("const")
 def const(g, op: Op) -> str:
     elem = op.result.type.elem
-    if elem.name in ("i32", "fp32", "i1") or g.typed_by_context(op):
+    if elem.name in ("i32", "fp32", "i1") or (g.typed_by_context(op) and not elem.is_fp8):
         return literal(op.attrs["value"], elem)
     return full([], op.attrs["value"], elem)
 

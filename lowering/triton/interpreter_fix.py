@@ -9,6 +9,10 @@ kernels there.
   (`mul.hi.u32`). Here they are reinterpreted as unsigned first.
 - It cannot call libdevice functions (`create_extern_elementwise` is not implemented). Here the float
   functions tle lowers to libdevice are computed with NumPy, by the function's libdevice symbol.
+- Its conversions to fp8 (fp8e4nv, fp8e5) truncate bits: a carry out of the mantissa is lost, ties do not go
+  to even, and values past the largest finite one become garbage or infinity. On the GPU (both backends'
+  `cvt.rn.satfinite`) they round to nearest even and saturate to the largest finite value (NaN stays NaN).
+  Here every conversion from or to these two fp8 types goes through torch's, after saturating.
 """
 from __future__ import annotations
 
@@ -57,7 +61,41 @@ def apply() -> None:
         return scope
 
     interpreter._patch_lang = patch_lang_and_libdevice
+    interpreter._convert_float = _fp8_faithful(interpreter._convert_float)
     _applied = True
+
+
+# the fp8 types tle has: Triton's name -> torch's
+_TORCH_FP8 = {"fp8e4nv": "float8_e4m3fn", "fp8e5": "float8_e5m2"}
+_TORCH_FLOAT = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32", "fp64": "float64", **_TORCH_FP8}
+
+
+def _fp8_faithful(convert):
+    """`convert` (the interpreter's float conversion, on NumPy arrays: raw bits for bf16 and fp8) with the
+    conversions from and to tle's fp8 types done as the GPU does them (tle converts to nearest even only)."""
+    def convert_float(data, src, dst, rounding_mode):
+        names = (src.name, dst.name)
+        if not any(n in _TORCH_FP8 for n in names) or not all(n in _TORCH_FLOAT for n in names):
+            return convert(data, src, dst, rounding_mode)
+        return _convert_with_torch(data, src.name, dst.name)
+    return convert_float
+
+
+def _convert_with_torch(data, src: str, dst: str):
+    import numpy as np
+    import torch
+    src_t, dst_t = getattr(torch, _TORCH_FLOAT[src]), getattr(torch, _TORCH_FLOAT[dst])
+    raw = np.array(data, copy=True)           # torch shares the memory, which may be read-only
+    if src in ("bf16", *_TORCH_FP8):          # held as raw bits
+        x = torch.from_numpy(raw.view(np.int16 if src == "bf16" else np.int8)).view(src_t)
+    else:
+        x = torch.from_numpy(raw)
+    if dst in _TORCH_FP8:
+        limit = torch.finfo(dst_t).max          # satfinite: beyond the largest finite value (inf too) -> it
+        wide = x.double() if src == "fp64" else x.float()
+        return wide.clamp(-limit, limit).to(dst_t).view(torch.int8).numpy().view(np.uint8)
+    y = x.to(dst_t)
+    return y.view(torch.int16).numpy().view(np.uint16) if dst == "bf16" else y.numpy()
 
 
 def _numpy_libdevice():

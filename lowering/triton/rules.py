@@ -32,3 +32,7 @@ RULES.honors("raw_call", "layout", how="an element-wise function's result does n
 RULES.honors("alloc", "scope", "layout",
              how="a buffer is a register tile (stock Triton has no explicit shared memory; it stages through "
                  "shared memory itself), so its placement hints do not apply")
+RULES.honors("combine_scan", "axis", "reverse", how=_AS_WRITTEN + ", in tl.associative_scan")
+RULES.honors("combine_reduce", "axis", "keep_dims", how=_AS_WRITTEN + ", in tl.reduce")
+RULES.honors("combine_scan", "fn", how="names the module-level @triton.jit helper the combine function becomes")
+RULES.honors("combine_reduce", "fn", how="names the module-level @triton.jit helper the combine function becomes")

@@ -6,7 +6,8 @@ from ..ir import types as T
 
 TL_DTYPE = {"i1": "tl.int1", "i8": "tl.int8", "i16": "tl.int16", "i32": "tl.int32", "i64": "tl.int64",
             "u8": "tl.uint8", "u16": "tl.uint16", "u32": "tl.uint32", "u64": "tl.uint64",
-            "fp16": "tl.float16", "bf16": "tl.bfloat16", "fp32": "tl.float32", "fp64": "tl.float64"}
+            "fp16": "tl.float16", "bf16": "tl.bfloat16", "fp32": "tl.float32", "fp64": "tl.float64",
+            "fp8e4nv": "tl.float8e4nv", "fp8e5": "tl.float8e5"}
 BIN = {"add": "+", "sub": "-", "mul": "*", "fdiv": "/", "div": "//", "rem": "%", "and": "&", "or": "|",
        "xor": "^", "shl": "<<", "shr": ">>"}
 CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
@@ -35,8 +36,8 @@ def literal(value, dtype: T.DType) -> str:
 
 
 def full(shape: list, value, dtype: T.DType) -> str:
-    """A constant tile. bf16 constants are made in fp32 and converted (the same value after rounding):
-    Triton's interpreter cannot build bf16 constants."""
-    if dtype.name == "bf16":
-        return f"tl.full({shape}, {literal(value, dtype)}, tl.float32).to(tl.bfloat16)"
+    """A constant tile. bf16 and fp8 constants are made in fp32 and converted (the same value after
+    rounding): Triton's interpreter cannot build bf16 constants, and Triton none of fp8 but zero."""
+    if dtype.name == "bf16" or dtype.is_fp8:
+        return f"tl.full({shape}, {literal(value, dtype)}, tl.float32).to({tl_dtype(dtype)})"
     return f"tl.full({shape}, {literal(value, dtype)}, {tl_dtype(dtype)})"

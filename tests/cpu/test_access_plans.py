@@ -592,6 +592,33 @@ PLANS = {
         ('store', 'box', 'T.copy from fragment'),
         ('atomic', 'box', 'T.atomic_add per element'),
     ],
+    'user_combine_sums': [
+        ('load', 'box', 'T.copy into fragment'),
+        ('store', 'box', 'T.copy from shared'),
+        ('store', 'box', 'T.copy from shared'),
+        ('store', 'box', 'T.copy from shared'),
+        ('store', 'box', 'T.copy from fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+    ],
+    'fp8_round_trips': [
+        ('load', 'box', 'T.copy into fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+        ('load', 'box', 'T.copy into fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+    ],
+    'fp8_dot': [
+        ('load', 'box', 'T.copy into shared'),
+        ('load', 'box', 'T.Parallel into fragment'),
+        ('load', 'box', 'T.copy into shared'),
+        ('store', 'box', 'T.copy from fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+    ],
 }
 KERNELS = dict(example_kernels())
 

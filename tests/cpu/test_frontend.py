@@ -521,3 +521,24 @@ def test_tle_load_is_async_hint():
     # the hint is kept visible where the backend cannot honor it: in the source or in the notes
     assert "is_async" in lowered.source or any("is_async" in note for note in lowered.notes)
     assert_close(y, x + 1)
+
+
+# -- scan dtypes: Triton's tl.cumsum / tl.cumprod scan bf16 in fp32; only tl.cumsum widens narrow integers --------
+@tle.jit
+def scans_of(x_ptr, k_ptr, s_ptr, p_ptr, q_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x, k = tl.load(x_ptr + offs), tl.load(k_ptr + offs)
+    tl.store(s_ptr + offs, tl.cumsum(x, 0))
+    tl.store(p_ptr + offs, tl.cumprod(k, 0))
+    tl.store(q_ptr + offs, tl.cumsum(k, 0))
+
+
+def test_scan_result_dtypes_are_tritons():
+    x, k = torch.randn(16).bfloat16(), torch.ones(16, dtype=torch.int8)
+    s, p, q = torch.empty(16), torch.empty(16, dtype=torch.int8), torch.empty(16, dtype=torch.int32)
+    lowered = lower_and_run(scans_of, (1,), x, k, s, p, q, BLOCK=16)
+    assert re.search(r"scan\.sum .* : tile<16xfp32>", lowered.ir)
+    assert re.search(r"scan\.prod .* : tile<16xi8>", lowered.ir)
+    assert re.search(r"scan\.sum .* : tile<16xi32>", lowered.ir)
+    assert_close(s, x.float().cumsum(0))
+    assert torch.equal(p, k) and torch.equal(q, torch.arange(1, 17, dtype=torch.int32))

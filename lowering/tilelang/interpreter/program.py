@@ -250,6 +250,8 @@ class Program:
         if name == "tl.tileop.reduce":
             return tileops.reduce(region(args[0]), region(args[1]), str(args[2].value), int(args[3].value),
                                   bool(args[4].value))
+        if name == "tl.tileop.cumsum":
+            return tileops.cumsum(region(args[0]), region(args[1]), int(args[2].value), bool(args[3].value))
         if name in _ATOMICS:
             ptr = args[0]
             if type(ptr).__name__ != "Call" or type(ptr.args[0]).__name__ != "BufferLoad":

@@ -1,5 +1,5 @@
-"""TileLang's tile operators (T.copy, T.fill/T.clear, T.gemm, T.reduce_*) and element atomics, as the
-interpreter runs them: whole regions at once, for the whole block.
+"""TileLang's tile operators (T.copy, T.fill/T.clear, T.gemm, T.reduce_*, T.cumsum) and element atomics, as
+the interpreter runs them: whole regions at once, for the whole block.
 
 - T.copy pairs the two regions' extents that are not 1, in order, and converts to the destination's
   dtype; the global side is predicated as TileLang predicates it (reads outside give zero, writes
@@ -8,6 +8,8 @@ interpreter runs them: whole regions at once, for the whole block.
   and int8 operands are exact, only the final rounding differs from the tensor cores' fp32 sums.
   fp32 operands are multiplied exactly (the GPU may use tf32).
 - T.reduce_max/min ignore NaN as CUDA's fmaxf/fminf do; sums accumulate in float64.
+- T.cumsum (on shared buffers) accumulates floats in float64 and integers in int64, wrapped to the dtype when
+  written.
 """
 from __future__ import annotations
 
@@ -170,6 +172,19 @@ def reduce(src: Region, dst: Region, kind: str, dim: int, clear: bool):
         if out.numel() != max(1, torch.Size(want).numel()):
             raise Unsupported(f"T.reduce of {src.extents} along {dim} into {dst.extents}")
         write(fr, dst, out.reshape(want))
+    return run
+
+
+def cumsum(src: Region, dst: Region, dim: int, reverse: bool):
+    """T.cumsum: inclusive prefix sums along `dim` (when `reverse`, suffix sums: from the end of the axis)."""
+    def run(fr):
+        _uniform_context(fr, "T.cumsum")
+        if src.extents != dst.extents:
+            raise Unsupported(f"T.cumsum from a {src.extents} region of {src.info.name} into a {dst.extents} region")
+        x = read(fr, src).reshape(src.extents)
+        x = x.double() if dtypes.is_float(src.info.dtype) else x.to(torch.int64)
+        out = x.flip(dim).cumsum(dim).flip(dim) if reverse else x.cumsum(dim)
+        write(fr, dst, out.reshape(dst.shape()))
     return run
 
 
