@@ -14,17 +14,14 @@ pytest.importorskip("jaxlib.mlir")
 import tle  # noqa: E402
 from tilelang_oracle import run_on  # noqa: E402
 from tle.cli import main  # noqa: E402
+from markers import marked_line
 
 HERE = os.path.abspath(__file__)
 BACKENDS = ["triton", "tilelang"]
 
 
 def line_of(marker: str) -> int:
-    """The line of this file that carries the comment `# <marker>`."""
-    with open(__file__) as f:
-        hits = [i for i, ln in enumerate(f, 1) if ln.rstrip().endswith(f"# {marker}")]
-    assert len(hits) == 1, marker
-    return hits[0]
+    return marked_line(__file__, marker)
 
 
 @pytest.fixture(params=BACKENDS)

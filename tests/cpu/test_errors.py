@@ -12,16 +12,13 @@ from tle.kernels.matmul import matmul
 from tle.kernels.rms_norm import rms_norm
 from tle.kernels.softmax import softmax
 from tle.kernels.vector_add import add
+from markers import marked_line
 
 HERE = os.path.basename(__file__)
 
 
 def line_of(marker: str) -> int:
-    """The line of this file that carries the comment `# <marker>`."""
-    with open(__file__) as f:
-        hits = [i for i, ln in enumerate(f, 1) if ln.rstrip().endswith(f"# {marker}")]
-    assert len(hits) == 1, marker
-    return hits[0]
+    return marked_line(__file__, marker)
 
 
 def meta(*shape, dtype=torch.float32):

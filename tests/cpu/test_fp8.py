@@ -18,6 +18,7 @@ from tle.lowering.tilelang.interpreter import dtypes as interpreter_dtypes
 
 from syntax_corpus import CASES
 from tilelang_oracle import needs_tilelang, run_on
+from markers import marked_line
 
 HERE = os.path.basename(__file__)
 E4, E5 = torch.float8_e4m3fn, torch.float8_e5m2
@@ -25,11 +26,7 @@ BACKENDS = ["triton", "tilelang"]
 
 
 def line_of(marker: str) -> int:
-    """The line of this file that carries the comment `# <marker>`."""
-    with open(__file__) as f:
-        hits = [i for i, ln in enumerate(f, 1) if ln.rstrip().endswith(f"# {marker}")]
-    assert len(hits) == 1, marker
-    return hits[0]
+    return marked_line(__file__, marker)
 
 
 def saturated(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

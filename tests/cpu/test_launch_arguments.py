@@ -10,6 +10,7 @@ import triton.language as tl
 
 import tle
 from tilelang_oracle import run_on
+from markers import marked_line
 
 HERE = os.path.basename(__file__)
 PROJECT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(tle.__file__))))
@@ -17,11 +18,7 @@ BACKENDS = ["triton", "tilelang"]
 
 
 def line_of(marker: str) -> int:
-    """The line of this file that carries the comment `# <marker>`."""
-    with open(__file__) as f:
-        hits = [i for i, ln in enumerate(f, 1) if ln.rstrip().endswith(f"# {marker}")]
-    assert len(hits) == 1, marker
-    return hits[0]
+    return marked_line(__file__, marker)
 
 
 @pytest.fixture(params=BACKENDS)
