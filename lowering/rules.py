@@ -88,7 +88,7 @@ class Rules:
         """The rule lowering `op` in `role`, or None where it has none in that role. An op declared
         unsupported raises the lowering error with the declared reason, at the op's file:line."""
         if op.name in self._unsupported:
-            raise UnsupportedConstruct(_construct(op), self.backend, op.loc, self._unsupported[op.name])
+            raise UnsupportedConstruct(construct_name(op), self.backend, op.loc, self._unsupported[op.name])
         return self._rules[role or self.roles[0]].get(op.name)
 
     def has_rule(self, op: str) -> bool:
@@ -113,15 +113,15 @@ class Rules:
                     if t.kind == HONORED or not t.applies(value):
                         continue
                     if t.kind == REFUSED:
-                        raise UnsupportedConstruct(f"{_construct(op)}({attr}={value!r})", self.backend, op.loc,
+                        raise UnsupportedConstruct(f"{construct_name(op)}({attr}={value!r})", self.backend, op.loc,
                                                    t.detail)
                     dropped.setdefault(t.detail, []).append(f"{attr}={value!r}")
             for why, asked in dropped.items():
-                notes.append(f"line {op.loc.line}: {_construct(op)}({', '.join(asked)}): {why}")
+                notes.append(f"line {op.loc.line}: {construct_name(op)}({', '.join(asked)}): {why}")
         return notes
 
 
-def _construct(op: Op) -> str:
+def construct_name(op: Op) -> str:
     """How the user wrote the op, as far as the IR knows."""
     a = op.attrs
     if op.name in ("load", "store"):

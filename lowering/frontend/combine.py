@@ -14,7 +14,7 @@ from ..errors import LoweringError
 from ..ir import types as T
 from ..ir.core import Block, Loc, Op
 from ..ir.ops import OPS, PURE
-from ..rules import _construct
+from ..rules import construct_name
 from .semantics import TV
 
 # ops a combine function may hold besides pure ones: structured control flow on scalars
@@ -64,7 +64,7 @@ def _require_pure_scalar_code(region: Block, what: str, name: str, call: Loc):
         if not _pure_scalar(op):
             kind = "makes a tile" if any(not r.type.is_scalar for r in op.results) else "has an effect"
             raise LoweringError(f"{what} (at {call}): its combine function '{name}' must be pure scalar code, and "
-                                f"{_construct(op)} {kind} (the combine function is evaluated as often and in "
+                                f"{construct_name(op)} {kind} (the combine function is evaluated as often and in "
                                 f"whatever order the backend's scan or reduction needs)", op.loc)
 
 

@@ -9,6 +9,8 @@ nothing). The semantics of the call are in tle/raw/__init__.py.
 """
 from __future__ import annotations
 
+import math
+
 from ..errors import LoweringError
 from ..raw.body import DTYPES, check_constraints
 from ..raw.callee import RawCallee
@@ -191,10 +193,7 @@ def _agreed_call(kernel):
 
 def _thread_count(op) -> int:
     """The number of threads a raw_call op asks for (the product over its thread axes)."""
-    n = 1
-    for t in op.attrs["threads"]:
-        n *= int(t)
-    return n
+    return math.prod(int(t) for t in op.attrs["threads"])
 
 
 def _call_text(op) -> str:

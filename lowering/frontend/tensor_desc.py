@@ -16,7 +16,7 @@ import triton.language as tl
 
 from ..errors import LoweringError
 from ..ir import types as T
-from .block_ptr import BlockPtr, _scalars
+from .block_ptr import BlockPtr, _scalars, pointers_and_mask
 from .semantics import TV, is_num
 
 _NAME = "tl.make_tensor_descriptor"
@@ -42,20 +42,17 @@ class TensorDescriptor:
     def _every_axis(self):
         return tuple(range(len(self.block_shape)))
 
+    # the accesses are the kernel's own tl.load / tl.store / tl.atomic_add of the window, through the tracer
     def load(self, offsets):
-        from .builtins import load
-        return load(self.tr, self._window(offsets, "desc.load"), boundary_check=self._every_axis(),
-                    padding_option=self.padding)
+        return self.tr.call(tl.load, [self._window(offsets, "desc.load")],
+                            {"boundary_check": self._every_axis(), "padding_option": self.padding})
 
     def store(self, offsets, value):
-        from .builtins import store
-        store(self.tr, self._window(offsets, "desc.store"), value, boundary_check=self._every_axis())
+        self.tr.call(tl.store, [self._window(offsets, "desc.store"), value], {"boundary_check": self._every_axis()})
 
     def atomic_add(self, offsets, value):
-        from .block_ptr import pointers_and_mask
-        from .builtins import BUILTINS
         pointers, mask = pointers_and_mask(self.tr, self._window(offsets, "desc.atomic_add"), self._every_axis())
-        return BUILTINS[tl.atomic_add](self.tr, pointers, value, mask)
+        return self.tr.call(tl.atomic_add, [pointers, value], {"mask": mask})
 
 
 def make_tensor_descriptor(tr, base, shape, strides, block_shape, padding_option="zero"):

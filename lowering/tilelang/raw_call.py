@@ -2,6 +2,8 @@
 thread, on shared-memory copies of its argument tiles."""
 from __future__ import annotations
 
+import math
+
 from ..ir.core import Op
 from .context import BACKEND, Buffer, Context
 from .raw_render import render_tilelang_rows
@@ -63,10 +65,7 @@ def raw_call(g: Context, op: Op, indent: int):
 
 def _thread_count(threads) -> int:
     """The number of threads a tle.call asks for (the product over its thread axes)."""
-    n = 1
-    for t in threads:
-        n *= int(t)
-    return n
+    return math.prod(int(t) for t in threads)
 
 
 def _thread_axes(tid: str, threads) -> list[str]:
