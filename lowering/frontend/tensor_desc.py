@@ -16,7 +16,7 @@ import triton.language as tl
 
 from ..errors import LoweringError
 from ..ir import types as T
-from .block_ptr import BlockPtr, _scalars, pointers_and_mask
+from .block_ptr import BlockPtr, _scalars, pointers_and_mask, window_offsets
 from .semantics import TV, is_num
 
 _NAME = "tl.make_tensor_descriptor"
@@ -36,7 +36,7 @@ class TensorDescriptor:
             raise LoweringError(f"{what}: {len(offsets)} offsets for a descriptor of rank {len(self.block_shape)}",
                                 self.tr.b.loc)
         rank = len(self.block_shape)
-        return BlockPtr(self.base, self.shape, self.strides, _scalars(self.tr, offsets, T.i32, "offsets", what),
+        return BlockPtr(self.base, self.shape, self.strides, window_offsets(self.tr, offsets, "offsets", what),
                         self.block_shape, tuple(range(rank - 1, -1, -1)))
 
     def _every_axis(self):

@@ -67,8 +67,19 @@ def cost(v: Value, held) -> int:
     if op is None or op.name not in ELEMENTWISE_OPS:
         return 0
     expensive = op.name == "libdevice" or op.attrs.get("op") in _EXPENSIVE
-    c = 0 if op.name in _FREE else 4 if expensive else 1
+    c = 0 if op.name in _FREE or _widens_int(op) else 4 if expensive else 1
     return c + sum(cost(o, held) for o in op.operands if o is not None)
+
+
+def _widens_int(op: Op) -> bool:
+    """A scalar's or an arange's integer cast to a wider integer (a block pointer's 64-bit indices): a sign
+    extension of a value that is free itself, so free."""
+    if op.name != "cast":
+        return False
+    x = op.operands[0]
+    src, dst = x.type.elem, op.result.type.elem
+    widens = src.is_int and dst.is_int and not src.is_bool and src.bits <= dst.bits
+    return widens and (x.type.is_scalar or (x.defining_op is not None and x.defining_op.name == "arange"))
 
 
 # -- expression rules -------------------------------------------------------------------------------------

@@ -24,10 +24,10 @@ def block_ptr_matmul(
         pid_m = bx
         pid_n = by
         T.clear(acc)
-        a_blk_off0 = T.alloc_var('int32', init=(pid_m * 32))
-        b_blk_off1 = T.alloc_var('int32', init=(pid_n * 32))
+        a_blk_off0 = T.alloc_var('int64', init=T.cast((pid_m * 32), 'int64'))
+        b_blk_off1 = T.alloc_var('int64', init=T.cast((pid_n * 32), 'int64'))
         for _ in T.Pipelined(3, num_stages=3):
-            a_blk_off1 = (0 + (_ * 32))
+            a_blk_off1 = (T.int64(0) + (T.cast(_, 'int64') * T.int64(32)))
             T.copy(a_ptr_v[a_blk_off0:a_blk_off0 + 32, a_blk_off1:a_blk_off1 + 32], a)
             T.copy(b_ptr_v[a_blk_off1:a_blk_off1 + 32, b_blk_off1:b_blk_off1 + 32], b)
             T.gemm(a, b, acc)

@@ -33,5 +33,5 @@ def descriptor_matmul(
             T.gemm(t, t_1, acc)
         T.copy(acc, c_ptr_v[off_m:off_m + 32, off_n:off_n + 32])
         for i0, i1 in T.Parallel(32, 32):
-            if ((((off_m + i0) >= 0) & (T.cast((off_m + i0), 'int64') < T.int64(100))) & (((off_n + i1) >= 0) & (T.cast((off_n + i1), 'int64') < T.int64(72)))):
-                T.atomic_add(s_ptr[((T.cast((off_m + i0), 'int64') * T.int64(72)) + (T.cast((off_n + i1), 'int64') * T.int64(1)))], acc[i0, i1])
+            if ((((T.cast(off_m, 'int64') + T.cast(i0, 'int64')) >= T.int64(0)) & ((T.cast(off_m, 'int64') + T.cast(i0, 'int64')) < T.int64(100))) & (((T.cast(off_n, 'int64') + T.cast(i1, 'int64')) >= T.int64(0)) & ((T.cast(off_n, 'int64') + T.cast(i1, 'int64')) < T.int64(72)))):
+                T.atomic_add(s_ptr[(((T.cast(off_m, 'int64') + T.cast(i0, 'int64')) * T.int64(72)) + ((T.cast(off_n, 'int64') + T.cast(i1, 'int64')) * T.int64(1)))], acc[i0, i1])
