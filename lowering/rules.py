@@ -39,6 +39,7 @@ class Rules:
         self.roles = tuple(roles)
         self._rules: dict[str, dict[str, Callable]] = {r: {} for r in self.roles}
         self._unsupported: dict[str, str] = {}
+        self._rewritten: dict[str, str] = {}
         self._attrs: dict[tuple[str, str], list[Treatment]] = {}
 
     # -- declaring ------------------------------------------------------------------------------------
@@ -59,6 +60,11 @@ class Rules:
     def unsupported(self, op: str, reason: str):
         self._check_op(op)
         self._unsupported[op] = reason
+
+    def rewritten(self, op: str, by: str):
+        """`op` never reaches this backend's rules: the pass `by` rewrites it into other ops first."""
+        self._check_op(op)
+        self._rewritten[op] = by
 
     def honors(self, op: str, *attrs: str, how: str = ""):
         for a in attrs:
@@ -89,10 +95,14 @@ class Rules:
         unsupported raises the lowering error with the declared reason, at the op's file:line."""
         if op.name in self._unsupported:
             raise UnsupportedConstruct(construct_name(op), self.backend, op.loc, self._unsupported[op.name])
+        if op.name in self._rewritten:
+            raise AssertionError(f"{self.backend}: op '{op.name}' at {op.loc} should have been rewritten by "
+                                 f"{self._rewritten[op.name]} before code generation")
         return self._rules[role or self.roles[0]].get(op.name)
 
     def has_rule(self, op: str) -> bool:
-        return any(op in table for table in self._rules.values())
+        """Whether the backend lowers `op`: with a rule of its own, or by rewriting it into ops it has rules for."""
+        return op in self._rewritten or any(op in table for table in self._rules.values())
 
     def unsupported_reason(self, op: str) -> str | None:
         return self._unsupported.get(op)
@@ -124,6 +134,8 @@ class Rules:
 def construct_name(op: Op) -> str:
     """How the user wrote the op, as far as the IR knows."""
     a = op.attrs
+    if op.name == "descriptor_atomic":
+        return f"desc.atomic_{a.get('kind', '')}"
     if op.name in ("load", "store"):
         return "tle.load" if a.get("is_async") else f"tl.{op.name}"
     if op.name == "atomic":
@@ -147,7 +159,9 @@ def construct_name(op: Op) -> str:
 _USER_NAMES = {"sort": "tl.sort", "topk": "tl.topk", "histogram": "tl.histogram", "join": "tl.join",
                "split": "tl.split", "inline_asm": "tl.inline_asm_elementwise", "print": "tl.device_print",
                "assert": "tl.device_assert", "reshape": "tl.reshape", "trans": "tl.trans", "while": "while loop",
-               "combine_scan": "tl.associative_scan", "combine_reduce": "tl.reduce"}
+               "combine_scan": "tl.associative_scan", "combine_reduce": "tl.reduce",
+               "make_descriptor": "tl.make_tensor_descriptor", "descriptor_load": "desc.load",
+               "descriptor_store": "desc.store"}
 
 
 def attribute_table(tables: list[Rules]) -> str:

@@ -1,58 +1,72 @@
-"""Tensor descriptors (`tl.make_tensor_descriptor`, `desc.load`, `desc.store`, `desc.atomic_add`) as the
-block windows they read and write.
+"""Tensor descriptors (`tl.make_tensor_descriptor`, `desc.load`, `desc.store`, `desc.atomic_add`).
 
 A descriptor names a tensor (base, shape, strides) and a `block_shape`; `desc.load(offsets)` reads the block
 at `offsets`, elements outside the tensor reading as the descriptor's padding ("zero" or "nan"), and
-`desc.store` / `desc.atomic_add` leave the elements outside the tensor alone. That is a block pointer at
-those offsets with every axis boundary-checked, so both backends receive the masked pointer tiles of
-block_ptr.py. On Hopper, Triton would issue these accesses through TMA; here they are ordinary loads and
-stores (docs/language.md says so).
+`desc.store` / `desc.atomic_add` leave the elements outside the tensor alone. The IR keeps them as
+descriptor ops, so that the Triton backend writes them back as descriptors (TMA on Hopper); a backend
+without descriptors expands each access into the block window it stands for (transforms/descriptors.py).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import triton.language as tl
-
 from ..errors import LoweringError
 from ..ir import types as T
-from .block_ptr import BlockPtr, _scalars, pointers_and_mask, window_offsets
-from .semantics import TV, is_num
+from .block_ptr import _scalars
+from .semantics import TV, as_tv, broadcast_to, cast, is_num
 
 _NAME = "tl.make_tensor_descriptor"
+_ATOMIC_ADD_DTYPES = ("u32", "i32", "u64", "fp32", "fp16", "bf16")     # what Triton's desc.atomic_add takes
 
 
 @dataclass(frozen=True, eq=False)
 class TensorDescriptor:
     tr: object                      # the tracer: the methods below are called from the kernel's text
-    base: TV
-    shape: tuple                    # i64 scalars (TV) per axis
-    strides: tuple                  # i64 scalars (TV) per axis
-    block_shape: tuple[int, ...]
-    padding: str                    # "zero" or "nan"
+    desc: TV                        # the make_descriptor value
 
-    def _window(self, offsets, what) -> BlockPtr:
+    @property
+    def block_shape(self) -> tuple[int, ...]:
+        return self.desc.type.elem.block_shape
+
+    @property
+    def dtype(self):
+        return self.desc.type.elem.elem
+
+    def _offsets(self, offsets, what) -> list:
+        if isinstance(offsets, TV) or not isinstance(offsets, (list, tuple)):
+            raise LoweringError(f"{what}: offsets must be a list with one integer per axis, got {offsets!r}",
+                                self.tr.b.loc)
         if len(offsets) != len(self.block_shape):
             raise LoweringError(f"{what}: {len(offsets)} offsets for a descriptor of rank {len(self.block_shape)}",
                                 self.tr.b.loc)
-        rank = len(self.block_shape)
-        return BlockPtr(self.base, self.shape, self.strides, window_offsets(self.tr, offsets, "offsets", what),
-                        self.block_shape, tuple(range(rank - 1, -1, -1)))
+        return [o.v for o in _scalars(self.tr, offsets, T.i32, "offsets", what)]
 
-    def _every_axis(self):
-        return tuple(range(len(self.block_shape)))
+    def _block(self, value, what) -> TV:
+        """The value stored: cast to the descriptor's dtype and broadcast to its block."""
+        elem = self.dtype
+        value = cast(as_tv(self.tr.b, value, elem if is_num(value) else None), elem)
+        try:
+            return broadcast_to(value, self.block_shape)
+        except LoweringError:
+            raise LoweringError(f"{what}: a value of shape {list(value.type.shape)} for a block of "
+                                f"{list(self.block_shape)}", self.tr.b.loc) from None
 
-    # the accesses are the kernel's own tl.load / tl.store / tl.atomic_add of the window, through the tracer
+    # called from the kernel's text
     def load(self, offsets):
-        return self.tr.call(tl.load, [self._window(offsets, "desc.load")],
-                            {"boundary_check": self._every_axis(), "padding_option": self.padding})
+        offsets = self._offsets(offsets, "desc.load")
+        return TV(self.tr.b.descriptor_load(self.desc.v, offsets), self.tr.b)
 
     def store(self, offsets, value):
-        self.tr.call(tl.store, [self._window(offsets, "desc.store"), value], {"boundary_check": self._every_axis()})
+        offsets = self._offsets(offsets, "desc.store")
+        self.tr.b.descriptor_store(self.desc.v, self._block(value, "desc.store").v, offsets)
 
     def atomic_add(self, offsets, value):
-        pointers, mask = pointers_and_mask(self.tr, self._window(offsets, "desc.atomic_add"), self._every_axis())
-        return self.tr.call(tl.atomic_add, [pointers, value], {"mask": mask})
+        """Returns nothing, as in Triton (a TMA reduction has no result)."""
+        offsets = self._offsets(offsets, "desc.atomic_add")
+        if self.dtype.name not in _ATOMIC_ADD_DTYPES:
+            raise LoweringError(f"desc.atomic_add on {self.dtype} memory: Triton's descriptor reductions add "
+                                f"{', '.join(_ATOMIC_ADD_DTYPES)}", self.tr.b.loc)
+        self.tr.b.descriptor_atomic("add", self.desc.v, self._block(value, "desc.atomic_add").v, offsets)
 
 
 def make_tensor_descriptor(tr, base, shape, strides, block_shape, padding_option="zero"):
@@ -75,6 +89,8 @@ def make_tensor_descriptor(tr, base, shape, strides, block_shape, padding_option
         raise LoweringError(f"{_NAME}: the last axis of block_shape must span at least 16 bytes, got "
                             f"{block_shape[-1]} x {elem.bits // 8} = {row_bytes}", loc)
     last = getattr(strides[-1], "value", strides[-1])
+    if isinstance(last, TV) and last.v.defining_op is not None and last.v.defining_op.name == "const":
+        last = last.v.defining_op.attrs["value"]          # an argument compiled in as a constant
     if is_num(last) and last != 1:
         raise LoweringError(f"{_NAME}: the last axis must be contiguous (stride 1), got stride {last}", loc)
     padding = str(getattr(padding_option, "value", padding_option)).lower()
@@ -82,6 +98,7 @@ def make_tensor_descriptor(tr, base, shape, strides, block_shape, padding_option
         raise LoweringError(f"{_NAME}: padding_option must be 'zero' or 'nan', got {padding_option!r}", loc)
     if padding == "nan" and not elem.is_float:
         raise LoweringError(f"{_NAME}: padding_option='nan' on an integer tensor", loc)
-    return TensorDescriptor(tr, base, _scalars(tr, shape, T.i64, "shape", _NAME),
-                            _scalars(tr, strides, T.i64, "strides", _NAME),
-                            block_shape, padding)
+    shape = _scalars(tr, shape, T.i32, "shape", _NAME)            # Triton's types: i32 extents, i64 strides
+    strides = _scalars(tr, strides, T.i64, "strides", _NAME)
+    desc = tr.b.make_descriptor(base.v, [x.v for x in shape], [x.v for x in strides], block_shape, padding)
+    return TensorDescriptor(tr, TV(desc, tr.b))

@@ -248,8 +248,9 @@ class Tracer:
 
     def _assign(self, target, value, env):
         if isinstance(target, ast.Name):
-            if isinstance(value, TV) and value.v.name is None and value.v.defining_op is not None:
-                value.v.name = target.id
+            named = value.desc if isinstance(value, TensorDescriptor) else value
+            if isinstance(named, TV) and named.v.name is None and named.v.defining_op is not None:
+                named.v.name = target.id
             env[target.id] = value
         elif isinstance(target, (ast.Tuple, ast.List)):
             values = list(value) if not isinstance(value, TV) else None

@@ -151,6 +151,21 @@ class Builder:
     def atomic_cas(self, ptr: Value, cmp: Value, value: Value, attrs: dict) -> Value:
         return self._one("atomic_cas", [ptr, cmp, value], [value.type], dict(attrs))
 
+    # -- tensor descriptors -----------------------------------------------------------------------
+    def make_descriptor(self, base: Value, shape: list[Value], strides: list[Value], block_shape, padding: str):
+        desc = T.DescriptorType(base.type.elem.elem, tuple(block_shape), padding)
+        return self._one("make_descriptor", [base, *shape, *strides], [T.scalar(desc)])
+
+    def descriptor_load(self, desc: Value, offsets: list[Value]) -> Value:
+        d = desc.type.elem
+        return self._one("descriptor_load", [desc, *offsets], [T.tile(d.block_shape, d.elem)])
+
+    def descriptor_store(self, desc: Value, value: Value, offsets: list[Value]) -> Op:
+        return self._op("descriptor_store", [desc, value, *offsets], [])
+
+    def descriptor_atomic(self, kind: str, desc: Value, value: Value, offsets: list[Value]) -> Op:
+        return self._op("descriptor_atomic", [desc, value, *offsets], [], {"kind": kind})
+
     # -- tle.gpu buffers --------------------------------------------------------------------------
     def alloc(self, shape, elem: T.DType, space: str, layout) -> Value:
         return self._one("alloc", [], [T.buffer(shape, elem, space)], {"scope": space, "layout": layout})

@@ -83,6 +83,16 @@ _DEFS = [
     }, frozenset({MEMORY}), "result: the values the memory held before"),
     OpDef("atomic_cas", ("ptr", "cmp", "value"), dict(_ATOMIC_ATTRS), frozenset({MEMORY}),
           "tl.atomic_cas: where memory holds cmp, write value; result: the values it held before"),
+    # Tensor descriptors. make_descriptor's operands: the base pointer, then one i32 extent and one i64 stride
+    # per axis (the last stride 1); the access ops take the descriptor, then (store / atomic) the value tile,
+    # then one i32 offset per axis. Elements outside the tensor read as the padding and are not written.
+    OpDef("make_descriptor", None, {}, frozenset({PURE}),
+          "tl.make_tensor_descriptor: operands (base, *shape, *strides); the block shape and padding are in "
+          "its result's type"),
+    OpDef("descriptor_load", None, {}, frozenset(), "desc.load(offsets): operands (desc, *offsets)"),
+    OpDef("descriptor_store", None, {}, frozenset(), "desc.store(offsets, value): operands (desc, value, *offsets)"),
+    OpDef("descriptor_atomic", None, {"kind": "add (desc.atomic_add)"}, frozenset(),
+          "desc.atomic_<kind>(offsets, value): operands (desc, value, *offsets); no result (as in Triton)"),
     OpDef("reduce", ("x",), {"kind": "sum, max, min, argmax, argmin", "axis": "the reduced axis",
                              "keep_dims": "keep the reduced axis with extent 1"}, frozenset({PURE})),
     OpDef("scan", ("x",), {"kind": "sum or prod (tl.cumsum, tl.cumprod)", "axis": "the scanned axis",

@@ -99,7 +99,23 @@ class PointerType:
         return self.name
 
 
-ElemType = DType | PointerType
+@dataclass(frozen=True)
+class DescriptorType:
+    """A tensor descriptor (tl.make_tensor_descriptor): a window of `block_shape` elements of dtype `elem`
+    into a tensor in global memory; a `padding` ("zero" or "nan") is what elements outside it read."""
+    elem: DType
+    block_shape: tuple[int, ...]
+    padding: str
+
+    @property
+    def name(self) -> str:
+        return f"desc<{'x'.join(map(str, self.block_shape))}x{self.elem}, {self.padding}>"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+ElemType = DType | PointerType | DescriptorType
 
 
 @dataclass(frozen=True)
@@ -117,6 +133,10 @@ class Type:
     @property
     def is_pointer(self) -> bool:
         return isinstance(self.elem, PointerType)
+
+    @property
+    def is_descriptor(self) -> bool:
+        return isinstance(self.elem, DescriptorType)
 
     @property
     def is_buffer(self) -> bool:

@@ -16,7 +16,7 @@ from .. import backend as api
 from ..files import default_cache_dir, load_module, write_once
 from ..ir.core import KernelIR
 from ..spec import Spec
-from ..transforms import (drop_overwritten_buffer_carries, fold_constants, fold_dot_accumulators,
+from ..transforms import (drop_overwritten_buffer_carries, expand_descriptors, fold_constants, fold_dot_accumulators,
                           hoist_guarded_loads, pipeline_async_loads, rewrite_inductions)
 from .block_size import check_block_size
 from .codegen import generate
@@ -197,6 +197,7 @@ class Backend(api.Backend):
         return None
 
     def lower(self, ir: KernelIR, spec: Spec, cache_dir: str) -> TileLangCompiled:
+        expand_descriptors(ir)         # TileLang has no descriptors: each access is its masked window (T.copy)
         fold_constants(ir)
         fold_dot_accumulators(ir)      # acc += tl.dot(a, b): T.gemm into acc, as Triton's compiler does it
         rewrite_inductions(ir)

@@ -78,6 +78,11 @@ RULES.honors("combine_scan", "axis", "reverse", how="the dim= and reverse= of T.
 for _op in ("combine_reduce", "combine_scan"):
     RULES.honors(_op, "fn", how="only names the combine function; its traced body decides the lowering")
 
+# -- tensor descriptors: each access becomes the masked block window it stands for (T.copy where it can) -----
+for _op in ("make_descriptor", "descriptor_load", "descriptor_store", "descriptor_atomic"):
+    RULES.rewritten(_op, by="transforms.expand_descriptors")
+RULES.honors("descriptor_atomic", "kind", how="tl.atomic_<kind> over the window, masked to the tensor")
+
 # -- what TileLang has no counterpart for -----------------------------------------------------------------
 RULES.unsupported("sort", "TileLang 0.1.15 has no sort (tl.sort)")
 RULES.unsupported("topk", "TileLang 0.1.15 has no top-k selection (tl.topk)")

@@ -5,12 +5,13 @@ there is none. Under TRITON_INTERPRET=1 the kernel runs on the CPU in Triton's i
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 
 import triton
 from triton import knobs
-from triton.runtime import driver as _triton_driver
+from triton.runtime import _allocation, driver as _triton_driver
 
 from .. import backend as api
 from ..errors import LoweringError
@@ -35,6 +36,27 @@ def _int_class(v):
     if type(v) is not int:
         return None
     return 1 if v == 1 else 16 if v % 16 == 0 else 0
+
+
+def _torch_scratch(size: int, alignment: int, stream):
+    """Global scratch for a kernel that makes tensor descriptors on the device (Triton writes them there),
+    from torch's caching allocator: freed after the launch, reused only by work ordered after the kernel."""
+    import torch
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
+@contextlib.contextmanager
+def _scratch_allocator(needed: bool):
+    """Triton asks the program for an allocator (triton.set_allocator) before launching a kernel that makes
+    descriptors; where the program set none, lend one for this launch only."""
+    if not needed or _allocation._allocator.get() is not _allocation._NULL_ALLOCATOR:
+        yield
+        return
+    token = _allocation._allocator.set(_torch_scratch)
+    try:
+        yield
+    finally:
+        _allocation._allocator.reset(token)
 
 
 def _launch_hooks_set() -> bool:
@@ -62,6 +84,7 @@ class TritonCompiled(api.Compiled):
         self._int_positions = tuple(i for i, a in enumerate(spec.args) if not a.is_tensor
                                     and a.type.elem.is_int and not a.type.elem.is_bool)
         self._kernels: dict = {}                # (device, int classes) -> Triton's CompiledKernel
+        self._makes_descriptors = any(op.name == "make_descriptor" for op in ir.walk())
 
     @property
     def fn(self):
@@ -71,6 +94,10 @@ class TritonCompiled(api.Compiled):
         return self._fn
 
     def launch(self, grid, args):
+        with _scratch_allocator(self._makes_descriptors and not self.interpret):
+            self._launch(grid, args)
+
+    def _launch(self, grid, args):
         if self.interpret:
             interpreter_fix.apply()
             self.fn[grid](*args, num_warps=self.spec.num_warps, num_stages=self.spec.num_stages)
@@ -125,6 +152,10 @@ _BUFFER_SITES = {"alloc": "a register tile (stock Triton has no explicit shared 
                  "local_load": "the register tile itself", "local_store": "the tile becomes the buffer's value"}
 
 
+_DESCRIPTOR_SITES = {"descriptor_load": "desc.load", "descriptor_store": "desc.store",
+                     "descriptor_atomic": "desc.atomic_add"}
+
+
 def _access_report(ir: KernelIR):
     """Triton gets every access as written; the report gives each one's class for reference."""
     from ..analysis import classify_accesses
@@ -146,6 +177,9 @@ def _access_report(ir: KernelIR):
             out.append((op.loc.line, "tle.call", "raw", "element-wise: inlined as tile code"))
         elif op.name in _BUFFER_SITES:
             out.append((op.loc.line, f"tle.gpu.{op.name}", "buffer", _BUFFER_SITES[op.name]))
+        elif op.name in _DESCRIPTOR_SITES:
+            out.append((op.loc.line, _DESCRIPTOR_SITES[op.name], "descriptor",
+                        "a tensor-descriptor access, as written (TMA on Hopper)"))
         elif op.name == "for" and op.attrs.get("kind") == "tle.gpu.pipeline":
             stages = op.attrs.get("num_stages")
             out.append((op.loc.line, "tle.gpu.pipeline", "loop", "tl.range" + (

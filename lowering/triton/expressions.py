@@ -3,7 +3,7 @@ code generator (lowering/triton/codegen.py); a rule asks it for its operands' ex
 used once is written inline where it is used, and one with a name is read through that name."""
 from __future__ import annotations
 
-from ..ir.core import Op
+from ..ir.core import Op, Value
 from ..ir.ops import CACHE_HINTS
 from .rules import RULES
 from .syntax import BIN, CMP, MATH, PREC, full, literal, tl_dtype
@@ -174,6 +174,38 @@ def atomic(g, op: Op) -> str:
 @_rule("atomic_cas")
 def atomic_cas(g, op: Op) -> str:
     return f"tl.atomic_cas({', '.join([g.expr(v) for v in op.operands] + _ordering(op))})"
+
+
+# -- tensor descriptors, written back as descriptors (TMA on Hopper) ------------------------------------
+def _int_arg(g, v: Value) -> str:
+    """An integer as Triton's descriptor functions take it: they widen it themselves, and read a last
+    stride of 1 only as a literal (or an argument Triton compiled in as 1)."""
+    while v not in g.ids and v.defining_op is not None and v.defining_op.name == "cast" \
+            and v.defining_op.operands[0].type.elem.is_int:
+        v = v.defining_op.operands[0]
+    d = v.defining_op
+    if v not in g.ids and d is not None and d.name == "const":
+        return str(int(d.attrs["value"]))
+    return g.expr(v)
+
+
+def ints(g, values) -> str:
+    """A list of integers for a descriptor function (offsets, shape, strides)."""
+    return f"[{', '.join(_int_arg(g, v) for v in values)}]"
+
+
+@_rule("make_descriptor")
+def make_descriptor(g, op: Op) -> str:
+    d = op.result.type.elem
+    rank = len(d.block_shape)
+    base, shape, strides = op.operands[0], op.operands[1:1 + rank], op.operands[1 + rank:]
+    return (f"tl.make_tensor_descriptor({g.expr(base)}, shape={ints(g, shape)}, strides={ints(g, strides)}, "
+            f"block_shape={list(d.block_shape)}, padding_option={d.padding!r})")
+
+
+@_rule("descriptor_load")
+def descriptor_load(g, op: Op) -> str:
+    return f"{g.expr(op.operands[0])}.load({ints(g, op.operands[1:])})"
 
 
 def _ordering(op: Op) -> list[str]:

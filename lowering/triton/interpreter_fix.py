@@ -13,6 +13,8 @@ kernels there.
   to even, and values past the largest finite one become garbage or infinity. On the GPU (both backends'
   `cvt.rn.satfinite`) they round to nearest even and saturate to the largest finite value (NaN stays NaN).
   Here every conversion from or to these two fp8 types goes through torch's, after saturating.
+- It has no descriptor reductions (`desc.atomic_add`, a TMA reduction on the GPU). Here the descriptor's
+  window is added to atomically, element by element, where it lies inside the tensor.
 """
 from __future__ import annotations
 
@@ -50,6 +52,7 @@ def apply() -> None:
 
     interpreter.InterpreterBuilder.create_umulhi = create_umulhi
     interpreter.InterpreterBuilder.create_extern_elementwise = _extern_elementwise
+    interpreter.InterpreterBuilder.create_descriptor_reduce = _descriptor_reduce
     patch_lang = interpreter._patch_lang
 
     def patch_lang_and_libdevice(fn):
@@ -133,3 +136,12 @@ def _extern_elementwise(self, lib_name, lib_path, symbol, args, ret_type, is_pur
         raise NotImplementedError(f"libdevice function {symbol} in Triton's interpreter")
     out = table[name](*[a.data for a in args])
     return interpreter.TensorHandle(out.astype(args[0].data.dtype), args[0].dtype.scalar)
+
+
+def _descriptor_reduce(self, kind, desc, value, indices):
+    from triton._C.libtriton import ir
+    if kind != ir.DESCRIPTOR_REDUCE_KIND.ADD:
+        raise NotImplementedError(f"descriptor reduction {kind} in the interpreter")
+    ptrs, mask = desc.materialize_pointers(indices)
+    add = ir.ATOMIC_OP.FADD if value.dtype.scalar.is_floating() else ir.ATOMIC_OP.ADD
+    self.create_atomic_rmw(add, ptrs, value, mask, ir.MEM_SEMANTIC.RELAXED, ir.MEM_SYNC_SCOPE.GPU)

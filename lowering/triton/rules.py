@@ -22,6 +22,7 @@ for _op, _attrs in {
             "disable_licm"),
 }.items():
     RULES.honors(_op, *_attrs, how=_AS_WRITTEN)
+RULES.honors("descriptor_atomic", "kind", how="desc.atomic_<kind>, as the kernel wrote it (a TMA reduction)")
 RULES.honors("binary", "op", how="Python operators and tl.maximum / tl.minimum / tl.umulhi")
 RULES.honors("libdevice", "fn", how="libdevice.<fn>, from triton.language.extra.cuda")
 RULES.honors("load", "is_async", "async", "async_stages",

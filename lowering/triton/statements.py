@@ -7,6 +7,7 @@ import re
 from ..errors import UnsupportedConstruct
 from ..ir.core import Op
 from ..ir.ops import CACHE_HINTS
+from . import expressions
 from .raw_render import render_triton, require_elementwise
 from .rules import RULES
 
@@ -43,6 +44,13 @@ def store(g, op: Op, indent: int):
         if op.attrs.get(key):
             args.append(f"{key}={op.attrs[key]!r}")
     g.emit(f"tl.store({', '.join(args)})", indent)
+
+
+@_rule("descriptor_store", "descriptor_atomic")
+def descriptor_store(g, op: Op, indent: int):
+    desc, val, *offsets = op.operands
+    method = "store" if op.name == "descriptor_store" else f"atomic_{op.attrs['kind']}"
+    g.emit(f"{g.expr(desc)}.{method}({expressions.ints(g, offsets)}, {g.expr(val)})", indent)
 
 
 def value(g, op: Op, indent: int):

@@ -141,3 +141,11 @@ def test_tilelang_refuses_a_volatile_load():
     x = torch.zeros(16)
     with pytest.raises(UnsupportedConstruct, match=r"tl.load\(volatile=True\): TileLang's reads cannot be made volatile"):
         _volatile_read.lower(x, x, grid=(1,), backend="tilelang")
+
+
+def test_an_op_another_pass_rewrites_counts_as_lowered_and_never_reaches_the_rules():
+    rules = Rules("test")
+    rules.rewritten("descriptor_load", by="transforms.expand_descriptors")
+    assert rules.has_rule("descriptor_load") and not rules.unsupported_reason("descriptor_load")
+    with pytest.raises(AssertionError, match="should have been rewritten by transforms.expand_descriptors"):
+        rules.get(_op("descriptor_load"))

@@ -627,6 +627,10 @@ def main(argv=None, reexec: bool = False) -> int:
         cases = [c for c in cases if c.name in wanted]
     if device.type == "cuda" and device.index is not None:
         torch.cuda.set_device(device)
+    if device.type == "cuda":
+        # the plain kernels that make tensor descriptors need an allocator, as any Triton program does
+        import triton
+        triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device=device))
     out_dir = args.out if args.out is not None else (DEFAULT_OUT if device.type == "cuda" else None)
     old = []
     if out_dir:

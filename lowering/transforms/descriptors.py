@@ -1,0 +1,90 @@
+"""Tensor-descriptor ops expanded into the block windows they stand for, for a backend without descriptors.
+
+`desc.load(offsets)` reads what a block pointer at `offsets` over the descriptor's tensor reads with every
+axis boundary-checked and the descriptor's padding; `desc.store` and `desc.atomic_add` write through the
+same masked window. The expansion is the frontend's own (block_ptr.py and the tl.load / tl.store /
+tl.atomic_add builtins), run with a builder that writes the ops in place of the descriptor op, so that a
+descriptor access and the block-pointer access it equals lower to the same code (on TileLang, T.copy boxes).
+"""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import triton.language as tl
+
+from ..frontend import builtins
+from ..frontend.block_ptr import BlockPtr, pointers_and_mask, window_offsets
+from ..frontend.semantics import TV
+from ..ir import types as T
+from ..ir.builder import Builder
+from ..ir.core import Block, KernelIR, Op, Value
+
+_ACCESSES = ("descriptor_load", "descriptor_store", "descriptor_atomic")
+
+
+def _next_id(k: KernelIR) -> int:
+    ids = [p.value.id for p in k.params]
+
+    def block(b: Block):
+        ids.extend(a.id for a in b.args)
+        for op in b.ops:
+            ids.extend(r.id for r in op.results)
+            for r in op.regions:
+                block(r)
+    block(k.body)
+    return max(ids, default=-1) + 1
+
+
+def _window(b: Builder, op: Op, offsets: list[Value]) -> BlockPtr:
+    make = op.operands[0].defining_op
+    rank = len(op.operands[0].type.elem.block_shape)
+    base, shape, strides = make.operands[0], make.operands[1:1 + rank], make.operands[1 + rank:]
+    tv = lambda v: TV(v, b)  # noqa: E731
+    tr = SimpleNamespace(b=b)
+    return BlockPtr(tv(base), tuple(TV(b.cast(s, T.i64), b) for s in shape), tuple(map(tv, strides)),
+                    window_offsets(tr, [tv(o) for o in offsets], "offsets", "tl.make_tensor_descriptor"),
+                    op.operands[0].type.elem.block_shape, tuple(range(rank - 1, -1, -1)))
+
+
+def _expand(b: Builder, op: Op) -> Value | None:
+    """Write the window access of `op` at the builder; its result value, if it has one."""
+    tr = SimpleNamespace(b=b)
+    every_axis = tuple(range(len(op.operands[0].type.elem.block_shape)))
+    if op.name == "descriptor_load":
+        bp = _window(b, op, op.operands[1:])
+        return builtins.load(tr, bp, boundary_check=every_axis, padding_option=op.operands[0].type.elem.padding).v
+    value, offsets = TV(op.operands[1], b), op.operands[2:]
+    bp = _window(b, op, offsets)
+    if op.name == "descriptor_store":
+        builtins.store(tr, bp, value, boundary_check=every_axis)
+        return None
+    pointers, mask = pointers_and_mask(tr, bp, every_axis)
+    builtins.BUILTINS[getattr(tl, f"atomic_{op.attrs['kind']}")](tr, pointers, value, mask=mask)
+    return None
+
+
+def expand_descriptors(k: KernelIR) -> KernelIR:
+    """In place: each descriptor access becomes its window's ops (its result keeps its value, so its uses
+    stand); the make_descriptor ops, used by nothing then, are removed."""
+    accesses = [op for op in k.walk() if op.name in _ACCESSES]
+    if not accesses:
+        return k
+    b = Builder()
+    b.ids.next = _next_id(k)
+    for op in accesses:
+        block = op.parent
+        with b.insert_into(Block()) as scratch:
+            b.loc = op.loc
+            result = _expand(b, op)
+        if result is not None:
+            # the new op producing `result` takes over the old result value, which the uses name
+            new_op, old = result.defining_op, op.result
+            new_op.results[new_op.results.index(result)] = old
+            old.owner = new_op
+        at = block.ops.index(op)
+        block.ops[at:at + 1] = scratch.ops
+        for new in scratch.ops:
+            new.parent = block
+    for op in [op for op in k.walk() if op.name == "make_descriptor"]:
+        op.parent.ops.remove(op)
+    return k
