@@ -82,6 +82,7 @@ class AffineAnalysis:
         self.k = kernel
         self.known = known or {}
         self.memo: dict[int, Affine | None] = {}
+        self.values: dict[int, Value] = {}        # the values memo holds forms of, by id
         self.symbols: dict[int, Value] = {}
 
     def of(self, v: Value) -> Affine | None:
@@ -89,6 +90,7 @@ class AffineAnalysis:
             return self.memo[v.id]
         r = self._compute(v)
         self.memo[v.id] = r
+        self.values[v.id] = v
         return r
 
     def _sym(self, v: Value) -> Affine | None:

@@ -119,7 +119,7 @@ def read_global(g: Context, op: Op, into: str | None, scope: str, asynchronous: 
     fragment_in_pipeline = scope == "fragment" and g.in_pipelined_loop(op)
     if plan is not None and zero_other and not fragment_in_pipeline:
         name = into or g.alloc(op.results[0].name or "t", shape, elem, scope)
-        g.emit(f"T.copy({region(g, view(g, acc.param.value), plan)}, {name})", indent)
+        g.emit(f"T.copy({region(g, acc.param.value, plan)}, {name})", indent)
         return name, f"T.copy into {scope}", None
     if plan is None:
         why = acc.reason
@@ -195,7 +195,7 @@ def store(g: Context, op: Op, indent: int):
                 g.buffers[cast.operands[0].id].perm is None:
             src = cast.operands[0]          # T.copy converts to the destination's dtype itself
         b = g.buffers[src.id] if src is not val else g.buffer_of(val, indent, "any", dtype=elem)
-        g.emit(f"T.copy({b.name}, {region(g, view(g, acc.param.value), plan)})", indent)
+        g.emit(f"T.copy({b.name}, {region(g, acc.param.value, plan)})", indent)
         g.report.append((op.loc.line, site, acc.kind, f"T.copy from {b.scope}" if site == "store"
                          else f"T.copy from {b.name}"))
         return

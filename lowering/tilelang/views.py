@@ -41,26 +41,34 @@ def box(g: Context, op: Op, acc: Access, mask: Value | None) -> BoxPlan | None:
     return plan
 
 
-def region(g: Context, view_name: str, plan: BoxPlan) -> str:
+def region(g: Context, param_value: Value, plan: BoxPlan) -> str:
+    """The region of argument `param_value`'s view that `plan` covers."""
+    shape = g.arg[param_value.id].shape
     parts = []
-    for d in plan.dims:
-        s = affine_expr(g, d.start)
+    for d, extent in zip(plan.dims, shape):
+        used: list[Value] = []
+        s = affine_expr(g, d.start, used)
+        if any(v.type.elem.bits == 64 for v in used) and extent < 2**31:
+            # 64-bit offsets (a block pointer's) into an int32-sized dimension: TileLang's copy refuses a mix
+            # of 64- and 32-bit indices, and the box starts inside the dimension
+            s = f"T.cast({s}, 'int32')"
         parts.append(s if d.axis is None else f"{s}:{s} + {d.extent}" if s != "0" else f"0:{d.extent}")
-    return f"{view_name}[{', '.join(parts)}]"
+    return f"{view(g, param_value)}[{', '.join(parts)}]"
 
 
-def affine_expr(g: Context, f: Affine) -> str:
+def affine_expr(g: Context, f: Affine, used: list | None = None) -> str:
     """Render a scalar affine form, preferring the kernel's own named scalars (pid_m * 64) over
-    the program ids and quotients they were computed from."""
+    the program ids and quotients they were computed from. `used` collects the values it names."""
+    used = [] if used is None else used
     named = []
     for vid, name in g.scalars.items():
         form = g.aff.memo.get(vid)
         if form is not None and form.syms and form.is_scalar_form and not (len(form.syms) == 1 and
                                                                           form.syms[0][1] == 1 and not form.const):
-            named.append((name, form))
+            named.append((name, form, vid))
     named.sort(key=lambda nf: -len(nf[1].syms))
     prefix = []
-    for name, form in named:
+    for name, form, vid in named:
         sym0, c0 = form.syms[0]
         fc = dict(f.syms).get(sym0)
         if fc is None or fc % c0:
@@ -72,11 +80,13 @@ def affine_expr(g: Context, f: Affine) -> str:
         if all(s not in dict(rest.syms) for s, _ in form.syms) and \
                 len(rest.syms) < len(f.syms):
             g.out.read(name)
+            used.append(g.aff.values[vid])
             prefix.append(name if k == 1 else f"{name} * {k}")
             f = rest
     terms = list(prefix)
     for sym, c in f.syms:
         v = g.aff.symbols[sym]
+        used.append(v)
         e = g.scalar(v)
         terms.append(e if c == 1 else f"{e} * {c}")
     if f.const or not terms:

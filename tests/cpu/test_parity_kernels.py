@@ -184,3 +184,16 @@ def test_write_page_replaces_only_the_generated_section(tmp_path):
     text = path.read_text()
     assert "old" not in text and "\nnew\n" in text
     assert text.startswith(HAND_WRITTEN) and text.endswith("## After\n\nKept too.\n")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["matmul_block_ptr", "matmul_descriptor"])
+@pytest.mark.parametrize("at", [1, 3], ids=["128x128_tiles", "128x256_tiles"])
+def test_tilelang_lowering_of_the_block_matmuls_compiles_at_gpu_shapes(name, at):
+    """TileLang compiles (to CUDA, for sm_90a) the boxes these kernels copy, whose starts may be 64-bit block
+    offsets, at the launch configurations the GPU benchmark times (pipelined 4 and 3 deep)."""
+    case = next(c for c in CASES if c.name == name)
+    launch = case.launch(case.shapes[at], "meta")
+    lowered = case.kernel.lower(*launch.args, grid=launch.grid, backend="tilelang", **launch.kwargs)
+    assert "T.Pipelined" in lowered.source
+    assert "__global__" in lowered.stage("cuda")

@@ -15,5 +15,5 @@ def embedding_bag_cast_kernel(
     with T.Kernel(1, threads=256) as bx:
         x = T.alloc_fragment((4096,), 'float32')
         base = (T.cast(bx, 'int64') * T.int64(4096))
-        T.copy(src_ptr[base:base + 4096], x)
-        T.copy(x, dst_ptr[base:base + 4096])
+        T.copy(src_ptr[T.cast(base, 'int32'):T.cast(base, 'int32') + 4096], x)
+        T.copy(x, dst_ptr[T.cast(base, 'int32'):T.cast(base, 'int32') + 4096])

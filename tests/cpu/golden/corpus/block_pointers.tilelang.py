@@ -28,7 +28,7 @@ def block_ptr_matmul(
         b_blk_off1 = T.alloc_var('int64', init=T.cast((pid_n * 32), 'int64'))
         for _ in T.Pipelined(3, num_stages=3):
             a_blk_off1 = (T.int64(0) + (T.cast(_, 'int64') * T.int64(32)))
-            T.copy(a_ptr_v[a_blk_off0:a_blk_off0 + 32, a_blk_off1:a_blk_off1 + 32], a)
-            T.copy(b_ptr_v[a_blk_off1:a_blk_off1 + 32, b_blk_off1:b_blk_off1 + 32], b)
+            T.copy(a_ptr_v[T.cast(a_blk_off0, 'int32'):T.cast(a_blk_off0, 'int32') + 32, T.cast(a_blk_off1, 'int32'):T.cast(a_blk_off1, 'int32') + 32], a)
+            T.copy(b_ptr_v[T.cast(a_blk_off1, 'int32'):T.cast(a_blk_off1, 'int32') + 32, T.cast(b_blk_off1, 'int32'):T.cast(b_blk_off1, 'int32') + 32], b)
             T.gemm(a, b, acc)
         T.copy(acc, c_ptr_v[pid_m * 32:pid_m * 32 + 32, pid_n * 32:pid_n * 32 + 32])
