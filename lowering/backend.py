@@ -67,5 +67,14 @@ def get_backend(name: str) -> Backend:
     return _instances[name]
 
 
+def triton_debug() -> bool:
+    """Whether Triton's debug mode is on (TRITON_DEBUG=1 when triton was imported, or
+    `triton.knobs.runtime.debug` set since): Triton keeps tl.device_assert in a kernel it compiles for a launch
+    only then (tle passes no `debug=` of its own), and the TileLang lowering follows it, so lowerings are keyed
+    on it."""
+    from triton import knobs
+    return bool(knobs.runtime.debug)
+
+
 def backend_names() -> list[str]:
     return list(BACKEND_MODULES)

@@ -1581,6 +1581,39 @@ def tensor_descriptors(device):
                       outputs={"c": c, "s": s}, reference=reference, tolerances={"s": (1e-2, 1e-2)})
 
 
+# -- the values atomics return: per element of distinct addresses, and one ticket per program ------------------
+@tle.jit
+def atomic_returns(x_ptr, old_ptr, mx_ptr, old_mx_ptr, cnt_ptr, total_ptr, n, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    old = tl.atomic_add(x_ptr + offs, 1.0, mask=m)            # distinct elements: each returns what it held
+    tl.store(old_ptr + offs, old, mask=m)
+    before = tl.atomic_max(mx_ptr + offs, offs.to(tl.float32), mask=m)
+    tl.store(old_mx_ptr + offs, before, mask=m)
+    ticket = tl.atomic_add(cnt_ptr, 1)                         # one per program, in an order the GPU picks
+    tl.atomic_add(total_ptr, ticket)                           # their sum does not depend on that order
+
+
+@case(atomic_returns)
+def atomic_values(device):
+    n, block = 300, 128
+    grid = (n + block - 1) // block
+    x = torch.randn(n, device=device)
+    mx = torch.randn(n, device=device) * n
+    old, old_mx = torch.full_like(x, float("nan")), torch.full_like(x, float("nan"))
+    cnt, total = torch.zeros(1, dtype=torch.int32, device=device), torch.zeros(1, dtype=torch.int32, device=device)
+    x0, mx0 = x.clone(), mx.clone()
+
+    def reference():
+        return {"x": x0 + 1.0, "old": x0, "mx": torch.maximum(mx0, torch.arange(n, device=device).float()),
+                "old_mx": mx0, "cnt": torch.tensor([grid], dtype=torch.int32),
+                "total": torch.tensor([grid * (grid - 1) // 2], dtype=torch.int32)}
+    return tle.Launch(grid=(grid,), args=(x, old, mx, old_mx, cnt, total, n), kwargs=dict(BLOCK=block),
+                      outputs={"x": x, "old": old, "mx": mx, "old_mx": old_mx, "cnt": cnt, "total": total},
+                      reference=reference)
+
+
 # -- scans and reductions both backends have: tl.cumsum, and tl.associative_scan / tl.reduce whose combine
 #    function is a plain sum or maximum (T.cumsum, T.reduce_sum, T.reduce_max on TileLang) ---------------------
 @tle.jit

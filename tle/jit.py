@@ -18,7 +18,7 @@ from tle import arguments, select
 from tle.cache import cache_dir
 from tle.dtypes import from_torch
 from tle.errors import LaunchError
-from tle.lowering.backend import Compiled
+from tle.lowering.backend import Compiled, triton_debug
 from tle.lowering.frontend import constexpr_params
 from tle.lowering.frontend.raw_call import DEFAULT_NUM_WARPS, settle_num_warps
 from tle.lowering.ir import types as T
@@ -274,8 +274,9 @@ class Kernel:
     def _get(self, backend, values, key, num_warps, num_stages, grid, interpret: str):
         """(Lowered, positions in `values` of what its kernel takes), lowered on the first launch of a key;
         num_warps None: the launch did not fix it."""
-        # the interpreter setting decides what Triton's jit builds, so lowerings differ with it
-        full_key = (backend.name, key, num_warps, num_stages, interpret)
+        # the interpreter setting decides what Triton's jit builds, so lowerings differ with it; so does Triton's
+        # debug mode (whether tl.device_assert is checked)
+        full_key = (backend.name, key, num_warps, num_stages, interpret, triton_debug())
         hit = self._cache.get(full_key)
         if hit is None:
             constexprs, runtime = self._split(values)

@@ -13,6 +13,7 @@ import shutil
 import tempfile
 
 from .. import backend as api
+from ..backend import triton_debug
 from ..files import default_cache_dir, load_module, write_once
 from ..ir.core import KernelIR
 from ..spec import Spec
@@ -205,7 +206,8 @@ class Backend(api.Backend):
         drop_overwritten_buffer_carries(ir)
         ir.notes.extend(pipeline_async_loads(ir, spec.num_stages))
         ir.notes.extend(RULES.check_attributes(ir))     # refused attributes raise, dropped ones are noted
-        source, notes, report = generate(ir, spec, spec.grid)
+        # tl.device_assert is checked where Triton would check it: with its debug mode on (debug.py)
+        source, notes, report = generate(ir, spec, spec.grid, debug=triton_debug())
         import tilelang
         digest = hashlib.sha256((source + tilelang.__version__).encode()).hexdigest()[:20]
         path = os.path.join(cache_dir, "tilelang-src", f"{ir.name}_{digest}.py")

@@ -36,12 +36,17 @@ class Buffer:
 
 
 class Context:
-    def __init__(self, k: KernelIR, spec: Spec, grid: tuple[int, ...]):
+    def __init__(self, k: KernelIR, spec: Spec, grid: tuple[int, ...], debug: bool = False):
         self.k = k
         self.spec = spec
         self.grid = tuple(grid)
-        self.ids = Identifiers(reserved={"T", "tilelang", *GRID_VARS, *PY_BUILTINS})
+        self.ids = Identifiers(reserved={"T", "tilelang", "tvm", *GRID_VARS, *PY_BUILTINS})
         self.users = users(k)
+        # Triton's debug mode, when the kernel is lowered: tl.device_assert is checked only then (debug.py)
+        self.debug = debug
+        self.imports_tvm = False               # the module needs `import tvm` (tvm.ir.Op.get of a TileLang op)
+        # does any atomic's returned value reach the kernel (then a block can acquire what another released)
+        self.reads_atomic_results = any(o.name == "atomic" and self.users.get(o.result.id) for o in k.walk())
         self.aff = AffineAnalysis(k)
         self.params = {p.value.id: p for p in k.params}
         self.arg = {p.value.id: spec.arg(p.name) for p in k.params}

@@ -206,30 +206,93 @@ def store(g: Context, op: Op, indent: int):
 
 @RULES.rule("atomic", role="statement")
 def atomic(g: Context, op: Op, indent: int):
+    """tl.atomic_add/max/min/or, one T.atomic_* per element. A value the kernel reads back is the
+    previous value (return_prev=True): per element into a shared buffer, or, for a scalar atomic (one
+    thread does it), through a one-element shared buffer every thread then reads. Where the mask is false the
+    returned value is 0, as in the code Triton compiles for a tile atomic (its `atom` writes a register
+    set to 0 first); Triton leaves it unspecified otherwise (its interpreter returns uninitialized memory,
+    a masked-off scalar atomic leaves its shared slot unwritten)."""
     ptr, val, mask = op.operands
-    if g.users.get(op.result.id):
-        g.error(f"using the value returned by tl.atomic_{op.attrs['kind']}", op)
+    kind = op.attrs["kind"]
+    used = bool(g.users.get(op.result.id))
+    if used and kind not in RETURNS_PREVIOUS:
+        g.error(f"using the value returned by tl.atomic_{kind}", op,
+                f"TileLang 0.1.15's T.atomic_{kind} has no return_prev (only T.atomic_add, max and min return "
+                f"the previous value)")
     acc = g.access(op)
     if acc.param is None:
         g.error("an atomic through a pointer that is not base + offsets of one argument", op)
     param = g.ids[acc.param.value]
-    fn = f"T.atomic_{op.attrs['kind']}"
-    # Triton's memory order, where the kernel names one (TileLang takes the same names)
-    order = f", memory_order={op.attrs['sem']!r}" if op.attrs.get("sem") else ""
-    g.report.append((op.loc.line, "atomic", acc.kind, f"{fn} per element" if ptr.type.shape else f"{fn} on one thread"))
+    fn = f"T.atomic_{kind}"
+    order = atomic_order(g, op)
+    # TileLang's AtomicAdd without return_prev is a plain atomicAdd for 32- and 64-bit values: it drops the
+    # memory order, which AtomicAddRet honors; an add with an order is issued in that form (value unused)
+    ret = used or (kind == "add" and order not in (None, "relaxed"))
+    args = (f", memory_order={order!r}" if order else "") + (", return_prev=True" if ret else "")
+    how = f"{fn}" + (" with return_prev" if used else "") + (" per element" if ptr.type.shape else " on one thread")
+    if used and not ptr.type.shape:
+        how += ", the previous value shared with every thread"
+    g.report.append((op.loc.line, "atomic", acc.kind, how))
+    elem = op.result.type.elem
     if ptr.type.is_scalar:
         # a scalar statement runs on every thread: let one thread do the atomic
+        call = f"{fn}({param}[{g.offset(ptr, [])}], {g.scalar(val)}{args})"
+        cond = g.scalar(mask) if mask is not None else None
+        if not used:
+            g.emit("if T.get_thread_binding() == 0:", indent)
+            if cond:
+                g.emit(f"if {cond}:", indent + 1)
+            g.emit(call, indent + 1 + bool(cond))
+            return
+        shared = g.alloc((op.result.name or "old") + "_shared", (1,), elem, "shared")
         g.emit("if T.get_thread_binding() == 0:", indent)
-        cond = f"{g.scalar(mask)}" if mask is not None else None
-        st = f"{fn}({param}[{g.offset(ptr, [])}], {g.scalar(val)}{order})"
-        if cond:
-            g.emit(f"if {cond}:", indent + 1)
-            g.emit(st, indent + 2)
-        else:
-            g.emit(st, indent + 1)
+        _write_or_zero(g, cond, f"{shared}[0]", call, literal(0, elem), indent + 1)
+        # TileLang puts a barrier between the write and the reads of the other threads (and before the
+        # next write where the statement repeats in a loop)
+        name = g.ids.define(op.result)
+        g.let(name, f"{shared}[0]", indent)
+        g.scalars[op.result.id] = name
         return
-    _masked_parallel(g, ptr.type.shape, mask, lambda idx: f"{fn}({param}[{g.offset(ptr, idx)}], "
-                     f"{g.elem(val, idx)}{order})", indent)
+    shape = ptr.type.shape
+    idx = loop_indices(len(shape))
+
+    def call(ix):
+        return f"{fn}({param}[{g.offset(ptr, ix)}], {g.elem(val, ix)}{args})"
+    if not used:
+        _masked_parallel(g, shape, mask, call, indent)
+        return
+    # into shared memory, not a fragment: TileLang runs a T.Parallel loop that writes a fragment in every
+    # thread holding a copy of the element (a tile smaller than the block is replicated over the warps), so
+    # the atomic would be repeated; a loop that writes shared memory runs each element on one thread
+    name = g.alloc(op.result.name or "old", shape, elem, "shared")
+    g.emit(parallel_header(idx, shape), indent)
+    _write_or_zero(g, g.elem(mask, idx) if mask is not None else None, f"{name}[{', '.join(idx)}]", call(idx),
+                   literal(0, elem), indent + 1)
+    g.buffers[op.result.id] = Buffer(name, shape, elem, "shared", g.blocks[-1])
+
+
+# the atomics whose T.atomic_* can return the previous value (return_prev=True, element-wise form)
+RETURNS_PREVIOUS = ("add", "max", "min")
+
+
+def atomic_order(g: Context, op: Op) -> str | None:
+    """The memory_order of an atomic: the kernel's `sem`; where it names none, Triton's default acq_rel in a
+    kernel that reads a value an atomic returns (a block can then acquire what another released), else
+    None, TileLang's default relaxed order, which no block of such a kernel can tell from acq_rel."""
+    if op.attrs.get("sem"):
+        return op.attrs["sem"]
+    return "acq_rel" if g.reads_atomic_results else None
+
+
+def _write_or_zero(g: Context, cond: str | None, target: str, value: str, zero: str, indent: int):
+    """`target = value`, where `cond` holds; `target = zero` where it does not."""
+    if cond is None:
+        g.emit(f"{target} = {value}", indent)
+        return
+    g.emit(f"if {cond}:", indent)
+    g.emit(f"{target} = {value}", indent + 1)
+    g.out.clause("else:", indent)
+    g.emit(f"{target} = {zero}", indent + 1)
 
 
 def _masked_parallel(g: Context, shape, mask: Value | None, statement, indent: int):

@@ -42,15 +42,23 @@ RULES.honors("load", "is_async", how="a pipelined is_async load is a stage-0 cop
                                      "access report says how each one was issued")
 RULES.honors("load", "async", how="'pipelined': a stage-0 copy of the loop's T.Pipelined; 'plain: ...': a plain read")
 RULES.honors("load", "async_stages", how="the num_stages of the T.Pipelined loop the load is a stage of")
-RULES.honors("atomic", "kind", how="T.atomic_add, T.atomic_max, T.atomic_min or T.atomic_or per element")
+RULES.honors("atomic", "kind", how="T.atomic_add, T.atomic_max, T.atomic_min or T.atomic_or per element; the value "
+                                  "an add, max or min returns is T.atomic_*(return_prev=True), into a shared buffer "
+                                  "(a fragment would repeat the atomic in each thread holding a copy of the "
+                                  "element; a scalar atomic: one element every thread reads), 0 where "
+                                  "the mask is false; T.atomic_or returns nothing (using its value is an error)")
 RULES.refuses("atomic", "kind", why="TileLang 0.1.15 has no atomic and, xor or exchange (T.atomic_add, max, min and "
                                     "or only)", when=lambda v: v in ("and", "xor", "xchg"))
 RULES.unsupported("atomic_cas", "TileLang 0.1.15 has no compare-and-swap (T.atomic_* are add, max, min and or)")
-# TileLang's atomics take a memory order (its default, for an empty `sem`, is relaxed where Triton's is
-# acq_rel); the difference cannot be seen on TileLang, where the value an atomic returns may not be used
-RULES.honors("atomic", "sem", how="passed as T.atomic_*(memory_order=sem); an empty sem is TileLang's relaxed "
-                                  "order, which no kernel can tell from acq_rel here (the returned value may "
-                                  "not be used)")
+# Triton's atomics default to acq_rel, TileLang's (an empty memory_order) to relaxed. The difference shows only
+# where one block acquires what another released, which in a kernel needs a value an atomic returns: such a
+# kernel gets acq_rel written out on every atomic that names no sem, any other keeps TileLang's default.
+# TileLang's AtomicAdd without return_prev drops the memory order of 32- and 64-bit values (a plain
+# atomicAdd); an add with an order is issued as T.atomic_add(return_prev=True), whose AtomicAddRet keeps it.
+RULES.honors("atomic", "sem", how="passed as T.atomic_*(memory_order=sem); an empty sem is acq_rel, Triton's "
+                                  "default, in a kernel that uses a value an atomic returns, else TileLang's "
+                                  "relaxed order, which no block of such a kernel can tell apart (none acquires); "
+                                  "an add with an order is issued with return_prev=True, the form that keeps it")
 RULES.honors("atomic", "scope", how="TileLang's atomics are device-scoped: 'gpu', and 'cta' (a device-scoped "
                                     "atomic is atomic within the block too)")
 RULES.refuses("atomic", "scope", why="TileLang's atomics are device-scoped; a system-scope atomic (seen by the host "
@@ -91,8 +99,11 @@ RULES.unsupported("inline_asm", "TileLang kernels are not written in PTX: tl.inl
                                 "lowering there")
 RULES.unsupported("print", "TileLang's T.print prints one buffer or value from chosen threads, not Triton's "
                            "per-element lines; tl.device_print is not lowered there")
-RULES.unsupported("assert", "tle does not lower tl.device_assert to TileLang (its T.device_assert is not wired "
-                            "in yet)")
+
+# -- debugging -------------------------------------------------------------------------------------------
+RULES.honors("assert", "msg", how="the message of TileLang's tl.device_assert_with_msg builtin (with the kernel's "
+                                  "file:line), on every element of the condition; written only when Triton's debug "
+                                  "mode (TRITON_DEBUG) is on as the kernel is lowered, as Triton keeps it only then")
 
 # -- control flow ------------------------------------------------------------------------------------------
 RULES.honors("for", "kind", how="T.serial, or T.Pipelined where the loop is pipelined")

@@ -619,6 +619,14 @@ PLANS = {
         ('store', 'box', 'T.copy from fragment'),
         ('store', 'box', 'T.copy from fragment'),
     ],
+    'atomic_values': [
+        ('atomic', 'box', 'T.atomic_add with return_prev per element'),
+        ('store', 'box', 'T.copy from shared'),
+        ('atomic', 'box', 'T.atomic_max with return_prev per element'),
+        ('store', 'box', 'T.copy from shared'),
+        ('atomic', 'scalar', 'T.atomic_add with return_prev on one thread'),
+        ('atomic', 'scalar', 'T.atomic_add on one thread'),
+    ],
 }
 KERNELS = dict(example_kernels())
 

@@ -30,6 +30,12 @@ class DivisionByZero(InterpreterError):
     kind = "integer division by zero"
 
 
+class DeviceAssertionFailed(InterpreterError):
+    """A `tl.device_assert_with_msg` whose condition is false in an active lane (on the GPU: the message is
+    printed and the kernel traps)."""
+    kind = "failed device assertion"
+
+
 class Unsupported(InterpreterError):
     """A construct the interpreter does not model: it says so rather than guess."""
     kind = "construct the interpreter does not model"

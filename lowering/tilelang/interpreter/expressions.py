@@ -22,6 +22,9 @@ _UNARY = {"exp": torch.exp, "exp2": torch.exp2, "log": torch.log, "log2": torch.
           "cos": torch.cos, "tan": torch.tan, "tanh": torch.tanh, "sinh": torch.sinh, "cosh": torch.cosh,
           "asin": torch.asin, "acos": torch.acos, "atan": torch.atan, "floor": torch.floor, "ceil": torch.ceil,
           "trunc": torch.trunc, "nearbyint": torch.round, "exp10": lambda x: torch.pow(10.0, x).to(x.dtype)}
+# T.atomic_*(..., return_prev=True): the element atomics that give the previous value
+RETURNING_ATOMICS = {"tl.atomic_add_ret_elem_op": "add", "tl.atomic_max_ret_elem_op": "max",
+                     "tl.atomic_min_ret_elem_op": "min"}
 _PREDICATES = {"isnan": torch.isnan, "isinf": torch.isinf, "isfinite": torch.isfinite}
 _BINARY = {"pow": torch.pow, "fmod": torch.fmod, "atan2": torch.atan2, "hypot": torch.hypot,
            "copysign": torch.copysign, "bitwise_and": torch.bitwise_and, "bitwise_or": torch.bitwise_or,
@@ -193,12 +196,27 @@ class ExprCompiler:
             return torch.where(c, a, b)
         return select
 
+    def atomic(self, node, kind: str, ret: bool):
+        """An element atomic `op(T.access_ptr(buf[i..]), value[, memory_order])`: the update (the interpreter
+        runs one launch at a time, so the memory order has nothing to order); with `ret`, its previous value."""
+        ptr = node.args[0]
+        if type(ptr).__name__ != "Call" or type(ptr.args[0]).__name__ != "BufferLoad":
+            raise Unsupported(f"an atomic on {ptr}")
+        load = ptr.args[0]
+        info, idx, value = self.buffer(load.buffer), [self(i) for i in load.indices], self(node.args[1])
+
+        def run(fr):
+            return fr.memory.atomic(info, [i(fr) for i in idx], value(fr), kind, fr, ret=ret)
+        return run
+
     # -- calls -----------------------------------------------------------------------------------------
     def _Call(self, node):
         name = node.op.name
         short = name.split(".", 1)[1] if name.startswith(("tir.", "tirx.", "tl.")) else name
         args = node.args
         dt = str(node.dtype)
+        if name in RETURNING_ATOMICS:
+            return self.atomic(node, RETURNING_ATOMICS[name], ret=True)
         if short == "if_then_else":
             return self._lazy_select(self(args[0]), self(args[1]), self(args[2]), dt)
         if short == "launch_thread_idx":

@@ -266,18 +266,26 @@ class Memory:
             st.written[flat] = True
 
     # -- atomics ----------------------------------------------------------------------------------------
-    def atomic(self, info: BufferInfo, idx, value, kind: str, fr):
+    def atomic(self, info: BufferInfo, idx, value, kind: str, fr, ret: bool = False):
         """An atomic update of every active lane's element. Outside T.Parallel a statement whose lanes all
-        agree still runs on every thread of the block: the update happens once per thread."""
+        agree still runs on every thread of the block: the update happens once per thread.
+
+        `ret` (return_prev=True): returns, per lane, the value the element held just before the lane's own
+        update. Lanes run one after another in lane order (row-major over the T.Parallel nest, or by thread):
+        one order the GPU may choose. Inactive lanes get 0 (what they hold is the program's business)."""
         st = self.storages[info.data]
         if st.scope != GLOBAL:
             raise Unsupported(f"atomics on {st.scope} buffer {info.name}")
         flat, ok, value, act, shape = _write_lanes(info, idx, value, fr)
+        repeat = fr.threads if not fr.in_parallel and shape == () else 1
+        if ret and repeat != 1:
+            # each thread's update returns its own previous value: one lane per thread
+            shape, repeat = (fr.threads,), 1
+            flat, ok, value, act = (t.expand(shape) for t in (flat, ok, value, act))
         bad = ~ok & act
         if bad.any():
             raise OutOfBounds(f"atomic on {_index_text(info, idx, bad)} outside its shape {list(info.shape)}")
         pos, val = flat[act], value[act].to(st.data.dtype)
-        repeat = fr.threads if not fr.in_parallel and shape == () else 1
         if st.writer is None:
             st.writer = torch.full((st.data.numel(),), -1, dtype=torch.int32)
         w = st.writer[pos]
@@ -286,6 +294,12 @@ class Memory:
             raise Race(f"block {fr.block} updates {info.name}[{int(pos[stored][0]) - info.offset}] (flat) "
                        f"atomically, which block {int(w[stored][0])} stored in the same launch")
         st.writer[pos] = ATOMIC
+        if ret:
+            old = _atomic_in_order(st.data, pos, val, kind)
+            out = torch.zeros(shape, dtype=st.data.dtype)
+            out[act] = old
+            want = dtypes.storage(info.dtype)
+            return out if out.dtype == want else out.to(want)
         if kind == "add":
             st.data.index_add_(0, pos, val * repeat if repeat != 1 else val)
         elif kind in ("max", "min"):
@@ -295,6 +309,21 @@ class Memory:
                 st.data[p] |= v
         else:
             raise Unsupported(f"atomic {kind}")
+        return None
+
+
+def _atomic_in_order(data: torch.Tensor, pos: torch.Tensor, val: torch.Tensor, kind: str) -> torch.Tensor:
+    """Apply the updates one after another (in the dtype of `data`: fp32 sums round at each step, as on the
+    GPU); the value each one found."""
+    if kind not in ("add", "max", "min"):
+        raise Unsupported(f"atomic {kind} returning its previous value")
+    step = {"add": torch.add, "max": torch.maximum, "min": torch.minimum}[kind]
+    old = torch.empty_like(val)
+    for k in range(pos.numel()):
+        p = int(pos[k])
+        old[k] = data[p]
+        data[p] = step(data[p], val[k])
+    return old
 
 
 def _write_lanes(info: BufferInfo, idx, value, fr):

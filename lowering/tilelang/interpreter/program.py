@@ -18,14 +18,15 @@ import re
 import torch
 
 from . import dtypes, pipeline, tileops
-from .errors import InterpreterError, Unsupported
-from .expressions import ExprCompiler, key
+from .errors import DeviceAssertionFailed, InterpreterError, Unsupported
+from .expressions import RETURNING_ATOMICS, ExprCompiler, key
 from .memory import GLOBAL, BufferInfo, Memory, ParallelLog, Report, Storage, scope_of
 
 _SERIAL_KINDS = (0, 3)      # ForKind SERIAL, UNROLLED
 _PARALLEL, _THREAD_BINDING = 1, 4
 _ATOMICS = {"tl.atomic_add_elem_op": "add", "tl.atomic_max_elem_op": "max", "tl.atomic_min_elem_op": "min",
             "tl.atomic_or_elem_op": "or"}
+_ASSERTS = ("tl.device_assert", "tl.device_assert_with_msg")
 _DECLARATION = re.compile(r"^\w+ = T\.(Buffer|handle|int32|int64|float32)\b")
 _NO_OPS = ("tirx.tvm_storage_sync", "tir.tvm_storage_sync")
 
@@ -252,16 +253,36 @@ class Program:
                                   bool(args[4].value))
         if name == "tl.tileop.cumsum":
             return tileops.cumsum(region(args[0]), region(args[1]), int(args[2].value), bool(args[3].value))
-        if name in _ATOMICS:
-            ptr = args[0]
-            if type(ptr).__name__ != "Call" or type(ptr.args[0]).__name__ != "BufferLoad":
-                raise Unsupported(f"an atomic on {ptr}")
-            load = ptr.args[0]
-            return tileops.atomic(_ATOMICS[name], self.buffer(load.buffer), [self.expr(i) for i in load.indices],
-                                  self.expr(args[1]))
+        if name in _ATOMICS or name in RETURNING_ATOMICS:      # a returned value nothing reads is dropped
+            run = self.expr.atomic(v, _ATOMICS.get(name) or RETURNING_ATOMICS[name], ret=name in RETURNING_ATOMICS)
+
+            def update(fr):
+                run(fr)
+            return update
+        if name in _ASSERTS:
+            return self._device_assert(v)
         if name in _NO_OPS:
             return lambda fr: None          # threads run in step here (see the module docstring)
         raise Unsupported(f"the operation {name}")
+
+    def _device_assert(self, call):
+        """tl.device_assert(cond) / tl.device_assert_with_msg(cond, msg): every active lane's (or thread's)
+        condition must hold; on the GPU a false one prints the message and traps the kernel."""
+        cond = self.expr(call.args[0])
+        msg = str(call.args[1].value) if len(call.args) > 1 else ""
+
+        def check(fr):
+            c = cond(fr)
+            failed = ~c.to(torch.bool)
+            if fr.mask is not None:
+                failed = failed & fr.mask
+            if failed.any():
+                where = ""
+                if failed.dim():
+                    first = torch.nonzero(failed)[0].tolist()
+                    where = f" (lane {first})" if fr.in_parallel else f" (thread {first[0]})"
+                raise DeviceAssertionFailed(f"device assertion failed{where}: {msg}")
+        return check
 
     def _For(self, node):
         kind = int(node.kind)

@@ -1,5 +1,5 @@
-"""TileLang's tile operators (T.copy, T.fill/T.clear, T.gemm, T.reduce_*, T.cumsum) and element atomics, as
-the interpreter runs them: whole regions at once, for the whole block.
+"""TileLang's tile operators (T.copy, T.fill/T.clear, T.gemm, T.reduce_*, T.cumsum), as the interpreter runs
+them: whole regions at once, for the whole block. (Element atomics are in memory.py.)
 
 - T.copy pairs the two regions' extents that are not 1, in order, and converts to the destination's
   dtype; the global side is predicated as TileLang predicates it (reads outside give zero, writes
@@ -197,8 +197,3 @@ def _nan_ignoring(x: torch.Tensor, dim: int, is_max: bool) -> torch.Tensor:
     out = out.amax(dim) if is_max else out.amin(dim)
     return torch.where(nan.all(dim), float("nan"), out)
 
-
-def atomic(kind: str, info, idx, value):
-    def run(fr):
-        fr.memory.atomic(info, [i(fr) for i in idx], value(fr), kind, fr)
-    return run
