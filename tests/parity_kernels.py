@@ -226,17 +226,25 @@ def matmul_config(m: int, n: int, k: int) -> dict:
     return dict(BLOCK_SIZE_M=64, BLOCK_SIZE_N=64, BLOCK_SIZE_K=64, GROUP_SIZE_M=8, num_warps=4, num_stages=4)
 
 
-def make_matmul(shape, device) -> tle.Launch:
+def _matmul_launch(shape, device, names: dict, strides: bool) -> tle.Launch:
+    """A launch of one of the matmul kernels: its meta-parameters renamed by `names`, with or without the
+    six stride arguments."""
     (m, n, k), dtype, over = _split(shape)
-    cfg = {**matmul_config(m, n, k), **over}
+    cfg = {names.get(key, key): v for key, v in {**matmul_config(m, n, k), **over}.items()}
     a = (torch.randn(m, k, device=device) / math.sqrt(k)).to(dtype)
     b = torch.randn(k, n, device=device).to(dtype)
     c = torch.empty(m, n, device=device, dtype=dtype)
-    grid = (cdiv(m, cfg["BLOCK_SIZE_M"]) * cdiv(n, cfg["BLOCK_SIZE_N"]),)
-    return tle.Launch(grid=grid, args=(a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-                                       c.stride(0), c.stride(1)),
-                      kwargs=cfg, outputs={"c": c}, reference=lambda: {"c": a.float() @ b.float()},
+    block_m, block_n = (cfg[names.get(x, x)] for x in ("BLOCK_SIZE_M", "BLOCK_SIZE_N"))
+    grid = (cdiv(m, block_m) * cdiv(n, block_n),)
+    args = (a, b, c, m, n, k) + ((a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1))
+                                 if strides else ())
+    return tle.Launch(grid=grid, args=args, kwargs=cfg, outputs={"c": c},
+                      reference=lambda: {"c": a.float() @ b.float()},
                       flops=2 * m * n * k, label=f"{m}x{n}x{k} {DTYPE_NAMES[dtype]}")
+
+
+def make_matmul(shape, device) -> tle.Launch:
+    return _matmul_launch(shape, device, {}, strides=True)
 
 
 # -- matmul through block pointers --------------------------------------------------------------------------------
@@ -277,17 +285,7 @@ _BLOCK_PTR_NAMES = {"BLOCK_SIZE_M": "BLOCK_M", "BLOCK_SIZE_N": "BLOCK_N", "BLOCK
 
 
 def make_matmul_block_ptr(shape, device) -> tle.Launch:
-    (m, n, k), dtype, over = _split(shape)
-    cfg = {_BLOCK_PTR_NAMES.get(key, key): v for key, v in {**matmul_config(m, n, k), **over}.items()}
-    a = (torch.randn(m, k, device=device) / math.sqrt(k)).to(dtype)
-    b = torch.randn(k, n, device=device).to(dtype)
-    c = torch.empty(m, n, device=device, dtype=dtype)
-    grid = (cdiv(m, cfg["BLOCK_M"]) * cdiv(n, cfg["BLOCK_N"]),)
-    return tle.Launch(grid=grid, args=(a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-                                       c.stride(0), c.stride(1)),
-                      kwargs=cfg, outputs={"c": c}, reference=lambda: {"c": a.float() @ b.float()},
-                      flops=2 * m * n * k, label=f"{m}x{n}x{k} {DTYPE_NAMES[dtype]}")
-
+    return _matmul_launch(shape, device, _BLOCK_PTR_NAMES, strides=True)
 
 
 # -- matmul through tensor descriptors (TMA on Hopper) --------------------------------------------------------
@@ -317,15 +315,7 @@ def matmul_descriptor_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
 
 
 def make_matmul_descriptor(shape, device) -> tle.Launch:
-    (m, n, k), dtype, over = _split(shape)
-    cfg = {_BLOCK_PTR_NAMES.get(key, key): v for key, v in {**matmul_config(m, n, k), **over}.items()}
-    a = (torch.randn(m, k, device=device) / math.sqrt(k)).to(dtype)
-    b = torch.randn(k, n, device=device).to(dtype)
-    c = torch.empty(m, n, device=device, dtype=dtype)
-    grid = (cdiv(m, cfg["BLOCK_M"]) * cdiv(n, cfg["BLOCK_N"]),)
-    return tle.Launch(grid=grid, args=(a, b, c, m, n, k), kwargs=cfg, outputs={"c": c},
-                      reference=lambda: {"c": a.float() @ b.float()},
-                      flops=2 * m * n * k, label=f"{m}x{n}x{k} {DTYPE_NAMES[dtype]}")
+    return _matmul_launch(shape, device, _BLOCK_PTR_NAMES, strides=False)
 
 # -- attention forward: online softmax in base 2, causal or not -------------------------------------------------
 @tle.jit

@@ -23,27 +23,23 @@ _ACCESSES = ("descriptor_load", "descriptor_store", "descriptor_atomic")
 
 
 def _next_id(k: KernelIR) -> int:
+    """An id no value of the kernel has (params, op results, region arguments)."""
     ids = [p.value.id for p in k.params]
-
-    def block(b: Block):
-        ids.extend(a.id for a in b.args)
-        for op in b.ops:
-            ids.extend(r.id for r in op.results)
-            for r in op.regions:
-                block(r)
-    block(k.body)
+    for op in k.walk():
+        ids += [r.id for r in op.results] + [a.id for region in op.regions for a in region.args]
     return max(ids, default=-1) + 1
 
 
 def _window(b: Builder, op: Op, offsets: list[Value]) -> BlockPtr:
-    make = op.operands[0].defining_op
-    rank = len(op.operands[0].type.elem.block_shape)
+    """The block pointer (row-major, 64-bit extents) at `offsets` over the tensor of `op`'s descriptor."""
+    desc = op.operands[0]
+    block_shape, rank = desc.type.elem.block_shape, len(desc.type.elem.block_shape)
+    make = desc.defining_op
     base, shape, strides = make.operands[0], make.operands[1:1 + rank], make.operands[1 + rank:]
-    tv = lambda v: TV(v, b)  # noqa: E731
-    tr = SimpleNamespace(b=b)
-    return BlockPtr(tv(base), tuple(TV(b.cast(s, T.i64), b) for s in shape), tuple(map(tv, strides)),
-                    window_offsets(tr, [tv(o) for o in offsets], "offsets", "tl.make_tensor_descriptor"),
-                    op.operands[0].type.elem.block_shape, tuple(range(rank - 1, -1, -1)))
+    return BlockPtr(TV(base, b), tuple(TV(b.cast(s, T.i64), b) for s in shape), tuple(TV(s, b) for s in strides),
+                    window_offsets(SimpleNamespace(b=b), [TV(o, b) for o in offsets], "offsets",
+                                   "tl.make_tensor_descriptor"),
+                    block_shape, tuple(range(rank - 1, -1, -1)))
 
 
 def _expand(b: Builder, op: Op) -> Value | None:

@@ -46,10 +46,10 @@ def _torch_scratch(size: int, alignment: int, stream):
 
 
 @contextlib.contextmanager
-def _scratch_allocator(needed: bool):
+def _scratch_allocator():
     """Triton asks the program for an allocator (triton.set_allocator) before launching a kernel that makes
     descriptors; where the program set none, lend one for this launch only."""
-    if not needed or _allocation._allocator.get() is not _allocation._NULL_ALLOCATOR:
+    if _allocation._allocator.get() is not _allocation._NULL_ALLOCATOR:
         yield
         return
     token = _allocation._allocator.set(_torch_scratch)
@@ -84,7 +84,8 @@ class TritonCompiled(api.Compiled):
         self._int_positions = tuple(i for i, a in enumerate(spec.args) if not a.is_tensor
                                     and a.type.elem.is_int and not a.type.elem.is_bool)
         self._kernels: dict = {}                # (device, int classes) -> Triton's CompiledKernel
-        self._makes_descriptors = any(op.name == "make_descriptor" for op in ir.walk())
+        # a kernel making descriptors on the device needs scratch memory from an allocator (not in the interpreter)
+        self._needs_scratch = not self.interpret and any(op.name == "make_descriptor" for op in ir.walk())
 
     @property
     def fn(self):
@@ -94,7 +95,10 @@ class TritonCompiled(api.Compiled):
         return self._fn
 
     def launch(self, grid, args):
-        with _scratch_allocator(self._makes_descriptors and not self.interpret):
+        if not self._needs_scratch:          # the common case: no context manager on the launch path
+            self._launch(grid, args)
+            return
+        with _scratch_allocator():
             self._launch(grid, args)
 
     def _launch(self, grid, args):
