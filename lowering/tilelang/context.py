@@ -70,11 +70,14 @@ class Context:
         self.staged_body: Block | None = None  # body of the loop whose statements get named stages
 
     # -- naming, allocation, emission ---------------------------------------------------------------------
-    def alloc(self, base: str, shape, dtype: T.DType, scope: str) -> str:
+    def alloc(self, base: str, shape, dtype: T.DType, scope: str, static: bool = False) -> str:
+        """A fresh buffer; `static`: a shared buffer of its own (scope 'shared'), outside the one dynamic
+        buffer TileLang merges its other shared buffers into."""
         name = self.ids.fresh(base)
         shape = tuple(shape) or (1,)
         fn = "T.alloc_shared" if scope == "shared" else "T.alloc_fragment"
-        self.allocs.append(f"{name} = {fn}({shape!r}, {tl_dtype(dtype)!r})")
+        where = ", scope='shared'" if static else ""
+        self.allocs.append(f"{name} = {fn}({shape!r}, {tl_dtype(dtype)!r}{where})")
         return name
 
     def emit(self, line: str, indent: int, reads=()) -> Stmt:

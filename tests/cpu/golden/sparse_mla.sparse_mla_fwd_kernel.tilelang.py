@@ -24,7 +24,7 @@ def sparse_mla_fwd_kernel(
         sum_exp = T.alloc_fragment((64,), 'float32')
         acc = T.alloc_fragment((64, 64), 'float32')
         max_log = T.alloc_fragment((64,), 'bfloat16')
-        kv_ids = T.alloc_shared((64,), 'int32')
+        kv_ids = T.alloc_shared((64,), 'int32', scope='shared')
         kv_blk = T.alloc_shared((64, 64), 'bfloat16')
         tkv_blk = T.alloc_shared((64, 32), 'bfloat16')
         qk = T.alloc_fragment((64, 64), 'float32')

@@ -26,7 +26,7 @@ def sparse_mla_fwd_smem_kernel(
         sum_exp = T.alloc_fragment((64,), 'float32')
         acc = T.alloc_fragment((64, 64), 'float32')
         max_log = T.alloc_fragment((64,), 'float32')
-        kv_ids = T.alloc_shared((64,), 'int32')
+        kv_ids = T.alloc_shared((64,), 'int32', scope='shared')
         qk = T.alloc_fragment((64, 64), 'float32')
         qk_1 = T.alloc_fragment((64, 64), 'float32')
         max_1 = T.alloc_fragment((64,), 'float32')

@@ -28,7 +28,7 @@ def index_uses(
         acc2 = T.alloc_fragment((16, 32), 'float32')
         t_1 = T.alloc_shared((16, 32), 'float32')
         acc4 = T.alloc_fragment((16, 32), 'float32')
-        rows = T.alloc_shared((16,), 'int32')
+        rows = T.alloc_shared((16,), 'int32', scope='shared')
         t_2 = T.alloc_shared((16, 32), 'float32')
         acc3 = T.alloc_fragment((16, 32), 'float32')
         v = T.alloc_shared((16, 32), 'float32')
