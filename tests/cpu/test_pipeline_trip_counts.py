@@ -185,7 +185,7 @@ def test_guarded_gather_compiles_for_sm90a(trip, slack, named):
     lowered = _lower_tilelang(kernel, grid, args, kwargs)
     header = _pipelined_header(lowered.source)
     assert ("order=[0, 1, 2], stage=[0, 0, 1]" in header) == named, header
-    assert ("T.alloc_shared((32,), 'int32')" in lowered.source) == named      # the index tile, staged
+    assert ("T.alloc_shared((32,), 'int32', scope='shared')" in lowered.source) == named      # the index tile, staged
     cuda = lowered.stage("cuda")
     assert "__global__" in cuda
     if trip != 0:
