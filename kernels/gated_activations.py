@@ -110,7 +110,9 @@ def _forward(gate, value, act, backend):
         d = gate.shape[-1] // 2
         x2 = as_rows(gate, "x")
         if backend == "torch":
-            y = _torch_forward(x2[:, :d], x2[:, d:], act)
+            # contiguous halves: torch's vectorized CPU kernels can round a strided view's elements differently
+            # from the same elements of a contiguous tensor, and the two forms must agree bit for bit
+            y = _torch_forward(x2[:, :d].contiguous(), x2[:, d:].contiguous(), act)
         else:
             y = _kernel_forward(x2[:, :d], x2, d, act, backend)
         return y.reshape(*gate.shape[:-1], d)
@@ -126,7 +128,7 @@ def _backward(dy, gate, value, act, backend):
         d = gate.shape[-1] // 2
         x2 = as_rows(gate, "x")
         if backend == "torch":
-            dx = torch.cat(_torch_backward(dy2, x2[:, :d], x2[:, d:], act), dim=1)
+            dx = torch.cat(_torch_backward(dy2, x2[:, :d].contiguous(), x2[:, d:].contiguous(), act), dim=1)
         else:
             dx = torch.empty((x2.shape[0], 2 * d), device=gate.device, dtype=gate.dtype)
             _kernel_backward(dy2, x2[:, :d], x2, d, dx[:, :d], dx, d, act, backend)
