@@ -25,7 +25,7 @@ import os
 from ..ir.core import KernelIR
 from ..spec import Spec
 # the rule modules register their rules in RULES when imported
-from . import buffers, control, debug, expressions, memory, raw_call, reductions  # noqa: F401
+from . import buffers, combines, control, debug, expressions, memory, raw_call, reductions, sorting  # noqa: F401
 from .context import Context
 from .gathers import index_loads
 from .syntax import GRID_VARS, tl_dtype

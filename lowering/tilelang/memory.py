@@ -10,7 +10,7 @@ from ..ir.core import Op, Value
 from .context import Buffer, Context
 from .gathers import zero_filled_rows
 from .rules import RULES
-from .syntax import literal, loop_indices, parallel_header
+from .syntax import literal, loop_indices, parallel_header, tl_dtype
 from .values import is_zero
 from .views import box, region, view
 
@@ -208,49 +208,68 @@ def store(g: Context, op: Op, indent: int):
                      f"{g.elem(val, idx)}", indent)
 
 
-@RULES.rule("atomic", role="statement")
+@RULES.rule("atomic", "atomic_cas", role="statement")
 def atomic(g: Context, op: Op, indent: int):
-    """tl.atomic_add/max/min/or, one T.atomic_* per element. A value the kernel reads back is the
-    previous value (return_prev=True): per element into a shared buffer, or, for a scalar atomic (one
-    thread does it), through a one-element shared buffer every thread then reads. Where the mask is false the
-    returned value is 0, as in the code Triton compiles for a tile atomic (its `atom` writes a register
-    set to 0 first); Triton leaves it unspecified otherwise (its interpreter returns uninitialized memory,
-    a masked-off scalar atomic leaves its shared slot unwritten)."""
-    ptr, val, mask = op.operands
-    kind = op.attrs["kind"]
+    """tl.atomic_<kind> and tl.atomic_cas, one atomic per element. TileLang's own T.atomic_add/max/min/or
+    where it has them; and, xor, xchg, cas and an or whose value is read are device functions the kernel
+    brings (ATOMIC_HELPERS, through T.import_source), called with T.call_extern on the element's address.
+
+    A value the kernel reads back is the previous value: per element into a shared buffer, or, for a scalar
+    atomic (one thread does it), through a one-element shared buffer every thread then reads. Where the mask
+    is false the returned value is 0, as in the code Triton compiles for a tile atomic (its `atom` writes a
+    register set to 0 first); Triton leaves it unspecified otherwise (its interpreter returns uninitialized
+    memory, a masked-off scalar atomic leaves its shared slot unwritten)."""
+    if op.name == "atomic_cas":
+        (ptr, cmp, val), mask, kind = op.operands, None, "cas"
+    else:
+        (ptr, val, mask), cmp, kind = op.operands, None, op.attrs["kind"]
     used = bool(g.users.get(op.result.id))
-    if used and kind not in RETURNS_PREVIOUS:
-        g.error(f"using the value returned by tl.atomic_{kind}", op,
-                f"TileLang 0.1.15's T.atomic_{kind} has no return_prev (only T.atomic_add, max and min return "
-                f"the previous value)")
     acc = g.access(op)
     if acc.param is None:
         g.error("an atomic through a pointer that is not base + offsets of one argument", op)
     param = g.ids[acc.param.value]
-    fn = f"T.atomic_{kind}"
+    elem = op.result.type.elem
     order = atomic_order(g, op)
-    # TileLang's AtomicAdd without return_prev is a plain atomicAdd for 32- and 64-bit values: it drops the
-    # memory order, which AtomicAddRet honors; an add with an order is issued in that form (value unused)
-    ret = used or (kind == "add" and order not in (None, "relaxed"))
-    args = (f", memory_order={order!r}" if order else "") + (", return_prev=True" if ret else "")
-    how = f"{fn}" + (" with return_prev" if used else "") + (" per element" if ptr.type.shape else " on one thread")
+    # TileLang's T.atomic_or returns nothing: an or whose value is read is the helper's
+    extern = kind not in TILELANG_ATOMICS or (used and kind not in RETURNS_PREVIOUS)
+    if extern:
+        _check_helper_dtype(g, op, kind, elem)
+        _import_atomic_helpers(g)
+        fn = f"tle_atomic_{kind}<cuda::memory_order_{order or 'relaxed'}>"
+
+        # the element's address as T.access_ptr, which TileLang's own atomics take: its safe-memory pass turns a
+        # load inside T.address_of that it cannot prove in bounds into a conditional, whose address CUDA has not
+        def call(ix):
+            operands = ([g.elem(cmp, ix)] if cmp is not None else []) + [g.elem(val, ix)]
+            return (f"T.call_extern({tl_dtype(elem)!r}, {fn!r}, T.access_ptr({param}[{g.offset(ptr, ix)}], 'rw'), "
+                    f"{', '.join(operands)})")
+        how = f"T.call_extern of the kernel's device function tle_atomic_{kind} ({order or 'relaxed'})"
+    else:
+        fn = f"T.atomic_{kind}"
+        # TileLang's AtomicAdd without return_prev is a plain atomicAdd for 32- and 64-bit values: it drops the
+        # memory order, which AtomicAddRet honors; an add with an order is issued in that form (value unused)
+        ret = used or (kind == "add" and order not in (None, "relaxed"))
+        args = (f", memory_order={order!r}" if order else "") + (", return_prev=True" if ret else "")
+
+        def call(ix):
+            return f"{fn}({param}[{g.offset(ptr, ix)}], {g.elem(val, ix)}{args})"
+        how = fn + (" with return_prev" if used else "")
+    how += " per element" if ptr.type.shape else " on one thread"
     if used and not ptr.type.shape:
         how += ", the previous value shared with every thread"
     g.report.append((op.loc.line, "atomic", acc.kind, how))
-    elem = op.result.type.elem
     if ptr.type.is_scalar:
         # a scalar statement runs on every thread: let one thread do the atomic
-        call = f"{fn}({param}[{g.offset(ptr, [])}], {g.scalar(val)}{args})"
         cond = g.scalar(mask) if mask is not None else None
         if not used:
             g.emit("if T.get_thread_binding() == 0:", indent)
             if cond:
                 g.emit(f"if {cond}:", indent + 1)
-            g.emit(call, indent + 1 + bool(cond))
+            g.emit(call([]), indent + 1 + bool(cond))
             return
         shared = g.alloc((op.result.name or "old") + "_shared", (1,), elem, "shared")
         g.emit("if T.get_thread_binding() == 0:", indent)
-        _write_or_zero(g, cond, f"{shared}[0]", call, literal(0, elem), indent + 1)
+        _write_or_zero(g, cond, f"{shared}[0]", call([]), literal(0, elem), indent + 1)
         # TileLang puts a barrier between the write and the reads of the other threads (and before the
         # next write where the statement repeats in a loop)
         name = g.ids.define(op.result)
@@ -259,9 +278,6 @@ def atomic(g: Context, op: Op, indent: int):
         return
     shape = ptr.type.shape
     idx = loop_indices(len(shape))
-
-    def call(ix):
-        return f"{fn}({param}[{g.offset(ptr, ix)}], {g.elem(val, ix)}{args})"
     if not used:
         _masked_parallel(g, shape, mask, call, indent)
         return
@@ -275,8 +291,88 @@ def atomic(g: Context, op: Op, indent: int):
     g.buffers[op.result.id] = Buffer(name, shape, elem, "shared", g.blocks[-1])
 
 
-# the atomics whose T.atomic_* can return the previous value (return_prev=True, element-wise form)
+# TileLang 0.1.15's own atomics (T.atomic_*), and those of them that can return the previous value
+# (return_prev=True, element-wise form)
+TILELANG_ATOMICS = ("add", "max", "min", "or")
 RETURNS_PREVIOUS = ("add", "max", "min")
+
+# The atomics TileLang 0.1.15 lacks, as device functions on an element's bits: cuda::atomic_ref at device
+# scope (as TileLang's own T.atomic_* are) in the memory order of the template argument, which compiles to
+# one `atom.<op>.<order>.gpu` instruction, as Triton's do. A 16-bit compare-and-swap is written in PTX
+# (atom.cas.b16): cuda::atomic_ref would emulate it with a loop of 32-bit ones. Every call passes the value
+# (and cmp) in the element's own dtype.
+ATOMIC_HELPERS = r'''
+#include <cuda/atomic>
+#include <cuda/std/bit>
+
+template <typename T> using tle_bits = cuda::std::conditional_t<sizeof(T) == 2, unsigned short,
+    cuda::std::conditional_t<sizeof(T) == 4, unsigned int, unsigned long long>>;
+template <typename T> using tle_same = cuda::std::type_identity_t<T>;
+
+template <typename T>
+__device__ __forceinline__ cuda::atomic_ref<tle_bits<T>, cuda::thread_scope_device> tle_ref(T* p) {
+  return cuda::atomic_ref<tle_bits<T>, cuda::thread_scope_device>(*reinterpret_cast<tle_bits<T>*>(p));
+}
+template <typename T> __device__ __forceinline__ tle_bits<T> tle_to_bits(T v) {
+  return cuda::std::bit_cast<tle_bits<T>>(v);
+}
+template <typename T> __device__ __forceinline__ T tle_from_bits(tle_bits<T> b) {
+  return cuda::std::bit_cast<T>(b);
+}
+
+template <cuda::memory_order O, typename T> __device__ __forceinline__ T tle_atomic_and(T* p, tle_same<T> v) {
+  return tle_from_bits<T>(tle_ref(p).fetch_and(tle_to_bits(v), O));
+}
+template <cuda::memory_order O, typename T> __device__ __forceinline__ T tle_atomic_or(T* p, tle_same<T> v) {
+  return tle_from_bits<T>(tle_ref(p).fetch_or(tle_to_bits(v), O));
+}
+template <cuda::memory_order O, typename T> __device__ __forceinline__ T tle_atomic_xor(T* p, tle_same<T> v) {
+  return tle_from_bits<T>(tle_ref(p).fetch_xor(tle_to_bits(v), O));
+}
+template <cuda::memory_order O, typename T> __device__ __forceinline__ T tle_atomic_xchg(T* p, tle_same<T> v) {
+  return tle_from_bits<T>(tle_ref(p).exchange(tle_to_bits(v), O));
+}
+// where *p holds cmp's bits, write val; returns what *p held
+template <cuda::memory_order O, typename T>
+__device__ __forceinline__ T tle_atomic_cas(T* p, tle_same<T> cmp, tle_same<T> val) {
+  tle_bits<T> old = tle_to_bits(cmp), v = tle_to_bits(val);
+  if constexpr (sizeof(T) == 2) {
+    if constexpr (O == cuda::memory_order_relaxed)
+      asm volatile("atom.cas.relaxed.gpu.b16 %0, [%1], %0, %2;" : "+h"(old) : "l"(p), "h"(v) : "memory");
+    else if constexpr (O == cuda::memory_order_acquire)
+      asm volatile("atom.cas.acquire.gpu.b16 %0, [%1], %0, %2;" : "+h"(old) : "l"(p), "h"(v) : "memory");
+    else if constexpr (O == cuda::memory_order_release)
+      asm volatile("atom.cas.release.gpu.b16 %0, [%1], %0, %2;" : "+h"(old) : "l"(p), "h"(v) : "memory");
+    else
+      asm volatile("atom.cas.acq_rel.gpu.b16 %0, [%1], %0, %2;" : "+h"(old) : "l"(p), "h"(v) : "memory");
+  } else {
+    tle_ref(p).compare_exchange_strong(old, v, O);
+  }
+  return tle_from_bits<T>(old);
+}
+'''
+
+# the element dtypes Triton takes for each atomic (triton/language/semantic.py): no 8-bit or 16-bit integers,
+# fp16 and bf16 for add only; and, or and xor on integers (the frontend checks that); cas on any 16-, 32- or
+# 64-bit element
+_HELPER_DTYPES = {"and": ("i32", "u32", "i64", "u64"), "or": ("i32", "u32", "i64", "u64"),
+                  "xor": ("i32", "u32", "i64", "u64"), "xchg": ("i32", "u32", "i64", "u64", "fp32", "fp64"),
+                  "cas": ("i16", "u16", "fp16", "bf16", "i32", "u32", "fp32", "i64", "u64", "fp64")}
+
+
+def _check_helper_dtype(g: Context, op: Op, kind: str, elem):
+    if elem.name not in _HELPER_DTYPES[kind]:
+        name = "tl.atomic_cas" if kind == "cas" else f"tl.atomic_{kind}"
+        g.error(f"{name} on {elem} memory", op, f"Triton's atomic_{kind} takes {', '.join(_HELPER_DTYPES[kind])} "
+                                               f"only")
+
+
+def _import_atomic_helpers(g: Context):
+    """Bring ATOMIC_HELPERS into the kernel's CUDA source (once): T.import_source, written first in the kernel
+    body with its declarations."""
+    line = f'T.import_source("""{ATOMIC_HELPERS}""")'
+    if line not in g.allocs:
+        g.allocs.insert(0, line)
 
 
 def atomic_order(g: Context, op: Op) -> str | None:
@@ -285,7 +381,8 @@ def atomic_order(g: Context, op: Op) -> str | None:
     None, TileLang's default relaxed order, which no block of such a kernel can tell from acq_rel."""
     if op.attrs.get("sem"):
         return op.attrs["sem"]
-    return "acq_rel" if g.reads_atomic_results else None
+    reads = g.reads_atomic_results or any(o.name == "atomic_cas" and g.users.get(o.result.id) for o in g.k.walk())
+    return "acq_rel" if reads else None
 
 
 def _write_or_zero(g: Context, cond: str | None, target: str, value: str, zero: str, indent: int):

@@ -1,10 +1,8 @@
-"""Reductions, scans and matrix products: `tl.sum/max/min` are `T.reduce_*` into a fragment, argmax/argmin a
-max/min reduction then a min over the indices holding it; `tl.cumsum` is `T.cumsum` on a shared buffer;
-TileLang has no reduction or scan taking a combine function, so `tl.reduce` whose combine function is a
-plain sum, max or min is `T.reduce_*`, `tl.associative_scan` of a plain sum is `T.cumsum`, and any other
-combine function is refused; `tl.dot` is `T.gemm` of shared-memory operands
-(a transposed operand becomes transpose_A/B) into a fragment accumulator, updated in place where nothing
-reads the old accumulator afterwards."""
+"""Reductions and matrix products: `tl.sum/max/min` are `T.reduce_*` into a fragment, argmax/argmin a
+max/min reduction then a min over the indices holding it (a `tl.reduce` whose combine function is a plain
+sum, max or min comes here too; scans and the other combine functions are in combines.py); `tl.dot` is
+`T.gemm` of shared-memory operands (a transposed operand becomes transpose_A/B) into a fragment
+accumulator, updated in place where nothing reads the old accumulator afterwards."""
 from __future__ import annotations
 
 from ..ir import types as T
@@ -117,70 +115,3 @@ def _in_place_target(g: Context, v: Value, consumer: Op) -> Value | None:
         if len(same) != 1 or (op.name == "cast"):
             return None
         consumer, v = op, same[0]
-
-
-# -- scans, and scans and reductions with the kernel's combine function ------------------------------------
-@RULES.rule("scan", role="statement")
-def scan(g: Context, op: Op, indent: int):
-    """tl.cumsum: T.cumsum, an inclusive scan like Triton's (tl.cumprod is refused in rules.py)."""
-    _cumsum(g, op, "tl.cumsum", op.operands[0], op.result, indent)
-
-
-def _cumsum(g: Context, op: Op, construct: str, x: Value, v: Value, indent: int):
-    """`v` = the inclusive prefix sums of `x` along the op's axis: `x` is copied into a shared buffer, which
-    T.cumsum scans in place (TileLang's scan works on shared memory; given a fragment, it makes this copy
-    itself)."""
-    if x.type.rank > 2:
-        g.error(construct, op, f"T.cumsum scans 1-D and 2-D tiles only, this tile is {x.type}")
-    name = g.alloc(v.name or "cumsum", x.type.shape, x.type.elem, "shared")
-    g.fill(name, x, indent)
-    g.emit(f"T.cumsum({name}, dim={op.attrs['axis']}, reverse={bool(op.attrs['reverse'])})", indent)
-    g.buffers[v.id] = Buffer(name, x.type.shape, x.type.elem, "shared", g.blocks[-1])
-
-
-@RULES.rule("combine_reduce", role="statement")
-def combine_reduce(g: Context, op: Op, indent: int):
-    """tl.reduce with a combine function TileLang has a reduction for: T.reduce_sum/max/min."""
-    kind = _combine_kind(op)
-    if kind is None:
-        g.error("tl.reduce", op, f"TileLang has no reduction taking a combine function; tle lowers to "
-                                 f"T.reduce_sum/max/min the tl.reduce of one tile whose combine function is a + b "
-                                 f"{_SUM_DTYPES}, or tl.maximum / tl.minimum of its two arguments {_MAX_DTYPES}")
-    _reduce(g, op.operands[0], op.result, kind, op.attrs["axis"], op.attrs["keep_dims"], indent)
-
-
-@RULES.rule("combine_scan", role="statement")
-def combine_scan(g: Context, op: Op, indent: int):
-    """tl.associative_scan whose combine function is a sum: T.cumsum."""
-    if _combine_kind(op) != "sum":
-        g.error("tl.associative_scan", op, f"TileLang has no scan taking a combine function; tle lowers to "
-                                           f"T.cumsum the tl.associative_scan of one tile whose combine function "
-                                           f"is a + b {_SUM_DTYPES}")
-    _cumsum(g, op, "tl.associative_scan", op.operands[0], op.result, indent)
-
-
-_SUM_DTYPES = "(floats, or integers of 32 or 64 bits)"
-_MAX_DTYPES = "(fp32 or integers)"
-_KINDS = {"add": "sum", "maximum": "max", "minimum": "min"}
-
-
-def _combine_kind(op: Op) -> str | None:
-    """'sum', 'max' or 'min' where the combine function of a one-tile combine op is `a + b`,
-    `tl.maximum(a, b)` or `tl.minimum(a, b)` of its two arguments, on a dtype where TileLang's reduction
-    is known to give Triton's result: float sums (in another order, as tl.sum's), integer sums of 32 or 64
-    bits (narrower ones are left to Triton: how TileLang accumulates them is not checked here), and max/min
-    of integers or of fp32, where T.reduce_max/min ignore NaN as tl.maximum/minimum do (fmaxf / fminf)."""
-    region = op.regions[0]
-    body = [o for o in region.ops if o.name != "yield"]
-    if len(op.operands) != 1 or len(body) != 1 or body[0].name != "binary":
-        return None
-    combine = body[0]
-    a, b = region.args
-    if {id(v) for v in combine.operands} != {id(a), id(b)} or region.terminator.operands != [combine.result]:
-        return None
-    kind, elem = _KINDS.get(combine.attrs["op"]), a.type.elem
-    if kind == "sum" and (elem.is_float or (elem.is_int and elem.bits >= 32)):
-        return kind
-    if kind in ("max", "min") and (elem == T.fp32 or (elem.is_int and not elem.is_bool)):
-        return kind
-    return None

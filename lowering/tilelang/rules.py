@@ -42,23 +42,30 @@ RULES.honors("load", "is_async", how="a pipelined is_async load is a stage-0 cop
                                      "access report says how each one was issued")
 RULES.honors("load", "async", how="'pipelined': a stage-0 copy of the loop's T.Pipelined; 'plain: ...': a plain read")
 RULES.honors("load", "async_stages", how="the num_stages of the T.Pipelined loop the load is a stage of")
-RULES.honors("atomic", "kind", how="T.atomic_add, T.atomic_max, T.atomic_min or T.atomic_or per element; the value "
-                                  "an add, max or min returns is T.atomic_*(return_prev=True), into a shared buffer "
-                                  "(a fragment would repeat the atomic in each thread holding a copy of the "
-                                  "element; a scalar atomic: one element every thread reads), 0 where "
-                                  "the mask is false; T.atomic_or returns nothing (using its value is an error)")
-RULES.refuses("atomic", "kind", why="TileLang 0.1.15 has no atomic and, xor or exchange (T.atomic_add, max, min and "
-                                    "or only)", when=lambda v: v in ("and", "xor", "xchg"))
-RULES.unsupported("atomic_cas", "TileLang 0.1.15 has no compare-and-swap (T.atomic_* are add, max, min and or)")
+RULES.honors("atomic", "kind", how="T.atomic_add, T.atomic_max, T.atomic_min or T.atomic_or per element; and, xor, "
+                                  "xchg (and an or whose value is read) are device functions the kernel brings "
+                                  "with T.import_source (cuda::atomic_ref fetch_and, fetch_xor, exchange, fetch_or: "
+                                  "one atom instruction each, as Triton's), called through T.call_extern on the "
+                                  "element's address; the value an atomic returns goes into a shared buffer (a "
+                                  "fragment would repeat the atomic in each thread holding a copy of the element; "
+                                  "a scalar atomic: one element every thread reads), 0 where the mask is false")
+RULES.honors("atomic_cas", "sem", how="the cuda::memory_order template argument of tle_atomic_cas, a device "
+                                      "function the kernel brings (cuda::atomic_ref compare_exchange_strong; a "
+                                      "16-bit element: PTX atom.cas.b16) called through T.call_extern per element, "
+                                      "its previous value in a shared buffer; an empty sem as for tl.atomic_*")
+RULES.honors("atomic_cas", "scope", how="device-scoped, as for tl.atomic_*: 'gpu', and 'cta'")
+RULES.refuses("atomic_cas", "scope", why="TileLang's atomics are device-scoped; a system-scope atomic (seen by the "
+                                         "host or other GPUs) cannot be expressed", when=lambda v: v == "sys")
 # Triton's atomics default to acq_rel, TileLang's (an empty memory_order) to relaxed. The difference shows only
 # where one block acquires what another released, which in a kernel needs a value an atomic returns: such a
 # kernel gets acq_rel written out on every atomic that names no sem, any other keeps TileLang's default.
 # TileLang's AtomicAdd without return_prev drops the memory order of 32- and 64-bit values (a plain
 # atomicAdd); an add with an order is issued as T.atomic_add(return_prev=True), whose AtomicAddRet keeps it.
-RULES.honors("atomic", "sem", how="passed as T.atomic_*(memory_order=sem); an empty sem is acq_rel, Triton's "
-                                  "default, in a kernel that uses a value an atomic returns, else TileLang's "
-                                  "relaxed order, which no block of such a kernel can tell apart (none acquires); "
-                                  "an add with an order is issued with return_prev=True, the form that keeps it")
+RULES.honors("atomic", "sem", how="passed as T.atomic_*(memory_order=sem), or as the cuda::memory_order template "
+                                  "argument of a device function; an empty sem is acq_rel, Triton's default, in a "
+                                  "kernel that uses a value an atomic returns, else TileLang's relaxed order, which "
+                                  "no block of such a kernel can tell apart (none acquires); an add with an order "
+                                  "is issued with return_prev=True, the form that keeps it")
 RULES.honors("atomic", "scope", how="TileLang's atomics are device-scoped: 'gpu', and 'cta' (a device-scoped "
                                     "atomic is atomic within the block too)")
 RULES.refuses("atomic", "scope", why="TileLang's atomics are device-scoped; a system-scope atomic (seen by the host "
@@ -75,16 +82,32 @@ RULES.refuses("dot", "input_precision", why="T.gemm computes fp32 operands in TF
               when=lambda v: v in ("ieee", "tf32x3"))
 RULES.refuses("dot", "max_num_imprecise_acc", why="T.gemm cannot be told how many fp8 products to accumulate "
                                                   "before promoting the sum")
-RULES.honors("scan", "kind", how="'sum': T.cumsum (inclusive, as tl.cumsum)")
-RULES.refuses("scan", "kind", why="TileLang 0.1.15 has no cumulative product (its scans are T.cumsum and T.cummax)",
-              when=lambda v: v == "prod")
-RULES.honors("scan", "axis", "reverse", how="the dim= and reverse= of T.cumsum")
-RULES.honors("combine_reduce", "axis", "keep_dims", how="as for tl.sum/max/min (a combine function that is a plain "
-                                                      "sum, max or min is T.reduce_*; others are refused)")
-RULES.honors("combine_scan", "axis", "reverse", how="the dim= and reverse= of T.cumsum (a combine function that is "
-                                                   "a plain sum; others are refused)")
+RULES.honors("scan", "kind", how="'sum': T.cumsum (inclusive, as tl.cumsum) of 1-D and 2-D tiles; 'prod', and sums "
+                                "of more axes: a log-step inclusive scan of * (+) over two shared buffers in turn")
+RULES.honors("scan", "axis", "reverse", how="the dim= and reverse= of T.cumsum; the log-step scan's axis, and "
+                                            "the side it combines from (from the end: the left operand is the "
+                                            "later part, as Triton's flip-scan-flip)")
+RULES.honors("combine_reduce", "axis", "keep_dims", how="as for tl.sum/max/min where the combine function is a plain "
+                                                      "sum, max or min (T.reduce_*); any other: a tree combining "
+                                                      "neighbours in order along the axis in shared memory, the "
+                                                      "result stored without the axis")
+RULES.honors("combine_scan", "axis", "reverse", how="the dim= and reverse= of T.cumsum where the combine function is "
+                                                   "a plain sum; any other: a log-step inclusive scan along the "
+                                                   "axis in shared memory, from the end when reverse")
 for _op in ("combine_reduce", "combine_scan"):
-    RULES.honors(_op, "fn", how="only names the combine function; its traced body decides the lowering")
+    RULES.honors(_op, "fn", how="names the combine function; its traced body is written as TIR expressions in the "
+                                "scan's or reduction's loops (or picks T.cumsum / T.reduce_* where it is a plain "
+                                "sum, max or min)")
+
+# -- sorting and counting, written out in TileLang (sorting.py) -------------------------------------------
+RULES.honors("sort", "axis", how="the last axis, the only one Triton sorts: a bitonic network over it, each row "
+                                 "of the tile on its own")
+RULES.honors("sort", "descending", how="the direction of the network's last merge, as in Triton's sort_impl")
+RULES.honors("topk", "k", how="runs of k sorted, then halved by keeping the larger of pairs of runs until k "
+                              "remain, largest first (Triton's sort_impl)")
+RULES.honors("topk", "axis", how="the last axis, the only one Triton selects along")
+RULES.honors("histogram", "num_bins", how="a zeroed shared int32 buffer of num_bins counts, T.atomic_add per "
+                                          "element whose value is in [0, num_bins)")
 
 # -- tensor descriptors: each access becomes the masked block window it stands for (T.copy where it can) -----
 for _op in ("make_descriptor", "descriptor_load", "descriptor_store", "descriptor_atomic"):
@@ -92,15 +115,20 @@ for _op in ("make_descriptor", "descriptor_load", "descriptor_store", "descripto
 RULES.honors("descriptor_atomic", "kind", how="tl.atomic_<kind> over the window, masked to the tensor")
 
 # -- what TileLang has no counterpart for -----------------------------------------------------------------
-RULES.unsupported("sort", "TileLang 0.1.15 has no sort (tl.sort)")
-RULES.unsupported("topk", "TileLang 0.1.15 has no top-k selection (tl.topk)")
-RULES.unsupported("histogram", "TileLang 0.1.15 has no histogram (tl.histogram); count with tl.atomic_add instead")
 RULES.unsupported("inline_asm", "TileLang kernels are not written in PTX: tl.inline_asm_elementwise has no faithful "
                                 "lowering there")
-RULES.unsupported("print", "TileLang's T.print prints one buffer or value from chosen threads, not Triton's "
-                           "per-element lines; tl.device_print is not lowered there")
 
 # -- debugging -------------------------------------------------------------------------------------------
+RULES.honors("print", "prefix", how="written into the printf format of Triton's line (pid (x, y, z) idx (i, j)"
+                                    " prefix: value), spaced and ended with ': ' as Triton does; a tile prints each "
+                                    "element once (from a shared copy, one thread per element; Triton prints an "
+                                    "element once per thread holding a copy), a scalar once per thread (as Triton); "
+                                    "lines reach stdout in the GPU's order")
+RULES.refuses("print", "prefix", why="Triton writes the prefix into printf's format string, where a '%' reads an "
+                                     "argument that is not there", when=lambda v: "%" in v)
+RULES.honors("print", "hex", how="Triton's 0x%0<n>x of the value as printf is given it: integers widened to 32 "
+                                 "bits, 16- and 32-bit floats widened to double (the low 32 bits of it printed), "
+                                 "fp64 its bits")
 RULES.honors("assert", "msg", how="the message of TileLang's tl.device_assert_with_msg builtin (with the kernel's "
                                   "file:line), on every element of the condition; written only when Triton's debug "
                                   "mode (TRITON_DEBUG) is on as the kernel is lowered, as Triton keeps it only then")

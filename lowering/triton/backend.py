@@ -135,7 +135,9 @@ class TritonCompiled(api.Compiled):
                         aligned.append(i)
                 else:
                     sig[p.name] = t.elem.name
-            options = {"num_warps": self.spec.num_warps, "num_stages": self.spec.num_stages}
+            # debug as a launch compiles it: Triton keeps tl.device_assert only in debug mode
+            options = {"num_warps": self.spec.num_warps, "num_stages": self.spec.num_stages,
+                       "debug": api.triton_debug()}
             if interpret_mode():
                 self._compiled = compile_stages_elsewhere(self.path, self.ir.name, sig, aligned, options)
             else:

@@ -19,7 +19,6 @@ import triton.language as tl
 from triton import knobs
 
 import tle
-from tle.lowering.errors import LoweringError
 from tle.lowering.tilelang.interpreter import DeviceAssertionFailed
 from tilelang_oracle import run_on
 
@@ -214,19 +213,6 @@ def test_atomics_whose_values_nothing_reads():
     assert "T.atomic_add(c_ptr[4], 1, memory_order='release', return_prev=True)" in src
     run_on("tilelang", plain_atomics, (1,), c, v, BLOCK=16)
     assert c.tolist() == [4, 4, 4, 4, 1, 0, 0, 0]
-
-
-@tle.jit
-def or_value(bits_ptr, out_ptr, BLOCK: tl.constexpr):
-    offs = tl.arange(0, BLOCK)
-    old = tl.atomic_or(bits_ptr + offs % 2, offs)
-    tl.store(out_ptr + offs, old)
-
-
-def test_the_value_of_atomic_or_stays_refused():
-    b = torch.zeros(16, dtype=torch.int32)
-    with pytest.raises(LoweringError, match=r"using the value returned by tl.atomic_or.*no return_prev"):
-        or_value.lower(b, b, BLOCK=16, grid=(1,), backend="tilelang")
 
 
 # -- tl.device_assert ------------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ CUDA: each side runs only in the lanes that take it, so a guarded out-of-bounds 
 from __future__ import annotations
 
 import math
+import re
 
 import torch
 
@@ -25,11 +26,24 @@ _UNARY = {"exp": torch.exp, "exp2": torch.exp2, "log": torch.log, "log2": torch.
 # T.atomic_*(..., return_prev=True): the element atomics that give the previous value
 RETURNING_ATOMICS = {"tl.atomic_add_ret_elem_op": "add", "tl.atomic_max_ret_elem_op": "max",
                      "tl.atomic_min_ret_elem_op": "min"}
+# the atomics a generated kernel brings as device functions (the TileLang backend's ATOMIC_HELPERS), called as
+# T.call_extern(dtype, "tle_atomic_<kind><cuda::memory_order_<order>>", T.access_ptr(buf[i..], "rw"), [cmp,] value)
+_EXTERN_ATOMIC = re.compile(r"tle_atomic_(and|or|xor|xchg|cas)<cuda::memory_order_(relaxed|acquire|release|acq_rel)>")
 _PREDICATES = {"isnan": torch.isnan, "isinf": torch.isinf, "isfinite": torch.isfinite}
 _BINARY = {"pow": torch.pow, "fmod": torch.fmod, "atan2": torch.atan2, "hypot": torch.hypot,
            "copysign": torch.copysign, "bitwise_and": torch.bitwise_and, "bitwise_or": torch.bitwise_or,
            "bitwise_xor": torch.bitwise_xor, "shift_left": torch.bitwise_left_shift,
            "shift_right": torch.bitwise_right_shift}
+
+
+def extern_atomic(name: str) -> str | None:
+    """The kind of atomic an extern function of that name is ('and', ..., 'cas'), or None."""
+    m = _EXTERN_ATOMIC.fullmatch(name)
+    return m.group(1) if m else None
+
+
+def is_call_extern(node) -> bool:
+    return node.op.name.split(".", 1)[-1] == "call_extern"
 
 
 def key(var) -> int:
@@ -197,16 +211,21 @@ class ExprCompiler:
         return select
 
     def atomic(self, node, kind: str, ret: bool):
-        """An element atomic `op(T.access_ptr(buf[i..]), value[, memory_order])`: the update (the interpreter
-        runs one launch at a time, so the memory order has nothing to order); with `ret`, its previous value."""
-        ptr = node.args[0]
+        """An element atomic: TileLang's `op(T.access_ptr(buf[i..]), value[, memory_order])`, or a device
+        function of the kernel's, `T.call_extern(dtype, name, T.access_ptr(buf[i..], "rw"), [cmp,] value)`: the update
+        (the interpreter runs one launch at a time, so the memory order has nothing to order); with `ret`, its
+        previous value."""
+        args = node.args[1:] if is_call_extern(node) else node.args
+        ptr = args[0]
         if type(ptr).__name__ != "Call" or type(ptr.args[0]).__name__ != "BufferLoad":
             raise Unsupported(f"an atomic on {ptr}")
         load = ptr.args[0]
-        info, idx, value = self.buffer(load.buffer), [self(i) for i in load.indices], self(node.args[1])
+        info, idx = self.buffer(load.buffer), [self(i) for i in load.indices]
+        cmp, value = (self(args[1]), self(args[2])) if kind == "cas" else (None, self(args[1]))
 
         def run(fr):
-            return fr.memory.atomic(info, [i(fr) for i in idx], value(fr), kind, fr, ret=ret)
+            return fr.memory.atomic(info, [i(fr) for i in idx], value(fr), kind, fr, ret=ret,
+                                    cmp=None if cmp is None else cmp(fr))
         return run
 
     # -- calls -----------------------------------------------------------------------------------------
@@ -217,6 +236,11 @@ class ExprCompiler:
         dt = str(node.dtype)
         if name in RETURNING_ATOMICS:
             return self.atomic(node, RETURNING_ATOMICS[name], ret=True)
+        if short == "call_extern":
+            fn = str(args[0].value)
+            if extern_atomic(fn) is None:
+                raise Unsupported(f"the extern function {fn} as a value")
+            return self.atomic(node, extern_atomic(fn), ret=True)
         if short == "if_then_else":
             return self._lazy_select(self(args[0]), self(args[1]), self(args[2]), dt)
         if short == "launch_thread_idx":

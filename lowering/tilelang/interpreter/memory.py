@@ -266,36 +266,50 @@ class Memory:
             st.written[flat] = True
 
     # -- atomics ----------------------------------------------------------------------------------------
-    def atomic(self, info: BufferInfo, idx, value, kind: str, fr, ret: bool = False):
-        """An atomic update of every active lane's element. Outside T.Parallel a statement whose lanes all
+    def atomic(self, info: BufferInfo, idx, value, kind: str, fr, ret: bool = False, cmp=None):
+        """An atomic update of every active lane's element (`kind`: add, max, min, and, or, xor, xchg, or cas,
+        which writes `value` where the element holds `cmp`'s bits). Outside T.Parallel a statement whose lanes all
         agree still runs on every thread of the block: the update happens once per thread.
 
-        `ret` (return_prev=True): returns, per lane, the value the element held just before the lane's own
-        update. Lanes run one after another in lane order (row-major over the T.Parallel nest, or by thread):
-        one order the GPU may choose. Inactive lanes get 0 (what they hold is the program's business)."""
+        `ret` (return_prev=True, or the value of a device function's atomic): returns, per lane, the value the
+        element held just before the lane's own update. Lanes run one after another in lane order (row-major
+        over the T.Parallel nest, or by thread): one order the GPU may choose. Inactive lanes get 0 (what they
+        hold is the program's business)."""
         st = self.storages[info.data]
-        if st.scope != GLOBAL:
+        if st.scope not in (GLOBAL, SHARED):
             raise Unsupported(f"atomics on {st.scope} buffer {info.name}")
         flat, ok, value, act, shape = _write_lanes(info, idx, value, fr)
+        if cmp is not None:
+            shape = _lanes(shape, cmp.shape)
+            flat, ok, value, act = (t.expand(shape) for t in (flat, ok, value, act))
+            cmp = cmp.expand(shape)
         repeat = fr.threads if not fr.in_parallel and shape == () else 1
         if ret and repeat != 1:
             # each thread's update returns its own previous value: one lane per thread
             shape, repeat = (fr.threads,), 1
             flat, ok, value, act = (t.expand(shape) for t in (flat, ok, value, act))
+            cmp = None if cmp is None else cmp.expand(shape)
         bad = ~ok & act
         if bad.any():
             raise OutOfBounds(f"atomic on {_index_text(info, idx, bad)} outside its shape {list(info.shape)}")
         pos, val = flat[act], value[act].to(st.data.dtype)
-        if st.writer is None:
-            st.writer = torch.full((st.data.numel(),), -1, dtype=torch.int32)
-        w = st.writer[pos]
-        stored = (w >= 0) & (w != fr.block)
-        if stored.any():
-            raise Race(f"block {fr.block} updates {info.name}[{int(pos[stored][0]) - info.offset}] (flat) "
-                       f"atomically, which block {int(w[stored][0])} stored in the same launch")
-        st.writer[pos] = ATOMIC
+        cmp = None if cmp is None else cmp[act].to(st.data.dtype)
+        if st.scope == SHARED:          # the block's own buffer: only an element nothing wrote is an error
+            missing = ~st.written[pos]
+            if missing.any():
+                raise UninitializedRead(f"atomic on {info.name}[{int(pos[missing][0]) - info.offset}] (flat) "
+                                        f"before anything wrote it")
+        else:
+            if st.writer is None:
+                st.writer = torch.full((st.data.numel(),), -1, dtype=torch.int32)
+            w = st.writer[pos]
+            stored = (w >= 0) & (w != fr.block)
+            if stored.any():
+                raise Race(f"block {fr.block} updates {info.name}[{int(pos[stored][0]) - info.offset}] (flat) "
+                           f"atomically, which block {int(w[stored][0])} stored in the same launch")
+            st.writer[pos] = ATOMIC
         if ret:
-            old = _atomic_in_order(st.data, pos, val, kind)
+            old = _atomic_in_order(st.data, pos, val, kind, cmp, info.dtype)
             out = torch.zeros(shape, dtype=st.data.dtype)
             out[act] = old
             want = dtypes.storage(info.dtype)
@@ -307,23 +321,46 @@ class Memory:
         elif kind == "or":      # idempotent: once per thread is once
             for p, v in zip(pos.tolist(), val.tolist()):
                 st.data[p] |= v
+        elif kind in _UPDATES or kind == "cas":      # each thread's update in turn
+            rep = (lambda t: t.repeat(repeat)) if repeat != 1 else (lambda t: t)
+            _atomic_in_order(st.data, rep(pos), rep(val), kind, None if cmp is None else rep(cmp), info.dtype)
         else:
             raise Unsupported(f"atomic {kind}")
         return None
 
 
-def _atomic_in_order(data: torch.Tensor, pos: torch.Tensor, val: torch.Tensor, kind: str) -> torch.Tensor:
+# what each atomic writes, from the element's value and the lane's
+_UPDATES = {"add": torch.add, "max": torch.maximum, "min": torch.minimum, "and": torch.bitwise_and,
+            "or": torch.bitwise_or, "xor": torch.bitwise_xor, "xchg": lambda old, v: v}
+
+
+def _atomic_in_order(data: torch.Tensor, pos: torch.Tensor, val: torch.Tensor, kind: str, cmp=None,
+                     dtype: str = "") -> torch.Tensor:
     """Apply the updates one after another (in the dtype of `data`: fp32 sums round at each step, as on the
-    GPU); the value each one found."""
-    if kind not in ("add", "max", "min"):
+    GPU); the value each one found. A compare-and-swap compares bits, as the GPU's does (-0.0 is not 0.0,
+    a NaN matches its own bits)."""
+    if kind != "cas" and kind not in _UPDATES:
         raise Unsupported(f"atomic {kind} returning its previous value")
-    step = {"add": torch.add, "max": torch.maximum, "min": torch.minimum}[kind]
     old = torch.empty_like(val)
+    bits = _same_bits(data.dtype) if kind == "cas" else None
     for k in range(pos.numel()):
         p = int(pos[k])
         old[k] = data[p]
-        data[p] = step(data[p], val[k])
+        if kind == "cas":
+            if bits(data[p:p + 1], cmp[k:k + 1]):
+                data[p] = val[k]
+        else:
+            data[p] = dtypes.wrap(_UPDATES[kind](data[p], val[k]), dtype)
     return old
+
+
+def _same_bits(dt: torch.dtype):
+    """Whether two one-element tensors of dtype `dt` hold the same bits."""
+    if not dt.is_floating_point:
+        return lambda a, b: bool(a == b)
+    as_int = {torch.float16: torch.int16, torch.bfloat16: torch.int16, torch.float32: torch.int32,
+              torch.float64: torch.int64}[dt]
+    return lambda a, b: bool(a.view(as_int) == b.view(as_int))
 
 
 def _write_lanes(info: BufferInfo, idx, value, fr):

@@ -19,7 +19,8 @@ import torch
 
 from . import dtypes, pipeline, tileops
 from .errors import DeviceAssertionFailed, InterpreterError, Unsupported
-from .expressions import RETURNING_ATOMICS, ExprCompiler, key
+from .expressions import RETURNING_ATOMICS, ExprCompiler, extern_atomic, is_call_extern, key
+from .printf import printf
 from .memory import GLOBAL, BufferInfo, Memory, ParallelLog, Report, Storage, scope_of
 
 _SERIAL_KINDS = (0, 3)      # ForKind SERIAL, UNROLLED
@@ -253,8 +254,17 @@ class Program:
                                   bool(args[4].value))
         if name == "tl.tileop.cumsum":
             return tileops.cumsum(region(args[0]), region(args[1]), int(args[2].value), bool(args[3].value))
-        if name in _ATOMICS or name in RETURNING_ATOMICS:      # a returned value nothing reads is dropped
-            run = self.expr.atomic(v, _ATOMICS.get(name) or RETURNING_ATOMICS[name], ret=name in RETURNING_ATOMICS)
+        fn = str(args[0].value) if is_call_extern(v) else None
+        if fn == "printf":
+            return self._printf(v)
+        if fn is not None and extern_atomic(fn) is None:
+            raise Unsupported(f"the extern function {fn}")
+        if name in _ATOMICS or name in RETURNING_ATOMICS or fn is not None:   # a value nothing reads is dropped
+            if fn is not None:
+                run = self.expr.atomic(v, extern_atomic(fn), ret=False)
+            else:
+                run = self.expr.atomic(v, _ATOMICS.get(name) or RETURNING_ATOMICS[name],
+                                       ret=name in RETURNING_ATOMICS)
 
             def update(fr):
                 run(fr)
@@ -283,6 +293,16 @@ class Program:
                     where = f" (lane {first})" if fr.in_parallel else f" (thread {first[0]})"
                 raise DeviceAssertionFailed(f"device assertion failed{where}: {msg}")
         return check
+
+    def _printf(self, call):
+        """printf(fmt, *args): a line per active lane or thread (printf.py), on stdout."""
+        fmt = str(call.args[1].value)
+        args = [(lambda fr, s=str(a.value): s) if type(a).__name__ == "StringImm" else self.expr(a)
+                for a in call.args[2:]]
+
+        def run(fr):
+            printf(fmt, [a(fr) for a in args], fr)
+        return run
 
     def _For(self, node):
         kind = int(node.kind)

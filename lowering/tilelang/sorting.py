@@ -1,0 +1,200 @@
+"""Sorting and counting, which TileLang 0.1.15 has no operation for, written out in TileLang.
+
+`tl.sort` and `tl.topk` are Triton's own bitonic network (triton/language/standard.py, `sort_impl`), step for
+step, along the last axis of a shared-memory copy of the tile (each row of a 2-D tile on its own). Each
+compare-exchange step is one `T.Parallel` loop in which every element computes its own new value from
+itself and its partner (index i ^ d) in the buffer the previous step wrote, into the other buffer of a
+pair: no iteration writes an element another reads. The element takes its partner's value when
+`(x > y) != (flip ^ right)`, as Triton's `_compare_and_swap` does (`right`: it is the upper element of its
+pair; `flip`: its run is merged descending), so equal keys, -0.0 and NaN end up where Triton puts them.
+`tl.topk` sorts runs of k (the first log2(k) stages), then, as Triton does, repeatedly keeps the larger of
+elements i and i + k of each pair of runs (halving the row) and merges the runs again: the k largest,
+largest first.
+
+`tl.histogram` counts with `T.atomic_add` on a zeroed shared int32 buffer. The loop that issues the atomics
+reads shared memory only (the bin of each element, -1 where the mask is false or the value is outside
+[0, num_bins): Triton's unsigned `value < num_bins`), so TileLang runs each of its iterations on one
+thread; an element read from a fragment, which TileLang may replicate over threads, would be counted once
+per copy.
+
+The barriers between these loops are written out (`T.sync_threads()`): TileLang inserts none between
+shared-memory loops that it maps onto fewer than 32 threads (a tile of 16 elements), trusting one warp to
+run in step, which neither the hardware (independent thread scheduling) nor the compiler (free to move a
+read of element i ^ d above the store of element i) promises. With the barriers in the source TileLang
+adds none of its own. A loop that TileLang pipelines may be split between producer and consumer warps,
+where a block-wide barrier would deadlock: there these constructs are refused."""
+from __future__ import annotations
+
+import re
+
+from ..ir import types as T
+from ..ir.core import Op
+from .context import Buffer, Context
+from .rules import RULES
+from .syntax import loop_indices, parallel_header, tl_dtype
+
+BARRIER = "T.sync_threads()"
+
+
+@RULES.rule("sort", role="statement")
+def sort(g: Context, op: Op, indent: int):
+    _bitonic(g, op, "tl.sort", None, bool(op.attrs["descending"]), indent)
+
+
+@RULES.rule("topk", role="statement")
+def topk(g: Context, op: Op, indent: int):
+    _bitonic(g, op, "tl.topk", op.attrs["k"], True, indent)
+
+
+def _log2(n: int) -> int | None:
+    return n.bit_length() - 1 if n > 0 and n & (n - 1) == 0 else None
+
+
+def network(log_n: int, log_k: int, descending: bool) -> list[tuple]:
+    """Triton's sort_impl as a list of steps over a row of 2**log_n elements, leaving 2**log_k sorted:
+    ("swap", stage, bit, flip) compares each element with the one whose index differs in `bit`, merging
+    runs of 2**stage in the direction `flip` ("alternate": by bit `stage` of the index, else descending or
+    not); ("reduce", k) keeps the larger (descending) or smaller of elements i and i + k of each pair of
+    runs of k, halving the row."""
+    steps = []
+
+    def merge(stage: int, flip):
+        steps.extend(("swap", stage, bit, flip) for bit in reversed(range(stage)))
+    for stage in range(1, log_k + 1):
+        merge(stage, "alternate" if stage < log_n else descending)
+    for level in range(log_k + 1, log_n + 1):
+        steps.append(("reduce", 1 << log_k))
+        merge(log_k, "alternate" if level < log_n else descending)
+    return steps
+
+
+def _bitonic(g: Context, op: Op, construct: str, k: int | None, descending: bool, indent: int):
+    x, v = op.operands[0], op.result
+    _check_placement(g, op, construct)
+    shape = tuple(x.type.shape)
+    n = shape[-1]
+    log_n = _log2(n)
+    log_k = log_n if k is None else _log2(k)
+    if log_n is None or log_k is None or log_k > log_n:
+        g.error(construct, op, f"the sorted axis ({n}) and k must be powers of two, k no larger than the axis")
+    elem = x.type.elem
+    out_shape = shape[:-1] + (1 << log_k,)
+    steps = network(log_n, log_k, descending)
+    base = v.name or ("topk" if k is not None else "sorted")
+    # a pair of buffers the steps write in turn; the last step writes the result: one of the pair when it
+    # has the tile's shape (the pair ordered so that it is the one named after the value), else its own
+    if out_shape == shape:
+        out = g.alloc(base, shape, elem, "shared")
+        other = g.alloc(base + "_swap", shape, elem, "shared") if steps else out
+        pair = [out, other] if len(steps) % 2 == 0 else [other, out]
+    else:
+        pair = [g.alloc(base + "_a", shape, elem, "shared"), g.alloc(base + "_b", shape, elem, "shared")]
+        out = g.alloc(base, out_shape, elem, "shared")
+    if _in_loop(op):            # the previous iteration's readers of the pair are done
+        g.emit(BARRIER, indent)
+    g.fill(pair[0], x, indent)
+    g.emit(BARRIER, indent)
+    idx = loop_indices(len(shape))
+    rows, i = idx[:-1], idx[-1]
+    length, cur = n, 0
+    for s, step in enumerate(steps):
+        src = pair[cur]
+        dst = out if s == len(steps) - 1 else pair[1 - cur]
+        if step[0] == "reduce":
+            run = step[1]
+            length //= 2
+            first = f"{i} // {run} * {2 * run} + {i} % {run}" if run > 1 else f"{i} * 2"
+            a, b = _at(src, rows, first), _at(src, rows, f"{first} + {run}")
+            note = f"the {'larger' if descending else 'smaller'} of elements {first} and {first} + {run}"
+            g.emit(parallel_header(idx, shape[:-1] + (length,)) + f"  # {note}", indent)
+            g.emit(f"{_at(dst, rows, i)} = {'T.max' if descending else 'T.min'}({a}, {b})", indent + 1)
+        else:
+            _, stage, bit, flip = step
+            d = 1 << bit
+            x_, y_ = _at(src, rows, i), _at(src, rows, f"{i} ^ {d}")
+            # the element keeps the larger of the two when it is the upper one of its pair in an ascending
+            # run or the lower one in a descending run (Triton's `flip ^ right`)
+            if flip == "alternate":
+                order = "alternately ascending and descending"
+                larger = f"(({i} & {1 << stage}) == 0) != (({i} & {d}) == 0)"
+            else:
+                order = "descending" if flip else "ascending"
+                larger = f"({i} & {d}) {'==' if flip else '!='} 0"
+            note = f"runs of {1 << stage}, {order}: element {i} against {i} ^ {d}"
+            g.emit(parallel_header(idx, shape[:-1] + (length,)) + f"  # {note}", indent)
+            g.emit(f"{_at(dst, rows, i)} = T.if_then_else(({_key(x_, elem)} > {_key(y_, elem)}) != ({larger}), "
+                   f"{y_}, {x_})", indent + 1)
+        g.emit(BARRIER, indent)
+        cur = 1 - cur
+    g.buffers[v.id] = Buffer(out, out_shape, elem, "shared", g.blocks[-1])
+
+
+def _at(buf: str, rows: list[str], i: str) -> str:
+    return f"{buf}[{', '.join(rows + [i])}]"
+
+
+def _key(e: str, elem: T.DType) -> str:
+    """How an element is compared: fp8 through fp32 (CUDA has no fp8 comparison), booleans as integers."""
+    if elem.is_fp8:
+        return f"T.cast({e}, 'float32')"
+    if elem.is_bool:
+        return f"T.cast({e}, 'int8')"
+    return e
+
+
+def _enclosing_loops(op: Op):
+    blk = op.parent
+    while blk is not None and blk.parent_op is not None:
+        if blk.parent_op.name in ("for", "while"):
+            yield blk.parent_op
+        blk = blk.parent_op.parent
+
+
+def _in_loop(op: Op) -> bool:
+    return next(_enclosing_loops(op), None) is not None
+
+
+def _check_placement(g: Context, op: Op, construct: str):
+    if any(id(loop) in g.pipelined for loop in _enclosing_loops(op)):
+        g.error(construct + " in a pipelined loop", op,
+                "its steps are separated by block-wide barriers, which TileLang's producer and consumer warps "
+                "of a pipelined loop do not all reach; compute it outside the loop or drop num_stages")
+
+
+@RULES.rule("histogram", role="statement")
+def histogram(g: Context, op: Op, indent: int):
+    x, mask = op.operands
+    v = op.result
+    _check_placement(g, op, "tl.histogram")
+    bins = op.attrs["num_bins"]
+    (n,) = x.type.shape
+    elem = x.type.elem
+    base = v.name or "hist"
+    hist = g.alloc(base, (bins,), T.i32, "shared")
+    slot = g.alloc(base + "_bin", (n,), T.i32, "shared")
+    (i,) = loop_indices(1)
+    if _in_loop(op):            # the previous iteration's readers of the counts are done
+        g.emit(BARRIER, indent)
+    g.emit(f"T.clear({hist})", indent)
+    g.emit(parallel_header([i], (n,)) + "  # the bin of each element, -1 where it is not counted", indent)
+    value = g.elem(x, [i])
+    if elem.bits < 32:           # compared and used as an index in int32 (num_bins may not fit the dtype)
+        value = f"T.cast({value}, {tl_dtype(T.i32)!r})"
+    if not re.fullmatch(r"[\w.]+(\[[^\[\]]*\])?", value):     # an expression: computed once, in a let
+        name = g.ids.fresh(base + "_value")
+        g.let(name, value, indent + 1)
+        value = g.out.read(name)
+    # Triton counts a value where `value < num_bins` holds compared unsigned: a negative value is not counted
+    counted = f"({value} < {bins})" if not elem.is_signed and elem.bits >= 32 else \
+        f"(0 <= {value}) & ({value} < {bins})"
+    if mask is not None:
+        counted = f"{g.elem(mask, [i])} & {counted}"
+    bin_ = f"T.cast({value}, {tl_dtype(T.i32)!r})" if elem.bits > 32 or elem == T.u32 else value
+    g.emit(f"{slot}[{i}] = T.if_then_else({counted}, {bin_}, -1)", indent + 1)
+    g.emit(BARRIER, indent)
+    # a loop reading shared memory only: each element on one thread, so each is counted once
+    g.emit(parallel_header([i], (n,)), indent)
+    g.emit(f"if {slot}[{i}] >= 0:", indent + 1)
+    g.emit(f"T.atomic_add({hist}[{slot}[{i}]], 1)", indent + 2)
+    g.emit(BARRIER, indent)
+    g.buffers[v.id] = Buffer(hist, (bins,), T.i32, "shared", g.blocks[-1])
