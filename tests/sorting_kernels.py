@@ -1,5 +1,7 @@
 """The sort, top-k and histogram kernels the CPU and GPU tests of TileLang's sorting share
-(tests/cpu/test_tilelang_sorting.py, tests/gpu/test_tilelang_sorting_gpu.py)."""
+(tests/cpu/test_tilelang_sorting.py, tests/gpu/test_tilelang_sorting_gpu.py), and the counts compiled Triton
+gives."""
+import torch
 import triton.language as tl
 
 import tle
@@ -55,3 +57,12 @@ def histogram_loop(x_ptr, out_ptr, n, BLOCK: tl.constexpr, BINS: tl.constexpr):
         x = tl.load(x_ptr + offs, mask=offs < n, other=0)
         acc += tl.histogram(x - 3, BINS, mask=offs < n)
     tl.store(out_ptr + tl.arange(0, BINS), acc)
+
+
+def triton_counts(x: torch.Tensor, bins: int) -> torch.Tensor:
+    """tl.histogram(x, bins) as compiled Triton counts (HistogramOpToLLVM): each value in the bin of its low
+    log2(max(bins, 32)) bits, where that bin is below `bins`; no range check (-1 with 32 bins is counted in
+    bin 31, 40 with 16 bins in bin 8). Triton's interpreter counts numpy's way instead (values in [0, bins],
+    the last bin closed)."""
+    b = x.long() & (max(bins, 32) - 1)
+    return torch.bincount(b[b < bins], minlength=bins).to(torch.int32)

@@ -107,7 +107,8 @@ RULES.honors("topk", "k", how="runs of k sorted, then halved by keeping the larg
                               "remain, largest first (Triton's sort_impl)")
 RULES.honors("topk", "axis", how="the last axis, the only one Triton selects along")
 RULES.honors("histogram", "num_bins", how="a zeroed shared int32 buffer of num_bins counts, T.atomic_add per "
-                                          "element whose value is in [0, num_bins)")
+                                          "element into the bin of its low log2(max(num_bins, 32)) bits where that "
+                                          "bin is below num_bins, as compiled Triton counts (no range check)")
 
 # -- tensor descriptors: each access becomes the masked block window it stands for (T.copy where it can) -----
 for _op in ("make_descriptor", "descriptor_load", "descriptor_store", "descriptor_atomic"):

@@ -11,11 +11,14 @@ pair; `flip`: its run is merged descending), so equal keys, -0.0 and NaN end up 
 elements i and i + k of each pair of runs (halving the row) and merges the runs again: the k largest,
 largest first.
 
-`tl.histogram` counts with `T.atomic_add` on a zeroed shared int32 buffer. The loop that issues the atomics
-reads shared memory only (the bin of each element, -1 where the mask is false or the value is outside
-[0, num_bins): Triton's unsigned `value < num_bins`), so TileLang runs each of its iterations on one
-thread; an element read from a fragment, which TileLang may replicate over threads, would be counted once
-per copy.
+`tl.histogram` counts with `T.atomic_add` on a zeroed shared int32 buffer. The bin of a value is what compiled
+Triton makes of it (HistogramOpToLLVM): its low log2(max(num_bins, 32)) bits, from one warp ballot per bit,
+with no range check; bins past num_bins (Triton pads the bins to one per lane of a warp) are dropped. A value
+in [0, num_bins) is counted in its bin, and a value outside it where compiled Triton counts it (-1 with 32
+bins: bin 31; 40 with 16 bins: bin 8, 20 with 16 bins: not at all). The loop that issues the atomics reads
+shared memory only (the bin of each element, -1 where the mask is false or the bin is dropped), so TileLang
+runs each of its iterations on one thread; an element read from a fragment, which TileLang may replicate
+over threads, would be counted once per copy.
 
 The barriers between these loops are written out (`T.sync_threads()`): TileLang inserts none between
 shared-memory loops that it maps onto fewer than 32 threads (a tile of 16 elements), trusting one warp to
@@ -184,13 +187,15 @@ def histogram(g: Context, op: Op, indent: int):
         name = g.ids.fresh(base + "_value")
         g.let(name, value, indent + 1)
         value = g.out.read(name)
-    # Triton counts a value where `value < num_bins` holds compared unsigned: a negative value is not counted
-    counted = f"({value} < {bins})" if not elem.is_signed and elem.bits >= 32 else \
-        f"(0 <= {value}) & ({value} < {bins})"
+    # compiled Triton's bin: the value's low bits (the bins padded to 32, one per lane of a warp); the bins
+    # past num_bins are dropped
+    low = f"T.cast({value}, {tl_dtype(T.i32)!r})" if elem.bits > 32 or elem == T.u32 else value
+    bin_ = f"({low} & {max(bins, 32) - 1})"
+    counted = f"({bin_} < {bins})" if bins < 32 else None
     if mask is not None:
-        counted = f"{g.elem(mask, [i])} & {counted}"
-    bin_ = f"T.cast({value}, {tl_dtype(T.i32)!r})" if elem.bits > 32 or elem == T.u32 else value
-    g.emit(f"{slot}[{i}] = T.if_then_else({counted}, {bin_}, -1)", indent + 1)
+        counted = g.elem(mask, [i]) + (f" & {counted}" if counted else "")
+    written = f"T.if_then_else({counted}, {bin_}, -1)" if counted else bin_
+    g.emit(f"{slot}[{i}] = {written}", indent + 1)
     g.emit(BARRIER, indent)
     # a loop reading shared memory only: each element on one thread, so each is counted once
     g.emit(parallel_header([i], (n,)), indent)

@@ -46,10 +46,25 @@ def _running_max(a, ia, b, ib):
     return tl.where(take, b, a), tl.where(take, ib, ia)
 
 
+# Triton reduces in an order of its own (a thread's elements, then across lanes and warps, the operands of
+# a step in either order), so a combine function given to tl.reduce commutes: ties go to the smaller index,
+# as in Triton's own argmax and argmin
 @triton.jit
-def _running_min(a, ia, b, ib):
-    take = b < a
+def _max_first_index(a, ia, b, ib):
+    take = (b > a) | ((b == a) & (ib < ia))
     return tl.where(take, b, a), tl.where(take, ib, ia)
+
+
+@triton.jit
+def _min_first_index(a, ia, b, ib):
+    take = (b < a) | ((b == a) & (ib < ia))
+    return tl.where(take, b, a), tl.where(take, ib, ia)
+
+
+@triton.jit
+def _larger(a, b):
+    """The larger of the two, written as a select (not tl.maximum, which TileLang reduces with T.reduce_max)."""
+    return tl.where(a > b, a, b)
 
 
 @tle.jit
@@ -123,15 +138,15 @@ def reduces_2d(x_ptr, p_ptr, mx_ptr, arg_ptr, f_ptr, keep_ptr, whole_ptr, whole_
     OUT: tl.constexpr = C if AXIS == 0 else R
     out = tl.arange(0, OUT)
     tl.store(p_ptr + out, tl.reduce(x, AXIS, _mul))
-    mx, arg = tl.reduce((x, along), AXIS, _running_max)
+    mx, arg = tl.reduce((x, along), AXIS, _max_first_index)
     tl.store(mx_ptr + out, mx)
     tl.store(arg_ptr + out, arg)
-    tl.store(f_ptr + out, tl.reduce(x, AXIS, _first))
+    tl.store(f_ptr + out, tl.reduce(x, AXIS, _larger))
     kept = out[None, :] if AXIS == 0 else out[:, None]
     tl.store(keep_ptr + kept, tl.reduce(x * 0.5, AXIS, _mul, keep_dims=True))
     tl.store(whole_ptr, tl.reduce(x, None, _mul))
-    tl.store(whole_keep_ptr + tl.zeros((1, 1), tl.int32), tl.reduce(x, None, _first, keep_dims=True))
-    tl.store(scaled_ptr + t, x * tl.reduce(x, AXIS, _first, keep_dims=True))    # the kept axis broadcast
+    tl.store(whole_keep_ptr + tl.zeros((1, 1), tl.int32), tl.reduce(x, None, _larger, keep_dims=True))
+    tl.store(scaled_ptr + t, x * tl.reduce(x, AXIS, _larger, keep_dims=True))    # the kept axis broadcast
 
 
 @tle.jit
@@ -140,7 +155,7 @@ def int_reduces(x8_ptr, x_ptr, s_ptr, p_ptr, mn_ptr, arg_ptr, cp_ptr, BLOCK: tl.
     x8, x = tl.load(x8_ptr + offs), tl.load(x_ptr + offs)
     tl.store(s_ptr, tl.reduce(x8, 0, _add))               # an int8 sum: wraps as int8 arithmetic does
     tl.store(p_ptr, tl.reduce(x, 0, _mul))
-    mn, arg = tl.reduce((x, offs), 0, _running_min)
+    mn, arg = tl.reduce((x, offs), 0, _min_first_index)
     tl.store(mn_ptr, mn)
     tl.store(arg_ptr, arg)
     tl.store(cp_ptr + offs, tl.cumprod(x, 0, reverse=True))
@@ -303,9 +318,9 @@ def _reduces_2d(axis):
 
         def reference():
             x2 = x.view(R, C).double()
-            return {"p": x2.prod(axis), "mx": x2.amax(axis), "arg": x2.argmax(axis).int(), "f": x2.select(axis, 0),
-                    "keep": (x2 * 0.5).prod(axis), "whole": x2.prod().reshape(1), "whole_keep": x2[0, :1],
-                    "scaled": (x2 * x2.select(axis, 0).unsqueeze(axis)).reshape(-1)}
+            return {"p": x2.prod(axis), "mx": x2.amax(axis), "arg": x2.argmax(axis).int(), "f": x2.amax(axis),
+                    "keep": (x2 * 0.5).prod(axis), "whole": x2.prod().reshape(1), "whole_keep": x2.amax().reshape(1),
+                    "scaled": (x2 * x2.amax(axis, keepdim=True)).reshape(-1)}
         return tle.Launch(grid=(1,), args=(x, *out.values()), kwargs=dict(R=R, C=C, AXIS=axis), outputs=out,
                           reference=reference)
     return reduces_2d, make
