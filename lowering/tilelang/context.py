@@ -158,6 +158,14 @@ class Context:
             return self.offset(op.operands[0], operand_index(op, idx))
         self.error(f"pointer produced by '{op.name}'", op)
 
+    def forget(self, blk: Block):
+        """Drop what the values `blk` defines were bound to, before it is emitted a second time (a while
+        loop's condition, computed again at the end of each step): its second emission computes them anew."""
+        for o in blk.walk():
+            for r in o.results:
+                for table in (self.buffers, self.scalars, self.keepdims):
+                    table.pop(r.id, None)
+
     # -- buffers ---------------------------------------------------------------------------------------------
     def visible(self, b: Buffer) -> bool:
         return b.block in self.blocks

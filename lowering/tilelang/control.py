@@ -70,8 +70,10 @@ def for_(g: Context, op: Op, indent: int):
 
 @RULES.rule("while", role="statement")
 def while_(g: Context, op: Op, indent: int):
-    """`while cond:`, TIR's while. The carried values live in slots the body writes at its end; the condition
-    is one expression over them, which TIR evaluates again before every step."""
+    """`while cond:`, TIR's while. The carried values live in slots the body writes at its end. A condition
+    that is one expression over them is the while's own, which TIR evaluates again before every step. A
+    condition that needs statements (a reduction of a carried tile, say) is computed into a var before the
+    loop, and computed again from the slots at the end of every step, as the Triton lowering does."""
     before, body = op.regions
     slots = []
     for a, b, init, r in zip(before.args, body.args, op.operands, op.results):
@@ -80,19 +82,37 @@ def while_(g: Context, op: Op, indent: int):
         slot = carry_slot(g, a, init, r, op, indent)
         (g.scalars if slot[0] == "var" else g.buffers)[b.id] = slot[1]
         slots.append(slot)
+    cond = before.terminator.operands[0]
     start = g.out.position()
-    g.block(before, indent)
-    if g.out.emitted_since(start):
-        g.error("while loop", op, "its condition needs statements of its own in TileLang (it reads a tile, "
-                                  "not only scalars); compute the condition from scalars")
-    g.emit(f"while {g.scalar(before.terminator.operands[0])}:", indent)
-    _emit_body(g, body, slots, indent + 1)
+    flag = []           # the var holding the condition, where computing it takes statements
+
+    def test() -> str:
+        """The while's test: the condition itself, or, where computing it took statements, a var holding it."""
+        if g.out.emitted_since(start):
+            flag.append(g.ids.fresh("go"))
+            g.emit(f"{flag[0]} = T.alloc_var('bool', init={g.scalar(cond)})", indent)
+        g.emit(f"while {flag[0] if flag else g.scalar(cond)}:", indent)
+    g.block(before, indent, then=test)
+    if not flag:
+        _emit_body(g, body, slots, indent + 1)
+        return
+
+    def condition_again():
+        g.forget(before)
+        reported = len(g.report)          # the condition's accesses are reported once, from the first time
+        g.block(before, indent + 1, then=lambda: g.emit(f"{flag[0]} = {g.scalar(cond)}", indent + 1))
+        del g.report[reported:]
+    _emit_body(g, body, slots, indent + 1, after=condition_again)
 
 
-def _emit_body(g: Context, body: Block, slots, indent: int):
+def _emit_body(g: Context, body: Block, slots, indent: int, after=None):
+    """The loop body, then the writes of what it yields into the slots, then `after()`."""
+    def then():
+        write_slots(g, slots, body.terminator.operands if body.terminator else [], indent)
+        if after is not None:
+            after()
     start = g.out.position()
-    g.block(body, indent, then=lambda: write_slots(g, slots, body.terminator.operands if body.terminator else [],
-                                                   indent))
+    g.block(body, indent, then=then)
     if not g.out.emitted_since(start):
         g.emit("pass", indent)
 
