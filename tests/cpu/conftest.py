@@ -10,11 +10,6 @@ os.environ["TRITON_INTERPRET"] = "1"
 import pytest  # noqa: E402
 
 
-def pytest_configure(config):
-    config.addinivalue_line("markers", "slow: compiles with nvcc or runs a subprocess (seconds per test); "
-                                       "part of the default run")
-
-
 @pytest.fixture
 def tmp_cache(tmp_path, monkeypatch):
     """A fresh on-disk cache (TLE_CACHE_DIR) for this test."""
