@@ -36,7 +36,7 @@ from ..ir.core import Op, Value
 from .context import Buffer, Context
 from .reductions import _reduce
 from .rules import RULES
-from .syntax import loop_indices, parallel_header
+from .syntax import element, loop_indices, parallel_header
 
 
 # -- the rules -------------------------------------------------------------------------------------------
@@ -190,9 +190,7 @@ def _scan(g: Context, op: Op, xs: list[Value], vs: list[Value], combine, indent:
     # copy of it; then two buffers in turn, the last one named after the result
     chains, copies = [], []
     for x, v in zip(xs, vs):
-        own = g.buffers.get(x.id)
-        start = own if steps and own is not None and own.scope == "shared" and own.perm is None and \
-            g.visible(own) and own.dtype == x.type.elem and x.id not in g.keepdims else None
+        start = _own_shared(g, x) if steps else None
         count = len(steps) + (start is None)         # buffers written: the copy, if any, and one per step
         base = v.name if v.name and v.name != "_" else "cumprod" if op.name == "scan" else "scan"
         last = g.alloc(base, shape, x.type.elem, "shared")
@@ -205,7 +203,7 @@ def _scan(g: Context, op: Op, xs: list[Value], vs: list[Value], combine, indent:
     if copies:          # the tiles without a shared buffer, copied into one (one loop for all)
         g.emit(parallel_header(idx, shape), indent)
         for name, x in copies:
-            g.emit(f"{_read(name, idx)} = {g.elem(x, idx)}", indent + 1)
+            g.emit(f"{element(name, idx)} = {g.elem(x, idx)}", indent + 1)
     i = idx[axis]
     for s, d in enumerate(steps):
         src, dst = [c[s] for c in chains], [c[s + 1] for c in chains]
@@ -214,12 +212,12 @@ def _scan(g: Context, op: Op, xs: list[Value], vs: list[Value], combine, indent:
         partner = idx[:axis] + [f"{i} + {d}" if reverse else f"{i} - {d}"] + idx[axis + 1:]
         g.emit(parallel_header(idx, shape), indent)
         g.emit(f"if {i} < {n - d}:" if reverse else f"if {i} >= {d}:", indent + 1)
-        group = combine.group(g, [_read(b, partner) for b in src], [_read(b, idx) for b in src], indent + 2)
+        group = combine.group(g, [element(b, partner) for b in src], [element(b, idx) for b in src], indent + 2)
         for b, e in zip(dst, group):
-            g.emit(f"{_read(b, idx)} = {e}", indent + 2)
+            g.emit(f"{element(b, idx)} = {e}", indent + 2)
         g.out.clause("else:", indent + 1)
         for a, b in zip(src, dst):
-            g.emit(f"{_read(b, idx)} = {_read(a, idx)}", indent + 2)
+            g.emit(f"{element(b, idx)} = {element(a, idx)}", indent + 2)
     for c, x, v in zip(chains, xs, vs):
         g.buffers[v.id] = Buffer(c[-1], shape, x.type.elem, "shared", g.blocks[-1])
 
@@ -249,12 +247,12 @@ def _tree(g: Context, op: Op, combine, indent: int):
             pair = idx[:axis] + [f"2 * {idx[axis]}"] + idx[axis + 1:]
         g.emit(parallel_header(idx, loop), indent)
         if m == 1:      # an axis of one element: the element itself
-            group = [_read(b, pair) for b in src]
+            group = [element(b, pair) for b in src]
         else:
             right = pair[:axis] + [_plus_one(pair[axis])] + pair[axis + 1:]
-            group = combine.group(g, [_read(b, pair) for b in src], [_read(b, right) for b in src], indent + 1)
+            group = combine.group(g, [element(b, pair) for b in src], [element(b, right) for b in src], indent + 1)
         for b, e in zip(dst, group):
-            g.emit(f"{_read(b, idx)} = {e}", indent + 1)
+            g.emit(f"{element(b, idx)} = {e}", indent + 1)
         if final:
             break
         src, m = dst, m // 2
@@ -264,14 +262,23 @@ def _tree(g: Context, op: Op, combine, indent: int):
             g.keepdims[v.id] = axis      # same data with a unit axis: element access drops it
 
 
+def _own_shared(g: Context, x: Value) -> Buffer | None:
+    """The shared buffer holding tile `x` as it is (visible here, its dtype, axes in order, no kept unit
+    axis), which a scan or a tree can read in place of a copy; None where there is none."""
+    b = g.buffers.get(x.id)
+    if b is not None and b.scope == "shared" and b.perm is None and g.visible(b) and b.dtype == x.type.elem \
+            and x.id not in g.keepdims:
+        return b
+    return None
+
+
 def _in_shared(g: Context, xs: list[Value], indent: int) -> list[str]:
     """A shared buffer holding each tile: its own, else a copy (one loop copies all that need one)."""
     names, copies = [], []
     for x in xs:
-        b = g.buffers.get(x.id)
-        if b is not None and b.scope == "shared" and b.perm is None and g.visible(b) and b.dtype == x.type.elem \
-                and x.id not in g.keepdims:
-            names.append(b.name)
+        own = _own_shared(g, x)
+        if own is not None:
+            names.append(own.name)
             continue
         name = g.alloc(x.name or "t", x.type.shape, x.type.elem, "shared")
         names.append(name)
@@ -280,18 +287,14 @@ def _in_shared(g: Context, xs: list[Value], indent: int) -> list[str]:
         idx = loop_indices(xs[0].type.rank)
         g.emit(parallel_header(idx, xs[0].type.shape), indent)
         for name, x in copies:
-            g.emit(f"{_read(name, idx)} = {g.elem(x, idx)}", indent + 1)
+            g.emit(f"{element(name, idx)} = {g.elem(x, idx)}", indent + 1)
         for name, x in copies:
             if x.id not in g.buffers or not g.visible(g.buffers[x.id]):
                 g.buffers[x.id] = Buffer(name, x.type.shape, x.type.elem, "shared", g.blocks[-1])
     return names
 
 
-# -- index text -------------------------------------------------------------------------------------------------
-def _read(name: str, idx: list[str]) -> str:
-    return f"{name}[{', '.join(idx)}]"
-
-
+# -- shapes ------------------------------------------------------------------------------------------------------
 def _with(shape: tuple, axis: int, n: int) -> tuple:
     return shape[:axis] + (n,) + shape[axis + 1:]
 

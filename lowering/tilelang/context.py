@@ -46,7 +46,8 @@ class Context:
         self.debug = debug
         self.imports_tvm = False               # the module needs `import tvm` (tvm.ir.Op.get of a TileLang op)
         # does any atomic's returned value reach the kernel (then a block can acquire what another released)
-        self.reads_atomic_results = any(o.name == "atomic" and self.users.get(o.result.id) for o in k.walk())
+        self.reads_atomic_results = any(o.name in ("atomic", "atomic_cas") and self.users.get(o.result.id)
+                                        for o in k.walk())
         self.aff = AffineAnalysis(k)
         self.params = {p.value.id: p for p in k.params}
         self.arg = {p.value.id: spec.arg(p.name) for p in k.params}

@@ -29,7 +29,7 @@ from ..ir import types as T
 from ..ir.core import Op, Value
 from .context import Context
 from .rules import RULES
-from .syntax import GRID_VARS, loop_indices, parallel_header
+from .syntax import GRID_VARS, element, loop_indices, parallel_header
 
 _ASSERT = 'T.call_intrin("void", tvm.ir.Op.get("tl.device_assert_with_msg"), {cond}, {msg})'
 
@@ -67,7 +67,7 @@ def device_print(g: Context, op: Op, indent: int):
         shape = v.type.shape
         fmt = f"{head} idx ({', '.join(f'%{index_width(d)}u' for d in shape)}){prefix}{operand}{spec}\n"
         buf = g.buffer_of(v, indent, "shared")
-        _each_element_once(g, shape, lambda idx: _printf(fmt, pid + idx + [widen(f"{buf.name}[{', '.join(idx)}]")]),
+        _each_element_once(g, shape, lambda idx: _printf(fmt, pid + idx + [widen(element(buf.name, idx))]),
                            indent)
 
 

@@ -10,7 +10,7 @@ from ..ir.core import Op, Value
 from .context import Buffer, Context
 from .gathers import zero_filled_rows
 from .rules import RULES
-from .syntax import literal, loop_indices, parallel_header, tl_dtype
+from .syntax import element, literal, loop_indices, parallel_header, tl_dtype
 from .values import is_zero
 from .views import box, region, view
 
@@ -286,7 +286,7 @@ def atomic(g: Context, op: Op, indent: int):
     # the atomic would be repeated; a loop that writes shared memory runs each element on one thread
     name = g.alloc(op.result.name or "old", shape, elem, "shared")
     g.emit(parallel_header(idx, shape), indent)
-    _write_or_zero(g, g.elem(mask, idx) if mask is not None else None, f"{name}[{', '.join(idx)}]", call(idx),
+    _write_or_zero(g, g.elem(mask, idx) if mask is not None else None, element(name, idx), call(idx),
                    literal(0, elem), indent + 1)
     g.buffers[op.result.id] = Buffer(name, shape, elem, "shared", g.blocks[-1])
 
@@ -381,8 +381,7 @@ def atomic_order(g: Context, op: Op) -> str | None:
     None, TileLang's default relaxed order, which no block of such a kernel can tell from acq_rel."""
     if op.attrs.get("sem"):
         return op.attrs["sem"]
-    reads = g.reads_atomic_results or any(o.name == "atomic_cas" and g.users.get(o.result.id) for o in g.k.walk())
-    return "acq_rel" if reads else None
+    return "acq_rel" if g.reads_atomic_results else None
 
 
 def _write_or_zero(g: Context, cond: str | None, target: str, value: str, zero: str, indent: int):

@@ -34,7 +34,7 @@ from ..ir import types as T
 from ..ir.core import Op
 from .context import Buffer, Context
 from .rules import RULES
-from .syntax import loop_indices, parallel_header, tl_dtype
+from .syntax import element, loop_indices, parallel_header, tl_dtype
 
 BARRIER = "T.sync_threads()"
 
@@ -107,14 +107,14 @@ def _bitonic(g: Context, op: Op, construct: str, k: int | None, descending: bool
             run = step[1]
             length //= 2
             first = f"{i} // {run} * {2 * run} + {i} % {run}" if run > 1 else f"{i} * 2"
-            a, b = _at(src, rows, first), _at(src, rows, f"{first} + {run}")
+            a, b = element(src, rows + [first]), element(src, rows + [f"{first} + {run}"])
             note = f"the {'larger' if descending else 'smaller'} of elements {first} and {first} + {run}"
             g.emit(parallel_header(idx, shape[:-1] + (length,)) + f"  # {note}", indent)
-            g.emit(f"{_at(dst, rows, i)} = {'T.max' if descending else 'T.min'}({a}, {b})", indent + 1)
+            g.emit(f"{element(dst, rows + [i])} = {'T.max' if descending else 'T.min'}({a}, {b})", indent + 1)
         else:
             _, stage, bit, flip = step
             d = 1 << bit
-            x_, y_ = _at(src, rows, i), _at(src, rows, f"{i} ^ {d}")
+            x_, y_ = element(src, rows + [i]), element(src, rows + [f"{i} ^ {d}"])
             # the element keeps the larger of the two when it is the upper one of its pair in an ascending
             # run or the lower one in a descending run (Triton's `flip ^ right`)
             if flip == "alternate":
@@ -125,15 +125,11 @@ def _bitonic(g: Context, op: Op, construct: str, k: int | None, descending: bool
                 larger = f"({i} & {d}) {'==' if flip else '!='} 0"
             note = f"runs of {1 << stage}, {order}: element {i} against {i} ^ {d}"
             g.emit(parallel_header(idx, shape[:-1] + (length,)) + f"  # {note}", indent)
-            g.emit(f"{_at(dst, rows, i)} = T.if_then_else(({_key(x_, elem)} > {_key(y_, elem)}) != ({larger}), "
+            g.emit(f"{element(dst, rows + [i])} = T.if_then_else(({_key(x_, elem)} > {_key(y_, elem)}) != ({larger}), "
                    f"{y_}, {x_})", indent + 1)
         g.emit(BARRIER, indent)
         cur = 1 - cur
     g.buffers[v.id] = Buffer(out, out_shape, elem, "shared", g.blocks[-1])
-
-
-def _at(buf: str, rows: list[str], i: str) -> str:
-    return f"{buf}[{', '.join(rows + [i])}]"
 
 
 def _key(e: str, elem: T.DType) -> str:

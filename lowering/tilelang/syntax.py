@@ -42,6 +42,11 @@ def loop_indices(rank: int) -> list[str]:
     return [f"i{d}" for d in range(rank)]
 
 
+def element(buf: str, idx: list[str]) -> str:
+    """Element `idx` of buffer `buf`: `buf[i0, i1]`."""
+    return f"{buf}[{', '.join(idx)}]"
+
+
 def parallel_header(idx: list[str], shape) -> str:
     return f"for {', '.join(idx)} in T.Parallel({', '.join(map(str, shape))}):"
 
