@@ -196,7 +196,9 @@ def plan_box(access: Access, mask: Value | None, tile_shape: tuple[int, ...], te
         dim_start[d] = st
         residual = residual - st.scale(tensor_strides[d])
     free = [d for d in range(ndim) if d not in dim_start]
-    free.sort(key=lambda d: -tensor_strides[d])
+    # largest stride first; between equal strides, a dimension of size 1 last: its stride is arbitrary (a
+    # tensor [1, S, H, D] may carry its batch stride equal to its head stride), and only index 0 is inside it
+    free.sort(key=lambda d: (-tensor_strides[d], tensor_shape[d] == 1))
     parts = {d: Affine() for d in free}
     for sym, c in residual.syms:
         for d in free:

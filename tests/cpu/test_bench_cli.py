@@ -1,7 +1,8 @@
 """tle-bench without a GPU: the command line and its errors, --list, the exit without CUDA, the records merge,
 the page (its Notes kept), the plot, and the measuring loop run end to end on the CPU (`--device cpu`, a
 wall-clock dry run) over small operators defined here: a right and a wrong tle backend, peers that are
-missing or lack the case, an operator with its own check, a forward-only one; and once over rms_norm."""
+missing or lack the case, an operator with its own check, a forward-only one, one counting its flops
+(TFLOP/s); and once over rms_norm."""
 import dataclasses
 import json
 import os
@@ -55,6 +56,17 @@ def _dropout_check(sample, outputs, grads, upstream):
     return 0.0
 
 
+def _mm_make(shape, dtype, device):
+    m, n, k = shape
+    return Sample((torch.randn(m, k, dtype=dtype, device=device), torch.randn(k, n, dtype=dtype, device=device)))
+
+
+def _mm_flops(sample, mode):
+    """2mnk a product: one in the forward, two in the backward (dx = dy w^T, dw = x^T dy)."""
+    (m, k), n = sample.args[0].shape, sample.args[1].shape[1]
+    return (2 if mode == "fwd" else 4) * m * n * k
+
+
 def _operators():
     scale = Operator("scale", fn=_scale, reference=lambda x, w: x * w, samples=lambda d, t: [], grad_inputs=(0, 1),
                      bench=BenchSpec(shapes=[(8, 16), (4, 32)], make=_make, bytes=_bytes, eager=_eager,
@@ -71,7 +83,11 @@ def _operators():
                                         bytes=lambda s, m: s.args[0].numel() * s.args[0].element_size(),
                                         eager=lambda s: (lambda x=s.args[0]: x.sum(-1))))
     plain = Operator("plain", fn=_scale, reference=lambda x, w: x * w, samples=lambda d, t: [])
-    return {op.name: op for op in (scale, noisy, fwd_only, plain)}
+    matmul = Operator("matmul", fn=lambda x, w, *, backend=None: x @ w, reference=lambda x, w: x @ w,
+                      samples=lambda d, t: [], grad_inputs=(0, 1),
+                      bench=BenchSpec(shapes=[(8, 16, 32), (4, 8, 64)], make=_mm_make, flops=_mm_flops,
+                                      eager=lambda s: (lambda x=s.args[0], w=s.args[1]: x @ w), shape_help="MxNxK"))
+    return {op.name: op for op in (scale, noisy, fwd_only, plain, matmul)}
 
 
 OPS = _operators()
@@ -117,13 +133,14 @@ def test_parsing():
         with pytest.raises(ValueError):
             cli.parse_shape(bad)
     a = cli.parse_args(["--all"], OPS)
-    assert a.operators == ["fwd_only", "noisy", "scale"]   # those with a BenchSpec
+    assert a.operators == ["fwd_only", "matmul", "noisy", "scale"]   # those with a BenchSpec
     assert a.backend_list == ["triton", "tilelang"] and a.modes == ["fwd", "bwd"] and a.torch_dtype == torch.bfloat16
     cube = dataclasses.replace(OPS["fwd_only"], name="cube", bench=dataclasses.replace(
         OPS["fwd_only"].bench, shapes=[(2, 3, 4)], shape_help="AxBxC"))
     a = cli.parse_args(["--all", "--shapes", "8x16"], {**OPS, "cube": cube})
     assert a.operators == ["fwd_only", "noisy", "scale"]   # --all: the operators the shapes fit
-    assert a.skipped == ["shape '8x16' has 2 parts; cube takes 3 (AxBxC)"]
+    assert a.skipped == ["shape '8x16' has 2 parts; cube takes 3 (AxBxC)",
+                         "shape '8x16' has 2 parts; matmul takes 3 (MxNxK)"]
 
 
 def test_list_without_cuda(capsys, monkeypatch):
@@ -292,6 +309,33 @@ def test_dry_run_writes_only_where_told(tmp_path, capsys, monkeypatch):
     assert run(["--operator", "scale"], tmp_path) == 2      # said before measuring, the file left as it was
     assert "scale.json is not valid JSON" in capsys.readouterr().err
     assert (tmp_path / "scale.json").read_text() == "[{broken"
+
+
+def test_dry_run_in_tflops(tmp_path, capsys):
+    # an operator counting its flops: TFLOP/s records and tables, no copy (no bandwidth ceiling)
+    rc = run(["--operator", "matmul", "--backends", "triton", "--mode", "fwd,bwd,full"], tmp_path)
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "## matmul fwd: TFLOP/s (ratio to torch)" in out and "TB/s" not in out and "copy" not in out
+    recs = json.load(open(tmp_path / "matmul.json"))
+    assert {r["metric"] for r in recs} == {"TFLOP/s", "ms"}
+    assert {r["backend"] for r in recs} == {"torch", "triton"}
+    v = _values(tmp_path / "matmul.json")
+    for mode, n in (("fwd", 2), ("bwd", 4), ("full", 6)):   # TFLOP/s from BenchSpec.flops (full: fwd + bwd)
+        ms = v[("8x16x32 bf16", mode, "triton", "ms")]
+        assert v[("8x16x32 bf16", mode, "triton", "TFLOP/s")] == pytest.approx(n * 8 * 16 * 32 / ms / 1e9, rel=2e-3)
+    text = open(tmp_path / "matmul.md").read()
+    assert "TFLOP/s (ratio to torch):" in text and "TFLOP/s counts the operator's BenchSpec.flops" in text
+    assert "| triton | " in text and "x) |" in text                                 # a ratio to the anchor
+    assert "TB/s" not in text and "copy" not in text
+    if plot.available():
+        assert {"matmul-fwd.png", "matmul-bwd.png", "matmul-full.png"} <= set(os.listdir(tmp_path))
+        assert "![matmul fwd](matmul-fwd.png)" in text
+
+
+def test_a_bench_spec_counts_bytes_or_flops():
+    with pytest.raises(ValueError, match="bytes .* or flops"):
+        BenchSpec(shapes=[(8, 16)], make=_make, eager=_eager)
 
 
 def test_compile_errors_become_a_row(tmp_path, capsys, monkeypatch):

@@ -14,6 +14,7 @@ from tilelang_oracle import needs_tilelang, tilelang_through_interpreter
 from tle.ops import OPERATORS
 
 CPU_DTYPES = [torch.float32, torch.float16]     # Triton's interpreter has no bf16 arithmetic
+GRADCHECK_MAX_ELEMENTS = 4096
 
 
 def samples(name, dtype):
@@ -26,10 +27,14 @@ def test_torch_backend_gradcheck_fp64(name):
     op = OPERATORS[name]
     if op.forward_only:
         pytest.skip(f"{name} is forward-only: {op.forward_only}")
+    checked = 0
     for sample in samples(name, torch.float64):
         positions = op.grad_keys(sample)
         if not positions or any(a.numel() == 0 for a in sample.args if isinstance(a, torch.Tensor)):
             continue
+        if sum(sample.get(p).numel() for p in positions) > GRADCHECK_MAX_ELEMENTS:
+            continue                  # the numerical Jacobian has (inputs x outputs) entries
+        checked += 1
         leaves = tuple(sample.get(p).detach().requires_grad_() for p in positions)
 
         def f(*xs):
@@ -38,6 +43,7 @@ def test_torch_backend_gradcheck_fp64(name):
                          if o.is_floating_point())
 
         assert torch.autograd.gradcheck(f, leaves, eps=1e-6, atol=1e-5), sample.label
+    assert checked, f"no sample of {name} is small enough for gradcheck"
 
 
 @pytest.mark.parametrize("dtype", CPU_DTYPES, ids=str)
@@ -50,6 +56,8 @@ def test_torch_backend(name, dtype):
 @pytest.mark.parametrize("dtype", CPU_DTYPES, ids=str)
 @pytest.mark.parametrize("name", OPS)
 def test_triton_kernels_in_interpreter(name, dtype):
+    if dtype not in OPERATORS[name].dtypes:
+        pytest.skip(f"{name}'s kernels do not take {dtype}")
     for sample in samples(name, dtype):
         assert_matches_reference(OPERATORS[name], sample, "triton")
 
@@ -57,8 +65,9 @@ def test_triton_kernels_in_interpreter(name, dtype):
 @needs_tilelang
 @pytest.mark.parametrize("name", OPS)
 def test_tilelang_kernels_in_interpreter(name):
+    dtype = torch.float32 if torch.float32 in OPERATORS[name].dtypes else torch.float16
     with tilelang_through_interpreter():
-        for sample in samples(name, torch.float32):
+        for sample in samples(name, dtype):
             assert_matches_reference(OPERATORS[name], sample, "tilelang")
 
 

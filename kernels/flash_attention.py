@@ -1,0 +1,808 @@
+"""FlashAttention, forward and backward: softmax(q kᵀ · scale + mask) v without the score matrix in memory.
+
+`tle.ops.flash_attention(q, k, v, causal=False, scale=None, *, cu_seqlens_q=None, cu_seqlens_k=None,
+max_seqlen_q=None, max_seqlen_k=None, return_lse=False, backend=None)`
+
+- q [B, S_q, H, D], k and v [B, S_k, H_kv, D], with H_kv dividing H (grouped-query and multi-query attention:
+  query head h reads key/value head h // (H / H_kv)); or, for packed variable-length batches, q [total_q, H, D]
+  and k, v [total_k, H_kv, D] with `cu_seqlens_q` / `cu_seqlens_k` (int32 [B + 1], the running sums of the
+  lengths) naming where each sequence starts.
+- causal: query i of a sequence sees key j when j <= i + S_k - S_q (the mask aligned to the bottom-right
+  corner, as FlashAttention 2 aligns it). A query that sees no key (S_q > S_k) gets output 0 and lse -inf.
+- Returns out (q's shape and dtype) and, with return_lse, the log-sum-exp of the scaled scores in fp32,
+  natural log: [B, H, S_q], or [H, total_q] for varlen. lse is not differentiable.
+
+Kernels, each one text lowered to Triton and to TileLang:
+- `flash_attention_fwd_kernel`: a program owns BLOCK_M queries of one head and walks the keys in BLOCK_N
+  blocks with the online softmax in base 2 (log2(e) folded into the scale); blocks that no mask touches run
+  a loop without mask arithmetic, the diagonal and ragged blocks a second loop with it.
+- backward, FlashAttention 2's split: `flash_attention_bwd_preprocess_kernel` (delta = rowsum(dO ∘ O)),
+  `flash_attention_bwd_dkdv_kernel` (a program owns BLOCK_N keys of one KV head and walks the queries of every
+  query head of its group: the GQA sum happens in registers, so results are deterministic) and
+  `flash_attention_bwd_dq_kernel` (a program owns BLOCK_M queries and walks the keys). Both recompute the
+  probabilities from the forward's lse.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import triton.language as tl
+
+import tle
+from tle.oplib import BenchSpec, Operator, Sample, check_tensor, resolve
+from tle.oplib.arith import cdiv
+from tle.oplib.dispatch import custom_op
+
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+KERNEL_DTYPES = (torch.float16, torch.bfloat16)
+KERNEL_HEAD_DIMS = (16, 32, 64, 128, 256)
+
+
+# -- the forward ------------------------------------------------------------------------------------------
+@tle.jit
+def _sequence(cu_ptr, b, dense_len, VARLEN: tl.constexpr):
+    """(first row, length) of sequence b: from cu_seqlens when packed, else (0, the dense length)."""
+    if VARLEN:
+        start = tl.load(cu_ptr + b)
+        length = tl.load(cu_ptr + b + 1) - start
+    else:
+        start = 0
+        length = dense_len
+    return start, length
+
+
+@tle.jit
+def _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, offs_m, lo, hi, len_k, diag,
+                qk_scale, HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr,
+                CAUSAL: tl.constexpr):
+    """The online softmax over key blocks [lo, hi); MASKED adds the key-length and causal masks."""
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    for start_n in range(lo, hi, BLOCK_N):
+        cols = start_n + offs_n
+        k = tl.load(k_base + cols[:, None] * stride_kn + offs_d[None, :], mask=(cols < len_k)[:, None], other=0.0)
+        qk = tl.dot(q, tl.trans(k)) * qk_scale
+        if MASKED:
+            keep = (cols < len_k)[None, :]
+            if CAUSAL:
+                keep = keep & (cols[None, :] <= offs_m[:, None] + diag)
+            qk = tl.where(keep, qk, -float("inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        alpha = tl.math.exp2(m_i - m_new)
+        p = tl.math.exp2(qk - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(v_base + cols[:, None] * stride_vn + offs_d[None, :], mask=(cols < len_k)[:, None], other=0.0)
+        acc = acc * alpha[:, None]
+        acc = tl.dot(p.to(v.dtype), v, acc)
+        m_i = m_new
+    return acc, l_i, m_i
+
+
+@tle.jit
+def flash_attention_fwd_kernel(
+        q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_q_ptr, cu_k_ptr, sm_scale,
+        stride_qb, stride_qm, stride_qh, stride_kb, stride_kn, stride_kh, stride_vb, stride_vn, stride_vh,
+        stride_ob, stride_om, stride_oh, stride_lb, stride_lh, seqlen_q, seqlen_k,
+        H: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+        BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, VARLEN: tl.constexpr, SPLIT: tl.constexpr):
+    pid_m = tl.program_id(0)
+    b = tl.program_id(1) // H
+    h = tl.program_id(1) % H
+    q_start, len_q = _sequence(cu_q_ptr, b, seqlen_q, VARLEN)
+    k_start, len_k = _sequence(cu_k_ptr, b, seqlen_k, VARLEN)
+    diag = len_k - len_q                  # query i sees key j <= i + diag (causal, bottom-right)
+
+    q_base = q_ptr + b * stride_qb + q_start * stride_qm + h * stride_qh
+    k_base = k_ptr + b * stride_kb + k_start * stride_kn + (h // GROUP) * stride_kh
+    v_base = v_ptr + b * stride_vb + k_start * stride_vn + (h // GROUP) * stride_vh
+    o_base = o_ptr + b * stride_ob + q_start * stride_om + h * stride_oh
+    lse_base = lse_ptr + b * stride_lb + h * stride_lh + q_start
+
+    m0 = pid_m * BLOCK_M
+    offs_m = m0 + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    row_ok = offs_m < len_q
+    q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :], mask=row_ok[:, None], other=0.0)
+
+    # the key blocks: [0, full) seen whole by every query of the block, [full, hi) masked
+    hi = len_k
+    full = len_k // BLOCK_N * BLOCK_N
+    if CAUSAL:
+        hi = tl.minimum(len_k, tl.maximum(m0 + BLOCK_M + diag, 0))
+        full = tl.minimum(full, tl.maximum(m0 + diag + 1, 0) // BLOCK_N * BLOCK_N)
+    hi = tl.where(m0 < len_q, hi, 0)      # a block past a packed sequence's end reads nothing
+    full = tl.minimum(full, hi)
+
+    # exp(x * scale) = exp2(x * scale * log2(e)); m_i starts finite so a row that sees no key stays at 0
+    qk_scale = sm_scale * 1.4426950408889634
+    m_i = tl.zeros([BLOCK_M], dtype=tl.float32) - 1.0e30
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    if SPLIT:       # two loops: the blocks no mask touches without mask arithmetic
+        acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, offs_m, 0, full, len_k,
+                                    diag, qk_scale, HEAD_DIM, BLOCK_N, False, CAUSAL)
+        acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, offs_m, full, hi, len_k,
+                                    diag, qk_scale, HEAD_DIM, BLOCK_N, True, CAUSAL)
+    else:           # one loop, masked throughout: half the loop buffers (shared memory, on TileLang)
+        acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, offs_m, 0, hi, len_k,
+                                    diag, qk_scale, HEAD_DIM, BLOCK_N, True, CAUSAL)
+
+    l_safe = tl.where(l_i == 0.0, 1.0, l_i)
+    out = acc / l_safe[:, None]
+    tl.store(o_base + offs_m[:, None] * stride_om + offs_d[None, :], out.to(o_ptr.dtype.element_ty),
+             mask=row_ok[:, None])
+    lse = (m_i + tl.math.log2(l_i)) * 0.6931471805599453          # -inf where the row saw no key
+    tl.store(lse_base + offs_m, lse, mask=row_ok)
+
+
+# -- the backward -----------------------------------------------------------------------------------------
+@tle.jit
+def flash_attention_bwd_preprocess_kernel(
+        o_ptr, do_ptr, delta_ptr, cu_q_ptr, stride_ob, stride_om, stride_oh, stride_dob, stride_dom, stride_doh,
+        stride_lb, stride_lh, seqlen_q, H: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+        VARLEN: tl.constexpr):
+    pid_m = tl.program_id(0)
+    b = tl.program_id(1) // H
+    h = tl.program_id(1) % H
+    q_start, len_q = _sequence(cu_q_ptr, b, seqlen_q, VARLEN)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    row_ok = offs_m < len_q
+    o = tl.load(o_ptr + b * stride_ob + h * stride_oh + (q_start + offs_m)[:, None] * stride_om + offs_d[None, :],
+                mask=row_ok[:, None], other=0.0).to(tl.float32)
+    do = tl.load(do_ptr + b * stride_dob + h * stride_doh + (q_start + offs_m)[:, None] * stride_dom
+                 + offs_d[None, :], mask=row_ok[:, None], other=0.0).to(tl.float32)
+    tl.store(delta_ptr + b * stride_lb + h * stride_lh + q_start + offs_m, tl.sum(o * do, 1), mask=row_ok)
+
+
+@tle.jit
+def _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qm, stride_dom, offs_n, lo, hi,
+                 len_q, diag, qk_scale, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, MASKED: tl.constexpr):
+    """dK and dV of one key block from query blocks [lo, hi) of one head, all transposed ([keys, queries])."""
+    offs_d = tl.arange(0, HEAD_DIM)
+    for start_m in range(lo, hi, BLOCK_M):
+        rows = start_m + tl.arange(0, BLOCK_M)
+        row_ok = rows < len_q
+        q = tl.load(q_base + rows[:, None] * stride_qm + offs_d[None, :], mask=row_ok[:, None], other=0.0)
+        do = tl.load(do_base + rows[:, None] * stride_dom + offs_d[None, :], mask=row_ok[:, None], other=0.0)
+        # rows past the sequence read q = dO = lse = delta = 0: their terms vanish
+        lse2 = tl.load(lse_base + rows, mask=row_ok, other=0.0) * 1.4426950408889634
+        delta = tl.load(delta_base + rows, mask=row_ok, other=0.0)
+        p_t = tl.math.exp2(tl.dot(k, tl.trans(q)) * qk_scale - lse2[None, :])
+        if MASKED:
+            p_t = tl.where(offs_n[:, None] <= rows[None, :] + diag, p_t, 0.0)
+        dv = tl.dot(p_t.to(do.dtype), do, dv)
+        dp_t = tl.dot(v, tl.trans(do))
+        ds_t = p_t * (dp_t - delta[None, :])
+        dk = tl.dot(ds_t.to(q.dtype), q, dk)
+    return dk, dv
+
+
+@tle.jit
+def flash_attention_bwd_dkdv_kernel(
+        q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, cu_q_ptr, cu_k_ptr, sm_scale,
+        stride_qb, stride_qm, stride_qh, stride_kb, stride_kn, stride_kh, stride_vb, stride_vn, stride_vh,
+        stride_dob, stride_dom, stride_doh, stride_dkb, stride_dkn, stride_dkh, stride_dvb, stride_dvn,
+        stride_dvh, stride_lb, stride_lh, seqlen_q, seqlen_k, H_KV: tl.constexpr, GROUP: tl.constexpr,
+        HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
+        VARLEN: tl.constexpr, SPLIT: tl.constexpr):
+    pid_n = tl.program_id(0)
+    b = tl.program_id(1) // H_KV
+    h_kv = tl.program_id(1) % H_KV
+    q_start, len_q = _sequence(cu_q_ptr, b, seqlen_q, VARLEN)
+    k_start, len_k = _sequence(cu_k_ptr, b, seqlen_k, VARLEN)
+    diag = len_k - len_q
+
+    n0 = pid_n * BLOCK_N
+    offs_n = n0 + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    col_ok = offs_n < len_k
+    k = tl.load(k_ptr + b * stride_kb + (k_start + offs_n)[:, None] * stride_kn + h_kv * stride_kh
+                + offs_d[None, :], mask=col_ok[:, None], other=0.0)
+    v = tl.load(v_ptr + b * stride_vb + (k_start + offs_n)[:, None] * stride_vn + h_kv * stride_vh
+                + offs_d[None, :], mask=col_ok[:, None], other=0.0)
+
+    # the query blocks: causal ones start at the first query that sees key n0, and those before `full`
+    # see only part of the block's keys
+    lo = 0
+    full = 0
+    if CAUSAL:
+        lo = tl.maximum(n0 - diag, 0) // BLOCK_M * BLOCK_M
+        full = tl.maximum(lo, tl.cdiv(tl.maximum(n0 + BLOCK_N - 1 - diag, 0), BLOCK_M) * BLOCK_M)
+    hi = tl.where(n0 < len_k, len_q, 0)
+    full = tl.minimum(full, hi)
+
+    qk_scale = sm_scale * 1.4426950408889634
+    dk = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
+    for g in range(GROUP):               # every query head reading this KV head: the GQA sum, in order
+        h = h_kv * GROUP + g
+        q_base = q_ptr + b * stride_qb + q_start * stride_qm + h * stride_qh
+        do_base = do_ptr + b * stride_dob + q_start * stride_dom + h * stride_doh
+        lse_base = lse_ptr + b * stride_lb + h * stride_lh + q_start
+        delta_base = delta_ptr + b * stride_lb + h * stride_lh + q_start
+        if SPLIT:
+            dk, dv = _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qm, stride_dom,
+                                  offs_n, lo, full, len_q, diag, qk_scale, HEAD_DIM, BLOCK_M, True)
+            dk, dv = _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qm, stride_dom,
+                                  offs_n, full, hi, len_q, diag, qk_scale, HEAD_DIM, BLOCK_M, False)
+        else:
+            dk, dv = _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qm, stride_dom,
+                                  offs_n, lo, hi, len_q, diag, qk_scale, HEAD_DIM, BLOCK_M, CAUSAL)
+
+    dk = dk * sm_scale
+    tl.store(dk_ptr + b * stride_dkb + (k_start + offs_n)[:, None] * stride_dkn + h_kv * stride_dkh
+             + offs_d[None, :], dk.to(dk_ptr.dtype.element_ty), mask=col_ok[:, None])
+    tl.store(dv_ptr + b * stride_dvb + (k_start + offs_n)[:, None] * stride_dvn + h_kv * stride_dvh
+             + offs_d[None, :], dv.to(dv_ptr.dtype.element_ty), mask=col_ok[:, None])
+
+
+@tle.jit
+def _dq_blocks(dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_vn, offs_m, lo, hi, len_k, diag,
+               qk_scale, HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr):
+    """dQ of one query block from key blocks [lo, hi); keys past the sequence read k = v = 0 and add nothing."""
+    offs_d = tl.arange(0, HEAD_DIM)
+    for start_n in range(lo, hi, BLOCK_N):
+        cols = start_n + tl.arange(0, BLOCK_N)
+        k = tl.load(k_base + cols[:, None] * stride_kn + offs_d[None, :], mask=(cols < len_k)[:, None], other=0.0)
+        v = tl.load(v_base + cols[:, None] * stride_vn + offs_d[None, :], mask=(cols < len_k)[:, None], other=0.0)
+        p = tl.math.exp2(tl.dot(q, tl.trans(k)) * qk_scale - lse2[:, None])
+        if MASKED:
+            p = tl.where(cols[None, :] <= offs_m[:, None] + diag, p, 0.0)
+        dp = tl.dot(do, tl.trans(v))
+        ds = p * (dp - delta[:, None])
+        dq = tl.dot(ds.to(k.dtype), k, dq)
+    return dq
+
+
+@tle.jit
+def flash_attention_bwd_dq_kernel(
+        q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, cu_q_ptr, cu_k_ptr, sm_scale,
+        stride_qb, stride_qm, stride_qh, stride_kb, stride_kn, stride_kh, stride_vb, stride_vn, stride_vh,
+        stride_dob, stride_dom, stride_doh, stride_dqb, stride_dqm, stride_dqh, stride_lb, stride_lh,
+        seqlen_q, seqlen_k, H: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+        BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, VARLEN: tl.constexpr, SPLIT: tl.constexpr):
+    pid_m = tl.program_id(0)
+    b = tl.program_id(1) // H
+    h = tl.program_id(1) % H
+    q_start, len_q = _sequence(cu_q_ptr, b, seqlen_q, VARLEN)
+    k_start, len_k = _sequence(cu_k_ptr, b, seqlen_k, VARLEN)
+    diag = len_k - len_q
+
+    m0 = pid_m * BLOCK_M
+    offs_m = m0 + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    row_ok = offs_m < len_q
+    rows = q_start + offs_m
+    q = tl.load(q_ptr + b * stride_qb + rows[:, None] * stride_qm + h * stride_qh + offs_d[None, :],
+                mask=row_ok[:, None], other=0.0)
+    do = tl.load(do_ptr + b * stride_dob + rows[:, None] * stride_dom + h * stride_doh + offs_d[None, :],
+                 mask=row_ok[:, None], other=0.0)
+    lse2 = tl.load(lse_ptr + b * stride_lb + h * stride_lh + rows, mask=row_ok, other=0.0) * 1.4426950408889634
+    delta = tl.load(delta_ptr + b * stride_lb + h * stride_lh + rows, mask=row_ok, other=0.0)
+
+    hi = len_k
+    full = len_k
+    if CAUSAL:
+        hi = tl.minimum(len_k, tl.maximum(m0 + BLOCK_M + diag, 0))
+        full = tl.minimum(hi, tl.maximum(m0 + diag + 1, 0) // BLOCK_N * BLOCK_N)
+    hi = tl.where(m0 < len_q, hi, 0)
+    full = tl.minimum(full, hi)
+
+    k_base = k_ptr + b * stride_kb + k_start * stride_kn + (h // GROUP) * stride_kh
+    v_base = v_ptr + b * stride_vb + k_start * stride_vn + (h // GROUP) * stride_vh
+    qk_scale = sm_scale * 1.4426950408889634
+    dq = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    if SPLIT:
+        dq = _dq_blocks(dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_vn, offs_m, 0, full, len_k, diag,
+                        qk_scale, HEAD_DIM, BLOCK_N, False)
+        dq = _dq_blocks(dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_vn, offs_m, full, hi, len_k, diag,
+                        qk_scale, HEAD_DIM, BLOCK_N, True)
+    else:
+        dq = _dq_blocks(dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_vn, offs_m, 0, hi, len_k, diag,
+                        qk_scale, HEAD_DIM, BLOCK_N, CAUSAL)
+    dq = dq * sm_scale
+    tl.store(dq_ptr + b * stride_dqb + rows[:, None] * stride_dqm + h * stride_dqh + offs_d[None, :],
+             dq.to(dq_ptr.dtype.element_ty), mask=row_ok[:, None])
+
+
+# -- launch configurations ----------------------------------------------------------------------------------
+def fwd_config(head_dim: int, max_seqlen_q: int, backend: str) -> dict:
+    """BLOCK_M, BLOCK_N, num_warps, num_stages and SPLIT of the forward on `backend`. SPLIT (two loops) on
+    Triton; one loop on TileLang, whose pipelined loops each keep their own stages of K and V in shared memory
+    (two loops at BLOCK_N 64, 3 stages, D 128 asked for 336 KiB). See docs/benchmark/flash_attention.md."""
+    if head_dim <= 64:
+        cfg = dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=3)
+    elif head_dim <= 128:
+        cfg = dict(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=2)
+    else:
+        cfg = dict(BLOCK_M=64, BLOCK_N=64, num_warps=8, num_stages=2)
+    if max_seqlen_q <= 64:                # short queries: fewer idle rows per program
+        cfg.update(BLOCK_M=64, num_warps=4)
+    return dict(cfg, SPLIT=backend == "triton")
+
+
+def bwd_configs(head_dim: int, backend: str) -> tuple[dict, dict]:
+    """(dK/dV kernel, dQ kernel) launch configurations on `backend` (SPLIT as in the forward)."""
+    if head_dim <= 64:
+        kv, q = (dict(BLOCK_M=32, BLOCK_N=128, num_warps=4, num_stages=3),
+                 dict(BLOCK_M=128, BLOCK_N=32, num_warps=4, num_stages=3))
+    elif head_dim <= 128:
+        kv, q = (dict(BLOCK_M=64, BLOCK_N=128, num_warps=8, num_stages=2),
+                 dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=2))
+    else:
+        kv, q = (dict(BLOCK_M=32, BLOCK_N=64, num_warps=8, num_stages=2),
+                 dict(BLOCK_M=64, BLOCK_N=32, num_warps=8, num_stages=2))
+    split = backend == "triton"
+    return dict(kv, SPLIT=split), dict(q, SPLIT=split)
+
+
+PREPROCESS_BLOCK_M = 64
+
+
+# -- the problem, as the kernels and the torch backend see it -----------------------------------------------
+class Problem:
+    """The layout of one call: dense [B, S, H, D] or packed [total, H, D] with cu_seqlens."""
+
+    def __init__(self, q, k, cu_q, cu_k, max_q, max_k):
+        self.varlen = cu_q is not None
+        self.h, self.d = q.shape[-2], q.shape[-1]
+        self.h_kv = k.shape[-2]
+        self.group = self.h // self.h_kv
+        if self.varlen:
+            self.b = cu_q.shape[0] - 1
+            self.seqlen_q, self.seqlen_k = max_q, max_k
+        else:
+            self.b = q.shape[0]
+            self.seqlen_q, self.seqlen_k = q.shape[1], k.shape[1]
+
+    def lse_shape(self, q):
+        return (self.h, q.shape[0]) if self.varlen else (self.b, self.h, self.seqlen_q)
+
+    def strides(self, t):
+        """(batch, row, head) strides of an input or output: the batch stride is 0 when packed."""
+        return (0, t.stride(0), t.stride(1)) if self.varlen else (t.stride(0), t.stride(1), t.stride(2))
+
+    def lse_strides(self, lse):
+        return (0, lse.stride(0)) if self.varlen else (lse.stride(0), lse.stride(1))
+
+
+def _cu_or_dummy(cu, like):
+    """The cu_seqlens pointer a dense launch passes and never reads."""
+    return cu if cu is not None else like
+
+
+# -- the kernel backends ------------------------------------------------------------------------------------
+def _kernel_forward(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, backend):
+    pr = Problem(q, k, cu_q, cu_k, max_q, max_k)
+    out = q.new_empty(q.shape)            # contiguous, whatever q's strides (as the fake op says)
+    lse = torch.empty(pr.lse_shape(q), device=q.device, dtype=torch.float32)
+    if out.numel() == 0 or pr.b == 0:
+        return out, lse.fill_(-math.inf)
+    cfg = fwd_config(pr.d, pr.seqlen_q, backend)
+    grid = (cdiv(pr.seqlen_q, cfg["BLOCK_M"]), pr.b * pr.h)
+    flash_attention_fwd_kernel[grid](
+        q, k, v, out, lse, _cu_or_dummy(cu_q, lse), _cu_or_dummy(cu_k, lse), scale,
+        *pr.strides(q), *pr.strides(k), *pr.strides(v), *pr.strides(out), *pr.lse_strides(lse),
+        pr.seqlen_q, pr.seqlen_k, H=pr.h, GROUP=pr.group, HEAD_DIM=pr.d, CAUSAL=causal, VARLEN=pr.varlen,
+        backend=backend, **cfg)
+    return out, lse
+
+
+def _kernel_backward(do, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, causal, scale, backend):
+    pr = Problem(q, k, cu_q, cu_k, max_q, max_k)
+    dq, dk, dv = q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+    if pr.b == 0 or q.numel() == 0:
+        return dq, dk.zero_(), dv.zero_()
+    if k.numel() == 0:
+        return dq.zero_(), dk, dv
+    lse = lse.contiguous()                # delta takes its layout: one set of strides serves both
+    cu_q_arg, cu_k_arg = _cu_or_dummy(cu_q, lse), _cu_or_dummy(cu_k, lse)
+    delta = torch.empty_like(lse)
+    flash_attention_bwd_preprocess_kernel[(cdiv(pr.seqlen_q, PREPROCESS_BLOCK_M), pr.b * pr.h)](
+        out, do, delta, cu_q_arg, *pr.strides(out), *pr.strides(do), *pr.lse_strides(lse), pr.seqlen_q,
+        H=pr.h, HEAD_DIM=pr.d, BLOCK_M=PREPROCESS_BLOCK_M, VARLEN=pr.varlen, backend=backend, num_warps=4)
+    kv_cfg, q_cfg = bwd_configs(pr.d, backend)
+    flash_attention_bwd_dkdv_kernel[(cdiv(pr.seqlen_k, kv_cfg["BLOCK_N"]), pr.b * pr.h_kv)](
+        q, k, v, do, lse, delta, dk, dv, cu_q_arg, cu_k_arg, scale, *pr.strides(q), *pr.strides(k), *pr.strides(v),
+        *pr.strides(do), *pr.strides(dk), *pr.strides(dv), *pr.lse_strides(lse), pr.seqlen_q, pr.seqlen_k,
+        H_KV=pr.h_kv, GROUP=pr.group, HEAD_DIM=pr.d, CAUSAL=causal, VARLEN=pr.varlen, backend=backend, **kv_cfg)
+    flash_attention_bwd_dq_kernel[(cdiv(pr.seqlen_q, q_cfg["BLOCK_M"]), pr.b * pr.h)](
+        q, k, v, do, lse, delta, dq, cu_q_arg, cu_k_arg, scale, *pr.strides(q), *pr.strides(k), *pr.strides(v),
+        *pr.strides(do), *pr.strides(dq), *pr.lse_strides(lse), pr.seqlen_q, pr.seqlen_k,
+        H=pr.h, GROUP=pr.group, HEAD_DIM=pr.d, CAUSAL=causal, VARLEN=pr.varlen, backend=backend, **q_cfg)
+    return dq, dk, dv
+
+
+# -- the torch backend: the same formulas in torch, fp32 (fp64 for fp64 inputs), one sequence at a time -------
+def _compute_dtype(t):
+    return torch.float64 if t.dtype == torch.float64 else torch.float32
+
+
+def _keep(s_q, s_k, causal, device):
+    """[S_q, S_k]: which keys each query sees (causal: aligned to the bottom-right corner)."""
+    if not causal:
+        return torch.ones(s_q, s_k, dtype=torch.bool, device=device)
+    i = torch.arange(s_q, device=device)[:, None]
+    j = torch.arange(s_k, device=device)[None, :]
+    return j <= i + (s_k - s_q)
+
+
+def _dense_attention(q, k, v, causal, scale):
+    """out [B, S_q, H, D] and lse [B, H, S_q] of dense inputs, differentiable (the reference uses it too): a query
+    that sees no key gets 0 and lse -inf, with finite gradients."""
+    group = q.shape[2] // k.shape[2]
+    kk, vv = k.repeat_interleave(group, dim=2), v.repeat_interleave(group, dim=2)
+    s = torch.einsum("bqhd,bkhd->bhqk", q, kk) * scale
+    keep = _keep(q.shape[1], k.shape[1], causal, q.device)
+    seen = keep.any(-1)[:, None]                                         # [S_q, 1]
+    s = torch.where(keep, s, torch.where(seen, -math.inf, 0.0))          # an unseen row: finite, zeroed below
+    lse = torch.logsumexp(s, dim=-1)
+    p = torch.exp(s - lse[..., None]) * keep
+    out = torch.einsum("bhqk,bkhd->bqhd", p, vv)
+    return out, torch.where(seen[:, 0], lse, -math.inf)
+
+
+def _dense_attention_backward(do, q, k, v, out, lse, causal, scale):
+    group = q.shape[2] // k.shape[2]
+    kk, vv = k.repeat_interleave(group, dim=2), v.repeat_interleave(group, dim=2)
+    keep = _keep(q.shape[1], k.shape[1], causal, q.device)
+    s = torch.einsum("bqhd,bkhd->bhqk", q, kk) * scale
+    p = torch.where(keep, torch.exp(s - lse[..., None]), 0.0)
+    delta = (do * out).sum(-1).transpose(1, 2)                          # [B, H, S_q]
+    dp = torch.einsum("bqhd,bkhd->bhqk", do, vv)
+    ds = p * (dp - delta[..., None])
+    dq = torch.einsum("bhqk,bkhd->bqhd", ds, kk) * scale
+    dk = torch.einsum("bhqk,bqhd->bkhd", ds, q) * scale
+    dv = torch.einsum("bhqk,bqhd->bkhd", p, do)
+    b, s_k, h_kv, d = k.shape
+    return dq, dk.view(b, s_k, h_kv, group, d).sum(3), dv.view(b, s_k, h_kv, group, d).sum(3)
+
+
+def _sequences(cu_q, cu_k):
+    """(q rows, k rows) slices of each packed sequence."""
+    qs, ks = cu_q.tolist(), cu_k.tolist()
+    return [(slice(qs[i], qs[i + 1]), slice(ks[i], ks[i + 1])) for i in range(len(qs) - 1)]
+
+
+def _torch_forward(q, k, v, cu_q, cu_k, causal, scale):
+    ct = _compute_dtype(q)
+    qf, kf, vf = q.to(ct), k.to(ct), v.to(ct)
+    if cu_q is None:
+        out, lse = _dense_attention(qf, kf, vf, causal, scale)
+        return out.to(q.dtype).contiguous(), lse.float().contiguous()
+    out = q.new_zeros(q.shape)
+    lse = torch.empty(q.shape[1], q.shape[0], device=q.device, dtype=torch.float32)
+    for rq, rk in _sequences(cu_q, cu_k):
+        o, l = _dense_attention(qf[None, rq], kf[None, rk], vf[None, rk], causal, scale)
+        out[rq], lse[:, rq] = o[0].to(q.dtype), l[0].float()
+    return out, lse
+
+
+def _torch_backward(do, q, k, v, out, lse, cu_q, cu_k, causal, scale):
+    ct = _compute_dtype(q)
+    t = [x.to(ct) for x in (do, q, k, v, out)]
+    if cu_q is None:
+        grads = _dense_attention_backward(*t, lse.to(ct), causal, scale)
+        return tuple(g.to(x.dtype).contiguous() for g, x in zip(grads, (q, k, v)))
+    dq, dk, dv = q.new_zeros(q.shape), k.new_zeros(k.shape), v.new_zeros(v.shape)
+    for rq, rk in _sequences(cu_q, cu_k):
+        g = _dense_attention_backward(*(x[None, r] for x, r in zip(t, (rq, rq, rk, rk, rq))),
+                                      lse[None, :, rq].to(ct), causal, scale)
+        dq[rq], dk[rk], dv[rk] = (x[0].to(q.dtype) for x in g)
+    return dq, dk, dv
+
+
+# -- the custom ops -----------------------------------------------------------------------------------------
+@custom_op("tle::flash_attention")
+def _flash_attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor | None,
+                        cu_seqlens_k: torch.Tensor | None, max_seqlen_q: int, max_seqlen_k: int, causal: bool,
+                        scale: float, backend: str) -> tuple[torch.Tensor, torch.Tensor]:
+    if backend == "torch":
+        return _torch_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, scale)
+    return _kernel_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale, backend)
+
+
+@_flash_attention_op.register_fake
+def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale, backend):
+    pr = Problem(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    return q.new_empty(q.shape), q.new_empty(pr.lse_shape(q), dtype=torch.float32)
+
+
+@custom_op("tle::flash_attention_backward")
+def _flash_attention_backward_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                                 out: torch.Tensor, lse: torch.Tensor, cu_seqlens_q: torch.Tensor | None,
+                                 cu_seqlens_k: torch.Tensor | None, max_seqlen_q: int, max_seqlen_k: int,
+                                 causal: bool, scale: float, backend: str
+                                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    do = do if do.stride(-1) == 1 else do.contiguous()
+    if backend == "torch":
+        return _torch_backward(do, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, causal, scale)
+    return _kernel_backward(do, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal,
+                            scale, backend)
+
+
+@_flash_attention_backward_op.register_fake
+def _(do, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale, backend):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, backend = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k)
+    ctx.args = (max_q, max_k, causal, scale, backend)
+    ctx.mark_non_differentiable(lse)
+
+
+def _backward(ctx, dout, _dlse):
+    q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
+    dq, dk, dv = _flash_attention_backward_op(dout, q, k, v, out, lse, cu_q, cu_k, *ctx.args)
+    return dq, dk, dv, None, None, None, None, None, None, None
+
+
+_flash_attention_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+# -- example launches (tle show / compare, the kernel tests and goldens) ----------------------------------------
+def _example_inputs(device, size):
+    """A causal GQA problem: small for the CPU, a mid-sized one for the GPU (its fp32 reference must fit)."""
+    b, s, h, h_kv, d, dtype = (1, 72, 4, 2, 32, torch.float16) if size == "small" else \
+        (2, 2048, 16, 4, 128, torch.bfloat16)
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(b, s, n, d, generator=gen).to(device, dtype) for n in (h, h_kv, h_kv))
+    label = f"B{b} S{s} H{h}/{h_kv} D{d} causal {str(dtype)[6:]}"
+    return q, k, v, d ** -0.5, label
+
+
+def _example_saved(q, k, v, scale):
+    """What the forward saves (out, lse) and an upstream gradient, for the backward kernels' examples."""
+    out, lse = _torch_forward(q, k, v, None, None, True, scale)
+    do = torch.randn(q.shape, generator=torch.Generator().manual_seed(1)).to(q.device, q.dtype)
+    return out, lse, do
+
+
+def _nan_like(t, dtype=None):
+    return torch.full(t.shape, float("nan"), device=t.device, dtype=dtype or t.dtype)
+
+
+@tle.example(flash_attention_fwd_kernel)
+def _fwd_example(device, size):
+    q, k, v, scale, label = _example_inputs(device, size)
+    pr = Problem(q, k, None, None, None, None)
+    out, lse = _nan_like(q), _nan_like(q[..., 0].transpose(1, 2), torch.float32)
+    cfg = fwd_config(pr.d, pr.seqlen_q, "tilelang")      # one loop: a launch both lowerings can run
+
+    def ref():
+        o, l = _torch_forward(q, k, v, None, None, True, scale)
+        return {"out": o, "lse": l}
+    return tle.Launch(grid=(cdiv(pr.seqlen_q, cfg["BLOCK_M"]), pr.b * pr.h),
+                      args=(q, k, v, out, lse, lse, lse, scale, *pr.strides(q), *pr.strides(k), *pr.strides(v),
+                            *pr.strides(out), *pr.lse_strides(lse), pr.seqlen_q, pr.seqlen_k),
+                      kwargs=dict(H=pr.h, GROUP=pr.group, HEAD_DIM=pr.d, CAUSAL=True, VARLEN=False, **cfg),
+                      outputs={"out": out, "lse": lse}, reference=ref,
+                      flops=2 * pr.b * pr.h * pr.seqlen_q * pr.seqlen_k * pr.d, label=label)
+
+
+@tle.example(flash_attention_bwd_preprocess_kernel)
+def _preprocess_example(device, size):
+    q, k, v, scale, label = _example_inputs(device, size)
+    pr = Problem(q, k, None, None, None, None)
+    out, lse, do = _example_saved(q, k, v, scale)
+    delta = _nan_like(lse)
+    return tle.Launch(grid=(cdiv(pr.seqlen_q, PREPROCESS_BLOCK_M), pr.b * pr.h),
+                      args=(out, do, delta, lse, *pr.strides(out), *pr.strides(do), *pr.lse_strides(lse), pr.seqlen_q),
+                      kwargs=dict(H=pr.h, HEAD_DIM=pr.d, BLOCK_M=PREPROCESS_BLOCK_M, VARLEN=False, num_warps=4),
+                      outputs={"delta": delta},
+                      reference=lambda: {"delta": (out.float() * do.float()).sum(-1).transpose(1, 2)},
+                      bytes=2 * out.numel() * out.element_size() + delta.numel() * 4, label=label)
+
+
+def _bwd_launch(kernel_name, device, size):
+    q, k, v, scale, label = _example_inputs(device, size)
+    pr = Problem(q, k, None, None, None, None)
+    out, lse, do = _example_saved(q, k, v, scale)
+    delta = (out.float() * do.float()).sum(-1).transpose(1, 2).contiguous()
+    refs = dict(zip(("dq", "dk", "dv"), _torch_backward(do.float(), q.float(), k.float(), v.float(), out.float(), lse,
+                                                        None, None, True, scale)))
+    common = (*pr.strides(q), *pr.strides(k), *pr.strides(v), *pr.strides(do))
+    kv_cfg, q_cfg = bwd_configs(pr.d, "tilelang")
+    flops = 2 * pr.b * pr.h * pr.seqlen_q * pr.seqlen_k * pr.d     # causal: half of 4·B·H·S²·D per matmul pair
+    if kernel_name == "dkdv":
+        dk, dv = _nan_like(k), _nan_like(v)
+        return tle.Launch(grid=(cdiv(pr.seqlen_k, kv_cfg["BLOCK_N"]), pr.b * pr.h_kv),
+                          args=(q, k, v, do, lse, delta, dk, dv, lse, lse, scale, *common, *pr.strides(dk),
+                                *pr.strides(dv), *pr.lse_strides(lse), pr.seqlen_q, pr.seqlen_k),
+                          kwargs=dict(H_KV=pr.h_kv, GROUP=pr.group, HEAD_DIM=pr.d, CAUSAL=True, VARLEN=False,
+                                      **kv_cfg),
+                          outputs={"dk": dk, "dv": dv}, reference=lambda: {"dk": refs["dk"], "dv": refs["dv"]},
+                          flops=2 * flops, label=label)
+    dq = _nan_like(q)
+    return tle.Launch(grid=(cdiv(pr.seqlen_q, q_cfg["BLOCK_M"]), pr.b * pr.h),
+                      args=(q, k, v, do, lse, delta, dq, lse, lse, scale, *common, *pr.strides(dq),
+                            *pr.lse_strides(lse), pr.seqlen_q, pr.seqlen_k),
+                      kwargs=dict(H=pr.h, GROUP=pr.group, HEAD_DIM=pr.d, CAUSAL=True, VARLEN=False, **q_cfg),
+                      outputs={"dq": dq}, reference=lambda: {"dq": refs["dq"]}, flops=3 * flops // 2, label=label)
+
+
+@tle.example(flash_attention_bwd_dkdv_kernel)
+def _dkdv_example(device, size):
+    return _bwd_launch("dkdv", device, size)
+
+
+@tle.example(flash_attention_bwd_dq_kernel)
+def _dq_example(device, size):
+    return _bwd_launch("dq", device, size)
+
+
+# -- the public surface -------------------------------------------------------------------------------------
+def _check_cu_seqlens(cu, name, device, batch=None):
+    check_tensor(cu, name, dtypes=(torch.int32,), rank=1, device=device)
+    if cu.shape[0] < 1 or (batch is not None and cu.shape[0] != batch + 1):
+        want = "at least 1 entry" if batch is None else f"{batch + 1} entries, like 'cu_seqlens_q'"
+        raise tle.LaunchError(f"'{name}' has {cu.shape[0]} entries; expected {want}")
+
+
+def _lengths_max(cu, name, rows, given, given_name):
+    """The longest packed sequence (from cu_seqlens unless given), after checking cu_seqlens against `rows`."""
+    vals = cu.tolist()
+    if vals[0] != 0 or any(b < a for a, b in zip(vals, vals[1:])) or vals[-1] != rows:
+        raise tle.LaunchError(f"'{name}' must start at 0, never decrease and end at the packed length {rows}; "
+                              f"got {vals if len(vals) <= 12 else vals[:6] + ['...'] + vals[-3:]}")
+    longest = max((b - a for a, b in zip(vals, vals[1:])), default=0)
+    if given is None:
+        return longest
+    if not isinstance(given, int) or isinstance(given, bool) or given < longest:
+        raise tle.LaunchError(f"'{given_name}' is {given!r}; expected an int of at least {longest}, the longest "
+                              f"sequence of '{name}'")
+    return given
+
+
+def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+                    scale: float | None = None, *, cu_seqlens_q: torch.Tensor | None = None,
+                    cu_seqlens_k: torch.Tensor | None = None, max_seqlen_q: int | None = None,
+                    max_seqlen_k: int | None = None, return_lse: bool = False, backend: str | None = None,
+                    fallback: str | None = None):
+    """softmax(q kᵀ · scale [+ causal mask]) v over [B, S, H, D] inputs (or packed [total, H, D] with
+    cu_seqlens); the module docstring gives the layouts and the mask. Returns out, or (out, lse)."""
+    varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
+    rank = 3 if varlen else 4
+    layout = "[total, H, D] (packed, with cu_seqlens)" if varlen else "[B, S, H, D]"
+    check_tensor(q, "q", dtypes=(torch.float16, torch.bfloat16, torch.float32, torch.float64))
+    if q.dim() != rank:
+        raise tle.LaunchError(f"'q' has shape {tuple(q.shape)}; expected {layout}")
+    check_tensor(k, "k", dtypes=(q.dtype,), rank=rank, device=q.device)
+    check_tensor(v, "v", dtypes=(q.dtype,), rank=rank, device=q.device, shape=k.shape)
+    h, d, h_kv = q.shape[-2], q.shape[-1], k.shape[-2]
+    if k.shape[-1] != d:
+        raise tle.LaunchError(f"'k' has head dim {k.shape[-1]}; expected {d}, q's")
+    if h_kv == 0 or h % h_kv:
+        raise tle.LaunchError(f"'k' has {h_kv} heads, which does not divide q's {h} heads")
+    if not varlen and k.shape[0] != q.shape[0]:
+        raise tle.LaunchError(f"'k' has batch {k.shape[0]}; expected {q.shape[0]}, q's")
+    if not isinstance(causal, bool):
+        raise tle.LaunchError(f"'causal' must be a bool, got {causal!r}")
+    if scale is None:
+        scale = d ** -0.5 if d else 1.0
+    elif isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
+        raise tle.LaunchError(f"'scale' must be a finite float or None, got {scale!r}")
+    if varlen:
+        if cu_seqlens_q is None or cu_seqlens_k is None:
+            raise tle.LaunchError("'cu_seqlens_q' and 'cu_seqlens_k' go together: give both or neither")
+        _check_cu_seqlens(cu_seqlens_q, "cu_seqlens_q", q.device)
+        _check_cu_seqlens(cu_seqlens_k, "cu_seqlens_k", q.device, batch=cu_seqlens_q.shape[0] - 1)
+        max_seqlen_q = _lengths_max(cu_seqlens_q, "cu_seqlens_q", q.shape[0], max_seqlen_q, "max_seqlen_q")
+        max_seqlen_k = _lengths_max(cu_seqlens_k, "cu_seqlens_k", k.shape[0], max_seqlen_k, "max_seqlen_k")
+    else:
+        if max_seqlen_q is not None or max_seqlen_k is not None:
+            raise tle.LaunchError("'max_seqlen_q' / 'max_seqlen_k' go with packed inputs (cu_seqlens_q/_k)")
+        max_seqlen_q, max_seqlen_k = q.shape[1], k.shape[1]
+    b = resolve("flash_attention", q.device, backend, fallback=fallback)
+    if b != "torch":
+        if q.dtype not in KERNEL_DTYPES:
+            raise tle.LaunchError(f"tle.ops.flash_attention: 'q' has dtype {str(q.dtype)[6:]}, which backend '{b}' "
+                                  f"does not take (float16, bfloat16; other dtypes run on 'torch')")
+        if d not in KERNEL_HEAD_DIMS:
+            raise tle.LaunchError(f"tle.ops.flash_attention: 'q' has head dim {d}; backend '{b}' takes "
+                                  f"{', '.join(map(str, KERNEL_HEAD_DIMS))} (any runs on 'torch')")
+        for name, t in (("q", q), ("k", k), ("v", v)):
+            if t.numel() >= 2 ** 31:
+                raise tle.LaunchError(f"tle.ops.flash_attention: '{name}' has {t.numel()} elements; backend '{b}' "
+                                      f"addresses it with 32-bit offsets (fewer than 2^31)")
+    q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+    out, lse = _flash_attention_op(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal,
+                                   float(scale), b)
+    return (out, lse) if return_lse else out
+
+
+# -- tests and benchmarks -----------------------------------------------------------------------------------
+def reference(q, k, v, causal=False, scale=None, *, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
+              max_seqlen_k=None, return_lse=False):
+    """The tests' ground truth, plain differentiable torch (no custom op): F.scaled_dot_product_attention where
+    every query sees a key, else the scores written out, one packed sequence at a time."""
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    if cu_seqlens_q is None and not return_lse and not (causal and q.shape[1] > k.shape[1]):
+        square = q.shape[1] == k.shape[1]
+        mask = _keep(q.shape[1], k.shape[1], True, q.device) if causal and not square else None
+        return torch.nn.functional.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask, is_causal=causal and square,
+            scale=scale, enable_gqa=q.shape[2] != k.shape[2]).transpose(1, 2)
+    if cu_seqlens_q is None:
+        out, lse = _dense_attention(q, k, v, causal, scale)
+    else:
+        outs, lses = [], []
+        for rq, rk in _sequences(cu_seqlens_q, cu_seqlens_k):
+            o, l = _dense_attention(q[None, rq], k[None, rk], v[None, rk], causal, scale)
+            outs.append(o[0])
+            lses.append(l[0])
+        out, lse = torch.cat(outs), torch.cat(lses, dim=1)
+    return (out, lse.detach().float()) if return_lse else out
+
+
+def _packed(lengths_q, lengths_k, h, h_kv, d, t, device):
+    cu = [torch.tensor([0] + lens, dtype=torch.int32).cumsum(0, dtype=torch.int32).to(device)
+          for lens in (lengths_q, lengths_k)]
+    return (t(sum(lengths_q), h, d), t(sum(lengths_k), h_kv, d), t(sum(lengths_k), h_kv, d)), cu
+
+
+def samples(device, dtype):
+    def t(*shape):
+        return torch.randn(*shape, device=device, dtype=torch.float32).to(dtype)
+
+    def dense(b, s_q, s_k, h, h_kv, d):
+        return t(b, s_q, h, d), t(b, s_k, h_kv, d), t(b, s_k, h_kv, d)
+
+    def heads_first(b, s, h, d):
+        return t(h, b, s, d).permute(1, 2, 0, 3)       # batch 1: its stride equals the head stride
+
+    def varlen(lq, lk, h, h_kv, d, causal, label):
+        (q, k, v), (cu_q, cu_k) = _packed(lq, lk, h, h_kv, d, t, device)
+        return Sample((q, k, v, causal), dict(cu_seqlens_q=cu_q, cu_seqlens_k=cu_k), label=label)
+
+    return [Sample((*dense(1, 5, 7, 2, 1, 16), True), label="causal S_q5 S_k7 MQA D16"),
+            varlen([2, 3], [3, 1], 2, 2, 16, True, "varlen causal D16"),
+            Sample(dense(2, 17, 17, 2, 2, 32), label="B2 S17 H2 D32"),
+            Sample((*dense(1, 129, 129, 4, 2, 64), True), label="causal S129 GQA 4/2 D64"),
+            Sample((*dense(2, 17, 40, 2, 1, 32), True), label="causal S_q17 S_k40 (bottom-right) MQA"),
+            Sample((*dense(1, 40, 17, 2, 2, 32), True), dict(return_lse=True),
+                   label="causal S_q40 S_k17: queries that see no key, lse"),
+            Sample(dense(1, 1, 33, 4, 1, 64), dict(scale=0.3), label="S_q1 S_k33 MQA scale 0.3"),
+            Sample((*dense(1, 20, 20, 2, 2, 128), True), label="causal D128"),
+            Sample(dense(1, 9, 24, 1, 1, 256), dict(return_lse=True), label="D256 lse"),
+            Sample((heads_first(1, 24, 4, 64), heads_first(1, 24, 2, 64), heads_first(1, 24, 2, 64), True),
+                   label="views of [H, B, S, D] tensors (batch stride = head stride)"),
+            varlen([1, 17, 3, 40], [5, 17, 0, 40], 4, 2, 32, False, "varlen, an empty key sequence"),
+            varlen([1, 17, 0, 40], [5, 30, 2, 40], 2, 1, 64, True, "varlen causal, an empty query sequence")]
+
+
+def _bench_make(shape, dtype, device):
+    b, h, h_kv, s, d, causal = shape
+    x = [torch.randn(b, s, n, d, device=device, dtype=dtype) for n in (h, h_kv, h_kv)]
+    return Sample((*x, bool(causal)))
+
+
+def _bench_flops(sample, mode):
+    q, k, _, causal = sample.args
+    b, s_q, h, d = q.shape
+    fwd = 4 * b * h * s_q * k.shape[1] * d / (2 if causal else 1)
+    return fwd if mode == "fwd" else 2.5 * fwd          # backward: five matmuls against the forward's two
+
+
+def _eager(sample):
+    q, k, v, causal = sample.args
+
+    def sdpa(q=q, k=k, v=v):
+        return torch.nn.functional.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal,
+            enable_gqa=q.shape[2] != k.shape[2]).transpose(1, 2)
+    return sdpa
+
+
+OPERATOR = Operator(
+    "flash_attention", fn=flash_attention, reference=reference, samples=samples, grad_inputs=(0, 1, 2),
+    dtypes=KERNEL_DTYPES,
+    bench=BenchSpec(shapes=[(4, 32, 32, 8192, 128, 1), (4, 32, 32, 8192, 128, 0), (32, 16, 16, 1024, 64, 0),
+                            (32, 16, 16, 1024, 64, 1), (8, 32, 8, 4096, 128, 1), (2, 16, 16, 4096, 256, 0)],
+                    make=_bench_make, flops=_bench_flops, eager=_eager, shape_help="BxHxH_KVxSxDxCAUSAL"))
