@@ -5,13 +5,14 @@
     tle-bench --list
 
 For each operator, shape and mode: every implementation is checked against the eager torch code evaluated
-in fp32, then timed with triton.testing.do_bench. Prints a table per operator and mode (TB/s and the ratio
-to torch); merges the JSON records into <out>/<op>.json, plots <out>/<op>-<mode>.png and writes
-<out>/<op>.md (keeping its "## Notes" section). Exits 1 when a tle backend failed its check or raised, 2
-on a usage error or without CUDA. `--device cpu` is a dry run of the loop with a wall-clock timer, for
-tests: never a measurement (it writes files only with --out). torch.compile compiles once per shape and
-input kind (forward; forward with gradients), the bulk of a run's time: --no-compile skips it. Where the tree
-has no .git (a copy on a GPU machine), set TLE_COMMIT."""
+in fp32, then timed with triton.testing.do_bench. Prints a table per operator and mode (TB/s, or TFLOP/s
+for an operator whose BenchSpec counts flops, and the ratio to torch); merges the JSON records into
+<out>/<op>.json, plots <out>/<op>-<mode>.png and writes <out>/<op>.md (keeping its "## Notes" section).
+Exits 1 when a tle backend failed its check or raised, 2 on a usage error or without CUDA. `--device cpu`
+is a dry run of the loop with a wall-clock timer, for tests: never a measurement (it writes files only
+with --out). torch.compile compiles once per shape and input kind (forward; forward with gradients), the
+bulk of a run's time: --no-compile skips it. Where the tree has no .git (a copy on a GPU machine), set
+TLE_COMMIT."""
 from __future__ import annotations
 
 import argparse
@@ -23,7 +24,7 @@ import sys
 import torch
 
 from tle.benchmark import page, plot, records, tables
-from tle.benchmark.measure import MODES, Options, bench_operator, shape_label
+from tle.benchmark.measure import MODES, TBS, Options, bench_operator, metric_of, shape_label
 from tle.benchmark.progress import Progress
 from tle.benchmark.provenance import observation
 from tle.benchmark.timing import timer_for
@@ -160,14 +161,14 @@ def list_operators(operators: dict, out=None) -> None:
         print(f"{name}  {spec.shape_help or 'shapes'}: {shapes}  [{what}; beside {peers}]", file=out)
 
 
-def print_tables(name: str, cases: list, observation_: dict, order: list[str], out=None) -> None:
+def print_tables(name: str, cases: list, observation_: dict, order: list[str], out=None, metric: str = TBS) -> None:
     out = out or sys.stdout
     run_records = records.from_cases(cases, observation_)
     for mode in MODES:
         if not any(c.mode == mode for c in cases):
             continue
-        lines, notes = tables.table(mode, run_records, cases, observation_, "TB/s", order)
-        print(f"\n## {name} {mode}: TB/s (ratio to torch)\n", file=out)
+        lines, notes = tables.table(mode, run_records, cases, observation_, metric, order)
+        print(f"\n## {name} {mode}: {metric} (ratio to torch)\n", file=out)
         if lines:
             print("\n".join(lines), file=out)
         for n in notes:
@@ -221,7 +222,8 @@ def main(argv=None, operators: dict | None = None) -> int:
         order = [shape_label(s, args.torch_dtype) for s in shapes] + \
                 [shape_label(tuple(s), d) for d in op.dtypes for s in op.bench.shapes]
         progress.clear()
-        print_tables(op.name, cases, obs, order)
+        metric = metric_of(op.bench)
+        print_tables(op.name, cases, obs, order, metric=metric)
         if not out_dir:
             continue
         base = os.path.join(out_dir, op.name)
@@ -230,7 +232,8 @@ def main(argv=None, operators: dict | None = None) -> int:
         plots = {}
         for mode in MODES:
             if any(r.get("mode") == mode for r in mine) and \
-                    plot.write(os.path.join(out_dir, page.plot_name(op.name, mode)), op.name, mode, mine, order):
+                    plot.write(os.path.join(out_dir, page.plot_name(op.name, mode)), op.name, mode, mine, order,
+                               metric):
                 plots[mode] = page.plot_name(op.name, mode)
         page.write(base + ".md", op, command, obs, mine, cases, order, plots)
         written.append(base + ".{json,md}")

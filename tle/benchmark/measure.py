@@ -4,7 +4,8 @@ Implementations, in this order, all in the same process on the same inputs (allo
 region): "torch", the operator's eager torch code (BenchSpec.eager, the anchor of the ratios);
 "torch.compile" of it; the peers of BenchSpec.peers (skipped, with a note, where the peer's package is
 missing or the peer lacks the case); the tle backends asked for ("triton", "tilelang"; the torch backend of
-the tle op as "tle torch"); and "copy", a device-to-device copy of the same bytes, the bandwidth ceiling.
+the tle op as "tle torch"); and "copy", a device-to-device copy of the same bytes, the bandwidth ceiling
+(none for an operator measured in TFLOP/s: BenchSpec.flops given, no bandwidth ceiling to show).
 
 Modes: "fwd" times the forward; "bwd" runs the forward once with the Operator's grad inputs requiring grad
 and times torch.autograd.grad(outputs, inputs, upstream, retain_graph=True); "full" times both together."""
@@ -18,12 +19,13 @@ import torch
 
 from tle.benchmark import check as checks
 from tle.benchmark.provenance import SHORT_DTYPES
-from tle.benchmark.timing import copy_ms, tb_per_s
+from tle.benchmark.timing import copy_ms, tb_per_s, tflop_per_s
 from tle.oplib.operator import Operator, Sample
 
 MODES = ("fwd", "bwd", "full")
 ANCHOR, COMPILED, COPY = "torch", "torch.compile", "copy"
 TLE_TORCH = "tle torch"
+TBS, TFLOPS = "TB/s", "TFLOP/s"
 
 
 @dataclass
@@ -35,6 +37,7 @@ class Row:
     status: str = "ok"
     ms: float | None = None
     tbs: float | None = None
+    tflops: float | None = None
     error: float | None = None  # the largest error its check measured
     note: str = ""
 
@@ -48,6 +51,7 @@ class Case:
     rows: list[Row] = field(default_factory=list)
     note: str = ""              # why the case did not run, if it did not
     failed: bool = False        # it should have run and could not (inputs not made, the anchor raised)
+    flops: int = 0              # where the operator counts its flops (BenchSpec.flops), not its bytes
 
 
 def backend_row_name(backend: str) -> str:
@@ -58,10 +62,16 @@ def shape_label(shape: tuple, dtype: torch.dtype) -> str:
     return "x".join(str(d) for d in shape) + " " + SHORT_DTYPES.get(dtype, str(dtype).replace("torch.", ""))
 
 
-def case_bytes(spec, sample: Sample, mode: str) -> int:
+def metric_of(spec) -> str:
+    """The throughput an operator is measured in: TFLOP/s where its BenchSpec counts flops, else TB/s."""
+    return TFLOPS if spec.flops is not None else TBS
+
+
+def case_count(count: Callable, sample: Sample, mode: str) -> int:
+    """`count` (BenchSpec.bytes or BenchSpec.flops) of `sample` in `mode`; full: forward plus backward."""
     if mode == "full":
-        return int(spec.bytes(sample, "fwd")) + int(spec.bytes(sample, "bwd"))
-    return int(spec.bytes(sample, mode))
+        return int(count(sample, "fwd")) + int(count(sample, "bwd"))
+    return int(count(sample, mode))
 
 
 # -- samples -------------------------------------------------------------------------------------------------
@@ -170,12 +180,15 @@ def implementations(op: Operator, s: Sample, options: Options, cache: dict | Non
 def run_case(op: Operator, sample: Sample, label: str, mode: str, dtype: torch.dtype, options: Options,
              timer: Callable[[Callable], float], device: torch.device, progress=None, cache: dict | None = None
              ) -> Case:
-    """One shape (`label`) in one mode: every implementation checked, then timed; then the copy ceiling.
+    """One shape (`label`) in one mode: every implementation checked, then timed; then, in TB/s, the copy ceiling.
     `cache`: what the modes of one shape share (the inputs with their grad leaves, torch.compile's result)."""
     spec = op.bench
     cache = {} if cache is None else cache
     case = Case(op.name, label, mode)
-    case.nbytes = case_bytes(spec, sample, mode)
+    if metric_of(spec) == TFLOPS:
+        case.flops = case_count(spec.flops, sample, mode)
+    else:
+        case.nbytes = case_count(spec.bytes, sample, mode)
     keys = op.grad_keys(sample) if mode != "fwd" else []
     if mode != "fwd" and not keys:
         case.note = "no differentiable inputs in this case"
@@ -208,6 +221,8 @@ def run_case(op: Operator, sample: Sample, label: str, mode: str, dtype: torch.d
         case.rows.append(_measure(name, kind, factory, spec, s_row, leaves_row, names, mode, dtype, n_out, upstream,
                                   ref_outs, ref_grads, timer))
         del s_row, leaves_row
+    if metric_of(spec) == TFLOPS:      # no bandwidth ceiling to show
+        return case
     try:
         case.rows.append(Row(COPY, "copy", ms=copy_ms(case.nbytes, device, timer)))
     except Exception as e:  # noqa: BLE001 - a row, not a crash
@@ -303,6 +318,7 @@ def bench_operator(op: Operator, shapes: list, dtype: torch.dtype, modes: list, 
             for r in case.rows:
                 if r.ms is not None:
                     r.tbs = tb_per_s(case.nbytes, r.ms) if case.nbytes else None
+                    r.tflops = tflop_per_s(case.flops, r.ms) if case.flops else None
             cases.append(case)
             if progress is not None:
                 progress.advance()

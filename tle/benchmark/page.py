@@ -9,7 +9,7 @@ import torch
 
 from tle.benchmark import check as checks
 from tle.benchmark import tables
-from tle.benchmark.measure import MODES, grad_names
+from tle.benchmark.measure import MODES, TBS, TFLOPS, grad_names, metric_of
 from tle.benchmark.provenance import SHORT_DTYPES
 from tle.benchmark.timing import DESCRIPTION
 from tle.oplib.backend import OP_BACKENDS
@@ -18,6 +18,11 @@ NOTES_HEADING = "## Notes"
 NOTES_PLACEHOLDER = ("<!-- Written by people: analysis of the figures above. tle-bench keeps this section "
                      "when it rewrites the page. -->")
 LONG_DTYPES = {v: k for k, v in SHORT_DTYPES.items()}
+COUNTS = {TBS: "TB/s counts each tensor read or written once (the operator's BenchSpec.bytes; full: forward plus "
+               "backward bytes); the ratio is to the torch anchor measured in the same run; the copy is a "
+               "device-to-device copy of the same bytes (half read, half written), the bandwidth ceiling",
+          TFLOPS: "TFLOP/s counts the operator's BenchSpec.flops (full: forward plus backward); the ratio is to the "
+                  "torch anchor measured in the same run"}
 
 
 def kept_notes(text: str) -> str | None:
@@ -61,13 +66,14 @@ def render(op, command: str, observation: dict, records: list[dict], cases: list
     spec = op.bench
     versions = observation.get("versions", {})
     dry = observation.get("gpu") == "cpu"
+    metric = metric_of(spec) if spec is not None else TBS
     lines = [f"# {op.name}: operator benchmark", "",
              f"Written by `{command}`. A rerun rewrites this page from the records in {op.name}.json beside it "
              f"and keeps the section \"Notes\".", "",
              "## Support", "", *support_lines(op), "",
              "## Error criteria", "",
-             "Every implementation but the copy is checked before it is timed; a wrong one is not timed, and "
-             "its cell says FAIL (the notes under the table give its error).", ""]
+             f"Every implementation{' but the copy' if metric == TBS else ''} is checked before it is timed; a wrong "
+             "one is not timed, and its cell says FAIL (the notes under the table give its error).", ""]
     shapes = [c.shape for c in cases] + [r.get("shape", "") for r in records]
     dtypes = list(dict.fromkeys(s.rsplit(" ", 1)[-1] for s in shapes if " " in s))
     for d in dtypes:
@@ -78,21 +84,19 @@ def render(op, command: str, observation: dict, records: list[dict], cases: list
               f"{'device' if dry else 'GPU'} {observation.get('gpu')}",
               "- versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()),
               f"- times: {DESCRIPTION['cpu' if dry else 'cuda']}",
-              "- TB/s counts each tensor read or written once (the operator's BenchSpec.bytes; full: forward "
-              "plus backward bytes); the ratio is to the torch anchor measured in the same run; the copy is a "
-              "device-to-device copy of the same bytes (half read, half written), the bandwidth ceiling"]
+              f"- {COUNTS[metric]}"]
     modes = [m for m in MODES if any(c.mode == m for c in cases) or any(r.get("mode") == m for r in records)]
     for mode in modes:
-        tb, notes_tb = tables.table(mode, records, cases, observation, "TB/s", order)
+        rate, notes_rate = tables.table(mode, records, cases, observation, metric, order)
         ms, _ = tables.table(mode, records, cases, observation, "ms", order)
         lines += ["", f"## {mode}", ""]
-        if tb:
-            lines += ["TB/s (ratio to torch):", "", *tb, "", "ms:", "", *ms]
+        if rate:
+            lines += [f"{metric} (ratio to torch):", "", *rate, "", "ms:", "", *ms]
         errs = tables.max_errors(mode, cases)
-        if notes_tb or errs:
+        if notes_rate or errs:
             if lines[-1]:
                 lines.append("")
-            lines += [f"- {n}" for n in notes_tb]
+            lines += [f"- {n}" for n in notes_rate]
             if errs:
                 lines.append("- largest errors the checks measured: " + "; ".join(errs))
         if plots and plots.get(mode):

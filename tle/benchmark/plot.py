@@ -1,11 +1,12 @@
-"""A PNG per operator and mode: TB/s against shape, one line per implementation, the copy ceiling dashed.
+"""A PNG per operator and mode: TB/s (or TFLOP/s) against shape, one line per implementation, the copy
+ceiling dashed (TB/s only: an operator in TFLOP/s has no copy).
 
 matplotlib is imported here only, lazily, with the Agg backend; without it there is no plot (and a note)."""
 from __future__ import annotations
 
 import math
 
-from tle.benchmark.measure import COPY
+from tle.benchmark.measure import COPY, TBS
 from tle.benchmark.tables import columns, ordered
 
 
@@ -17,9 +18,10 @@ def available() -> bool:
     return True
 
 
-def write(path: str, op: str, mode: str, records: list[dict], order: list[str] = ()) -> bool:
-    """Plot the TB/s records of `op` in `mode` into `path`; False (and no file) without matplotlib or data."""
-    recs = [r for r in records if r.get("op", op) == op and r.get("mode") == mode and r.get("metric") == "TB/s"]
+def write(path: str, op: str, mode: str, records: list[dict], order: list[str] = (), metric: str = TBS) -> bool:
+    """Plot the `metric` records (TB/s or TFLOP/s) of `op` in `mode` into `path`; False (and no file) without
+    matplotlib or data."""
+    recs = [r for r in records if r.get("op", op) == op and r.get("mode") == mode and r.get("metric") == metric]
     if not recs:
         return False
     try:
@@ -42,10 +44,10 @@ def write(path: str, op: str, mode: str, records: list[dict], order: list[str] =
     ax.set_xticks(xs)
     ax.set_xlim(-0.5, len(xs) - 0.5)
     ax.set_xticklabels(shapes, rotation=20, ha="right")
-    ax.set_ylabel("TB/s")
+    ax.set_ylabel(metric)
     ax.set_ylim(bottom=0)
     gpus = sorted({r.get("gpu") for r in recs if r.get("gpu")})
-    ax.set_title(f"{op} {mode}: TB/s by shape, higher is better" + (f" ({', '.join(gpus)})" if gpus else ""))
+    ax.set_title(f"{op} {mode}: {metric} by shape, higher is better" + (f" ({', '.join(gpus)})" if gpus else ""))
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(fontsize=8, loc="best")
     fig.tight_layout()

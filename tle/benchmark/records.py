@@ -5,13 +5,14 @@
 
 A run replaces the records of each (op, shape, mode, backend) it measured, drops those of an implementation
 that failed its check or raised in this run (an old figure must not stand for a broken implementation), and
-keeps every other record (other shapes, modes, dtypes; a peer skipped here because its package is missing)."""
+keeps every other record (other shapes, modes, dtypes; a peer skipped here because its package is missing).
+An operator counting its flops (BenchSpec.flops) has "TFLOP/s" records where the others have "TB/s"."""
 from __future__ import annotations
 
 import json
 import os
 
-METRICS = ("TB/s", "ms")
+METRICS = ("TB/s", "TFLOP/s", "ms")
 
 
 def _sig(v: float, digits: int = 4) -> float:
@@ -23,7 +24,8 @@ def key(r: dict) -> tuple:
 
 
 def from_cases(cases, observation: dict) -> list[dict]:
-    """Records of the timed rows of `cases`: TB/s (where the case moves bytes) and ms."""
+    """Records of the timed rows of `cases`: TB/s (where the case counts bytes) or TFLOP/s (where it counts
+    flops), and ms."""
     out = []
     for c in cases:
         for r in c.rows:
@@ -32,6 +34,8 @@ def from_cases(cases, observation: dict) -> list[dict]:
             base = dict(op=c.op, shape=c.shape, mode=c.mode, backend=r.impl)
             if r.tbs is not None:
                 out.append(dict(base, metric="TB/s", value=_sig(r.tbs), **observation))
+            if r.tflops is not None:
+                out.append(dict(base, metric="TFLOP/s", value=_sig(r.tflops), **observation))
             out.append(dict(base, metric="ms", value=_sig(r.ms), **observation))
     return out
 

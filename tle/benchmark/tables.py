@@ -1,5 +1,5 @@
 """Markdown tables of one operator in one mode: a row per implementation, a column per shape, each cell the
-TB/s (or ms) and the ratio to the torch anchor of the same run.
+TB/s or TFLOP/s (or ms) and the ratio to the torch anchor of the same run.
 
 Cells come from this run's cases where it measured them (FAIL / error / skipped as such), else from the
 records kept from earlier runs, marked * (their date and commit are in the JSON file)."""
@@ -47,9 +47,10 @@ def table(mode: str, records: list[dict], cases: list, latest: dict | None, metr
     by_key = {(r["shape"], r["backend"]): r for r in recs}
     latest_obs = observation_of(latest or {})
     starred = False
+    ratio = metric != "ms"        # a throughput (higher is better): its ratio to the anchor's too
 
     def value_of(row):
-        return row.tbs if metric == "TB/s" else row.ms
+        return {"TB/s": row.tbs, "TFLOP/s": row.tflops}.get(metric, row.ms)
 
     def cell(shape, impl):
         nonlocal starred
@@ -57,15 +58,15 @@ def table(mode: str, records: list[dict], cases: list, latest: dict | None, metr
         if row is not None and row.status == "ok" and value_of(row) is not None:
             text = fmt(value_of(row))
             anchor = run.get((shape, ANCHOR))
-            if metric == "TB/s" and anchor is not None and anchor.status == "ok" and anchor.tbs:
-                text += f" ({row.tbs / anchor.tbs:.2f}x)"
+            if ratio and anchor is not None and anchor.status == "ok" and value_of(anchor):
+                text += f" ({value_of(row) / value_of(anchor):.2f}x)"
             return text
         rec = by_key.get((shape, impl))
         if row is not None and row.status != "skip" or rec is None:
             return STATUS_CELL.get(row.status, "") if row is not None else ""
         text = fmt(rec["value"])
         anchor = by_key.get((shape, ANCHOR))
-        if metric == "TB/s" and anchor is not None and observation_of(anchor) == observation_of(rec) and anchor["value"]:
+        if ratio and anchor is not None and observation_of(anchor) == observation_of(rec) and anchor["value"]:
             text += f" ({rec['value'] / anchor['value']:.2f}x)"
         if observation_of(rec) != latest_obs:
             text += " *"

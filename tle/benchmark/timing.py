@@ -47,3 +47,7 @@ def copy_ms(nbytes: int, device: torch.device, timer: Callable[[Callable], float
 
 def tb_per_s(nbytes: int, ms: float) -> float:
     return nbytes / (ms * 1e-3) / 1e12
+
+
+def tflop_per_s(flops: int, ms: float) -> float:
+    return flops / (ms * 1e-3) / 1e12

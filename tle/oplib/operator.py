@@ -38,10 +38,13 @@ class BenchSpec:
 
     shapes: the default problem shapes (tuples of ints), the first being the headline one;
     make: (shape, dtype, device) -> Sample, inputs allocated once, outside the timed region;
-    bytes: (sample, mode) -> bytes moved by the operator in that mode ("fwd" or "bwd"), each tensor read
-        or written once, for TB/s;
     eager: (sample) -> a callable running what a torch user would write (the anchor of the ratios),
         differentiable; torch.compile of it is the second peer;
+    bytes: (sample, mode) -> bytes moved by the operator in that mode ("fwd" or "bwd"), each tensor read
+        or written once, for TB/s (a memory-bound operator; the copy of as many bytes is its ceiling);
+    flops: (sample, mode) -> floating-point operations of the operator in that mode, for TFLOP/s (a
+        compute-bound operator, whose bytes say little); given, it is measured in TFLOP/s and bytes may be
+        None; one of the two is needed;
     peers: extra peers, name -> (sample) -> callable or None where that peer lacks the case; each raises
         ImportError where its package is not installed;
     check: None (the default: every implementation's outputs, and in bwd/full modes its gradients, are
@@ -56,11 +59,16 @@ class BenchSpec:
         states."""
     shapes: list[tuple]
     make: Callable
-    bytes: Callable
     eager: Callable
+    bytes: Callable | None = None
+    flops: Callable | None = None
     peers: dict[str, Callable] = field(default_factory=dict)
     shape_help: str = ""          # how a shape string reads, e.g. "ROWSxCOLS"
     check: Callable | None = None
+
+    def __post_init__(self):
+        if self.bytes is None and self.flops is None:
+            raise ValueError("a BenchSpec counts bytes (for TB/s) or flops (for TFLOP/s): give one")
 
 
 @dataclass
