@@ -330,7 +330,8 @@ def bwd_configs(head_dim: int, backend: str) -> tuple[dict, dict]:
         kv, q = (dict(BLOCK_M=32, BLOCK_N=128, num_warps=4, num_stages=3),
                  dict(BLOCK_M=128, BLOCK_N=32, num_warps=4, num_stages=3))
     elif head_dim <= 128:
-        kv, q = (dict(BLOCK_M=64, BLOCK_N=128, num_warps=8, num_stages=2),
+        kv, q = (dict(BLOCK_M=64, BLOCK_N=128, num_warps=8, num_stages=2) if backend == "triton" else
+                 dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3),
                  dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=2))
     else:
         kv, q = (dict(BLOCK_M=32, BLOCK_N=64, num_warps=8, num_stages=2),
