@@ -779,9 +779,9 @@ def samples(device, dtype):
 
 
 def _bench_make(shape, dtype, device):
-    b, h, h_kv, s, d, causal = shape
+    b, h, h_kv, s, d, mask = shape
     x = [torch.randn(b, s, n, d, device=device, dtype=dtype) for n in (h, h_kv, h_kv)]
-    return Sample((*x, bool(causal)))
+    return Sample((*x, mask == "causal"))
 
 
 def _bench_flops(sample, mode):
@@ -804,6 +804,7 @@ def _eager(sample):
 OPERATOR = Operator(
     "flash_attention", fn=flash_attention, reference=reference, samples=samples, grad_inputs=(0, 1, 2),
     dtypes=KERNEL_DTYPES,
-    bench=BenchSpec(shapes=[(4, 32, 32, 8192, 128, 1), (4, 32, 32, 8192, 128, 0), (32, 16, 16, 1024, 64, 0),
-                            (32, 16, 16, 1024, 64, 1), (8, 32, 8, 4096, 128, 1), (2, 16, 16, 4096, 256, 0)],
-                    make=_bench_make, flops=_bench_flops, eager=_eager, shape_help="BxHxH_KVxSxDxCAUSAL"))
+    bench=BenchSpec(shapes=[(4, 32, 32, 8192, 128, "causal"), (4, 32, 32, 8192, 128, "full"),
+                            (32, 16, 16, 1024, 64, "full"), (32, 16, 16, 1024, 64, "causal"),
+                            (8, 32, 8, 4096, 128, "causal"), (2, 16, 16, 4096, 256, "full")],
+                    make=_bench_make, flops=_bench_flops, eager=_eager, shape_help="BxHxH_KVxSxDx(causal|full)"))
