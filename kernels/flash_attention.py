@@ -647,7 +647,12 @@ def _check_cu_seqlens(cu, name, device, batch=None):
 
 
 def _lengths_max(cu, name, rows, given, given_name):
-    """The longest packed sequence (from cu_seqlens unless given), after checking cu_seqlens against `rows`."""
+    """The longest packed sequence: `given`, or read from cu_seqlens. Reading cu_seqlens synchronizes with a
+    GPU, so with `given` they are checked on CPU tensors only (as torch checks what is free to check)."""
+    if given is not None and (cu.device.type != "cpu" or torch.compiler.is_compiling()):
+        if not isinstance(given, int) or isinstance(given, bool) or given < 0:
+            raise tle.LaunchError(f"'{given_name}' is {given!r}; expected a non-negative int")
+        return given
     vals = cu.tolist()
     if vals[0] != 0 or any(b < a for a, b in zip(vals, vals[1:])) or vals[-1] != rows:
         raise tle.LaunchError(f"'{name}' must start at 0, never decrease and end at the packed length {rows}; "

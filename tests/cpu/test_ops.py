@@ -167,3 +167,59 @@ def test_non_contiguous_inputs_are_handled():
     for backend in ("torch", "triton"):
         torch.testing.assert_close(tle.ops.rms_norm(x, w, backend=backend),
                                    OPERATORS["rms_norm"].reference(x, w), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+@pytest.mark.parametrize("packed", [False, True], ids=["dense", "packed"])
+def test_flash_attention_compiles_fullgraph(backend, packed):
+    """flash_attention in one graph (packed: max_seqlen given, so nothing reads cu_seqlens on the host), with
+    the eager results and gradients."""
+    torch.manual_seed(0)
+    if packed:
+        q, k, v = (torch.randn(9, h, 16, dtype=torch.float16, requires_grad=True) for h in (4, 2, 2))
+        kw = dict(cu_seqlens_q=torch.tensor([0, 4, 9], dtype=torch.int32),
+                  cu_seqlens_k=torch.tensor([0, 6, 9], dtype=torch.int32), max_seqlen_q=5, max_seqlen_k=6)
+    else:
+        q, k, v = (torch.randn(2, 7, h, 16, dtype=torch.float16, requires_grad=True) for h in (4, 2, 2))
+        kw = {}
+
+    def f(q, k, v):
+        return tle.ops.flash_attention(q, k, v, True, backend=backend, **kw)
+
+    eager, comp = f(q, k, v), torch.compile(f, fullgraph=True, backend="aot_eager")(q, k, v)
+    torch.testing.assert_close(comp, eager)
+    do = torch.randn_like(eager)
+    for a, b in zip(torch.autograd.grad(comp, (q, k, v), do), torch.autograd.grad(eager, (q, k, v), do)):
+        torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("bad, match", [
+    (lambda q, k, v: tle.ops.flash_attention(q, k.repeat(1, 1, 2, 1)[:, :, :3], v.repeat(1, 1, 2, 1)[:, :, :3],
+                                             backend="torch"),
+     "'k' has 3 heads, which does not divide q's 4 heads"),
+    (lambda q, k, v: tle.ops.flash_attention(q, k[..., :8], v[..., :8], backend="torch"), "'k' has head dim 8"),
+    (lambda q, k, v: tle.ops.flash_attention(q, k, v.float(), backend="torch"), "'v' has dtype float32"),
+    (lambda q, k, v: tle.ops.flash_attention(q[0], k[0], v[0], backend="torch"), r"'q' has shape \(5, 4, 16\)"),
+    (lambda q, k, v: tle.ops.flash_attention(q, k, v, causal=1, backend="torch"), "'causal' must be a bool"),
+    (lambda q, k, v: tle.ops.flash_attention(q.double(), k.double(), v.double(), backend="triton"),
+     "'q' has dtype float64, which backend 'triton' does not take"),
+    (lambda q, k, v: tle.ops.flash_attention(q.repeat(1, 1, 1, 3), k.repeat(1, 1, 1, 3), v.repeat(1, 1, 1, 3),
+                                             backend="triton"), "'q' has head dim 48; backend 'triton' takes"),
+    (lambda q, k, v: tle.ops.flash_attention(q[0], k[0], v[0], cu_seqlens_q=torch.tensor([0, 5], dtype=torch.int32),
+                                             backend="torch"), "'cu_seqlens_q' and 'cu_seqlens_k' go together"),
+    (lambda q, k, v: tle.ops.flash_attention(q[0], k[0], v[0], cu_seqlens_q=torch.tensor([0, 4], dtype=torch.int32),
+                                             cu_seqlens_k=torch.tensor([0, 5], dtype=torch.int32), backend="torch"),
+     "'cu_seqlens_q' must start at 0, never decrease and end at the packed length 5"),
+    (lambda q, k, v: tle.ops.flash_attention(q[0], k[0], v[0], cu_seqlens_q=torch.tensor([0, 5], dtype=torch.int32),
+                                             cu_seqlens_k=torch.tensor([0, 5]), backend="torch"),
+     "'cu_seqlens_k' has dtype int64"),
+    (lambda q, k, v: tle.ops.flash_attention(q[0], k[0], v[0], cu_seqlens_q=torch.tensor([0, 5], dtype=torch.int32),
+                                             cu_seqlens_k=torch.tensor([0, 5], dtype=torch.int32), max_seqlen_q=3,
+                                             backend="torch"), "'max_seqlen_q' is 3; expected an int of at least 5"),
+    (lambda q, k, v: tle.ops.flash_attention(q, k, v, max_seqlen_q=5, backend="torch"),
+     "'max_seqlen_q' / 'max_seqlen_k' go with packed inputs"),
+])
+def test_flash_attention_bad_inputs(bad, match):
+    q, k, v = (torch.randn(1, 5, h, 16, dtype=torch.float16) for h in (4, 2, 2))
+    with pytest.raises(tle.LaunchError, match=match):
+        bad(q, k, v)
