@@ -1,22 +1,24 @@
-"""tle.ops.flash_attention on the GPU, one test per sample, dtype and backend (TileLang compiles four kernels per
-sample shape: one test each lets the shards compile them side by side), forward and backward against
-F.scaled_dot_product_attention (or the written-out scores where a query sees no key) in fp64."""
+"""The attention operators on the GPU (flash_attention, silu_attention), one test per sample, dtype and backend
+(TileLang compiles three or four kernels per sample shape: one test each lets the shards compile them side by
+side), forward and backward against their references in fp64 (F.scaled_dot_product_attention for
+flash_attention where every query sees a key)."""
 import pytest
 import torch
 
 from op_cases import assert_matches_reference
 from tle.ops import OPERATORS
 
+ATTENTION = ("flash_attention", "silu_attention")
 OP = OPERATORS["flash_attention"]
-N_SAMPLES = len(OP.samples("cpu", torch.float16))
+CASES = [(name, i) for name in ATTENTION for i in range(len(OPERATORS[name].samples("cpu", torch.float16)))]
 
 
-@pytest.mark.parametrize("index", range(N_SAMPLES))
+@pytest.mark.parametrize("name, index", CASES, ids=[f"{n}-{i}" for n, i in CASES])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("backend", ["triton", "tilelang"])
-def test_sample(backend, dtype, index):
+def test_sample(backend, dtype, name, index):
     torch.manual_seed(0)
-    assert_matches_reference(OP, OP.samples("cuda", dtype)[index], backend)
+    assert_matches_reference(OPERATORS[name], OPERATORS[name].samples("cuda", dtype)[index], backend)
 
 
 @pytest.mark.parametrize("backend", ["triton", "tilelang"])
