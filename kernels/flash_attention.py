@@ -639,6 +639,46 @@ def _dq_example(device, size):
 
 
 # -- the public surface -------------------------------------------------------------------------------------
+def check_attention_inputs(q, k, v, varlen: bool, causal, scale) -> float:
+    """The checks every attention operator makes of q, k, v, causal and scale; returns the scale to use."""
+    rank = 3 if varlen else 4
+    check_tensor(q, "q", dtypes=(torch.float16, torch.bfloat16, torch.float32, torch.float64))
+    if q.dim() != rank:
+        raise tle.LaunchError(f"'q' has shape {tuple(q.shape)}; expected "
+                              f"{'[total, H, D] (packed, with cu_seqlens)' if varlen else '[B, S, H, D]'}")
+    check_tensor(k, "k", dtypes=(q.dtype,), rank=rank, device=q.device)
+    check_tensor(v, "v", dtypes=(q.dtype,), rank=rank, device=q.device, shape=k.shape)
+    h, d, h_kv = q.shape[-2], q.shape[-1], k.shape[-2]
+    if k.shape[-1] != d:
+        raise tle.LaunchError(f"'k' has head dim {k.shape[-1]}; expected {d}, q's")
+    if h_kv == 0 or h % h_kv:
+        raise tle.LaunchError(f"'k' has {h_kv} heads, which does not divide q's {h} heads")
+    if not isinstance(causal, bool):
+        raise tle.LaunchError(f"'causal' must be a bool, got {causal!r}")
+    if scale is None:
+        return d ** -0.5 if d else 1.0
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
+        raise tle.LaunchError(f"'scale' must be a finite float or None, got {scale!r}")
+    return float(scale)
+
+
+def check_kernel_inputs(op: str, backend: str, **tensors) -> None:
+    """What the attention kernels take: fp16/bf16, the head dims of KERNEL_HEAD_DIMS, 32-bit offsets."""
+    if backend == "torch":
+        return
+    q = tensors["q"]
+    if q.dtype not in KERNEL_DTYPES:
+        raise tle.LaunchError(f"tle.ops.{op}: 'q' has dtype {str(q.dtype)[6:]}, which backend '{backend}' "
+                              f"does not take (float16, bfloat16; other dtypes run on 'torch')")
+    if q.shape[-1] not in KERNEL_HEAD_DIMS:
+        raise tle.LaunchError(f"tle.ops.{op}: 'q' has head dim {q.shape[-1]}; backend '{backend}' takes "
+                              f"{', '.join(map(str, KERNEL_HEAD_DIMS))} (any runs on 'torch')")
+    for name, t in tensors.items():
+        if t is not None and t.numel() >= 2 ** 31:
+            raise tle.LaunchError(f"tle.ops.{op}: '{name}' has {t.numel()} elements; backend '{backend}' "
+                                  f"addresses it with 32-bit offsets (fewer than 2^31)")
+
+
 def _check_cu_seqlens(cu, name, device, batch=None):
     check_tensor(cu, name, dtypes=(torch.int32,), rank=1, device=device)
     if cu.shape[0] < 1 or (batch is not None and cu.shape[0] != batch + 1):
@@ -674,26 +714,9 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     """softmax(q kᵀ · scale [+ causal mask]) v over [B, S, H, D] inputs (or packed [total, H, D] with
     cu_seqlens); the module docstring gives the layouts and the mask. Returns out, or (out, lse)."""
     varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
-    rank = 3 if varlen else 4
-    layout = "[total, H, D] (packed, with cu_seqlens)" if varlen else "[B, S, H, D]"
-    check_tensor(q, "q", dtypes=(torch.float16, torch.bfloat16, torch.float32, torch.float64))
-    if q.dim() != rank:
-        raise tle.LaunchError(f"'q' has shape {tuple(q.shape)}; expected {layout}")
-    check_tensor(k, "k", dtypes=(q.dtype,), rank=rank, device=q.device)
-    check_tensor(v, "v", dtypes=(q.dtype,), rank=rank, device=q.device, shape=k.shape)
-    h, d, h_kv = q.shape[-2], q.shape[-1], k.shape[-2]
-    if k.shape[-1] != d:
-        raise tle.LaunchError(f"'k' has head dim {k.shape[-1]}; expected {d}, q's")
-    if h_kv == 0 or h % h_kv:
-        raise tle.LaunchError(f"'k' has {h_kv} heads, which does not divide q's {h} heads")
+    scale = check_attention_inputs(q, k, v, varlen, causal, scale)
     if not varlen and k.shape[0] != q.shape[0]:
         raise tle.LaunchError(f"'k' has batch {k.shape[0]}; expected {q.shape[0]}, q's")
-    if not isinstance(causal, bool):
-        raise tle.LaunchError(f"'causal' must be a bool, got {causal!r}")
-    if scale is None:
-        scale = d ** -0.5 if d else 1.0
-    elif isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
-        raise tle.LaunchError(f"'scale' must be a finite float or None, got {scale!r}")
     if varlen:
         if cu_seqlens_q is None or cu_seqlens_k is None:
             raise tle.LaunchError("'cu_seqlens_q' and 'cu_seqlens_k' go together: give both or neither")
@@ -706,17 +729,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
             raise tle.LaunchError("'max_seqlen_q' / 'max_seqlen_k' go with packed inputs (cu_seqlens_q/_k)")
         max_seqlen_q, max_seqlen_k = q.shape[1], k.shape[1]
     b = resolve("flash_attention", q.device, backend, fallback=fallback)
-    if b != "torch":
-        if q.dtype not in KERNEL_DTYPES:
-            raise tle.LaunchError(f"tle.ops.flash_attention: 'q' has dtype {str(q.dtype)[6:]}, which backend '{b}' "
-                                  f"does not take (float16, bfloat16; other dtypes run on 'torch')")
-        if d not in KERNEL_HEAD_DIMS:
-            raise tle.LaunchError(f"tle.ops.flash_attention: 'q' has head dim {d}; backend '{b}' takes "
-                                  f"{', '.join(map(str, KERNEL_HEAD_DIMS))} (any runs on 'torch')")
-        for name, t in (("q", q), ("k", k), ("v", v)):
-            if t.numel() >= 2 ** 31:
-                raise tle.LaunchError(f"tle.ops.flash_attention: '{name}' has {t.numel()} elements; backend '{b}' "
-                                      f"addresses it with 32-bit offsets (fewer than 2^31)")
+    check_kernel_inputs("flash_attention", b, q=q, k=k, v=v)
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
     out, lse = _flash_attention_op(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal,
                                    float(scale), b)

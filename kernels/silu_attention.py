@@ -26,7 +26,9 @@ import torch
 import triton.language as tl
 
 import tle
-from tle.kernels.flash_attention import KERNEL_DTYPES, KERNEL_HEAD_DIMS, Problem, _sequence, _sequences
+from tle.kernels.flash_attention import (KERNEL_DTYPES, Problem, _check_cu_seqlens, _compute_dtype,
+                                         _lengths_max, _sequence, _sequences, check_attention_inputs,
+                                         check_kernel_inputs)
 from tle.oplib import BenchSpec, Operator, Sample, check_tensor, resolve
 from tle.oplib.arith import cdiv
 from tle.oplib.dispatch import custom_op
@@ -284,10 +286,6 @@ def _dense_silu_attention_backward(do, q, k, v, bias, causal, scale, n):
     return dq, dk.view(b, s_k, h_kv, group, d).sum(3), dv.view(b, s_k, h_kv, group, d).sum(3), ds
 
 
-def _compute_dtype(t):
-    return torch.float64 if t.dtype == torch.float64 else torch.float32
-
-
 def _torch_forward(q, k, v, bias, cu, max_seqlen, causal, scale):
     ct = _compute_dtype(q)
     qf, kf, vf = q.to(ct), k.to(ct), v.to(ct)
@@ -439,27 +437,12 @@ def silu_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
                    attn_bias: torch.Tensor | None = None, cu_seqlens: torch.Tensor | None = None,
                    max_seqlen: int | None = None, *, backend: str | None = None, fallback: str | None = None):
     """((silu(q kᵀ · scale + attn_bias) ∘ mask) / n) v; the module docstring gives layouts, n and the mask."""
-    from tle.kernels.flash_attention import _check_cu_seqlens, _lengths_max
     varlen = cu_seqlens is not None
-    rank = 3 if varlen else 4
-    check_tensor(q, "q", dtypes=(torch.float16, torch.bfloat16, torch.float32, torch.float64))
-    if q.dim() != rank:
-        raise tle.LaunchError(f"'q' has shape {tuple(q.shape)}; expected "
-                              f"{'[total, H, D] (packed, with cu_seqlens)' if varlen else '[B, S, H, D]'}")
-    check_tensor(k, "k", dtypes=(q.dtype,), rank=rank, device=q.device)
-    check_tensor(v, "v", dtypes=(q.dtype,), rank=rank, device=q.device, shape=k.shape)
-    h, d, h_kv = q.shape[-2], q.shape[-1], k.shape[-2]
-    if tuple(k.shape[:-2]) != tuple(q.shape[:-2]) or k.shape[-1] != d:
-        raise tle.LaunchError(f"'k' has shape {tuple(k.shape)}; expected {tuple(q.shape[:-2])} rows, H_kv heads and "
-                              f"head dim {d} like q (self-attention: one sequence of queries and keys)")
-    if h_kv == 0 or h % h_kv:
-        raise tle.LaunchError(f"'k' has {h_kv} heads, which does not divide q's {h} heads")
-    if not isinstance(causal, bool):
-        raise tle.LaunchError(f"'causal' must be a bool, got {causal!r}")
-    if scale is None:
-        scale = d ** -0.5 if d else 1.0
-    elif isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
-        raise tle.LaunchError(f"'scale' must be a finite float or None, got {scale!r}")
+    scale = check_attention_inputs(q, k, v, varlen, causal, scale)
+    h = q.shape[-2]
+    if tuple(k.shape[:-2]) != tuple(q.shape[:-2]):
+        raise tle.LaunchError(f"'k' has shape {tuple(k.shape)}; expected the rows of q, {tuple(q.shape[:-2])} "
+                              f"(self-attention: one sequence of queries and keys)")
     if varlen:
         _check_cu_seqlens(cu_seqlens, "cu_seqlens", q.device)
         max_seqlen = _lengths_max(cu_seqlens, "cu_seqlens", q.shape[0], max_seqlen, "max_seqlen")
@@ -475,21 +458,11 @@ def silu_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
             raise tle.LaunchError(f"'attn_bias' has shape {tuple(attn_bias.shape)}; expected {list(full)}, its batch "
                                   f"and head dimensions may be 1 (broadcast)")
     b = resolve("silu_attention", q.device, backend, fallback=fallback)
-    if b != "torch":
-        if q.dtype not in KERNEL_DTYPES:
-            raise tle.LaunchError(f"tle.ops.silu_attention: 'q' has dtype {str(q.dtype)[6:]}, which backend '{b}' "
-                                  f"does not take (float16, bfloat16; other dtypes run on 'torch')")
-        if d not in KERNEL_HEAD_DIMS:
-            raise tle.LaunchError(f"tle.ops.silu_attention: 'q' has head dim {d}; backend '{b}' takes "
-                                  f"{', '.join(map(str, KERNEL_HEAD_DIMS))} (any runs on 'torch')")
-        for name, t in (("q", q), ("k", k), ("v", v), ("attn_bias", attn_bias)):
-            if t is not None and t.numel() >= 2 ** 31:
-                raise tle.LaunchError(f"tle.ops.silu_attention: '{name}' has {t.numel()} elements; backend '{b}' "
-                                      f"addresses it with 32-bit offsets (fewer than 2^31)")
+    check_kernel_inputs("silu_attention", b, q=q, k=k, v=v, attn_bias=attn_bias)
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
     if attn_bias is not None and attn_bias.stride(-1) != 1:
         attn_bias = attn_bias.contiguous()
-    return _silu_attention_op(q, k, v, attn_bias, cu_seqlens, max_seqlen, causal, float(scale), b)
+    return _silu_attention_op(q, k, v, attn_bias, cu_seqlens, max_seqlen, causal, scale, b)
 
 
 # -- tests and benchmarks -----------------------------------------------------------------------------------

@@ -223,3 +223,20 @@ def test_flash_attention_bad_inputs(bad, match):
     q, k, v = (torch.randn(1, 5, h, 16, dtype=torch.float16) for h in (4, 2, 2))
     with pytest.raises(tle.LaunchError, match=match):
         bad(q, k, v)
+
+
+@pytest.mark.parametrize("bad, match", [
+    (lambda q, k, v: tle.ops.silu_attention(q, k, v, attn_bias=torch.randn(1, 4, 5, 4), backend="torch"),
+     r"'attn_bias' has shape \(1, 4, 5, 4\); expected \[1, 4, 5, 5\]"),
+    (lambda q, k, v: tle.ops.silu_attention(q, k, v, attn_bias=torch.randn(1, 4, 5, 5).double(), backend="torch"),
+     "'attn_bias' has dtype float64"),
+    (lambda q, k, v: tle.ops.silu_attention(q, k[:, :3], v[:, :3], backend="torch"), "expected the rows of q"),
+    (lambda q, k, v: tle.ops.silu_attention(q, k, v, max_seqlen=5, backend="torch"),
+     "'max_seqlen' goes with packed inputs"),
+    (lambda q, k, v: tle.ops.silu_attention(q[0], k[0], v[0], cu_seqlens=torch.tensor([0, 2, 4], dtype=torch.int32),
+                                            backend="torch"), "'cu_seqlens' must start at 0"),
+])
+def test_silu_attention_bad_inputs(bad, match):
+    q, k, v = (torch.randn(1, 5, h, 16, dtype=torch.float16) for h in (4, 2, 2))
+    with pytest.raises(tle.LaunchError, match=match):
+        bad(q, k, v)
