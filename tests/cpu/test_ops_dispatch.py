@@ -35,7 +35,8 @@ def _forward_backward(op, sample, backend):
 def _first_sample_with_grads(name):
     torch.manual_seed(0)
     op = OPERATORS[name]
-    samples = op.samples("cpu", torch.float32)
+    # fp32 where the kernels take it; the attention kernels take fp16/bf16 (Triton's interpreter runs fp16)
+    samples = op.samples("cpu", torch.float32 if torch.float32 in op.dtypes else op.dtypes[0])
     return op, next((s for s in samples if op.grad_keys(s) and all(
         s.get(k).numel() for k in op.grad_keys(s))), samples[0])
 
