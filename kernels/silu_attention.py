@@ -36,15 +36,37 @@ from tle.oplib.dispatch import custom_op
 
 @tle.jit
 def _silu_terms(s, bias_ptr, q_pos, k_pos, len_s, stride_bm, stride_bn, inv_n, HAS_BIAS: tl.constexpr,
-                CAUSAL: tl.constexpr):
+                CAUSAL: tl.constexpr, MASKED: tl.constexpr):
     """(s + bias, sigmoid of it, the weight of each entry: 1/n where kept, else 0) of a block of scaled scores;
-    q_pos and k_pos give each entry's query and key position (broadcast: the block may be transposed)."""
-    keep = (q_pos < len_s) & (k_pos < len_s)
+    q_pos and k_pos give each entry's query and key position (broadcast: the block may be transposed). Without
+    MASKED the block is one every query sees whole: the weight is 1/n throughout."""
     if HAS_BIAS:
-        s += tl.load(bias_ptr + q_pos * stride_bm + k_pos * stride_bn, mask=keep, other=0.0).to(tl.float32)
-    if CAUSAL:
-        keep = keep & (k_pos <= q_pos)
-    return s, tl.sigmoid(s), tl.where(keep, inv_n, 0.0)
+        s += tl.load(bias_ptr + q_pos * stride_bm + k_pos * stride_bn, mask=(q_pos < len_s) & (k_pos < len_s),
+                     other=0.0).to(tl.float32)
+    if MASKED:
+        keep = (q_pos < len_s) & (k_pos < len_s)
+        if CAUSAL:
+            keep = keep & (k_pos <= q_pos)
+        w = tl.where(keep, inv_n, 0.0)
+    else:
+        w = inv_n
+    return s, tl.sigmoid(s), w
+
+
+@tle.jit
+def _fwd_blocks(acc, q, k_base, v_base, bias_base, stride_kn, stride_vn, stride_bm, stride_bn, rows, lo, hi, len_s,
+                scale, inv_n, HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
+                HAS_BIAS: tl.constexpr, MASKED: tl.constexpr):
+    """acc += (silu(s) · weight) v over the key blocks [lo, hi); keys past the sequence read k = v = 0."""
+    offs_d = tl.arange(0, HEAD_DIM)
+    for start_n in range(lo, hi, BLOCK_N):
+        cols = start_n + tl.arange(0, BLOCK_N)
+        k = tl.load(k_base + cols[:, None] * stride_kn + offs_d[None, :], mask=(cols < len_s)[:, None], other=0.0)
+        v = tl.load(v_base + cols[:, None] * stride_vn + offs_d[None, :], mask=(cols < len_s)[:, None], other=0.0)
+        s, sig, w = _silu_terms(tl.dot(q, tl.trans(k)) * scale, bias_base, rows[:, None], cols[None, :], len_s,
+                                stride_bm, stride_bn, inv_n, HAS_BIAS, CAUSAL, MASKED)
+        acc = tl.dot((s * sig * w).to(v.dtype), v, acc)
+    return acc
 
 
 @tle.jit
@@ -53,7 +75,8 @@ def silu_attention_fwd_kernel(
         stride_qb, stride_qm, stride_qh, stride_kb, stride_kn, stride_kh, stride_vb, stride_vn, stride_vh,
         stride_ob, stride_om, stride_oh, stride_bb, stride_bh, stride_bm, stride_bn, seqlen,
         H: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
-        BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, VARLEN: tl.constexpr, HAS_BIAS: tl.constexpr):
+        BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, VARLEN: tl.constexpr, HAS_BIAS: tl.constexpr,
+        SPLIT: tl.constexpr):
     pid_m = tl.program_id(0)
     b = tl.program_id(1) // H
     h = tl.program_id(1) % H
@@ -66,20 +89,48 @@ def silu_attention_fwd_kernel(
     k_base = k_ptr + b * stride_kb + (h // GROUP) * stride_kh + start * stride_kn
     v_base = v_ptr + b * stride_vb + (h // GROUP) * stride_vh + start * stride_vn
     bias_base = bias_ptr + b * stride_bb + h * stride_bh
+    # key blocks [0, full) are seen whole by every query of the block (rows past the sequence add nothing)
     hi = len_s
+    full = len_s // BLOCK_N * BLOCK_N
     if CAUSAL:
         hi = tl.minimum(len_s, m0 + BLOCK_M)
+        full = tl.minimum(full, (m0 + 1) // BLOCK_N * BLOCK_N)
     hi = tl.where(m0 < len_s, hi, 0)
+    full = tl.minimum(full, hi)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
-    for start_n in range(0, hi, BLOCK_N):
-        cols = start_n + tl.arange(0, BLOCK_N)
-        k = tl.load(k_base + cols[:, None] * stride_kn + offs_d[None, :], mask=(cols < len_s)[:, None], other=0.0)
-        v = tl.load(v_base + cols[:, None] * stride_vn + offs_d[None, :], mask=(cols < len_s)[:, None], other=0.0)
-        s, sig, w = _silu_terms(tl.dot(q, tl.trans(k)) * scale, bias_base, rows[:, None], cols[None, :], len_s,
-                                stride_bm, stride_bn, inv_n, HAS_BIAS, CAUSAL)
-        acc = tl.dot((s * sig * w).to(v.dtype), v, acc)
+    if SPLIT:       # two loops, as flash_attention on Triton: the first without mask arithmetic
+        acc = _fwd_blocks(acc, q, k_base, v_base, bias_base, stride_kn, stride_vn, stride_bm, stride_bn, rows, 0,
+                          full, len_s, scale, inv_n, HEAD_DIM, BLOCK_N, CAUSAL, HAS_BIAS, False)
+        acc = _fwd_blocks(acc, q, k_base, v_base, bias_base, stride_kn, stride_vn, stride_bm, stride_bn, rows, full,
+                          hi, len_s, scale, inv_n, HEAD_DIM, BLOCK_N, CAUSAL, HAS_BIAS, True)
+    else:
+        acc = _fwd_blocks(acc, q, k_base, v_base, bias_base, stride_kn, stride_vn, stride_bm, stride_bn, rows, 0,
+                          hi, len_s, scale, inv_n, HEAD_DIM, BLOCK_N, CAUSAL, HAS_BIAS, True)
     tl.store(o_ptr + b * stride_ob + h * stride_oh + (start + rows)[:, None] * stride_om + offs_d[None, :],
              acc.to(o_ptr.dtype.element_ty), mask=(rows < len_s)[:, None])
+
+
+@tle.jit
+def _dkdv_blocks(dk, dv, k, v, q_base, do_base, bias_base, ds_base, stride_qm, stride_dom, stride_bm, stride_bn,
+                 stride_sm, cols, lo, hi, len_s, scale, inv_n, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+                 CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, BIAS_GRAD: tl.constexpr, MASKED: tl.constexpr):
+    """dK, dV of one key block from query blocks [lo, hi) of one head, transposed ([keys, queries]); rows past
+    the sequence read q = dO = 0 and add nothing."""
+    offs_d = tl.arange(0, HEAD_DIM)
+    for start_m in range(lo, hi, BLOCK_M):
+        rows = start_m + tl.arange(0, BLOCK_M)
+        q = tl.load(q_base + rows[:, None] * stride_qm + offs_d[None, :], mask=(rows < len_s)[:, None], other=0.0)
+        do = tl.load(do_base + rows[:, None] * stride_dom + offs_d[None, :], mask=(rows < len_s)[:, None], other=0.0)
+        s_t, sig, w = _silu_terms(tl.dot(k, tl.trans(q)) * scale, bias_base, rows[None, :], cols[:, None], len_s,
+                                  stride_bm, stride_bn, inv_n, HAS_BIAS, CAUSAL, MASKED)
+        dv = tl.dot((s_t * sig * w).to(do.dtype), do, dv)
+        # d silu(s) / ds = sigmoid(s) (1 + s (1 - sigmoid(s)))
+        ds_t = tl.dot(v, tl.trans(do)) * (sig * (1.0 + s_t * (1.0 - sig))) * w
+        dk = tl.dot(ds_t.to(q.dtype), q, dk)
+        if BIAS_GRAD:
+            tl.store(ds_base + rows[None, :] * stride_sm + cols[:, None], ds_t.to(ds_base.dtype.element_ty),
+                     mask=(rows < len_s)[None, :] & (cols < len_s)[:, None])
+    return dk, dv
 
 
 @tle.jit
@@ -90,7 +141,7 @@ def silu_attention_bwd_dkdv_kernel(
         stride_dvh, stride_bb, stride_bh, stride_bm, stride_bn, stride_sb, stride_sh, stride_sm, seqlen,
         H_KV: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
         BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, VARLEN: tl.constexpr, HAS_BIAS: tl.constexpr,
-        BIAS_GRAD: tl.constexpr):
+        BIAS_GRAD: tl.constexpr, SPLIT: tl.constexpr):
     pid_n = tl.program_id(0)
     b = tl.program_id(1) // H_KV
     h_kv = tl.program_id(1) % H_KV
@@ -103,32 +154,33 @@ def silu_attention_bwd_dkdv_kernel(
                 mask=col_ok[:, None], other=0.0)
     v = tl.load(v_ptr + b * stride_vb + h_kv * stride_vh + (start + cols)[:, None] * stride_vn + offs_d[None, :],
                 mask=col_ok[:, None], other=0.0)
+    # causal: queries before the block's first key see none of it, those before `full` part of it
     lo = 0
+    full = 0
     if CAUSAL:
-        lo = n0 // BLOCK_M * BLOCK_M        # queries before the block's first key see none of it
+        lo = n0 // BLOCK_M * BLOCK_M
+        full = tl.maximum(lo, tl.cdiv(n0 + BLOCK_N - 1, BLOCK_M) * BLOCK_M)
     hi = tl.where(n0 < len_s, len_s, 0)
+    full = tl.minimum(full, hi)
     dk = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
     for g in range(GROUP):
         h = h_kv * GROUP + g
         q_base = q_ptr + b * stride_qb + h * stride_qh + start * stride_qm
         do_base = do_ptr + b * stride_dob + h * stride_doh + start * stride_dom
-        for start_m in range(lo, hi, BLOCK_M):
-            rows = start_m + tl.arange(0, BLOCK_M)
-            q = tl.load(q_base + rows[:, None] * stride_qm + offs_d[None, :], mask=(rows < len_s)[:, None], other=0.0)
-            do = tl.load(do_base + rows[:, None] * stride_dom + offs_d[None, :], mask=(rows < len_s)[:, None],
-                         other=0.0)
-            # the block transposed, [keys, queries], as dK and dV take it
-            s_t, sig, w = _silu_terms(tl.dot(k, tl.trans(q)) * scale, bias_ptr + b * stride_bb + h * stride_bh,
-                                      rows[None, :], cols[:, None], len_s, stride_bm, stride_bn, inv_n, HAS_BIAS,
-                                      CAUSAL)
-            dv = tl.dot((s_t * sig * w).to(do.dtype), do, dv)
-            # d silu(s) / ds = sigmoid(s) (1 + s (1 - sigmoid(s)))
-            ds_t = tl.dot(v, tl.trans(do)) * (sig * (1.0 + s_t * (1.0 - sig))) * w
-            dk = tl.dot(ds_t.to(q.dtype), q, dk)
-            if BIAS_GRAD:
-                tl.store(ds_ptr + b * stride_sb + h * stride_sh + rows[None, :] * stride_sm + cols[:, None],
-                         ds_t.to(ds_ptr.dtype.element_ty), mask=(rows < len_s)[None, :] & col_ok[:, None])
+        bias_base = bias_ptr + b * stride_bb + h * stride_bh
+        ds_base = ds_ptr + b * stride_sb + h * stride_sh
+        if SPLIT:
+            dk, dv = _dkdv_blocks(dk, dv, k, v, q_base, do_base, bias_base, ds_base, stride_qm, stride_dom, stride_bm,
+                                  stride_bn, stride_sm, cols, lo, full, len_s, scale, inv_n, HEAD_DIM, BLOCK_M, CAUSAL,
+                                  HAS_BIAS, BIAS_GRAD, True)
+            dk, dv = _dkdv_blocks(dk, dv, k, v, q_base, do_base, bias_base, ds_base, stride_qm, stride_dom, stride_bm,
+                                  stride_bn, stride_sm, cols, full, hi, len_s, scale, inv_n, HEAD_DIM, BLOCK_M, CAUSAL,
+                                  HAS_BIAS, BIAS_GRAD, False)
+        else:
+            dk, dv = _dkdv_blocks(dk, dv, k, v, q_base, do_base, bias_base, ds_base, stride_qm, stride_dom, stride_bm,
+                                  stride_bn, stride_sm, cols, lo, hi, len_s, scale, inv_n, HEAD_DIM, BLOCK_M, CAUSAL,
+                                  HAS_BIAS, BIAS_GRAD, True)
     dk = dk * scale
     tl.store(dk_ptr + b * stride_dkb + h_kv * stride_dkh + (start + cols)[:, None] * stride_dkn + offs_d[None, :],
              dk.to(dk_ptr.dtype.element_ty), mask=col_ok[:, None])
@@ -137,12 +189,30 @@ def silu_attention_bwd_dkdv_kernel(
 
 
 @tle.jit
+def _dq_blocks(dq, q, do, k_base, v_base, bias_base, stride_kn, stride_vn, stride_bm, stride_bn, rows, lo, hi, len_s,
+               scale, inv_n, HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
+               HAS_BIAS: tl.constexpr, MASKED: tl.constexpr):
+    """dQ of one query block from key blocks [lo, hi); keys past the sequence read k = v = 0 and add nothing."""
+    offs_d = tl.arange(0, HEAD_DIM)
+    for start_n in range(lo, hi, BLOCK_N):
+        cols = start_n + tl.arange(0, BLOCK_N)
+        k = tl.load(k_base + cols[:, None] * stride_kn + offs_d[None, :], mask=(cols < len_s)[:, None], other=0.0)
+        v = tl.load(v_base + cols[:, None] * stride_vn + offs_d[None, :], mask=(cols < len_s)[:, None], other=0.0)
+        s, sig, w = _silu_terms(tl.dot(q, tl.trans(k)) * scale, bias_base, rows[:, None], cols[None, :], len_s,
+                                stride_bm, stride_bn, inv_n, HAS_BIAS, CAUSAL, MASKED)
+        ds = tl.dot(do, tl.trans(v)) * (sig * (1.0 + s * (1.0 - sig))) * w
+        dq = tl.dot(ds.to(k.dtype), k, dq)
+    return dq
+
+
+@tle.jit
 def silu_attention_bwd_dq_kernel(
         q_ptr, k_ptr, v_ptr, do_ptr, dq_ptr, bias_ptr, cu_ptr, scale, inv_n,
         stride_qb, stride_qm, stride_qh, stride_kb, stride_kn, stride_kh, stride_vb, stride_vn, stride_vh,
         stride_dob, stride_dom, stride_doh, stride_dqb, stride_dqm, stride_dqh, stride_bb, stride_bh, stride_bm,
         stride_bn, seqlen, H: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
-        BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, VARLEN: tl.constexpr, HAS_BIAS: tl.constexpr):
+        BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, VARLEN: tl.constexpr, HAS_BIAS: tl.constexpr,
+        SPLIT: tl.constexpr):
     pid_m = tl.program_id(0)
     b = tl.program_id(1) // H
     h = tl.program_id(1) % H
@@ -157,26 +227,32 @@ def silu_attention_bwd_dq_kernel(
                  mask=row_ok[:, None], other=0.0)
     k_base = k_ptr + b * stride_kb + (h // GROUP) * stride_kh + start * stride_kn
     v_base = v_ptr + b * stride_vb + (h // GROUP) * stride_vh + start * stride_vn
+    bias_base = bias_ptr + b * stride_bb + h * stride_bh
     hi = len_s
+    full = len_s
     if CAUSAL:
         hi = tl.minimum(len_s, m0 + BLOCK_M)
+        full = tl.minimum(hi, (m0 + 1) // BLOCK_N * BLOCK_N)
     hi = tl.where(m0 < len_s, hi, 0)
+    full = tl.minimum(full, hi)
     dq = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
-    for start_n in range(0, hi, BLOCK_N):
-        cols = start_n + tl.arange(0, BLOCK_N)
-        k = tl.load(k_base + cols[:, None] * stride_kn + offs_d[None, :], mask=(cols < len_s)[:, None], other=0.0)
-        v = tl.load(v_base + cols[:, None] * stride_vn + offs_d[None, :], mask=(cols < len_s)[:, None], other=0.0)
-        s, sig, w = _silu_terms(tl.dot(q, tl.trans(k)) * scale, bias_ptr + b * stride_bb + h * stride_bh,
-                                rows[:, None], cols[None, :], len_s, stride_bm, stride_bn, inv_n, HAS_BIAS, CAUSAL)
-        ds = tl.dot(do, tl.trans(v)) * (sig * (1.0 + s * (1.0 - sig))) * w
-        dq = tl.dot(ds.to(k.dtype), k, dq)
+    if SPLIT:
+        dq = _dq_blocks(dq, q, do, k_base, v_base, bias_base, stride_kn, stride_vn, stride_bm, stride_bn, rows, 0,
+                        full, len_s, scale, inv_n, HEAD_DIM, BLOCK_N, CAUSAL, HAS_BIAS, False)
+        dq = _dq_blocks(dq, q, do, k_base, v_base, bias_base, stride_kn, stride_vn, stride_bm, stride_bn, rows, full,
+                        hi, len_s, scale, inv_n, HEAD_DIM, BLOCK_N, CAUSAL, HAS_BIAS, True)
+    else:
+        dq = _dq_blocks(dq, q, do, k_base, v_base, bias_base, stride_kn, stride_vn, stride_bm, stride_bn, rows, 0,
+                        hi, len_s, scale, inv_n, HEAD_DIM, BLOCK_N, CAUSAL, HAS_BIAS, True)
     dq = dq * scale
     tl.store(dq_ptr + b * stride_dqb + h * stride_dqh + (start + rows)[:, None] * stride_dqm + offs_d[None, :],
              dq.to(dq_ptr.dtype.element_ty), mask=row_ok[:, None])
 
 
 # -- launch configurations ----------------------------------------------------------------------------------
-def fwd_config(head_dim: int, max_seqlen: int) -> dict:
+def fwd_config(head_dim: int, max_seqlen: int, backend: str) -> dict:
+    """The forward's launch on `backend`: SPLIT (a mask-free loop first) on Triton, one loop on TileLang, as
+    flash_attention (whose tile sizes these are)."""
     if head_dim <= 64:
         cfg = dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=3)
     elif head_dim <= 128:
@@ -185,19 +261,22 @@ def fwd_config(head_dim: int, max_seqlen: int) -> dict:
         cfg = dict(BLOCK_M=64, BLOCK_N=64, num_warps=8, num_stages=2)
     if max_seqlen <= 64:
         cfg.update(BLOCK_M=64, num_warps=4)
-    return cfg
+    return dict(cfg, SPLIT=backend == "triton")
 
 
-def bwd_configs(head_dim: int) -> tuple[dict, dict]:
-    """(dK/dV kernel, dQ kernel) launch configurations."""
+def bwd_configs(head_dim: int, backend: str) -> tuple[dict, dict]:
+    """(dK/dV kernel, dQ kernel) launch configurations on `backend` (SPLIT as in the forward)."""
     if head_dim <= 64:
-        return (dict(BLOCK_M=32, BLOCK_N=128, num_warps=4, num_stages=3),
-                dict(BLOCK_M=128, BLOCK_N=32, num_warps=4, num_stages=3))
-    if head_dim <= 128:
-        return (dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3),
-                dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=2))
-    return (dict(BLOCK_M=32, BLOCK_N=64, num_warps=8, num_stages=2),
-            dict(BLOCK_M=64, BLOCK_N=32, num_warps=8, num_stages=2))
+        kv, q = (dict(BLOCK_M=32, BLOCK_N=128, num_warps=4, num_stages=3),
+                 dict(BLOCK_M=128, BLOCK_N=32, num_warps=4, num_stages=3))
+    elif head_dim <= 128:
+        kv, q = (dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3),
+                 dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=2))
+    else:
+        kv, q = (dict(BLOCK_M=32, BLOCK_N=64, num_warps=8, num_stages=2),
+                 dict(BLOCK_M=64, BLOCK_N=32, num_warps=8, num_stages=2))
+    split = backend == "triton"
+    return dict(kv, SPLIT=split), dict(q, SPLIT=split)
 
 
 # -- the kernel backends ------------------------------------------------------------------------------------
@@ -214,7 +293,7 @@ def _kernel_forward(q, k, v, bias, cu, max_seqlen, causal, scale, backend):
     if out.numel() == 0 or pr.b == 0:
         return out.zero_()
     bias_ptr, bias_strides, has_bias = _bias_args(bias, q)
-    cfg = fwd_config(pr.d, pr.seqlen_q)
+    cfg = fwd_config(pr.d, pr.seqlen_q, backend)
     silu_attention_fwd_kernel[(cdiv(pr.seqlen_q, cfg["BLOCK_M"]), pr.b * pr.h)](
         q, k, v, out, bias_ptr, cu if cu is not None else q, scale, 1.0 / max(pr.seqlen_k, 1),
         *pr.strides(q), *pr.strides(k), *pr.strides(v), *pr.strides(out), *bias_strides, pr.seqlen_q,
@@ -232,7 +311,7 @@ def _kernel_backward(do, q, k, v, bias, cu, max_seqlen, causal, scale, bias_grad
     bias_ptr, bias_strides, has_bias = _bias_args(bias, q)
     cu_arg = cu if cu is not None else q
     inv_n = 1.0 / max(pr.seqlen_k, 1)
-    kv_cfg, q_cfg = bwd_configs(pr.d)
+    kv_cfg, q_cfg = bwd_configs(pr.d, backend)
     ds_strides = ds.stride()[:3] if bias_grad else (0, 0, 0)
     silu_attention_bwd_dkdv_kernel[(cdiv(pr.seqlen_k, kv_cfg["BLOCK_N"]), pr.b * pr.h_kv)](
         q, k, v, do, dk, dv, bias_ptr, ds if bias_grad else q, cu_arg, scale, inv_n, *pr.strides(q), *pr.strides(k),
@@ -389,7 +468,7 @@ def _example(kernel_name, device, size):
         return _torch_backward(do, q, k, v, bias, None, s, True, scale, True)
     if kernel_name == "fwd":
         out = nan_like(q)
-        cfg = fwd_config(d, s)
+        cfg = fwd_config(d, s, "tilelang")             # one loop: a launch both lowerings can run
         return tle.Launch(grid=(cdiv(s, cfg["BLOCK_M"]), b * h),
                           args=(q, k, v, out, bias_ptr, q, scale, inv_n, *pr.strides(q), *pr.strides(k),
                                 *pr.strides(v), *pr.strides(out), *bias_strides, s),
@@ -397,7 +476,7 @@ def _example(kernel_name, device, size):
                           outputs={"out": out}, reference=lambda: {"out": _torch_forward(q, k, v, bias, None, s, True,
                                                                                          scale)},
                           flops=flops, label=label)
-    kv_cfg, q_cfg = bwd_configs(d)
+    kv_cfg, q_cfg = bwd_configs(d, "tilelang")
     common = (*pr.strides(q), *pr.strides(k), *pr.strides(v), *pr.strides(do))
     if kernel_name == "dkdv":
         dk, dv = nan_like(k), nan_like(v)
