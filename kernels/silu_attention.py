@@ -26,9 +26,10 @@ import torch
 import triton.language as tl
 
 import tle
-from tle.kernels.flash_attention import (KERNEL_DTYPES, Problem, _check_cu_seqlens, _compute_dtype,
-                                         _lengths_max, _sequence, _sequences, check_attention_inputs,
-                                         check_kernel_inputs)
+from tle.kernels.flash_attention import (KERNEL_DTYPES, Problem, _check_cu_seqlens, _compute_dtype, _lengths_max,
+                                         _sequence, _sequences, check_attention_inputs, check_kernel_inputs)
+from tle.kernels.flash_attention import bwd_configs as attention_bwd_configs
+from tle.kernels.flash_attention import fwd_config  # the forward's tiles and SPLIT, as flash_attention's
 from tle.oplib import BenchSpec, Operator, Sample, check_tensor, resolve
 from tle.oplib.arith import cdiv
 from tle.oplib.dispatch import custom_op
@@ -250,31 +251,10 @@ def silu_attention_bwd_dq_kernel(
 
 
 # -- launch configurations ----------------------------------------------------------------------------------
-def fwd_config(head_dim: int, max_seqlen: int, backend: str) -> dict:
-    """The forward's launch on `backend`: SPLIT (a mask-free loop first) on Triton, one loop on TileLang, as
-    flash_attention (whose tile sizes these are)."""
-    if head_dim <= 64:
-        cfg = dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=3)
-    elif head_dim <= 128:
-        cfg = dict(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=2)
-    else:
-        cfg = dict(BLOCK_M=64, BLOCK_N=64, num_warps=8, num_stages=2)
-    if max_seqlen <= 64:
-        cfg.update(BLOCK_M=64, num_warps=4)
-    return dict(cfg, SPLIT=backend == "triton")
-
-
 def bwd_configs(head_dim: int, backend: str) -> tuple[dict, dict]:
-    """(dK/dV kernel, dQ kernel) launch configurations on `backend` (SPLIT as in the forward)."""
-    if head_dim <= 64:
-        kv, q = (dict(BLOCK_M=32, BLOCK_N=128, num_warps=4, num_stages=3),
-                 dict(BLOCK_M=128, BLOCK_N=32, num_warps=4, num_stages=3))
-    elif head_dim <= 128:
-        kv, q = (dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3),
-                 dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=2))
-    else:
-        kv, q = (dict(BLOCK_M=32, BLOCK_N=64, num_warps=8, num_stages=2),
-                 dict(BLOCK_M=64, BLOCK_N=32, num_warps=8, num_stages=2))
+    """(dK/dV kernel, dQ kernel) launch configurations on `backend`: flash_attention's TileLang tiles on both
+    backends (they were measured for this operator on both), SPLIT on Triton."""
+    kv, q = attention_bwd_configs(head_dim, "tilelang")
     split = backend == "triton"
     return dict(kv, SPLIT=split), dict(q, SPLIT=split)
 
