@@ -33,6 +33,7 @@ import tle
 from tle.oplib import BenchSpec, Operator, Sample, check_tensor, resolve
 from tle.oplib.arith import cdiv
 from tle.oplib.dispatch import custom_op
+from tle.oplib.rows import torch_compute_dtype
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
@@ -370,7 +371,7 @@ class Problem:
         return (0, lse.stride(0)) if self.varlen else (lse.stride(0), lse.stride(1))
 
 
-def _cu_or_dummy(cu, like):
+def cu_or_dummy(cu, like):
     """The cu_seqlens pointer a dense launch passes and never reads."""
     return cu if cu is not None else like
 
@@ -385,7 +386,7 @@ def _kernel_forward(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, backend):
     cfg = fwd_config(pr.d, pr.seqlen_q, backend)
     grid = (cdiv(pr.seqlen_q, cfg["BLOCK_M"]), pr.b * pr.h)
     flash_attention_fwd_kernel[grid](
-        q, k, v, out, lse, _cu_or_dummy(cu_q, lse), _cu_or_dummy(cu_k, lse), scale,
+        q, k, v, out, lse, cu_or_dummy(cu_q, lse), cu_or_dummy(cu_k, lse), scale,
         *pr.strides(q), *pr.strides(k), *pr.strides(v), *pr.strides(out), *pr.lse_strides(lse),
         pr.seqlen_q, pr.seqlen_k, H=pr.h, GROUP=pr.group, HEAD_DIM=pr.d, CAUSAL=causal, VARLEN=pr.varlen,
         backend=backend, **cfg)
@@ -400,7 +401,7 @@ def _kernel_backward(do, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, causal, sc
     if k.numel() == 0:
         return dq.zero_(), dk, dv
     lse = lse.contiguous()                # delta takes its layout: one set of strides serves both
-    cu_q_arg, cu_k_arg = _cu_or_dummy(cu_q, lse), _cu_or_dummy(cu_k, lse)
+    cu_q_arg, cu_k_arg = cu_or_dummy(cu_q, lse), cu_or_dummy(cu_k, lse)
     delta = torch.empty_like(lse)
     flash_attention_bwd_preprocess_kernel[(cdiv(pr.seqlen_q, PREPROCESS_BLOCK_M), pr.b * pr.h)](
         out, do, delta, cu_q_arg, *pr.strides(out), *pr.strides(do), *pr.lse_strides(lse), pr.seqlen_q,
@@ -418,10 +419,6 @@ def _kernel_backward(do, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, causal, sc
 
 
 # -- the torch backend: the same formulas in torch, fp32 (fp64 for fp64 inputs), one sequence at a time -------
-def _compute_dtype(t):
-    return torch.float64 if t.dtype == torch.float64 else torch.float32
-
-
 def _keep(s_q, s_k, causal, device):
     """[S_q, S_k]: which keys each query sees (causal: aligned to the bottom-right corner)."""
     if not causal:
@@ -462,34 +459,34 @@ def _dense_attention_backward(do, q, k, v, out, lse, causal, scale):
     return dq, dk.view(b, s_k, h_kv, group, d).sum(3), dv.view(b, s_k, h_kv, group, d).sum(3)
 
 
-def _sequences(cu_q, cu_k):
+def sequence_slices(cu_q, cu_k):
     """(q rows, k rows) slices of each packed sequence."""
     qs, ks = cu_q.tolist(), cu_k.tolist()
     return [(slice(qs[i], qs[i + 1]), slice(ks[i], ks[i + 1])) for i in range(len(qs) - 1)]
 
 
 def _torch_forward(q, k, v, cu_q, cu_k, causal, scale):
-    ct = _compute_dtype(q)
+    ct = torch_compute_dtype(q)
     qf, kf, vf = q.to(ct), k.to(ct), v.to(ct)
     if cu_q is None:
         out, lse = _dense_attention(qf, kf, vf, causal, scale)
         return out.to(q.dtype).contiguous(), lse.float().contiguous()
     out = q.new_zeros(q.shape)
     lse = torch.empty(q.shape[1], q.shape[0], device=q.device, dtype=torch.float32)
-    for rq, rk in _sequences(cu_q, cu_k):
+    for rq, rk in sequence_slices(cu_q, cu_k):
         o, l = _dense_attention(qf[None, rq], kf[None, rk], vf[None, rk], causal, scale)
         out[rq], lse[:, rq] = o[0].to(q.dtype), l[0].float()
     return out, lse
 
 
 def _torch_backward(do, q, k, v, out, lse, cu_q, cu_k, causal, scale):
-    ct = _compute_dtype(q)
+    ct = torch_compute_dtype(q)
     t = [x.to(ct) for x in (do, q, k, v, out)]
     if cu_q is None:
         grads = _dense_attention_backward(*t, lse.to(ct), causal, scale)
         return tuple(g.to(x.dtype).contiguous() for g, x in zip(grads, (q, k, v)))
     dq, dk, dv = q.new_zeros(q.shape), k.new_zeros(k.shape), v.new_zeros(v.shape)
-    for rq, rk in _sequences(cu_q, cu_k):
+    for rq, rk in sequence_slices(cu_q, cu_k):
         g = _dense_attention_backward(*(x[None, r] for x, r in zip(t, (rq, rq, rk, rk, rq))),
                                       lse[None, :, rq].to(ct), causal, scale)
         dq[rq], dk[rk], dv[rk] = (x[0].to(q.dtype) for x in g)
@@ -565,7 +562,7 @@ def _example_saved(q, k, v, scale):
     return out, lse, do
 
 
-def _nan_like(t, dtype=None):
+def nan_like(t, dtype=None):
     return torch.full(t.shape, float("nan"), device=t.device, dtype=dtype or t.dtype)
 
 
@@ -573,7 +570,7 @@ def _nan_like(t, dtype=None):
 def _fwd_example(device, size):
     q, k, v, scale, label = _example_inputs(device, size)
     pr = Problem(q, k, None, None, None, None)
-    out, lse = _nan_like(q), _nan_like(q[..., 0].transpose(1, 2), torch.float32)
+    out, lse = nan_like(q), nan_like(q[..., 0].transpose(1, 2), torch.float32)
     cfg = fwd_config(pr.d, pr.seqlen_q, "tilelang")      # one loop: a launch both lowerings can run
 
     def ref():
@@ -592,7 +589,7 @@ def _preprocess_example(device, size):
     q, k, v, scale, label = _example_inputs(device, size)
     pr = Problem(q, k, None, None, None, None)
     out, lse, do = _example_saved(q, k, v, scale)
-    delta = _nan_like(lse)
+    delta = nan_like(lse)
     return tle.Launch(grid=(cdiv(pr.seqlen_q, PREPROCESS_BLOCK_M), pr.b * pr.h),
                       args=(out, do, delta, lse, *pr.strides(out), *pr.strides(do), *pr.lse_strides(lse), pr.seqlen_q),
                       kwargs=dict(H=pr.h, HEAD_DIM=pr.d, BLOCK_M=PREPROCESS_BLOCK_M, VARLEN=False, num_warps=4),
@@ -612,7 +609,7 @@ def _bwd_launch(kernel_name, device, size):
     kv_cfg, q_cfg = bwd_configs(pr.d, "tilelang")
     flops = 2 * pr.b * pr.h * pr.seqlen_q * pr.seqlen_k * pr.d     # causal: half of 4·B·H·S²·D per matmul pair
     if kernel_name == "dkdv":
-        dk, dv = _nan_like(k), _nan_like(v)
+        dk, dv = nan_like(k), nan_like(v)
         return tle.Launch(grid=(cdiv(pr.seqlen_k, kv_cfg["BLOCK_N"]), pr.b * pr.h_kv),
                           args=(q, k, v, do, lse, delta, dk, dv, lse, lse, scale, *common, *pr.strides(dk),
                                 *pr.strides(dv), *pr.lse_strides(lse), pr.seqlen_q, pr.seqlen_k),
@@ -620,7 +617,7 @@ def _bwd_launch(kernel_name, device, size):
                                       **kv_cfg),
                           outputs={"dk": dk, "dv": dv}, reference=lambda: {"dk": refs["dk"], "dv": refs["dv"]},
                           flops=2 * flops, label=label)
-    dq = _nan_like(q)
+    dq = nan_like(q)
     return tle.Launch(grid=(cdiv(pr.seqlen_q, q_cfg["BLOCK_M"]), pr.b * pr.h),
                       args=(q, k, v, do, lse, delta, dq, lse, lse, scale, *common, *pr.strides(dq),
                             *pr.lse_strides(lse), pr.seqlen_q, pr.seqlen_k),
@@ -679,14 +676,14 @@ def check_kernel_inputs(op: str, backend: str, **tensors) -> None:
                                   f"addresses it with 32-bit offsets (fewer than 2^31)")
 
 
-def _check_cu_seqlens(cu, name, device, batch=None):
+def check_cu_seqlens(cu, name, device, batch=None):
     check_tensor(cu, name, dtypes=(torch.int32,), rank=1, device=device)
     if cu.shape[0] < 1 or (batch is not None and cu.shape[0] != batch + 1):
         want = "at least 1 entry" if batch is None else f"{batch + 1} entries, like 'cu_seqlens_q'"
         raise tle.LaunchError(f"'{name}' has {cu.shape[0]} entries; expected {want}")
 
 
-def _lengths_max(cu, name, rows, given, given_name):
+def longest_sequence(cu, name, rows, given, given_name):
     """The longest packed sequence: `given`, or read from cu_seqlens. Reading cu_seqlens synchronizes with a
     GPU, so with `given` they are checked on CPU tensors only (as torch checks what is free to check)."""
     if given is not None and (cu.device.type != "cpu" or torch.compiler.is_compiling()):
@@ -720,10 +717,10 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     if varlen:
         if cu_seqlens_q is None or cu_seqlens_k is None:
             raise tle.LaunchError("'cu_seqlens_q' and 'cu_seqlens_k' go together: give both or neither")
-        _check_cu_seqlens(cu_seqlens_q, "cu_seqlens_q", q.device)
-        _check_cu_seqlens(cu_seqlens_k, "cu_seqlens_k", q.device, batch=cu_seqlens_q.shape[0] - 1)
-        max_seqlen_q = _lengths_max(cu_seqlens_q, "cu_seqlens_q", q.shape[0], max_seqlen_q, "max_seqlen_q")
-        max_seqlen_k = _lengths_max(cu_seqlens_k, "cu_seqlens_k", k.shape[0], max_seqlen_k, "max_seqlen_k")
+        check_cu_seqlens(cu_seqlens_q, "cu_seqlens_q", q.device)
+        check_cu_seqlens(cu_seqlens_k, "cu_seqlens_k", q.device, batch=cu_seqlens_q.shape[0] - 1)
+        max_seqlen_q = longest_sequence(cu_seqlens_q, "cu_seqlens_q", q.shape[0], max_seqlen_q, "max_seqlen_q")
+        max_seqlen_k = longest_sequence(cu_seqlens_k, "cu_seqlens_k", k.shape[0], max_seqlen_k, "max_seqlen_k")
     else:
         if max_seqlen_q is not None or max_seqlen_k is not None:
             raise tle.LaunchError("'max_seqlen_q' / 'max_seqlen_k' go with packed inputs (cu_seqlens_q/_k)")
@@ -731,8 +728,8 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     b = resolve("flash_attention", q.device, backend, fallback=fallback)
     check_kernel_inputs("flash_attention", b, q=q, k=k, v=v)
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
-    out, lse = _flash_attention_op(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal,
-                                   float(scale), b)
+    out, lse = _flash_attention_op(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale,
+                                   b)
     return (out, lse) if return_lse else out
 
 
@@ -752,7 +749,7 @@ def reference(q, k, v, causal=False, scale=None, *, cu_seqlens_q=None, cu_seqlen
         out, lse = _dense_attention(q, k, v, causal, scale)
     else:
         outs, lses = [], []
-        for rq, rk in _sequences(cu_seqlens_q, cu_seqlens_k):
+        for rq, rk in sequence_slices(cu_seqlens_q, cu_seqlens_k):
             o, l = _dense_attention(q[None, rq], k[None, rk], v[None, rk], causal, scale)
             outs.append(o[0])
             lses.append(l[0])

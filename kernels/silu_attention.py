@@ -20,19 +20,18 @@ it also writes dS for the bias gradient), `silu_attention_bwd_dq_kernel`.
 """
 from __future__ import annotations
 
-import math
-
 import torch
 import triton.language as tl
 
 import tle
-from tle.kernels.flash_attention import (KERNEL_DTYPES, Problem, _check_cu_seqlens, _compute_dtype, _lengths_max,
-                                         _sequence, _sequences, check_attention_inputs, check_kernel_inputs)
+from tle.kernels.flash_attention import (KERNEL_DTYPES, Problem, _sequence, check_attention_inputs, check_cu_seqlens,
+                                         check_kernel_inputs, cu_or_dummy, longest_sequence, nan_like, sequence_slices)
 from tle.kernels.flash_attention import bwd_configs as attention_bwd_configs
 from tle.kernels.flash_attention import fwd_config  # the forward's tiles and SPLIT, as flash_attention's
 from tle.oplib import BenchSpec, Operator, Sample, check_tensor, resolve
 from tle.oplib.arith import cdiv
 from tle.oplib.dispatch import custom_op
+from tle.oplib.rows import torch_compute_dtype
 
 
 @tle.jit
@@ -275,7 +274,7 @@ def _kernel_forward(q, k, v, bias, cu, max_seqlen, causal, scale, backend):
     bias_ptr, bias_strides, has_bias = _bias_args(bias, q)
     cfg = fwd_config(pr.d, pr.seqlen_q, backend)
     silu_attention_fwd_kernel[(cdiv(pr.seqlen_q, cfg["BLOCK_M"]), pr.b * pr.h)](
-        q, k, v, out, bias_ptr, cu if cu is not None else q, scale, 1.0 / max(pr.seqlen_k, 1),
+        q, k, v, out, bias_ptr, cu_or_dummy(cu, q), scale, 1.0 / max(pr.seqlen_k, 1),
         *pr.strides(q), *pr.strides(k), *pr.strides(v), *pr.strides(out), *bias_strides, pr.seqlen_q,
         H=pr.h, GROUP=pr.group, HEAD_DIM=pr.d, CAUSAL=causal, VARLEN=pr.varlen, HAS_BIAS=has_bias,
         backend=backend, **cfg)
@@ -289,7 +288,7 @@ def _kernel_backward(do, q, k, v, bias, cu, max_seqlen, causal, scale, bias_grad
     if q.numel() == 0 or pr.b == 0:
         return dq, dk.zero_(), dv.zero_(), _reduce_to(ds, bias) if bias_grad else ds
     bias_ptr, bias_strides, has_bias = _bias_args(bias, q)
-    cu_arg = cu if cu is not None else q
+    cu_arg = cu_or_dummy(cu, q)
     inv_n = 1.0 / max(pr.seqlen_k, 1)
     kv_cfg, q_cfg = bwd_configs(pr.d, backend)
     ds_strides = ds.stride()[:3] if bias_grad else (0, 0, 0)
@@ -346,13 +345,13 @@ def _dense_silu_attention_backward(do, q, k, v, bias, causal, scale, n):
 
 
 def _torch_forward(q, k, v, bias, cu, max_seqlen, causal, scale):
-    ct = _compute_dtype(q)
+    ct = torch_compute_dtype(q)
     qf, kf, vf = q.to(ct), k.to(ct), v.to(ct)
     bf = bias.to(ct) if bias is not None else None
     if cu is None:
         return _dense_silu_attention(qf, kf, vf, bf, causal, scale, max(q.shape[1], 1)).to(q.dtype).contiguous()
     out = q.new_zeros(q.shape)
-    for i, (r, _) in enumerate(_sequences(cu, cu)):
+    for i, (r, _) in enumerate(sequence_slices(cu, cu)):
         n = r.stop - r.start
         bb = bf[min(i, bf.shape[0] - 1):][:1, :, :n, :n] if bf is not None else None
         out[r] = _dense_silu_attention(qf[None, r], kf[None, r], vf[None, r], bb, causal, scale, max_seqlen)[0]
@@ -360,7 +359,7 @@ def _torch_forward(q, k, v, bias, cu, max_seqlen, causal, scale):
 
 
 def _torch_backward(do, q, k, v, bias, cu, max_seqlen, causal, scale, bias_grad):
-    ct = _compute_dtype(q)
+    ct = torch_compute_dtype(q)
     t = [x.to(ct) for x in (do, q, k, v)]
     bf = bias.to(ct) if bias is not None else None
     if cu is None:
@@ -369,7 +368,7 @@ def _torch_backward(do, q, k, v, bias, cu, max_seqlen, causal, scale, bias_grad)
         return dq.to(q.dtype).contiguous(), dk.to(k.dtype).contiguous(), dv.to(v.dtype).contiguous(), dbias
     dq, dk, dv = q.new_zeros(q.shape), k.new_zeros(k.shape), v.new_zeros(v.shape)
     ds_all = torch.zeros(cu.shape[0] - 1, q.shape[1], max_seqlen, max_seqlen, device=q.device, dtype=ct)
-    for i, (r, _) in enumerate(_sequences(cu, cu)):
+    for i, (r, _) in enumerate(sequence_slices(cu, cu)):
         n = r.stop - r.start
         bb = bf[min(i, bf.shape[0] - 1):][:1, :, :n, :n] if bf is not None else None
         g = _dense_silu_attention_backward(*(x[None, r] for x in t), bb, causal, scale, max_seqlen)
@@ -441,9 +440,6 @@ def _example(kernel_name, device, size):
     label = f"B{b} S{s} H{h}/{h_kv} D{d} causal bias {str(dtype)[6:]}"
     flops = 2 * b * h * s * s * d          # one matmul pair at half (causal) density
 
-    def nan_like(t):
-        return torch.full(t.shape, float("nan"), device=t.device, dtype=t.dtype)
-
     def grads():
         return _torch_backward(do, q, k, v, bias, None, s, True, scale, True)
     if kernel_name == "fwd":
@@ -503,8 +499,8 @@ def silu_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
         raise tle.LaunchError(f"'k' has shape {tuple(k.shape)}; expected the rows of q, {tuple(q.shape[:-2])} "
                               f"(self-attention: one sequence of queries and keys)")
     if varlen:
-        _check_cu_seqlens(cu_seqlens, "cu_seqlens", q.device)
-        max_seqlen = _lengths_max(cu_seqlens, "cu_seqlens", q.shape[0], max_seqlen, "max_seqlen")
+        check_cu_seqlens(cu_seqlens, "cu_seqlens", q.device)
+        max_seqlen = longest_sequence(cu_seqlens, "cu_seqlens", q.shape[0], max_seqlen, "max_seqlen")
         batch = cu_seqlens.shape[0] - 1
     else:
         if max_seqlen is not None:
@@ -530,7 +526,7 @@ def reference(q, k, v, causal=True, scale=None, attn_bias=None, cu_seqlens=None,
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     if cu_seqlens is None:
         return _dense_silu_attention(q, k, v, attn_bias, causal, scale, max(q.shape[1], 1))
-    seqs = _sequences(cu_seqlens, cu_seqlens)
+    seqs = sequence_slices(cu_seqlens, cu_seqlens)
     n = max_seqlen if max_seqlen is not None else max((r.stop - r.start for r, _ in seqs), default=1)
     outs = []
     for i, (r, _) in enumerate(seqs):

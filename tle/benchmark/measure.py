@@ -185,7 +185,8 @@ def run_case(op: Operator, sample: Sample, label: str, mode: str, dtype: torch.d
     spec = op.bench
     cache = {} if cache is None else cache
     case = Case(op.name, label, mode)
-    if metric_of(spec) == TFLOPS:
+    in_flops = metric_of(spec) == TFLOPS
+    if in_flops:
         case.flops = case_count(spec.flops, sample, mode)
     else:
         case.nbytes = case_count(spec.bytes, sample, mode)
@@ -221,7 +222,7 @@ def run_case(op: Operator, sample: Sample, label: str, mode: str, dtype: torch.d
         case.rows.append(_measure(name, kind, factory, spec, s_row, leaves_row, names, mode, dtype, n_out, upstream,
                                   ref_outs, ref_grads, timer))
         del s_row, leaves_row
-    if metric_of(spec) == TFLOPS:      # no bandwidth ceiling to show
+    if in_flops:                       # no bandwidth ceiling to show
         return case
     try:
         case.rows.append(Row(COPY, "copy", ms=copy_ms(case.nbytes, device, timer)))
