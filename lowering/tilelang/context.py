@@ -56,6 +56,7 @@ class Context:
         self.view_lines: list[str] = []
         self.out = Emission()                  # the kernel body's statements
         self.buffers: dict[int, Buffer] = {}
+        self.copies: dict[tuple, Buffer] = {}  # (value id, scope, dtype) -> a second buffer holding the value
         self.scalars: dict[int, str] = {}      # value id -> identifier of a let or alloc_var
         self.notes: list[str] = []
         self.accesses: dict[int, Access] = {}
@@ -166,6 +167,7 @@ class Context:
             for r in o.results:
                 for table in (self.buffers, self.scalars, self.keepdims):
                     table.pop(r.id, None)
+                self.copies = {k: b for k, b in self.copies.items() if k[0] != r.id}
 
     # -- buffers ---------------------------------------------------------------------------------------------
     def visible(self, b: Buffer) -> bool:
@@ -180,11 +182,18 @@ class Context:
                 (b.perm is None or allow_perm):
             return b
         scope = "fragment" if scope == "any" else scope
+        # a copy made for an earlier use (a product's operand staged in shared memory, say) serves again: the
+        # value is immutable and nothing writes such a copy
+        copy = self.copies.get((v.id, scope, dtype))
+        if copy is not None and self.visible(copy):
+            return copy
         name = self.alloc(v.name or "t", v.type.shape, dtype, scope)
         self.fill(name, v, indent, dtype)
         nb = Buffer(name, v.type.shape or (1,), dtype, scope, self.blocks[-1])
         if b is None or not self.visible(b):
             self.buffers[v.id] = nb
+        else:
+            self.copies[(v.id, scope, dtype)] = nb
         return nb
 
     def fill(self, name: str, v: Value, indent: int, dtype: T.DType | None = None):

@@ -25,15 +25,24 @@ def load(g: Context, op: Op, indent: int):
         g.error("a load through a pointer that is not base + offsets of one argument", op)
     param = g.ids[acc.param.value]
     if v.id in g.staged_index:
+        # read into registers, then written to shared memory: a read from global straight into shared memory
+        # that TileLang's simplifier finds unmasked (a mask it proves true) would be issued as cp.async, and
+        # the stage's gathers would read the tile before it lands (its pipeline waits for a copy only in a
+        # later stage)
         g.out.mark_stage0()
+        held = g.alloc((v.name or "t") + "_r", v.type.shape, v.type.elem, "fragment")
+        read_global(g, op, held, "fragment", False, indent)
         # a static shared buffer: in the dynamic one TileLang merges the gathered tiles into, its barrier
         # planner cannot tell the gathers' writes from this tile's reads, and puts a barrier before every
         # cp.async of the gathers (0.88x the speed of the seed's sparse-MLA loop on the H200)
         into = g.alloc(v.name or "t", v.type.shape, v.type.elem, "shared", static=True)
-        name, _, _ = read_global(g, op, into, "shared", False, indent)
-        g.buffers[v.id] = Buffer(name, v.type.shape, v.type.elem, "shared", g.blocks[-1])
-        g.report.append((op.loc.line, "load", acc.kind, "T.Parallel into static shared memory in stage 0 of "
-                         "T.Pipelined (an index tile the stage's gathers read)"))
+        idx = loop_indices(v.type.rank)
+        g.out.mark_stage0()
+        g.emit(parallel_header(idx, v.type.shape), indent)
+        g.emit(f"{into}[{', '.join(idx)}] = {held}[{', '.join(idx)}]", indent + 1)
+        g.buffers[v.id] = Buffer(into, v.type.shape, v.type.elem, "shared", g.blocks[-1])
+        g.report.append((op.loc.line, "load", acc.kind, "T.Parallel into registers then static shared memory "
+                         "in stage 0 of T.Pipelined (an index tile the stage's gathers read)"))
         return
     if v.id in g.index_loads:
         g.report.append((op.loc.line, "load", acc.kind, "read at each use (an index tile of a gather)"))

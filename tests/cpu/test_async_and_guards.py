@@ -72,17 +72,19 @@ def test_async_load_without_a_loop_is_a_plain_load_and_says_so():
 def test_tilelang_async_gather_is_a_pipelined_zero_filled_copy():
     """The sparse-MLA KV gather: T.Pipelined with 2 stages, loads hoisted above the guard, masked rows
     sent out of bounds so TileLang's bounds predication zero-fills them in a cp.async copy. The index
-    tile is written to shared memory once per step and the loop names each statement's stage: the
-    index tile and both gathers (the plain tail one too, a dot operand) in stage 0, the guarded compute,
-    kept one statement by an empty else, in stage 1."""
+    tile is read into registers and written to shared memory once per step (read straight into shared
+    memory, TileLang would issue it as a cp.async the gathers read before it lands), and the loop names
+    each statement's stage: the index tile's two statements and both gathers (the plain tail one too, a
+    dot operand) in stage 0, the guarded compute, kept one statement by an empty else, in stage 1."""
     if tle.available_backends().get("tilelang") is not None:
         pytest.skip("TileLang unavailable here")
     from tle.kernels.sparse_mla import sparse_mla_fwd_kernel as k
     lw = lower_example(k, "tilelang")
     src = lw.source
-    assert "T.Pipelined(2, num_stages=2, order=[0, 1, 2, 3], stage=[0, 0, 0, 1])" in src
+    assert "T.Pipelined(2, num_stages=2, order=[0, 1, 2, 3, 4], stage=[0, 0, 0, 0, 1])" in src
     body = src.split("T.Pipelined(")[1]
-    assert body.index("kv_ids[i0] =") < body.index("kv_blk[") < body.index("tkv_blk[") < body.index("if t:")
+    assert body.index("kv_ids_r[i0] = T.if_then_else(") < body.index("kv_ids[i0] = kv_ids_r[i0]") < \
+        body.index("kv_blk[") < body.index("tkv_blk[") < body.index("if t:")
     # its own static shared buffer: TileLang plans no barrier between the gathers reading it (below)
     assert "kv_ids = T.alloc_shared((64,), 'int32', scope='shared')" in src
     for tile in ("kv_blk", "tkv_blk"):                                # zero-filled copies reading the staged ids

@@ -166,7 +166,10 @@ def test_dot_loop_compiles_for_sm90a(form, trip):
     lowered = _lower_tilelang(kernel, grid, args, kwargs)
     header = _pipelined_header(lowered.source)
     assert header.startswith("for k in T.Pipelined(n_run" if trip == "runtime" else f"for k in T.Pipelined({trip},")
-    assert "__global__" in lowered.stage("cuda")
+    cuda = lowered.stage("cuda")
+    # topk 48 = 3 x 16: TileLang proves the index tile's mask true; read straight into shared memory, it would
+    # be a cp.async that the gathers of the same stage read before it lands
+    assert not [ln for ln in cuda.splitlines() if "cp_async" in ln and "idx_ptr[" in ln]
 
 
 @needs_tilelang
@@ -184,7 +187,7 @@ def test_guarded_gather_compiles_for_sm90a(trip, slack, named):
     grid, args, kwargs, _, _ = _gather_launch(2 if runtime else trip, runtime, slack)
     lowered = _lower_tilelang(kernel, grid, args, kwargs)
     header = _pipelined_header(lowered.source)
-    assert ("order=[0, 1, 2], stage=[0, 0, 1]" in header) == named, header
+    assert ("order=[0, 1, 2, 3], stage=[0, 0, 0, 1]" in header) == named, header
     assert ("T.alloc_shared((32,), 'int32', scope='shared')" in lowered.source) == named      # the index tile, staged
     cuda = lowered.stage("cuda")
     assert "__global__" in cuda
@@ -212,12 +215,12 @@ def _sparse_mla_launch(topk: int, seqlen: int = 80):
 @pytest.mark.slow
 @pytest.mark.parametrize("topk, trip", [(64, 1), (128, 2), (192, 3)])
 def test_sparse_mla_compiles_at_every_topk(topk, trip):
-    """topk = BK: a loop of one step (TileLang rejected the named stages: 4 named, 16 statements)."""
+    """topk = BK: a loop of one step (TileLang rejected the named stages: 5 named, 17 statements)."""
     from tle.kernels.sparse_mla import sparse_mla_fwd_kernel as k
     lowered = lower_example(k, "tilelang", _sparse_mla_launch(topk))
     header = _pipelined_header(lowered.source)
     assert header.startswith(f"for ck in T.Pipelined({trip}, num_stages=2")
-    assert ("order=[0, 1, 2, 3], stage=[0, 0, 0, 1]" in header) == (trip > 1)
+    assert ("order=[0, 1, 2, 3, 4], stage=[0, 0, 0, 0, 1]" in header) == (trip > 1)
     cuda = lowered.stage("cuda")
     assert "__global__" in cuda and "cp_async_gs_conditional" in cuda
 
@@ -287,3 +290,46 @@ def test_sparse_mla_numerics_with_topk_equal_to_the_block(backend):
     launch = _sparse_mla_launch(64, seqlen=8)
     run_on(backend, k, launch.grid, *launch.args, **launch.kwargs)
     compare_outputs(launch)
+
+
+@tle.jit
+def unguarded_gather(q_ptr, kv_ptr, idx_ptr, out_ptr, K: tl.constexpr, BH: tl.constexpr, D: tl.constexpr,
+                     BI: tl.constexpr):
+    """out = sum over index blocks of (q rowsᵀ) rows, the rows gathered through idx in a pipelined loop whose
+    index tile's mask (cols < K, K a multiple of BI) TileLang proves true."""
+    offs_h, offs_d = tl.arange(0, BH), tl.arange(0, D)
+    q = tl.load(q_ptr + offs_h[:, None] * D + offs_d[None, :])
+    acc = tl.zeros((BH, D), dtype=tl.float32)
+    for start in range(0, K, BI):
+        cols = start + tl.arange(0, BI)
+        ids = tl.load(idx_ptr + cols, mask=cols < K, other=-1)
+        ok = ids >= 0
+        rows = tle.load(kv_ptr + ids[:, None] * D + offs_d[None, :], mask=ok[:, None], other=0.0, is_async=True)
+        acc = tl.dot(tl.dot(q, tl.trans(rows)).to(tl.float16), rows, acc)
+    tl.store(out_ptr + offs_h[:, None] * D + offs_d[None, :], acc)
+
+
+@needs_tilelang
+@pytest.mark.slow
+def test_an_index_tile_whose_mask_tilelang_proves_true_is_read_synchronously():
+    """K = 3 x BI: TileLang's simplifier proves the index tile's mask true. Read straight into shared memory
+    the tile would be a cp.async that the gathers of the same stage read before it lands; it is read into
+    registers, then written to the static shared buffer, both in stage 0."""
+    gen = torch.Generator().manual_seed(3)
+    k = 3 * BI
+    q = (torch.randn(BH, D, generator=gen) / 4).half()
+    kv = (torch.randn(ROWS, D, generator=gen) / 4).half()
+    idx = torch.randint(-3, ROWS, (k,), generator=gen, dtype=torch.int32)
+    out = torch.full((BH, D), float("nan"))
+    kwargs = dict(K=k, BH=BH, D=D, BI=BI, num_stages=2)
+    lowered = _lower_tilelang(unguarded_gather, (1,), (q, kv, idx, out), kwargs)
+    header = _pipelined_header(lowered.source)
+    assert header.startswith("for start_it in T.Pipelined(3, num_stages=2, order=[0, 1, 2, 3"), header
+    assert "stage=[0, 0, 0, 1" in header and "ids[i0] = ids_r[i0]" in lowered.source, lowered.source
+    cuda = lowered.stage("cuda")
+    assert not [ln for ln in cuda.splitlines() if "cp_async" in ln and "idx_ptr[" in ln]
+    interpret_tilelang(unguarded_gather, (1,), q, kv, idx, out, **kwargs)
+    ids = idx.long()
+    rows = kv[ids.clamp(0, ROWS - 1)].float() * (ids >= 0)[:, None]
+    want = sum(((q.float() @ rows[j:j + BI].T).half().float() @ rows[j:j + BI]) for j in range(0, k, BI))
+    _check(out, want)

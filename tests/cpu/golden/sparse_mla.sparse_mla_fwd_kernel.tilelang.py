@@ -24,6 +24,7 @@ def sparse_mla_fwd_kernel(
         sum_exp = T.alloc_fragment((64,), 'float32')
         acc = T.alloc_fragment((64, 64), 'float32')
         max_log = T.alloc_fragment((64,), 'bfloat16')
+        kv_ids_r = T.alloc_fragment((64,), 'int32')
         kv_ids = T.alloc_shared((64,), 'int32', scope='shared')
         kv_blk = T.alloc_shared((64, 64), 'bfloat16')
         tkv_blk = T.alloc_shared((64, 32), 'bfloat16')
@@ -48,10 +49,12 @@ def sparse_mla_fwd_kernel(
         T.clear(acc)
         for i0 in T.Parallel(64):
             max_log[i0] = -T.infinity('bfloat16')
-        for ck in T.Pipelined(2, num_stages=2, order=[0, 1, 2, 3], stage=[0, 0, 0, 1]):
+        for ck in T.Pipelined(2, num_stages=2, order=[0, 1, 2, 3, 4], stage=[0, 0, 0, 0, 1]):
             t = ((ck * 64) <= i_sq)
             for i0 in T.Parallel(64):
-                kv_ids[i0] = T.if_then_else((((((64 * ck) + i0) * 1) < 128) & t), indices[((((i_b * 10240) + (i_sq * 128)) + (i_g * 128)) + (((64 * ck) + i0) * 1))], -1)
+                kv_ids_r[i0] = T.if_then_else((((((64 * ck) + i0) * 1) < 128) & t), indices[((((i_b * 10240) + (i_sq * 128)) + (i_g * 128)) + (((64 * ck) + i0) * 1))], -1)
+            for i0 in T.Parallel(64):
+                kv_ids[i0] = kv_ids_r[i0]
             for i1, i0 in T.Parallel(64, 64):
                 kv_blk[i1, i0] = kv[((((i_b * 12288) + (i_g * 96)) + (i0 * 1)) + (T.if_then_else(((kv_ids[i1] <= i_sq) & (kv_ids[i1] >= 0)) & t, kv_ids[i1], 256) * 96))]
             for i1, i0 in T.Parallel(64, 32):

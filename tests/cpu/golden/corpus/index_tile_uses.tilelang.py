@@ -28,6 +28,7 @@ def index_uses(
         acc2 = T.alloc_fragment((16, 32), 'float32')
         t_1 = T.alloc_shared((16, 32), 'float32')
         acc4 = T.alloc_fragment((16, 32), 'float32')
+        rows_r = T.alloc_fragment((16,), 'int32')
         rows = T.alloc_shared((16,), 'int32', scope='shared')
         t_2 = T.alloc_shared((16, 32), 'float32')
         acc3 = T.alloc_fragment((16, 32), 'float32')
@@ -51,9 +52,11 @@ def index_uses(
             for i0, i1 in T.Parallel(16, 32):
                 acc2[i0, i1] = (acc2[i0, i1] + t_1[i0, i1])
         T.clear(acc4)
-        for s_2 in T.Pipelined(3, num_stages=3, order=[0, 1, 2], stage=[0, 0, 2]):
+        for s_2 in T.Pipelined(3, num_stages=3, order=[0, 1, 2, 3], stage=[0, 0, 0, 2]):
             for i0 in T.Parallel(16):
-                rows[i0] = T.if_then_else((i0 < 14), idx_ptr[((s_2 * 16) + i0)], -1)
+                rows_r[i0] = T.if_then_else((i0 < 14), idx_ptr[((s_2 * 16) + i0)], -1)
+            for i0 in T.Parallel(16):
+                rows[i0] = rows_r[i0]
             for i0, i1 in T.Parallel(16, 32):
                 t_2[i0, i1] = x_ptr[((T.if_then_else((rows[i0] >= 0), rows[i0], 80) * 32) + i1)]
             for i0, i1 in T.Parallel(16, 32):
