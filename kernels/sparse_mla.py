@@ -173,7 +173,7 @@ def kernel_args(q, kv, indices, output, lse, sm_scale, d_v, BK, BH, causal=True)
     return grid, args
 
 
-# Tile sizes and warps per size class; see docs/benchmark/sparse_mla.md.
+# Tile sizes and warps per size class; see docs/benchmark/sparse_mla_seed.md.
 CONFIG_LARGE = dict(BK=64, BH=64, num_warps=8)
 CONFIG_SMALL = dict(BK=64, BH=64, num_warps=4)
 

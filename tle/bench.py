@@ -7,7 +7,8 @@ The operators of tle.ops (forward and backward, over several shapes, beside thei
 
 For each kernel: check every tle backend against the torch reference, then time every
 implementation with triton.testing.do_bench (median), print a table with TB/s or TFLOP/s and the
-ratio to the torch anchor, and write docs/benchmark/<op>.json and <op>.md. Where the tree has no .git
+ratio to the torch anchor, and write docs/benchmark/<op>.json and <op>.md (sparse_mla: sparse_mla_seed.json
+and .md, beside tle-bench's operator page sparse_mla.md). Where the tree has no .git
 (a copy on a GPU machine), set TLE_COMMIT to the commit being measured.
 """
 from __future__ import annotations
@@ -33,6 +34,8 @@ VARIANTS = {"sparse_mla": [("triton, is_async=False", "triton", {"ASYNC": False}
             "matmul": [("tle.gpu kernel, triton", "triton", {}, "matmul_smem.matmul_smem_kernel"),
                        ("tle.gpu kernel, tilelang", "tilelang", {}, "matmul_smem.matmul_smem_kernel")]}
 MEMORY_BOUND = {"vector_add"}
+# page names where a kernel's differs from its own: tle-bench's page sparse_mla.md is the operator tle.ops.sparse_mla
+PAGES = {"sparse_mla": "sparse_mla_seed"}
 TLE_BACKENDS = ("triton", "tilelang")
 
 
@@ -112,7 +115,8 @@ def bench_op(op: str) -> tuple[list[dict], list[str], bool]:
 
 def write_page(out_dir: str, op: str, records: list[dict], lines: list[str], command: str) -> None:
     os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, f"{op}.json"), "w") as f:
+    page_name = PAGES.get(op, op)
+    with open(os.path.join(out_dir, f"{page_name}.json"), "w") as f:
         json.dump(records, f, indent=1)
         f.write("\n")
     r = records[0] if records else {}
@@ -124,7 +128,7 @@ def write_page(out_dir: str, op: str, records: list[dict], lines: list[str], com
             f"- versions: torch {v.get('torch')}, triton {v.get('triton')}, tilelang {v.get('tilelang')}",
             f"- shape: {r.get('shape')}, forward; times are do_bench medians (warmup 25 ms, rep 100 ms)", "",
             *lines, ""]
-    with open(os.path.join(out_dir, f"{op}.md"), "w") as f:
+    with open(os.path.join(out_dir, f"{page_name}.md"), "w") as f:
         f.write("\n".join(page))
 
 
@@ -181,7 +185,7 @@ def main(argv=None) -> int:
         print(f"\n## {op} ({records[0]['shape'] if records else ''})\n")
         print("\n".join(lines))
         write_page(args.out, op, records, lines, command)
-    print(f"\nwrote {', '.join(os.path.join(args.out, op + '.{json,md}') for op in args.ops)}")
+    print(f"\nwrote {', '.join(os.path.join(args.out, PAGES.get(op, op) + '.{json,md}') for op in args.ops)}")
     if args.launch_overhead:
         print("\n## launch overhead (4096-element vector add, warm)\n")
         print("\n".join(launch_overhead()))
