@@ -240,3 +240,46 @@ def test_silu_attention_bad_inputs(bad, match):
     q, k, v = (torch.randn(1, 5, h, 16, dtype=torch.float16) for h in (4, 2, 2))
     with pytest.raises(tle.LaunchError, match=match):
         bad(q, k, v)
+
+
+@pytest.mark.parametrize("bad, match", [
+    (lambda q, kv, i: tle.ops.sparse_mla(q, kv[..., :40], i, d_v=32, backend="torch"),
+     r"'kv' has shape \(1, 8, 1, 40\); expected \[1, S_kv, VG, 48\]"),
+    (lambda q, kv, i: tle.ops.sparse_mla(q, kv.expand(1, 8, 3, 48), i, d_v=32, backend="torch"),
+     "'kv' has 3 groups"),
+    (lambda q, kv, i: tle.ops.sparse_mla(q, kv, i.long(), d_v=32, backend="torch"), "'indices' has dtype int64"),
+    (lambda q, kv, i: tle.ops.sparse_mla(q, kv, i[:, :3], d_v=32, backend="torch"),
+     r"'indices' has shape \(1, 3, 1, 8\); expected \[1, 5, 1, topk\]"),
+    (lambda q, kv, i: tle.ops.sparse_mla(q, kv.float(), i, d_v=32, backend="torch"), "'kv' has dtype float32"),
+    (lambda q, kv, i: tle.ops.sparse_mla(q, kv, i, d_v=48, backend="torch"), r"'d_v' must be an int in \(0, 48\)"),
+    (lambda q, kv, i: tle.ops.sparse_mla(q, kv, i, sm_scale=float("nan"), d_v=32, backend="torch"),
+     "'sm_scale' must be a finite float"),
+    (lambda q, kv, i: tle.ops.sparse_mla(q[0], kv, i, d_v=32, backend="torch"), "'q' has rank 3"),
+    (lambda q, kv, i: tle.ops.sparse_mla(q.double(), kv.double(), i, d_v=32, backend="triton"),
+     "'q' has dtype float64, which backend 'triton' does not take"),
+    (lambda q, kv, i: tle.ops.sparse_mla(q, kv, i, d_v=24, backend="triton"),
+     "backend 'triton' takes 'd_v' and DT - d_v powers of two of at least 16; got d_v=24"),
+])
+def test_sparse_mla_bad_inputs(bad, match):
+    q, kv = torch.randn(1, 5, 4, 48, dtype=torch.float16), torch.randn(1, 8, 1, 48, dtype=torch.float16)
+    indices = torch.zeros(1, 5, 1, 8, dtype=torch.int32)
+    with pytest.raises(tle.LaunchError, match=match):
+        bad(q, kv, indices)
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_sparse_mla_compiles_fullgraph(backend):
+    """sparse_mla in one graph, with the eager results and gradients."""
+    torch.manual_seed(0)
+    q = torch.randn(1, 9, 16, 48, dtype=torch.float16, requires_grad=True)
+    kv = torch.randn(1, 12, 1, 48, dtype=torch.float16, requires_grad=True)
+    indices = torch.randint(-1, 13, (1, 9, 1, 8), dtype=torch.int32)
+
+    def f(q, kv):
+        return tle.ops.sparse_mla(q, kv, indices, d_v=32, backend=backend)
+
+    eager, comp = f(q, kv), torch.compile(f, fullgraph=True, backend="aot_eager")(q, kv)
+    torch.testing.assert_close(comp, eager)
+    do = torch.randn_like(eager)
+    for a, b in zip(torch.autograd.grad(comp, (q, kv), do), torch.autograd.grad(eager, (q, kv), do)):
+        torch.testing.assert_close(a, b)

@@ -22,7 +22,7 @@ def supported(name, dtype):
 @pytest.mark.parametrize("name", OPS)
 def test_samples(name, dtype, backend):
     supported(name, dtype)
-    if name in ("flash_attention", "silu_attention"):
+    if name in ("flash_attention", "silu_attention", "sparse_mla"):
         pytest.skip("test_attention_gpu.py runs each sample as a test of its own")
     torch.manual_seed(0)
     # TileLang compiles per shape: every sample in fp32 (the first dtype the kernels take), the first three in
@@ -37,6 +37,9 @@ def test_samples(name, dtype, backend):
 @pytest.mark.parametrize("name", OPS)
 def test_headline_shape(name, dtype, backend):
     supported(name, dtype)
+    if name == "sparse_mla":
+        pytest.skip("its headline shape's unchunked fp32 reference with autograd needs about 65 GB; "
+                    "test_kernels_gpu checks both kernels at the 64-head benchmark shape against the chunked one")
     op = OPERATORS[name]
     torch.manual_seed(0)
     sample = op.bench.make(op.bench.shapes[0], dtype, "cuda")

@@ -21,6 +21,7 @@ from tle.kernels.rms_norm import OPERATOR as _op_rms_norm, RMSNorm, rms_norm  # 
 from tle.kernels.scale_bias_add import OPERATOR as _op_scale_bias_add, scale_bias_add  # noqa: E402,F401
 from tle.kernels.silu_attention import OPERATOR as _op_silu_attention, silu_attention  # noqa: E402,F401
 from tle.kernels.softmax import OPERATOR as _op_softmax, Softmax, softmax  # noqa: E402,F401
+from tle.kernels.sparse_mla_attention import OPERATOR as _op_sparse_mla_attention, sparse_mla  # noqa: E402,F401
 
 OPERATORS = {op.name: op for k, v in dict(globals()).items() if k.startswith("_op_")
              for op in (v if isinstance(v, tuple) else (v,)) if isinstance(op, _Operator)}
