@@ -18,10 +18,14 @@ needs_tilelang = pytest.mark.skipif(tle.available_backends().get("tilelang") is 
                                     reason="TileLang backend unavailable")
 
 
-def interpret_tilelang(kernel, grid, *args, num_warps=None, **kwargs):
+def interpret_tilelang(kernel, grid, *args, num_warps=None, compile_cuda=False, **kwargs):
     """Run on CPU tensors (written in place); return the interpreter's report. num_warps None: as a launch
-    that leaves it out (the kernel's tle.call sites choose it, else 4)."""
+    that leaves it out (the kernel's tle.call sites choose it, else 4). compile_cuda: also build the lowering
+    for sm_90a first (nvcc), where TileLang refuses what the interpreter runs (a warp partition it cannot
+    make, say)."""
     lowered = kernel.lower(*args, grid=grid, backend="tilelang", num_warps=num_warps, **kwargs)
+    if compile_cuda:
+        assert "__global__" in lowered.stage("cuda")
     relies = any(ZERO_FILL in how for _, _, _, how in lowered.compiled.access_report)
     report = kernel.interpret_tilelang(grid, *args, strict_reads=not relies, num_warps=num_warps, **kwargs)
     assert report.blocks == math.prod(grid)
@@ -55,6 +59,9 @@ class tilelang_through_interpreter:
     the operator tests check the TileLang lowering's numbers without a GPU. The oracle stays a test tool:
     nothing outside the tests launches through it."""
 
+    def __init__(self, compile_cuda=False):
+        self.compile_cuda = compile_cuda        # also build each launch's lowering for sm_90a (nvcc)
+
     def __enter__(self):
         import tle.oplib.backend as op_backend
         from tle.jit import Kernel
@@ -63,7 +70,8 @@ class tilelang_through_interpreter:
         def launch(kernel, grid, args, kwargs, warmup=False):
             if kwargs.get("backend") != "tilelang":
                 return real_launch(kernel, grid, args, kwargs, warmup)
-            interpret_tilelang(kernel, grid, *args, **{k: v for k, v in kwargs.items() if k != "backend"})
+            interpret_tilelang(kernel, grid, *args, compile_cuda=self.compile_cuda,
+                               **{k: v for k, v in kwargs.items() if k != "backend"})
 
         def reason(name, device):
             return None if name == "tilelang" and device.type == "cpu" else real_reason(name, device)

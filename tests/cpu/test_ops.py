@@ -71,6 +71,21 @@ def test_tilelang_kernels_in_interpreter(name):
             assert_matches_reference(OPERATORS[name], sample, "tilelang")
 
 
+# operators whose tiles and warps follow the problem (head dim, sequence length, heads per group): each
+# sample's TileLang kernels are also built for sm_90a, as TileLang refuses at build time warp partitions that
+# its interpreter runs
+BUILT_PER_SAMPLE = ("flash_attention", "silu_attention", "sparse_mla")
+
+
+@needs_tilelang
+@pytest.mark.slow
+@pytest.mark.parametrize("name", BUILT_PER_SAMPLE)
+def test_tilelang_kernels_of_every_sample_build_for_sm90a(name):
+    with tilelang_through_interpreter(compile_cuda=True):
+        for sample in samples(name, torch.float16):
+            assert_matches_reference(OPERATORS[name], sample, "tilelang")
+
+
 @pytest.mark.parametrize("name", OPS)
 def test_opcheck(name):
     """torch.library.opcheck of every tle:: op the operator calls, forward and backward (torch backend)."""
