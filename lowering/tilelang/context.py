@@ -57,6 +57,7 @@ class Context:
         self.out = Emission()                  # the kernel body's statements
         self.buffers: dict[int, Buffer] = {}
         self.copies: dict[tuple, Buffer] = {}  # (value id, scope, dtype) -> a second buffer holding the value
+        self.row_products = None               # reductions.py: the warp policy of each product, made once
         self.scalars: dict[int, str] = {}      # value id -> identifier of a let or alloc_var
         self.notes: list[str] = []
         self.accesses: dict[int, Access] = {}

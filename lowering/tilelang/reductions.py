@@ -2,12 +2,14 @@
 max/min reduction then a min over the indices holding it (a `tl.reduce` whose combine function is a plain
 sum, max or min comes here too; scans and the other combine functions are in combines.py); `tl.dot` is
 `T.gemm` of shared-memory operands (a transposed operand becomes transpose_A/B) into a fragment
-accumulator, updated in place where nothing reads the old accumulator afterwards."""
+accumulator, updated in place where nothing reads the old accumulator afterwards; attention-like products
+keep whole rows per warp and take an A operand from registers (row_products.py)."""
 from __future__ import annotations
 
 from ..ir import types as T
 from ..ir.core import Op, Value
 from .context import Buffer, Context
+from .row_products import RowProducts
 from .rules import RULES
 from .slots import yields_back
 from .syntax import loop_indices, parallel_header
@@ -52,7 +54,11 @@ def dot(g: Context, op: Op, indent: int):
     if a.type.elem != b.type.elem:
         g.error(f"tl.dot of {a.type.elem} by {b.type.elem}", op, "TileLang 0.1.15's T.gemm multiplies two fp8 kinds "
                 "together on Blackwell (tcgen05) only; convert one operand to the other's kind")
-    ab, ta = _operand(g, a, indent)
+    rows = _row_products(g)
+    if rows.register_a(op):
+        ab, ta = g.buffer_of(a, indent, "fragment"), False     # the registers it was computed in
+    else:
+        ab, ta = _operand(g, a, indent)
     bb, tb = _operand(g, b, indent)
     out = _accumulator(g, op, accv, indent)
     flags = []
@@ -60,12 +66,20 @@ def dot(g: Context, op: Op, indent: int):
         flags.append("transpose_A=True")
     if tb:
         flags.append("transpose_B=True")
+    if rows.full_row(op):
+        flags.append("policy=T.GemmWarpPolicy.FullRow")
     if a.type.elem.is_fp8 and (ta or not tb):
         g.notes.append(f"line {op.loc.line}: tl.dot of {a.type.elem}: TileLang issues Hopper's wgmma for fp8 only "
                        f"with both operands K-major (A as an (M, K) tile, B as tl.trans of an (N, K) tile); "
                        f"this product runs on mma.sync")
     g.emit(f"T.gemm({', '.join([ab.name, bb.name, out.name] + flags)})", indent)
     g.buffers[op.result.id] = out
+
+
+def _row_products(g: Context) -> RowProducts:
+    if getattr(g, "row_products", None) is None:
+        g.row_products = RowProducts(g.k, g.users, g.k.num_warps)
+    return g.row_products
 
 
 def _operand(g: Context, v: Value, indent: int) -> tuple[Buffer, bool]:

@@ -46,9 +46,9 @@ def flash_attention_bwd_dkdv_kernel(
         delta = T.alloc_fragment((32,), 'float32')
         acc = T.alloc_fragment((128, 32), 'float32')
         p_t = T.alloc_fragment((128, 32), 'float32')
-        t_2 = T.alloc_shared((128, 32), 'float16')
+        t_2 = T.alloc_fragment((128, 32), 'float16')
         dp_t = T.alloc_fragment((128, 32), 'float32')
-        t_3 = T.alloc_shared((128, 32), 'float16')
+        t_3 = T.alloc_fragment((128, 32), 'float16')
         t_4 = T.alloc_fragment((128, 32), 'float16')
         pid_n = bx
         b = T.truncdiv(by, 2)
@@ -72,17 +72,17 @@ def flash_attention_bwd_dkdv_kernel(
                 for i0 in T.Parallel(32):
                     delta[i0] = T.if_then_else(((start_m + i0) < 72), delta_ptr[((((b * 288) + (h * 72)) + 0) + (start_m + i0))], 0.0)
                 T.clear(acc)
-                T.gemm(k, q, acc, transpose_B=True)
+                T.gemm(k, q, acc, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
                 for i0, i1 in T.Parallel(128, 32):
                     p_t[i0, i1] = T.if_then_else(((n0 + i0) <= ((start_m + i1) + 0)), T.exp2(((acc[i0, i1] * qk_scale) - (t_1[i1] * 1.4426950408889634))), 0.0)
                 for i0, i1 in T.Parallel(128, 32):
                     t_2[i0, i1] = T.cast(p_t[i0, i1], 'float16')
-                T.gemm(t_2, do, dv)
+                T.gemm(t_2, do, dv, policy=T.GemmWarpPolicy.FullRow)
                 T.clear(dp_t)
-                T.gemm(v, do, dp_t, transpose_B=True)
+                T.gemm(v, do, dp_t, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
                 for i0, i1 in T.Parallel(128, 32):
                     t_3[i0, i1] = T.cast((p_t[i0, i1] * (dp_t[i0, i1] - delta[i1])), 'float16')
-                T.gemm(t_3, q, dk)
+                T.gemm(t_3, q, dk, policy=T.GemmWarpPolicy.FullRow)
         for i0, i1 in T.Parallel(128, 32):
             t_4[i0, i1] = T.cast((dk[i0, i1] * sm_scale), 'float16')
         T.copy(t_4, dk_ptr_v[b, n0:n0 + 128, h_kv, 0:32])

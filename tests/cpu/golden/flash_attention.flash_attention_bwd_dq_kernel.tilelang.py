@@ -44,7 +44,7 @@ def flash_attention_bwd_dq_kernel(
         v = T.alloc_shared((32, 32), 'float16')
         acc = T.alloc_fragment((128, 32), 'float32')
         dp = T.alloc_fragment((128, 32), 'float32')
-        t_2 = T.alloc_shared((128, 32), 'float16')
+        t_2 = T.alloc_fragment((128, 32), 'float16')
         t_3 = T.alloc_fragment((128, 32), 'float16')
         pid_m = bx
         b = T.truncdiv(by, 4)
@@ -64,12 +64,12 @@ def flash_attention_bwd_dq_kernel(
             T.copy(k_ptr_v[b, start_n:start_n + 32, T.truncdiv(h, 2), 0:32], k)
             T.copy(v_ptr_v[b, start_n:start_n + 32, T.truncdiv(h, 2), 0:32], v)
             T.clear(acc)
-            T.gemm(q, k, acc, transpose_B=True)
+            T.gemm(q, k, acc, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
             T.clear(dp)
-            T.gemm(do, v, dp, transpose_B=True)
+            T.gemm(do, v, dp, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
             for i0, i1 in T.Parallel(128, 32):
                 t_2[i0, i1] = T.cast((T.if_then_else(((start_n + i1) <= ((m0 + i0) + 0)), T.exp2(((acc[i0, i1] * qk_scale) - (t[i0] * 1.4426950408889634))), 0.0) * (dp[i0, i1] - delta[i0])), 'float16')
-            T.gemm(t_2, k, dq)
+            T.gemm(t_2, k, dq, policy=T.GemmWarpPolicy.FullRow)
         for i0, i1 in T.Parallel(128, 32):
             t_3[i0, i1] = T.cast((dq[i0, i1] * sm_scale), 'float16')
         T.copy(t_3, dq_ptr_v[b, m0:m0 + 128, h, 0:32])

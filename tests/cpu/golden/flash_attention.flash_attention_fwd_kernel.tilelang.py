@@ -41,7 +41,7 @@ def flash_attention_fwd_kernel(
         p = T.alloc_fragment((128, 64), 'float32')
         sum_1 = T.alloc_fragment((128,), 'float32')
         v = T.alloc_shared((64, 32), 'float16')
-        t_1 = T.alloc_shared((128, 64), 'float16')
+        t_1 = T.alloc_fragment((128, 64), 'float16')
         t_2 = T.alloc_fragment((128, 32), 'float16')
         lse = T.alloc_fragment((128,), 'float32')
         pid_m = bx
@@ -61,7 +61,7 @@ def flash_attention_fwd_kernel(
             start_n = start_n_it * 64
             T.copy(k_ptr_v[b, start_n:start_n + 64, T.truncdiv(h, 2), 0:32], k)
             T.clear(acc_1)
-            T.gemm(q, k, acc_1, transpose_B=True)
+            T.gemm(q, k, acc_1, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
             for i0, i1 in T.Parallel(128, 64):
                 qk[i0, i1] = T.if_then_else((((start_n + i1) < 72) & ((start_n + i1) <= ((m0 + i0) + 0))), (acc_1[i0, i1] * qk_scale), -T.infinity('float32'))
             T.reduce_max(qk, max_1, dim=1)
@@ -75,7 +75,7 @@ def flash_attention_fwd_kernel(
                 t_1[i0, i1] = T.cast(p[i0, i1], 'float16')
             for i0, i1 in T.Parallel(128, 32):
                 acc[i0, i1] = (acc[i0, i1] * alpha[i0])
-            T.gemm(t_1, v, acc)
+            T.gemm(t_1, v, acc, policy=T.GemmWarpPolicy.FullRow)
             for i0 in T.Parallel(128):
                 l_i[i0] = ((l_i[i0] * alpha[i0]) + sum_1[i0])
             for i0 in T.Parallel(128):

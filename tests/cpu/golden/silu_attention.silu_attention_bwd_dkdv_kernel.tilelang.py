@@ -67,7 +67,7 @@ def silu_attention_bwd_dkdv_kernel(
                 T.copy(q_ptr_v[b, start_m:start_m + 32, h, 0:32], q)
                 T.copy(do_ptr_v[b, start_m:start_m + 32, h, 0:32], do)
                 T.clear(acc)
-                T.gemm(k, q, acc, transpose_B=True)
+                T.gemm(k, q, acc, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
                 for i0, i1 in T.Parallel(128, 32):
                     t[i0, i1] = T.if_then_else((((start_m + i1) < 72) & ((n0 + i0) < 72)), bias_ptr[((((b * 0) + (h * 5184)) + ((start_m + i1) * 72)) + ((n0 + i0) * 1))], T.float16(0.0))
                 for i0, i1 in T.Parallel(128, 32):
@@ -78,7 +78,7 @@ def silu_attention_bwd_dkdv_kernel(
                     t_1[i0, i1] = T.cast(((((acc[i0, i1] * scale) + T.cast(t[i0, i1], 'float32')) * sig[i0, i1]) * w[i0, i1]), 'float16')
                 T.gemm(t_1, do, dv)
                 T.clear(acc_1)
-                T.gemm(v, do, acc_1, transpose_B=True)
+                T.gemm(v, do, acc_1, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
                 for i0, i1 in T.Parallel(128, 32):
                     ds_t[i0, i1] = ((acc_1[i0, i1] * (sig[i0, i1] * (1.0 + (((acc[i0, i1] * scale) + T.cast(t[i0, i1], 'float32')) * (1.0 - sig[i0, i1]))))) * w[i0, i1])
                 for i0, i1 in T.Parallel(128, 32):

@@ -55,13 +55,13 @@ def silu_attention_bwd_dq_kernel(
             T.copy(k_ptr_v[b, start_n:start_n + 32, T.truncdiv(h, 2), 0:32], k)
             T.copy(v_ptr_v[b, start_n:start_n + 32, T.truncdiv(h, 2), 0:32], v)
             T.clear(acc)
-            T.gemm(q, k, acc, transpose_B=True)
+            T.gemm(q, k, acc, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
             for i0, i1 in T.Parallel(128, 32):
                 t[i0, i1] = T.if_then_else((((m0 + i0) < 72) & ((start_n + i1) < 72)), bias_ptr[((((b * 0) + (h * 5184)) + ((m0 + i0) * 72)) + ((start_n + i1) * 1))], T.float16(0.0))
             for i0, i1 in T.Parallel(128, 32):
                 sig[i0, i1] = T.sigmoid(((acc[i0, i1] * scale) + T.cast(t[i0, i1], 'float32')))
             T.clear(acc_1)
-            T.gemm(do, v, acc_1, transpose_B=True)
+            T.gemm(do, v, acc_1, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
             for i0, i1 in T.Parallel(128, 32):
                 t_1[i0, i1] = T.cast(((acc_1[i0, i1] * (sig[i0, i1] * (1.0 + (((acc[i0, i1] * scale) + T.cast(t[i0, i1], 'float32')) * (1.0 - sig[i0, i1]))))) * T.if_then_else(((((m0 + i0) < 72) & ((start_n + i1) < 72)) & ((start_n + i1) <= (m0 + i0))), inv_n, 0.0)), 'float16')
             T.gemm(t_1, k, dq)

@@ -47,7 +47,7 @@ def silu_attention_fwd_kernel(
             T.copy(k_ptr_v[b, start_n:start_n + 64, T.truncdiv(h, 2), 0:32], k)
             T.copy(v_ptr_v[b, start_n:start_n + 64, T.truncdiv(h, 2), 0:32], v)
             T.clear(acc_1)
-            T.gemm(q, k, acc_1, transpose_B=True)
+            T.gemm(q, k, acc_1, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
             for i0, i1 in T.Parallel(128, 64):
                 t[i0, i1] = T.if_then_else((((m0 + i0) < 72) & ((start_n + i1) < 72)), bias_ptr[((((b * 0) + (h * 5184)) + ((m0 + i0) * 72)) + ((start_n + i1) * 1))], T.float16(0.0))
             for i0, i1 in T.Parallel(128, 64):

@@ -34,7 +34,7 @@ def sparse_mla_fwd_kernel(
         exp_qk = T.alloc_fragment((64, 64), 'float32')
         sum_qk = T.alloc_fragment((64,), 'float32')
         alpha = T.alloc_fragment((64,), 'float32')
-        t_1 = T.alloc_shared((64, 64), 'bfloat16')
+        t_1 = T.alloc_fragment((64, 64), 'bfloat16')
         i_b = bx
         i_sq = by
         i_gbh = bz
@@ -61,8 +61,8 @@ def sparse_mla_fwd_kernel(
                 tkv_blk[i1, i0] = kv[(((((i_b * 12288) + (i_g * 96)) + 64) + (i0 * 1)) + (T.if_then_else(((kv_ids[i1] <= i_sq) & (kv_ids[i1] >= 0)) & t, kv_ids[i1], 256) * 96))]
             if t:
                 T.clear(qk)
-                T.gemm(tq_blk, tkv_blk, qk, transpose_B=True)
-                T.gemm(q_blk, kv_blk, qk, transpose_B=True)
+                T.gemm(tq_blk, tkv_blk, qk, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
+                T.gemm(q_blk, kv_blk, qk, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
                 for i0, i1 in T.Parallel(64, 64):
                     qk_1[i0, i1] = T.if_then_else(((kv_ids[i1] <= i_sq) & (kv_ids[i1] >= 0)), (qk[i0, i1] * 0.14724444593517363), -T.infinity('float32'))
                 T.reduce_max(qk_1, max_1, dim=1)
@@ -75,7 +75,7 @@ def sparse_mla_fwd_kernel(
                     t_1[i0, i1] = T.cast(exp_qk[i0, i1], 'bfloat16')
                 for i0, i1 in T.Parallel(64, 64):
                     acc[i0, i1] = (acc[i0, i1] * alpha[i0])
-                T.gemm(t_1, kv_blk, acc)
+                T.gemm(t_1, kv_blk, acc, policy=T.GemmWarpPolicy.FullRow)
                 for i0 in T.Parallel(64):
                     sum_exp[i0] = ((sum_exp[i0] * alpha[i0]) + sum_qk[i0])
                 for i0 in T.Parallel(64):
