@@ -1,0 +1,46 @@
+"""Which TileLang products keep whole rows per warp (T.GemmWarpPolicy.FullRow) and read their A operand from
+registers (lowering/tilelang/row_products.py): attention's two products do, a plain matmul does not, nor a
+product whose rows do not divide among the warps."""
+import re
+
+import pytest
+
+from kernel_cases import example_kernels, lower_example
+from tilelang_oracle import needs_tilelang
+
+KERNELS = dict(example_kernels())
+
+
+def gemms(source: str) -> list[str]:
+    return re.findall(r"T\.gemm\(.*\)", source)
+
+
+def test_attention_forward_keeps_rows_per_warp_and_multiplies_p_from_registers():
+    source = lower_example(KERNELS["flash_attention.flash_attention_fwd_kernel"], "tilelang").source
+    scores, weighted = gemms(source)
+    assert scores.endswith("transpose_B=True, policy=T.GemmWarpPolicy.FullRow)")
+    assert weighted.endswith("policy=T.GemmWarpPolicy.FullRow)")
+    p = weighted[len("T.gemm("):].split(",")[0]                      # the A operand: a fragment
+    assert f"{p} = T.alloc_fragment(" in source and f"{p} = T.alloc_shared(" not in source
+
+
+def test_a_plain_matmul_keeps_the_default_policy():
+    source = lower_example(KERNELS["matmul.matmul_kernel"], "tilelang").source
+    assert gemms(source) and not any("policy=" in gm for gm in gemms(source))
+
+
+def test_rows_that_do_not_divide_among_the_warps_keep_the_default_policy():
+    # 64 heads x 8 warps: 8 rows a warp, fewer than the 16 a warp's slice of a product holds
+    kernel = KERNELS["sparse_mla_attention.sparse_mla_fwd_kernel"]
+    assert not any("policy=" in gm for gm in gemms(lower_example(kernel, "tilelang", num_warps=8).source))
+    # at 4 warps they divide: the scores and the weighted sum keep their rows, P comes from registers
+    four = gemms(lower_example(kernel, "tilelang", num_warps=4).source)
+    assert all("FullRow" in gm for gm in four)
+
+
+@needs_tilelang
+@pytest.mark.slow
+def test_the_register_operand_form_builds_for_sm90a():
+    lowered = lower_example(KERNELS["flash_attention.flash_attention_bwd_dkdv_kernel"], "tilelang")
+    assert all("FullRow" in gm for gm in gemms(lowered.source))
+    assert "__global__" in lowered.stage("cuda")
