@@ -79,18 +79,22 @@ class RowProducts:
 
     def _accumulated_by(self, d: Op) -> list[Op]:
         """The products whose accumulator is `d`'s result, through same-layout element-wise updates."""
-        out, seen, todo = [], set(), [d.result]
+        return [u for u, v in self._uses(d.result) if u.name == "dot" and len(u.operands) > 2 and u.operands[2] is v]
+
+    def _uses(self, start: Value):
+        """(op, the value it reads) for each use of `start` and of what same-layout element-wise ops make of it
+        (those ops themselves walked through, not yielded)."""
+        seen, todo = set(), [start]
         while todo:
             v = todo.pop()
             if v.id in seen:
                 continue
             seen.add(v.id)
             for u in self.users.get(v.id, []):
-                if u.name == "dot" and len(u.operands) > 2 and u.operands[2] is v:
-                    out.append(u)
-                elif u.name in SAME_LAYOUT and u.results and u.result.type.shape == v.type.shape:
+                if u.name in SAME_LAYOUT and u.results and u.result.type.shape == v.type.shape:
                     todo.append(u.result)
-        return out
+                else:
+                    yield u, v
 
     # -- what each product needs -----------------------------------------------------------------------------
     def _rows_divide(self, d: Op) -> bool:
@@ -99,20 +103,8 @@ class RowProducts:
 
     def _feeds_rows(self, d: Op) -> bool:
         """Is `d`'s result, element-wise, reduced along its rows or the A operand of a product?"""
-        seen, todo = set(), [d.result]
-        while todo:
-            v = todo.pop()
-            if v.id in seen:
-                continue
-            seen.add(v.id)
-            for u in self.users.get(v.id, []):
-                if u.name == "reduce" and u.attrs["axis"] == len(v.type.shape) - 1:
-                    return True
-                if u.name == "dot" and u.operands[0] is v:
-                    return True
-                if u.name in SAME_LAYOUT and u.results and u.result.type.shape == v.type.shape:
-                    todo.append(u.result)
-        return False
+        return any((u.name == "reduce" and u.attrs["axis"] == len(v.type.shape) - 1) or
+                   (u.name == "dot" and u.operands[0] is v) for u, v in self._uses(d.result))
 
     def _register_sources(self, d: Op) -> list[Op] | None:
         """The products `d`'s A operand is computed from element-wise, or None where it is not such a value
