@@ -40,7 +40,7 @@ from tle.oplib.dispatch import custom_op
 from tle.oplib.rows import torch_compute_dtype
 
 KERNEL_DTYPES = (torch.float16, torch.bfloat16)
-LOG2E = 1.4426950408889634
+GRID_AXIS_MAX = 65535          # CUDA's limit on grid axes 1 and 2
 
 
 @tle.jit
@@ -490,6 +490,10 @@ def check_kernel_inputs(backend, q, kv, indices, d_v):
     if not (_is_power_of_two(d_v) and _is_power_of_two(tail)):
         raise tle.LaunchError(f"tle.ops.sparse_mla: backend '{backend}' takes 'd_v' and DT - d_v powers of two of "
                               f"at least 16; got d_v={d_v}, DT - d_v={tail} (any runs on 'torch')")
+    b, s = q.shape[:2]
+    if s > GRID_AXIS_MAX or b > GRID_AXIS_MAX:
+        raise tle.LaunchError(f"tle.ops.sparse_mla: 'q' has shape {tuple(q.shape)}; backend '{backend}' launches a "
+                              f"program per query and batch on grid axes 1 and 2, at most {GRID_AXIS_MAX} each")
     for name, t in (("q", q), ("kv", kv), ("indices", indices)):
         if t.numel() >= 2 ** 31:
             raise tle.LaunchError(f"tle.ops.sparse_mla: '{name}' has {t.numel()} elements; backend '{backend}' "

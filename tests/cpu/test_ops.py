@@ -272,6 +272,8 @@ def test_silu_attention_bad_inputs(bad, match):
     (lambda q, kv, i: tle.ops.sparse_mla(q[0], kv, i, d_v=32, backend="torch"), "'q' has rank 3"),
     (lambda q, kv, i: tle.ops.sparse_mla(q.double(), kv.double(), i, d_v=32, backend="triton"),
      "'q' has dtype float64, which backend 'triton' does not take"),
+    (lambda q, kv, i: tle.ops.sparse_mla(q[:, :1].expand(1, 65536, 4, 48), kv, i[:, :1].expand(1, 65536, 1, 8), d_v=32,
+                                         backend="triton"), "launches a program per query and batch"),
     (lambda q, kv, i: tle.ops.sparse_mla(q, kv, i, d_v=24, backend="triton"),
      "backend 'triton' takes 'd_v' and DT - d_v powers of two of at least 16; got d_v=24"),
 ])
