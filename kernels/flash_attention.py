@@ -659,11 +659,18 @@ def check_attention_inputs(q, k, v, varlen: bool, causal, scale) -> float:
     return float(scale)
 
 
-def check_kernel_inputs(op: str, backend: str, **tensors) -> None:
-    """What the attention kernels take: fp16/bf16, the head dims of KERNEL_HEAD_DIMS, 32-bit offsets."""
+GRID_AXIS_MAX = 65535          # CUDA's limit on grid axis 1, which the kernels give a program per (batch, head)
+
+
+def check_kernel_inputs(op: str, backend: str, batch: int, **tensors) -> None:
+    """What the attention kernels take: fp16/bf16, the head dims of KERNEL_HEAD_DIMS, 32-bit offsets, at most
+    GRID_AXIS_MAX (batch, head) pairs."""
     if backend == "torch":
         return
     q = tensors["q"]
+    if batch * q.shape[-2] > GRID_AXIS_MAX:
+        raise tle.LaunchError(f"tle.ops.{op}: {batch} sequences of {q.shape[-2]} heads; backend '{backend}' launches "
+                              f"a program per (sequence, head) on grid axis 1, at most {GRID_AXIS_MAX}")
     if q.dtype not in KERNEL_DTYPES:
         raise tle.LaunchError(f"tle.ops.{op}: 'q' has dtype {str(q.dtype)[6:]}, which backend '{backend}' "
                               f"does not take (float16, bfloat16; other dtypes run on 'torch')")
@@ -726,7 +733,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
             raise tle.LaunchError("'max_seqlen_q' / 'max_seqlen_k' go with packed inputs (cu_seqlens_q/_k)")
         max_seqlen_q, max_seqlen_k = q.shape[1], k.shape[1]
     b = resolve("flash_attention", q.device, backend, fallback=fallback)
-    check_kernel_inputs("flash_attention", b, q=q, k=k, v=v)
+    check_kernel_inputs("flash_attention", b, cu_seqlens_q.shape[0] - 1 if varlen else q.shape[0], q=q, k=k, v=v)
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
     out, lse = _flash_attention_op(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale,
                                    b)

@@ -513,7 +513,7 @@ def silu_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
             raise tle.LaunchError(f"'attn_bias' has shape {tuple(attn_bias.shape)}; expected {list(full)}, its batch "
                                   f"and head dimensions may be 1 (broadcast)")
     b = resolve("silu_attention", q.device, backend, fallback=fallback)
-    check_kernel_inputs("silu_attention", b, q=q, k=k, v=v, attn_bias=attn_bias)
+    check_kernel_inputs("silu_attention", b, batch, q=q, k=k, v=v, attn_bias=attn_bias)
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
     if attn_bias is not None and attn_bias.stride(-1) != 1:
         attn_bias = attn_bias.contiguous()

@@ -32,7 +32,7 @@ import triton.language as tl
 
 import tle
 from tle.examples import default_tolerance
-from tle.kernels.flash_attention import flash_attention_bwd_preprocess_kernel, nan_like
+from tle.kernels.flash_attention import GRID_AXIS_MAX, flash_attention_bwd_preprocess_kernel, nan_like
 from tle.kernels.sparse_mla import make_indices   # DeepSeek's test indices: query t draws from [0, t)
 from tle.oplib import BenchSpec, Operator, Sample, check_tensor, resolve
 from tle.oplib.arith import cdiv
@@ -40,7 +40,6 @@ from tle.oplib.dispatch import custom_op
 from tle.oplib.rows import torch_compute_dtype
 
 KERNEL_DTYPES = (torch.float16, torch.bfloat16)
-GRID_AXIS_MAX = 65535          # CUDA's limit on grid axes 1 and 2
 
 
 @tle.jit

@@ -233,6 +233,9 @@ def test_flash_attention_compiles_fullgraph(backend, packed):
                                              backend="torch"), "'max_seqlen_q' is 3; expected an int of at least 5"),
     (lambda q, k, v: tle.ops.flash_attention(q, k, v, max_seqlen_q=5, backend="torch"),
      "'max_seqlen_q' / 'max_seqlen_k' go with packed inputs"),
+    (lambda q, k, v: tle.ops.flash_attention(q.expand(16384, 5, 4, 16), k.expand(16384, 5, 2, 16),
+                                             v.expand(16384, 5, 2, 16), backend="triton"),
+     "16384 sequences of 4 heads; backend 'triton' launches a program per"),
 ])
 def test_flash_attention_bad_inputs(bad, match):
     q, k, v = (torch.randn(1, 5, h, 16, dtype=torch.float16) for h in (4, 2, 2))
@@ -250,6 +253,9 @@ def test_flash_attention_bad_inputs(bad, match):
      "'max_seqlen' goes with packed inputs"),
     (lambda q, k, v: tle.ops.silu_attention(q[0], k[0], v[0], cu_seqlens=torch.tensor([0, 2, 4], dtype=torch.int32),
                                             backend="torch"), "'cu_seqlens' must start at 0"),
+    (lambda q, k, v: tle.ops.silu_attention(q.expand(16384, 5, 4, 16), k.expand(16384, 5, 2, 16),
+                                            v.expand(16384, 5, 2, 16), backend="triton"),
+     "16384 sequences of 4 heads; backend 'triton' launches a program per"),
 ])
 def test_silu_attention_bad_inputs(bad, match):
     q, k, v = (torch.randn(1, 5, h, 16, dtype=torch.float16) for h in (4, 2, 2))
