@@ -60,13 +60,19 @@ def _query(q_ptr, b, s, heads, head_ok, stride_qb, stride_qs, stride_qh, D: tl.c
 
 
 @tle.jit
+def _sees(ids, s, seqlen_kv):
+    """Which entries of an index list query s sees: a row of kv at or before its own position."""
+    return (ids >= 0) & (ids <= s) & (ids < seqlen_kv)
+
+
+@tle.jit
 def _gather_rows(kv_base, idx_base, stride_kvs, start, s, seqlen_kv, topk, D: tl.constexpr, TD: tl.constexpr,
                  BLOCK_K: tl.constexpr):
     """(ids, which ids query s sees, the rows they name split at d_v: [BLOCK_K, D] and [BLOCK_K, TD]) of index
     list entries [start, start + BLOCK_K); rows it does not see read 0."""
     cols = start + tl.arange(0, BLOCK_K)
     ids = tl.load(idx_base + cols, mask=cols < topk, other=-1)
-    seen = (ids >= 0) & (ids <= s) & (ids < seqlen_kv)
+    seen = _sees(ids, s, seqlen_kv)
     rows = kv_base + ids[:, None] * stride_kvs
     kv = tle.load(rows + tl.arange(0, D)[None, :], mask=seen[:, None], other=0.0, is_async=True)
     kv_t = tle.load(rows + D + tl.arange(0, TD)[None, :], mask=seen[:, None], other=0.0, is_async=True)
@@ -81,7 +87,7 @@ def _steps_end(idx_base, s, seqlen_kv, topk, BLOCK_K: tl.constexpr, SCAN: tl.con
     for start in range(0, topk, SCAN):
         cols = start + tl.arange(0, SCAN)
         ids = tl.load(idx_base + cols, mask=cols < topk, other=-1)
-        seen = (ids >= 0) & (ids <= s) & (ids < seqlen_kv)
+        seen = _sees(ids, s, seqlen_kv)
         last = tl.maximum(last, tl.max(tl.where(seen, cols, -1), 0))
     return tl.cdiv(last + 1, BLOCK_K) * BLOCK_K
 
