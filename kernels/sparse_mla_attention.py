@@ -457,7 +457,8 @@ def _bwd_example(device, size):
 
 
 # -- the public surface -------------------------------------------------------------------------------------
-def _is_power_of_two(n):
+def _kernel_width(n):
+    """A width the kernels take: a power of two of at least 16 (tl.arange's and a product's)."""
     return n >= 16 and n & (n - 1) == 0
 
 
@@ -492,7 +493,7 @@ def check_kernel_inputs(backend, q, kv, indices, d_v):
         raise tle.LaunchError(f"tle.ops.sparse_mla: 'q' has dtype {str(q.dtype)[6:]}, which backend '{backend}' "
                               f"does not take (float16, bfloat16; other dtypes run on 'torch')")
     tail = q.shape[3] - d_v
-    if not (_is_power_of_two(d_v) and _is_power_of_two(tail)):
+    if not (_kernel_width(d_v) and _kernel_width(tail)):
         raise tle.LaunchError(f"tle.ops.sparse_mla: backend '{backend}' takes 'd_v' and DT - d_v powers of two of "
                               f"at least 16; got d_v={d_v}, DT - d_v={tail} (any runs on 'torch')")
     b, s = q.shape[:2]

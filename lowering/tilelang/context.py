@@ -164,11 +164,11 @@ class Context:
     def forget(self, blk: Block):
         """Drop what the values `blk` defines were bound to, before it is emitted a second time (a while
         loop's condition, computed again at the end of each step): its second emission computes them anew."""
-        for o in blk.walk():
-            for r in o.results:
-                for table in (self.buffers, self.scalars, self.keepdims):
-                    table.pop(r.id, None)
-                self.copies = {k: b for k, b in self.copies.items() if k[0] != r.id}
+        defined = {r.id for o in blk.walk() for r in o.results}
+        for table in (self.buffers, self.scalars, self.keepdims):
+            for vid in defined:
+                table.pop(vid, None)
+        self.copies = {k: b for k, b in self.copies.items() if k[0] not in defined}
 
     # -- buffers ---------------------------------------------------------------------------------------------
     def visible(self, b: Buffer) -> bool:
