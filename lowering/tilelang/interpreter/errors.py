@@ -39,3 +39,14 @@ class DeviceAssertionFailed(InterpreterError):
 class Unsupported(InterpreterError):
     """A construct the interpreter does not model: it says so rather than guess."""
     kind = "construct the interpreter does not model"
+
+
+class Deadlock(InterpreterError):
+    """Every role of a block that has not finished waits on an mbarrier phase that no running role can
+    complete any more: on the GPU the block hangs."""
+    kind = "deadlock"
+
+
+class BarrierOverflow(InterpreterError):
+    """More threads arrive on an mbarrier in one phase than it was initialised to expect."""
+    kind = "more arrivals on an mbarrier than its phase expects"

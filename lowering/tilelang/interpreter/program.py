@@ -9,16 +9,25 @@ Execution model:
   lanes' values, `if` and `T.if_then_else` narrow the active lanes.
 - Serial loops (T.serial, range, T.Pipelined) run in order; a T.Pipelined loop that names its stages runs
   in TileLang's schedule (pipeline.py).
+- Roles (warp specialization): an `if tx < c: ... elif tx < d: ... else: ...` chain on the thread binding,
+  outside T.Parallel, whose branches hold tile operators or mbarrier operations splits the block into
+  roles, one per branch, on the thread ranges the conditions give. Inside a role the model above holds
+  for the role's threads (`T.get_thread_binding()` gives their block-wide ids). Roles run one at a time,
+  each until it waits on an mbarrier phase that has not completed, in a fixed order of preference
+  (`Program.run(role_order=..., role_switch=...)`). T.alloc_barrier's mbarriers are fresh in every
+  block and count the threads arriving per phase; a block whose roles all wait on phases nothing can
+  complete is a Deadlock (roles.py). T.set_max_nreg and T.fence_proxy_async have nothing to model.
 """
 from __future__ import annotations
 
 import math
+import os
 import re
 
 import torch
 
-from . import dtypes, pipeline, tileops
-from .errors import DeviceAssertionFailed, InterpreterError, Unsupported
+from . import dtypes, pipeline, roles, tileops
+from .errors import DeviceAssertionFailed, InterpreterError, OutOfBounds, Unsupported
 from .expressions import RETURNING_ATOMICS, ExprCompiler, extern_atomic, is_call_extern, key
 from .printf import printf
 from .memory import GLOBAL, BufferInfo, Memory, ParallelLog, Report, Storage, scope_of
@@ -30,6 +39,21 @@ _ATOMICS = {"tl.atomic_add_elem_op": "add", "tl.atomic_max_elem_op": "max", "tl.
 _ASSERTS = ("tl.device_assert", "tl.device_assert_with_msg")
 _DECLARATION = re.compile(r"^\w+ = T\.(Buffer|handle|int32|int64|float32)\b")
 _NO_OPS = ("tirx.tvm_storage_sync", "tir.tvm_storage_sync")
+# register budgets and the ordering of generic-proxy writes before async-proxy reads: nothing to model
+_HINTS = ("tl.set_max_nreg", "tl.no_set_max_nreg", "tl.fence_proxy_async")
+_BARRIER_WAIT = "tl.mbarrier_wait_parity"
+_BARRIER_ARRIVE = ("tirx.ptx_arrive_barrier", "tir.ptx_arrive_barrier",
+                   # arrives once the thread's cp.async copies land: here they land when issued
+                   "tl.ptx_cp_async_barrier_noinc")
+_CP_ASYNC = "tl.ptx_cp_async"
+_BARRIER_SCOPE = "shared.barrier"
+# where set, the defaults of Program.run's role_order and role_switch
+_ROLE_ORDER_ENV, _ROLE_SWITCH_ENV = "TLE_INTERPRETER_ROLE_ORDER", "TLE_INTERPRETER_ROLE_SWITCH"
+# the threads [lo, hi) of `tx <op> c` in a block of n threads along x
+_THREAD_RANGES = {"LT": lambda c, n: (0, c), "LE": lambda c, n: (0, c + 1), "GT": lambda c, n: (c + 1, n),
+                  "GE": lambda c, n: (c, n), "EQ": lambda c, n: (c, c + 1)}
+# `c <op> tx` is `tx <mirrored op> c`
+_MIRRORED = {"LT": "GT", "LE": "GE", "GT": "LT", "GE": "LE", "EQ": "EQ"}
 
 
 class Frame:
@@ -48,6 +72,11 @@ class Frame:
         self.threads = threads
         self.block = -1
         self.block_index: dict[str, int] = {}
+        self.barriers: dict[int, list] = {}     # the block's mbarriers, by allocation
+        self.role = None                        # the roles.Role running, None outside a role split
+        self.thread_range = None                # the role's threads, (lo, hi) of the block's
+        self.role_order = roles.LOWEST_FIRST    # the scheduling policy of role splits (roles.py)
+        self.role_switch = roles.AT_WAIT
 
     def thread_varying(self, t: torch.Tensor) -> bool:
         return not self.in_parallel and not self.in_tile_op and t.dim() > 0
@@ -71,7 +100,10 @@ def _where(node, fr: Frame) -> str:
     if len(text) > 160:
         text = text[:157] + "..."
     blk = ", ".join(f"{k}={v}" for k, v in fr.block_index.items())
-    return f"`{text}`" + (f" in block ({blk})" if blk else "")
+    place = [f"in block ({blk})"] if blk else []
+    if fr.role is not None:
+        place.append(fr.role.name)
+    return " ".join([f"`{text}`", ", ".join(place)]) if place else f"`{text}`"
 
 
 def _located(node, run):
@@ -104,6 +136,8 @@ class Program:
                 self.params.append((p.name, key(p), None, str(p.dtype)))
         self._nest = None           # while compiling a T.Parallel nest: its extents per lane axis
         self._lane_depth = 0        # ... and the axis of the parallel loop being compiled
+        self._thread_vars: set[int] = set()     # variables bound to the thread index along x
+        self._in_role = False       # while compiling the branches of a role split
         self.body = self.stmt(func.body)
 
     # -- buffers ---------------------------------------------------------------------------------------
@@ -130,7 +164,13 @@ class Program:
             return lambda fr: zero
         flat = torch.arange(total, dtype=torch.int32)
         value = (flat % x, (flat // x) % y, flat // (x * y))[axis]
-        return lambda fr: value
+
+        def index(fr):
+            if fr.thread_range is None:
+                return value
+            lo, hi = fr.thread_range            # a role's threads
+            return value[lo:hi]
+        return index
 
     # -- statements ------------------------------------------------------------------------------------
     def stmt(self, node):
@@ -150,6 +190,8 @@ class Program:
 
     def _Bind(self, node):
         k, value = key(node.var), self.expr(node.value)
+        if _is_thread_index(node.value):
+            self._thread_vars.add(k)
 
         def bind(fr):
             # a let holds the value at its definition: a read of a buffer (a T.alloc_var) can come back as
@@ -174,12 +216,15 @@ class Program:
     def _SBlock(self, node):
         if node.match_buffers or node.init is not None:
             raise Unsupported(f"block {node.name_hint} with match_buffers or init")
-        allocs = [self.buffer(b) for b in node.alloc_buffers]
+        barriers = _barrier_counts(node)
+        allocs = [self.buffer(b) for b in node.alloc_buffers if b.scope() != _BARRIER_SCOPE]
         body = self.stmt(node.body)
 
         def block(fr):
             for info in allocs:
                 fr.memory.storages[info.data] = Storage.local(info.name, info.shape, info.dtype, info.scope)
+            for data, (name, counts) in barriers.items():
+                fr.barriers[data] = roles.new_barriers(name, counts)
             body(fr)
         return block
 
@@ -195,6 +240,9 @@ class Program:
         return store
 
     def _IfThenElse(self, node):
+        split = self._role_split(node)
+        if split is not None:
+            return split
         cond = self.expr(node.condition)
         then = self.stmt(node.then_case)
         other = self.stmt(node.else_case) if node.else_case is not None else None
@@ -245,7 +293,7 @@ class Program:
             return tileops.copy(region(args[0]), region(args[1]))
         if name == "tl.tileop.fill":
             return tileops.fill(region(args[0]), self.expr(args[1]))
-        if name == "tl.tileop.gemm":
+        if name in ("tl.tileop.gemm", "tl.tileop.wgmma_gemm"):     # wgmma_gemm: issued without a wait
             return tileops.gemm(region(args[0]), region(args[1]), region(args[2]), bool(args[3].value),
                                 bool(args[4].value), int(args[5].value), int(args[6].value), int(args[7].value),
                                 bool(args[9].value))
@@ -273,6 +321,14 @@ class Program:
             return self._device_assert(v)
         if name in _NO_OPS:
             return lambda fr: None          # threads run in step here (see the module docstring)
+        if name in _HINTS:
+            return lambda fr: None
+        if name == _BARRIER_WAIT:
+            return self._barrier_wait(v)
+        if name == _CP_ASYNC:
+            return self._cp_async(v)
+        if name in _BARRIER_ARRIVE:
+            return self._barrier_arrive(v)
         raise Unsupported(f"the operation {name}")
 
     def _device_assert(self, call):
@@ -303,6 +359,147 @@ class Program:
         def run(fr):
             printf(fmt, [a(fr) for a in args], fr)
         return run
+
+    # -- roles and mbarriers (roles.py) -----------------------------------------------------------------
+    def _role_split(self, node):
+        """The closure running an if/elif/else chain on the thread index as roles, or None where the chain
+        is thread-level code (see the module docstring)."""
+        if self._nest is not None or self._in_role:
+            return None
+        chain = self._role_chain(node)
+        if chain is None or not any(_role_work(branch) for _, _, branch in chain):
+            return None
+        if self.threads[1] * self.threads[2] != 1:
+            raise Unsupported("a split into roles in a block with more than one thread axis")
+        self._in_role = True
+        try:
+            branches = [(lo, hi, self.stmt(branch)) for lo, hi, branch in chain]
+        finally:
+            self._in_role = False
+        return roles.split(branches)
+
+    def _role_chain(self, node):
+        """[(lo, hi, branch)]: the threads each branch of an if/elif/else chain on the thread index runs on,
+        or None where the first condition is not a thread range or the threads left are not a range."""
+        lo, hi = 0, self.threads[0]             # the threads no branch has taken yet
+        chain = []
+        while type(node).__name__ == "IfThenElse":
+            taken = self._thread_range(node.condition)
+            if taken is None:
+                if not chain:
+                    return None
+                break                           # an if on something else: the last branch's code
+            a, b = max(taken[0], lo), min(taken[1], hi)
+            if a < b:
+                if a == lo:
+                    lo = b
+                elif b == hi:
+                    hi = a
+                else:
+                    return None
+                chain.append((a, b, node.then_case))
+            node = node.else_case
+        if node is not None and lo < hi:
+            chain.append((lo, hi, node))
+        return chain
+
+    def _thread_range(self, cond):
+        """The threads [lo, hi) a condition comparing the thread index with constants holds on, or None."""
+        kind = type(cond).__name__
+        if kind == "And":
+            a, b = self._thread_range(cond.a), self._thread_range(cond.b)
+            return None if a is None or b is None else (max(a[0], b[0]), min(a[1], b[1]))
+        if kind not in _THREAD_RANGES:
+            return None
+        if self._is_thread_index(cond.a) and type(cond.b).__name__ == "IntImm":
+            return _THREAD_RANGES[kind](int(cond.b.value), self.threads[0])
+        if self._is_thread_index(cond.b) and type(cond.a).__name__ == "IntImm":
+            return _THREAD_RANGES[_MIRRORED[kind]](int(cond.a.value), self.threads[0])
+        return None
+
+    def _is_thread_index(self, node) -> bool:
+        return _is_thread_index(node) or (type(node).__name__ == "Var" and key(node) in self._thread_vars)
+
+    def _barrier(self, ref):
+        """A closure giving the mbarrier `ref` (`buf[i]` of a T.alloc_barrier buffer) names."""
+        if type(ref).__name__ != "BufferLoad" or ref.buffer.scope() != _BARRIER_SCOPE or len(ref.indices) != 1:
+            raise Unsupported(f"the mbarrier operand {ref}")
+        data, name, index = key(ref.buffer.data), ref.buffer.name, self.expr(ref.indices[0])
+
+        def barrier(fr):
+            i = index(fr)
+            if i.dim():
+                raise Unsupported(f"an index into the mbarriers {name} that differs between threads")
+            barriers = fr.barriers.get(data)
+            if barriers is None:
+                raise Unsupported(f"the mbarriers {name} outside the block that allocates them")
+            if not 0 <= int(i) < len(barriers):
+                raise OutOfBounds(f"mbarrier {name}[{int(i)}] outside its {len(barriers)} mbarriers")
+            return barriers[int(i)]
+        return barrier
+
+    def _barrier_wait(self, call):
+        """T.barrier_wait(b, parity) (tl.mbarrier_wait_parity): the threads wait together, so they must agree."""
+        barrier, parity = self._barrier(call.args[0]), self.expr(call.args[1])
+
+        def wait(fr):
+            if fr.in_parallel or (fr.mask is not None and fr.mask.dim()):
+                raise Unsupported("T.barrier_wait inside T.Parallel or under a thread-dependent condition")
+            p = parity(fr)
+            if p.dim():
+                raise Unsupported("a T.barrier_wait parity that differs between threads")
+            roles.wait(fr, barrier(fr), int(p) & 1)     # PTX reads the parity's lowest bit
+        return wait
+
+    def _cp_async(self, call):
+        """T.ptx_cp_async(dst, src, n[, predicate]): n consecutive elements from src to dst (shared), per thread;
+        zeros where the predicate is false. The copy lands at once here: a reader that waits on the barrier
+        the copies arrive on sees it, as on the GPU."""
+        if len(call.args) not in (3, 4) or any(a.op.name != "tl.access_ptr" for a in call.args[:2]):
+            raise Unsupported(f"{call.op.name} with operands {list(call.args)}")
+        n = _const_int(call.args[2], "a cp.async element count")
+        ends = []
+        for ptr in call.args[:2]:
+            load = ptr.args[0]
+            info = self.buffer(load.buffer)
+            ends.append((info, [self.expr(i) for i in load.indices]))
+        (dst, dst_idx), (src, src_idx) = ends
+        pred = self.expr(call.args[3]) if len(call.args) == 4 else None
+
+        def copy(fr):
+            if fr.in_parallel:
+                raise Unsupported("T.ptx_cp_async inside T.Parallel")
+            d = [i(fr) for i in dst_idx]
+            s_ = [i(fr) for i in src_idx]
+            keep = pred(fr) if pred is not None else None
+            for k in range(n):      # the elements follow each other along the last axis
+                d_k, s_k = d[:-1] + [d[-1] + k], s_[:-1] + [s_[-1] + k]
+                if keep is None:
+                    value = fr.memory.load(src, s_k, fr)
+                else:
+                    saved = fr.mask
+                    fr.mask = keep if saved is None else keep & saved
+                    try:
+                        value = fr.memory.load(src, s_k, fr)
+                    finally:
+                        fr.mask = saved
+                    value = torch.where(keep, value, torch.zeros((), dtype=value.dtype))
+                fr.memory.store(dst, d_k, value, fr)
+        return copy
+
+    def _barrier_arrive(self, call):
+        """T.barrier_arrive(b) (ptx_arrive_barrier): one arrival per active thread."""
+        if len(call.args) != 1:
+            raise Unsupported(f"{call.op.name} with {len(call.args)} operands")
+        barrier = self._barrier(call.args[0])
+
+        def arrive(fr):
+            if fr.in_parallel:
+                raise Unsupported("T.barrier_arrive inside T.Parallel")
+            count = fr.threads if fr.mask is None else int(fr.mask.expand(fr.threads).sum())
+            if count:
+                roles.arrive(fr, barrier(fr), count)
+        return arrive
 
     def _For(self, node):
         kind = int(node.kind)
@@ -433,14 +630,23 @@ class Program:
         return run
 
     # -- running ---------------------------------------------------------------------------------------
-    def run(self, args, strict_reads: bool = False) -> Report:
+    def run(self, args, strict_reads: bool = False, role_order: str | None = None,
+            role_switch: str | None = None) -> Report:
         """Run on `args` (flat CPU tensors for tensor parameters, Python numbers for scalars, in the
-        prim_func's parameter order). Tensors are written in place."""
+        prim_func's parameter order). Tensors are written in place.
+
+        The roles of a warp-specialized block run one at a time: `role_order` says which runnable role
+        runs first ("lowest_first", the default, or "highest_first"), `role_switch` when the scheduler
+        picks again ("wait": when the running role blocks, the default; "arrive": also when an arrive
+        completes a phase). TLE_INTERPRETER_ROLE_ORDER and TLE_INTERPRETER_ROLE_SWITCH set the defaults."""
+        role_order = _choice("role_order", role_order, _ROLE_ORDER_ENV, roles.ROLE_ORDERS)
+        role_switch = _choice("role_switch", role_switch, _ROLE_SWITCH_ENV, roles.ROLE_SWITCHES)
         if len(args) != len(self.params):
             raise TypeError(f"{self.name} takes {len(self.params)} arguments, got {len(args)}")
         report = Report(strict_reads=strict_reads)
         memory = Memory(report)
         fr = Frame(memory, math.prod(self.threads))
+        fr.role_order, fr.role_switch = role_order, role_switch
         for (name, k, info, dt), a in zip(self.params, args):
             if info is not None:
                 _check_tensor(name, a, info)
@@ -457,6 +663,14 @@ class Program:
         finally:
             torch.set_num_threads(threads)
         return report
+
+
+def _choice(what: str, value: str | None, env: str, choices: tuple[str, ...]) -> str:
+    """`value`, else the environment's `env`, else the first of `choices`; one of `choices`."""
+    value = value or os.environ.get(env) or choices[0]
+    if value not in choices:
+        raise ValueError(f"{what} {value!r}: expected one of {', '.join(choices)}")
+    return value
 
 
 def _check_tensor(name: str, a, info: BufferInfo):
@@ -496,6 +710,44 @@ def _launch_threads(node) -> tuple[int, int, int]:
         raise Unsupported("a prim_func without T.Kernel's thread annotation")
     t = found[0] + (1, 1)
     return t[0], t[1], t[2]
+
+
+def _is_thread_index(node) -> bool:
+    """`T.launch_thread_idx(0)`: what T.get_thread_binding() reads."""
+    if type(node).__name__ != "Call" or node.op.name.split(".", 1)[-1] != "launch_thread_idx":
+        return False
+    return type(node.args[0]).__name__ == "IntImm" and int(node.args[0].value) == 0
+
+
+def _role_work(node) -> bool:
+    """Whether `node` holds what makes a thread-range `if` a split into roles: a tile operator (whole
+    tiles, on the branch's threads) or an mbarrier operation."""
+    kind = type(node).__name__
+    if kind == "Evaluate":
+        v = node.value
+        if type(v).__name__ != "Call":
+            return False
+        name = v.op.name
+        return name.startswith("tl.tileop.") or name == _BARRIER_WAIT or name in _BARRIER_ARRIVE
+    if kind == "SeqStmt":
+        return any(_role_work(s) for s in node.seq)
+    children = (getattr(node, a, None) for a in ("body", "then_case", "else_case", "block"))
+    return any(_role_work(c) for c in children if c is not None)
+
+
+def _barrier_counts(block) -> dict[int, tuple[str, list[int]]]:
+    """The mbarriers a block allocates (T.alloc_barrier): allocation -> (name, expected arrivals of each)."""
+    init = block.annotations.get("barrier_init") if block.annotations else None
+    counts = {key(v): [_const_int(c, "an mbarrier arrive count") for c in cs] for v, cs in (init or {}).items()}
+    out = {}
+    for b in block.alloc_buffers:
+        if b.scope() != _BARRIER_SCOPE:
+            continue
+        n = _const_int(b.shape[0], f"the number of mbarriers in {b.name}")
+        if len(counts.get(key(b.data), ())) != n:
+            raise Unsupported(f"mbarriers {b.name} without an arrive count for each")
+        out[key(b.data)] = (b.name, counts[key(b.data)])
+    return out
 
 
 def _stored_twice(node) -> set[int]:
