@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable
 
 from .errors import UnsupportedConstruct
 from .ir.core import KernelIR, Op
-from .ir.ops import OPS
+from .ir.ops import COMMON_ATTRS, OPS
 
 HONORED, DROPPED, REFUSED = "honored", "dropped", "refused"
 
@@ -65,6 +65,16 @@ class Rules:
         """`op` never reaches this backend's rules: the pass `by` rewrites it into other ops first."""
         self._check_op(op)
         self._rewritten[op] = by
+
+    def honors_everywhere(self, attr: str, how: str):
+        """`attr`, an attribute every op may carry (lowering/ir/ops.py COMMON_ATTRS), is honored on every op."""
+        for op in OPS:
+            self.honors(op, attr, how=how)
+
+    def drops_everywhere(self, attr: str, why: str):
+        """`attr`, an attribute every op may carry, is dropped on every op (one note per kernel lists the lines)."""
+        for op in OPS:
+            self.drops(op, attr, why=why)
 
     def honors(self, op: str, *attrs: str, how: str = ""):
         for a in attrs:
@@ -116,9 +126,15 @@ class Rules:
         file:line); return one note per op and reason for the attributes it drops:
         `line N: tl.load(eviction_policy='evict_last'): <why>`."""
         notes = []
+        common: dict[tuple[str, str], list[int]] = {}    # (attribute, why) -> lines: one note for the kernel
         for op in k.walk():
             dropped: dict[str, list[str]] = {}
             for attr, value in op.attrs.items():
+                if attr in COMMON_ATTRS:
+                    for t in self._attrs.get((op.name, attr), ()):
+                        if t.kind == DROPPED and t.applies(value):
+                            common.setdefault((attr, t.detail), []).append(op.loc.line)
+                    continue
                 for t in self._attrs.get((op.name, attr), ()):
                     if t.kind == HONORED or not t.applies(value):
                         continue
@@ -128,6 +144,9 @@ class Rules:
                     dropped.setdefault(t.detail, []).append(f"{attr}={value!r}")
             for why, asked in dropped.items():
                 notes.append(f"line {op.loc.line}: {construct_name(op)}({', '.join(asked)}): {why}")
+        for (attr, why), lines in common.items():
+            lines = sorted(set(lines))
+            notes.append(f"line{'s' if len(lines) > 1 else ''} {', '.join(map(str, lines))}: {attr}: {why}")
         return notes
 
 
@@ -169,8 +188,14 @@ def attribute_table(tables: list[Rules]) -> str:
     everywhere: one row per op attribute, one column per backend."""
     head = "| op | attribute | " + " | ".join(t.backend for t in tables) + " |"
     rows = [head, "|---|---|" + "---|" * len(tables)]
+    for attr in COMMON_ATTRS:
+        first = next(iter(OPS))
+        cells = [_cell(t.treatments(first, attr)) for t in tables]
+        rows.append(f"| every op | `{attr}` | " + " | ".join(cells) + " |")
     for op, d in OPS.items():
         for attr in d.attrs:
+            if attr in COMMON_ATTRS:
+                continue
             treated = [t.treatments(op, attr) for t in tables]
             if all(tr and all(x.kind == HONORED for x in tr) for tr in treated):
                 continue

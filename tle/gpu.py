@@ -6,18 +6,24 @@
     tle.gpu.local_store(buf, a * 2)                               # tile -> buffer
     tle.gpu.copy(buf, c_ptrs, [BM, BK], mask=...)                 # buffer -> pointer tile
     for k in tle.gpu.pipeline(0, n, num_stages=2): ...            # a software-pipelined loop
+    with tle.gpu.warp_group(1, registers=240): ...                # code one warp group (4 warps) runs
 
 A buffer holds a tile; reads see the latest write, on every backend. TileLang places it in shared
 memory (T.alloc_shared, T.copy, buffers feeding T.gemm directly); stock Triton has no explicit shared
 memory, so there the buffer is a register tile and Triton chooses shared-memory staging itself
 (docs/language.md). These functions only have a meaning inside a kernel.
+
+Warp groups give a kernel's code roles. The program means what it means without them: the blocks run in
+program order. TileLang gives each warp group its own branch of the block, and the tle.gpu buffers one
+group writes and others read become the hand-offs between them, each guarded by a pair of mbarriers
+(docs/language.md, "Warp groups").
 """
 from __future__ import annotations
 
 import enum
 
 from tle.lowering.frontend import gpu as _impl
-from tle.lowering.frontend import register_tle_builtin, register_tle_range
+from tle.lowering.frontend import register_tle_builtin, register_tle_context, register_tle_range
 
 
 class storage_kind(enum.Enum):
@@ -63,9 +69,20 @@ class pipeline:
         _outside("pipeline")
 
 
+class warp_group:
+    """`with tle.gpu.warp_group(k, registers=None):` the ops inside run on warp group k (warps 4k to 4k+3) on
+    a backend that honors it; `registers` asks for that many registers per thread in the group (setmaxnreg).
+    A kernel with warp groups launches with num_warps = 4 x their number; tile values pass between groups
+    only through tle.gpu buffers."""
+
+    def __init__(self, index, registers=None):
+        _outside("warp_group")
+
+
 for _fn, _builtin in ((alloc, _impl.alloc), (copy, _impl.copy), (local_load, _impl.local_load),
                       (local_store, _impl.local_store)):
     register_tle_builtin(_fn, _builtin)
 register_tle_range(pipeline, _impl.pipeline_attrs)
+register_tle_context(warp_group, _impl.warp_group_scope)
 
-__all__ = ["alloc", "copy", "local_load", "local_store", "pipeline", "storage_kind", "smem"]
+__all__ = ["alloc", "copy", "local_load", "local_store", "pipeline", "warp_group", "storage_kind", "smem"]

@@ -345,8 +345,9 @@ class Kernel:
         num_warps, num_stages = launch.get("num_warps"), int(launch.get("num_stages", 3))
         if num_warps is not None:       # else the kernel's tle.call sites choose it, or the default 4
             num_warps = int(num_warps)
-            if num_warps <= 0 or num_warps & (num_warps - 1):
-                raise LaunchError(f"{self.__name__}: num_warps must be a power of two, got {num_warps}")
+            if num_warps <= 0 or (num_warps & (num_warps - 1) and num_warps % 4) or num_warps > 32:
+                raise LaunchError(f"{self.__name__}: num_warps must be a power of two, or a multiple of 4 (warp "
+                                  f"groups), at most 32; got {num_warps}")
         if callable(grid):
             grid = grid(self._named(values))
         grid = check_grid(grid)

@@ -194,4 +194,24 @@ def pipeline_attrs(tr, args, kwargs) -> tuple[list, dict]:
     return list(args), attrs
 
 
-__all__ = ["Buffer", "traced", "alloc", "copy", "local_load", "local_store", "pipeline_attrs"]
+def warp_group_scope(tr, args, kwargs) -> tuple[dict, int, int | None]:
+    """The op attributes, group index and register count of `with tle.gpu.warp_group(index, registers=None)`."""
+    kwargs = dict(kwargs)
+    registers = _plain(kwargs.pop("registers", None))
+    if len(args) == 1 and not kwargs:
+        index = _plain(args[0])
+    elif not args and set(kwargs) == {"index"}:
+        index = _plain(kwargs["index"])
+    else:
+        raise LoweringError(f"tle.gpu.warp_group takes (index, registers=None); got {len(args)} positional "
+                            f"arguments and {sorted(kwargs)}", tr.b.loc)
+    if isinstance(index, (TV, bool)) or not isinstance(index, int) or index < 0:
+        raise LoweringError(f"tle.gpu.warp_group: index must be a constexpr int >= 0, got {index!r}", tr.b.loc)
+    if registers is not None and (isinstance(registers, (TV, bool)) or not isinstance(registers, int)
+                                  or not 24 <= registers <= 256 or registers % 8):
+        raise LoweringError(f"tle.gpu.warp_group: registers must be a constexpr multiple of 8 in [24, 256] "
+                            f"(setmaxnreg's range), got {registers!r}", tr.b.loc)
+    return {"warp_group": index}, index, registers
+
+
+__all__ = ["Buffer", "traced", "alloc", "copy", "local_load", "local_store", "pipeline_attrs", "warp_group_scope"]

@@ -132,6 +132,7 @@ class Tracer:
         self._src: FunctionSource | None = None
         self._depth = 0
         self._regions: list[dict] = []   # per open if-branch / loop body: id(TV) -> (TV, value before it)
+        self.warp_groups: dict[int, int | None] = {}   # tle.gpu.warp_group index -> registers asked for
 
     # -- entry --------------------------------------------------------------------------------------
     def trace_kernel(self, fn, runtime: dict, constexprs: dict, num_warps: int, num_stages: int,
@@ -168,7 +169,8 @@ class Tracer:
                 if r.value is not None:
                     raise LoweringError("a kernel cannot return a value", self.b.loc)
         ir = KernelIR(src.tree.name, params, body, dict(constexprs),
-                      Loc(src.file, src.tree.lineno, src.tree.name), num_warps, num_stages, self.notes)
+                      Loc(src.file, src.tree.lineno, src.tree.name), num_warps, num_stages, self.notes,
+                      warp_groups=dict(self.warp_groups))
         body.args = []   # params are referenced through KernelIR.params
         return ir
 
@@ -368,6 +370,31 @@ class Tracer:
             return settled
         finally:
             self._close_region(log, outer)
+
+    def _st_With(self, st, env):
+        """`with tle.gpu.warp_group(k):` — its ops carry the group's attributes; nothing else is a context here."""
+        if len(st.items) != 1 or st.items[0].optional_vars is not None or not isinstance(st.items[0].context_expr,
+                                                                                          ast.Call):
+            raise self._err("kernels use `with` only as `with tle.gpu.warp_group(k):`", st)
+        call = st.items[0].context_expr
+        fn = self._eval(call.func, env)
+        if not (_hashable(fn) and fn in TLE_CONTEXTS):
+            raise self._err(f"kernels use `with` only as `with tle.gpu.warp_group(k):`, not {ast.unparse(call)}", st)
+        args = [self._eval(a, env) for a in call.args]
+        kwargs = {k.arg: self._eval(k.value, env) for k in call.keywords}
+        attrs, group, registers = TLE_CONTEXTS[fn](self, args, kwargs)
+        if self.b.stamp:
+            raise self._err("tle.gpu.warp_group blocks do not nest", st)
+        if group in self.warp_groups and registers is not None and self.warp_groups[group] not in (None, registers):
+            raise self._err(f"warp group {group} asks for {registers} registers here and "
+                            f"{self.warp_groups[group]} elsewhere", st)
+        if registers is not None or group not in self.warp_groups:
+            self.warp_groups[group] = registers
+        self.b.stamp = attrs
+        try:
+            self._exec_body(st.body, env)
+        finally:
+            self.b.stamp = {}
 
     def _st_Break(self, st, env):
         raise self._err("break is not supported in kernels", st)
@@ -848,6 +875,8 @@ def _is_plain_python(fn) -> bool:
 
 TLE_BUILTINS = {}
 TLE_RANGES = {}     # iterables of a for loop (tle.gpu.pipeline) -> (tracer, args, kwargs) -> (args, attrs)
+# context managers of a with statement (tle.gpu.warp_group) -> (tracer, args, kwargs) -> (op attrs, group, registers)
+TLE_CONTEXTS = {}
 
 
 def register_tle_builtin(fn, impl):
@@ -856,6 +885,10 @@ def register_tle_builtin(fn, impl):
 
 def register_tle_range(fn, attrs):
     TLE_RANGES[fn] = attrs
+
+
+def register_tle_context(fn, scope):
+    TLE_CONTEXTS[fn] = scope
 
 
 def _reject_buffers(fn, args, loc):
@@ -873,4 +906,4 @@ def make_tracer() -> Tracer:
 
 
 __all__ = ["Tracer", "make_tracer", "constexpr_params", "function_source", "tle_load", "register_tle_builtin",
-           "register_tle_range"]
+           "register_tle_range", "register_tle_context"]

@@ -25,6 +25,7 @@ class Builder:
         self.ids = IdGen()
         self._blocks: list[Block] = []
         self.loc: Loc = UNKNOWN_LOC
+        self.stamp: dict = {}       # attributes every op built now carries (a tle.gpu.warp_group block's)
 
     # -- insertion points -------------------------------------------------------------------------
     @property
@@ -44,6 +45,8 @@ class Builder:
         return Block([self.ids.value(t, None, n) for t, n in zip(arg_types, names)])
 
     def _op(self, name, operands, result_types, attrs=None, regions=None) -> Op:
+        if self.stamp:
+            attrs = {**(attrs or {}), **self.stamp}
         op = Op(name, operands, result_types, attrs, regions, self.loc, new_value=self.ids.value)
         self.block.append(op)
         return op

@@ -132,6 +132,7 @@ class KernelIR:
     num_stages: int = 3
     notes: list[str] = field(default_factory=list)   # visible messages (e.g. dropped hints)
     specialized: dict = field(default_factory=dict)  # runtime ints compiled in as constants (name -> value)
+    warp_groups: dict = field(default_factory=dict)  # tle.gpu.warp_group index -> registers asked for (or None)
 
     def walk(self) -> Iterator[Op]:
         return self.body.walk()

@@ -165,6 +165,13 @@ _DEFS = [
     OpDef("copy_out", ("ptr", "buf", "mask"), {}, frozenset({MEMORY}), "tle.gpu.copy to global memory"),
 ]
 
+# attributes any op may carry
+COMMON_ATTRS = {
+    "warp_group": "tle.gpu.warp_group: the index of the warp group (4 warps) that runs the op; absent: every "
+                  "warp of the block",
+}
+_DEFS = [OpDef(d.name, d.operands, {**d.attrs, **COMMON_ATTRS}, d.traits, d.doc) for d in _DEFS]
+
 OPS: dict[str, OpDef] = {d.name: d for d in _DEFS}
 
 

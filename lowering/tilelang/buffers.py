@@ -18,8 +18,15 @@ _ELEMENTWISE = with_trait(ELEMENTWISE)
 @RULES.rule("alloc", role="statement")
 def alloc(g: Context, op: Op, indent: int):
     v = op.result
+    # each warp group writes its own copy of a loop body: the groups share each copy's buffers
+    key = (id(op), g.warp_copy)
+    if g.warp_group is not None and key in g.warp_allocs:
+        g.buffers[v.id] = g.warp_allocs[key]
+        return
     name = g.alloc(v.name or "buf", v.type.shape, v.type.elem, "shared")
     g.buffers[v.id] = Buffer(name, v.type.shape, v.type.elem, "shared", g.k.body)
+    if g.warp_group is not None:
+        g.warp_allocs[key] = g.buffers[v.id]
     g.report.append((op.loc.line, "tle.gpu.alloc", "buffer", f"T.alloc_shared {name}"))
 
 

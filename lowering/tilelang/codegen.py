@@ -22,13 +22,24 @@ from __future__ import annotations
 
 import os
 
+from ..errors import UnsupportedConstruct
 from ..ir.core import KernelIR
 from ..spec import Spec
 # the rule modules register their rules in RULES when imported
 from . import buffers, combines, control, debug, expressions, memory, raw_call, reductions, sorting  # noqa: F401
-from .context import Context
+from .context import BACKEND, Context
 from .gathers import index_loads
 from .syntax import GRID_VARS, tl_dtype
+from .warp_group_code import emit_kernel_body
+from .warp_groups import Plan, WarpGroupError
+
+
+def plan_warp_groups(g: Context) -> Plan:
+    try:
+        return Plan(g.k)
+    except WarpGroupError as e:
+        raise UnsupportedConstruct(e.construct, BACKEND, e.op.loc if e.op is not None else g.k.loc,
+                                   e.detail) from None
 
 
 def generate(k: KernelIR, spec: Spec, grid, debug: bool = False) -> tuple[str, list[str], list]:
@@ -52,7 +63,11 @@ def _module(g: Context) -> str:
             sig.append(f"{name}: T.{tl_dtype(a.type.elem)}")
             g.scalars[p.value.id] = name
     body_indent = 2
-    g.block(k.body, body_indent)
+    if k.warp_groups:
+        g.warp_plan = plan_warp_groups(g)
+        emit_kernel_body(g, g.warp_plan, body_indent)
+    else:
+        g.block(k.body, body_indent)
     g.out.drop_dead_lets()
     lines = g.out.render()
     threads = 32 * k.num_warps

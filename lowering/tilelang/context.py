@@ -71,6 +71,17 @@ class Context:
         self.static_pipelined: set[int] = set()   # id() of T.Pipelined loops with a constant trip count
         self.staged_index: set[int] = set()    # index loads staged in shared memory by their pipelined loop
         self.staged_body: Block | None = None  # body of the loop whose statements get named stages
+        # tle.gpu.warp_group (warp_groups.py plans, warp_group_code.py writes): the plan, the group whose
+        # branch is being written, and in a loop holding several groups (counter, copy, copies) and the outer
+        # counter of the unrolled loop; buffers allocated in such a loop, per (alloc op, copy)
+        self.warp_plan = None
+        self.warp_group: int | None = None
+        self.warp_step: tuple | None = None
+        self.warp_outer: str | None = None
+        self.warp_copy: int | None = None
+        self.warp_allocs: dict[tuple, Buffer] = {}
+        self.warp_tx: str | None = None        # the block's thread index, and the thread's index in its group
+        self.warp_thread: str | None = None
 
     # -- naming, allocation, emission ---------------------------------------------------------------------
     def alloc(self, base: str, shape, dtype: T.DType, scope: str, static: bool = False) -> str:
@@ -99,8 +110,12 @@ class Context:
         """Emit `blk`'s ops; then call `then()` (a loop's or branch's writes of what it yields), while the
         block's own buffers are still visible."""
         self.blocks.append(blk)
-        for op in blk.ops:
-            self.statement(op, indent)
+        if self.warp_group is not None:         # one warp group's branch: its ops, and its hand-offs' barriers
+            from .warp_group_code import emit_ops
+            emit_ops(self, self.warp_plan, blk, blk.ops, indent)
+        else:
+            for op in blk.ops:
+                self.statement(op, indent)
         if then is not None:
             then()
         self.blocks.pop()

@@ -20,6 +20,9 @@ def yield_(g: Context, op: Op, indent: int):
 
 @RULES.rule("for", role="statement")
 def for_(g: Context, op: Op, indent: int):
+    if g.warp_group is not None and id(op) in g.warp_plan.loops:
+        from .warp_group_code import group_loop
+        return group_loop(g, op, indent)
     lo, hi, step, *inits = op.operands
     iv, *carried = op.body.args
     slots = []

@@ -103,6 +103,13 @@ def copy_in(g: Context, op: Op, indent: int):
     if acc.param is None:
         g.error("a tle.gpu.copy from a pointer that is not base + offsets of one argument", op)
     buf = g.buffers[op.operands[3].id]       # every version maps to its allocation's buffer
+    if g.warp_group is not None:
+        from .warp_group_code import group_copy_in
+        if group_copy_in(g, op, buf.name, indent):
+            g.buffers[op.result.id] = buf
+            g.report.append((op.loc.line, "tle.gpu.copy", acc.kind, f"cp.async rows into {buf.name} (16 bytes a "
+                                                                    f"copy, zero-filled where masked off)"))
+            return
     staged = g.in_pipelined_loop(op)
     if staged:
         g.out.mark_stage0()

@@ -72,8 +72,16 @@ def dot(g: Context, op: Op, indent: int):
         g.notes.append(f"line {op.loc.line}: tl.dot of {a.type.elem}: TileLang issues Hopper's wgmma for fp8 only "
                        f"with both operands K-major (A as an (M, K) tile, B as tl.trans of an (N, K) tile); "
                        f"this product runs on mma.sync")
-    g.emit(f"T.gemm({', '.join([ab.name, bb.name, out.name] + flags)})", indent)
+    # in a warp group, a product the next one accumulates onto is issued without waiting for it (wgmma): the
+    # chain's last product waits for them all, and the hand-offs' releases wait for it (warp_groups.py)
+    issue = "T.wgmma_gemm" if _issued_async(g, op, ab) else "T.gemm"
+    g.emit(f"{issue}({', '.join([ab.name, bb.name, out.name] + flags)})", indent)
     g.buffers[op.result.id] = out
+
+
+def _issued_async(g: Context, op: Op, a_buffer: Buffer) -> bool:
+    return g.warp_group is not None and a_buffer.scope == "shared" and not op.operands[0].type.elem.is_fp8 and \
+        g.warp_plan.next_in_chain(op) is not None
 
 
 def _row_products(g: Context) -> RowProducts:

@@ -155,3 +155,6 @@ RULES.honors("alloc", "scope", how="'smem': T.alloc_shared")
 RULES.refuses("alloc", "scope", why="TileLang keeps tle.gpu buffers in shared memory only",
               when=lambda v: v != "smem")
 RULES.drops("alloc", "layout", why="layout hint dropped, TileLang chooses shared layouts itself")
+RULES.honors_everywhere("warp_group", how="the op runs in its warp group's branch of the block (threads 128*k to "
+                                          "128*k+127), which synchronizes with the others through mbarriers "
+                                          "(warp_groups.py)")

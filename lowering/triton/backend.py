@@ -6,6 +6,7 @@ there is none. Under TRITON_INTERPRET=1 the kernel runs on the CPU in Triton's i
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import os
 
@@ -223,6 +224,7 @@ class Backend(api.Backend):
         return None
 
     def lower(self, ir: KernelIR, spec: Spec, cache_dir: str) -> TritonCompiled:
+        spec = _power_of_two_warps(ir, spec)
         bound_guarded_loops(ir)
         drop_overwritten_buffer_carries(ir)
         ir.notes.extend(pipeline_async_loads(ir, spec.num_stages))
@@ -236,3 +238,15 @@ class Backend(api.Backend):
         compiled = TritonCompiled(ir, spec, source, path)
         compiled.access_report = _access_report(ir)
         return compiled
+
+
+def _power_of_two_warps(ir: KernelIR, spec: Spec) -> Spec:
+    """Triton launches a power of two of warps: a launch of 4 x (warp groups), say 12, runs on the largest power of
+    two below it. The warps' number never changes a result."""
+    n = spec.num_warps
+    if n & (n - 1) == 0:
+        return spec
+    fewer = 1 << (n.bit_length() - 1)
+    ir.num_warps = fewer
+    ir.notes.append(f"num_warps={n}: Triton launches a power of two of warps, so {fewer}")
+    return dataclasses.replace(spec, num_warps=fewer)

@@ -37,3 +37,6 @@ RULES.honors("combine_scan", "axis", "reverse", how=_AS_WRITTEN + ", in tl.assoc
 RULES.honors("combine_reduce", "axis", "keep_dims", how=_AS_WRITTEN + ", in tl.reduce")
 RULES.honors("combine_scan", "fn", how="names the module-level @triton.jit helper the combine function becomes")
 RULES.honors("combine_reduce", "fn", how="names the module-level @triton.jit helper the combine function becomes")
+RULES.drops_everywhere("warp_group", why="stock Triton has no warp-group roles: every warp runs the warp groups' code "
+                                         "in program order (the same results; the buffers between them are register "
+                                         "tiles)")

@@ -1,0 +1,104 @@
+"""A warp group's gather of whole rows into a hand-off buffer, issued as cp.async.
+
+Outside T.Pipelined, TileLang reads global memory into shared memory synchronously: a loader warp group
+would wait for every row it gathers before it could ask for the next. Here each thread issues 16-byte
+`cp.async` copies (zero-filled where the row is masked off) and the group arrives on the hand-off's `full`
+barrier through `cp.async.mbarrier.arrive.noinc`, which fires when the thread's copies have landed: the
+loader runs ahead while its rows are in flight.
+
+It applies to a `tle.gpu.copy` of a 2-D tile gathered along its rows (`base + ids[:, None] * stride +
+cols[None, :]`), contiguous along its columns, every address 16-byte aligned, masked by a condition on the
+rows only, with zero (or nothing) where the mask is false.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..analysis.access import mask_always_true
+from ..ir.core import Op
+from .context import Context
+from .gathers import _axes_used, _conjuncts
+from .syntax import tl_dtype
+from .values import is_zero
+
+_CHUNK_BYTES = 16
+
+
+@dataclass(frozen=True)
+class RowGather:
+    chunk: int          # elements per cp.async
+    row_threads: int    # threads sharing a row: together they copy 16 * row_threads contiguous bytes
+    rows_each: int      # rows per thread
+    chunks_each: int    # chunks per thread in each of its rows
+    rows_mask: tuple    # the mask's conjuncts that depend on the rows (the others are provably true)
+
+
+def row_gather(g: Context, op: Op, threads: int) -> RowGather | None:
+    """How `op` (a copy_in) is issued as cp.async by `threads` threads, or None where it cannot be."""
+    ptr, mask, other = op.operands[:3]
+    if ptr.type.rank != 2 or (other is not None and not is_zero(other)):
+        return None
+    acc = g.access(op)
+    off = acc.offset
+    if acc.kind != "gather" or off is None or off.axis_coef(1) != 1 or len(off.data) != 1 or off.data[0][1] != (0,):
+        return None
+    chunk = _CHUNK_BYTES * 8 // ptr.type.elem.elem.bits
+    rows, cols = ptr.type.shape
+    coefs = [off.const, off.data[0][2], off.axis_coef(0), *(c for _, c in off.syms)]
+    if cols % chunk or any(c % chunk for c in coefs):
+        return None
+    per_row = cols // chunk
+    # 8 threads to a row (128 contiguous bytes, a full line) where the row has that many chunks
+    row_threads = next((t for t in (8, 4, 2, 1) if per_row % t == 0 and threads % t == 0), 1)
+    if rows % (threads // row_threads):
+        return None
+    rows_mask = []
+    if mask is not None:
+        for leaf in _conjuncts(mask):
+            used = _axes_used(leaf, 2)
+            if used is None:
+                return None
+            if used <= {0}:
+                rows_mask.append(leaf)
+            elif not mask_always_true(leaf, leaf.type.shape, g.aff):
+                return None
+    return RowGather(chunk, row_threads, rows // (threads // row_threads), per_row // row_threads, tuple(rows_mask))
+
+
+def emit_row_gather(g: Context, op: Op, plan: RowGather, buf: str, thread: str, threads: int, indent: int):
+    """`thread`: the thread's index within its group. A thread copies chunks of `rows_each` rows; it reads the
+    rows' indices first, all at once (one memory latency, not one per row), then issues the copies. The
+    threads of a row copy consecutive chunks."""
+    ptr = op.operands[0]
+    acc = g.access(op)
+    param = g.ids[acc.param.value]
+    rows_at_once = threads // plan.row_threads
+    ids = g.values_by_id()[acc.offset.data[0][0]]
+    rids = g.ids.fresh("rids")
+    g.emit(f"{rids} = T.alloc_local(({plan.rows_each},), {tl_dtype(ids.type.elem)!r})", indent)
+
+    def row_of(r: str) -> str:
+        row = g.ids.fresh("row")
+        g.let(row, f"{r} * {rows_at_once} + {thread} // {plan.row_threads}", indent + 1, reads=(thread,))
+        return row
+    r = g.ids.fresh("r")
+    g.emit(f"for {r} in T.unroll({plan.rows_each}):", indent)
+    first = row_of(r)
+    g.emit(f"{rids}[{r}] = {g.elem(ids, [first])}", indent + 1, reads=(first,))
+    r, c = g.ids.fresh("r"), g.ids.fresh("c")
+    g.emit(f"for {r} in T.unroll({plan.rows_each}):", indent)
+    row = row_of(r)
+    g.emit(f"for {c} in T.unroll({plan.chunks_each}):", indent + 1)
+    col = g.ids.fresh("col")
+    g.let(col, f"({c} * {plan.row_threads} + {thread} % {plan.row_threads}) * {plan.chunk}", indent + 2,
+          reads=(thread,))
+    idx = [row, col]
+    saved, g.substitutes = g.substitutes, {ids.id: lambda _ix: f"{rids}[{r}]"}
+    try:
+        src = f"{param}[{g.offset(ptr, idx)}]"
+        pred = " & ".join(g.elem(m, idx) for m in plan.rows_mask)
+    finally:
+        g.substitutes = saved
+    call = (f"T.ptx_cp_async(T.access_ptr({buf}[{row}, {col}], 'w', {plan.chunk}), "
+            f"T.access_ptr({src}, 'r', {plan.chunk}), {plan.chunk}" + (f", {pred})" if pred else ")"))
+    g.emit(call, indent + 2, reads=(row, col))

@@ -1,0 +1,215 @@
+"""Writes a kernel with tle.gpu.warp_group blocks (planned in warp_groups.py): the prologue, then one branch
+per warp group, each with its copy of the group section, the loops holding several groups unrolled by
+their buffers' versions, and the mbarrier waits and arrives around each hand-off."""
+from __future__ import annotations
+
+from ..ir.core import Block, Op
+from .context import Context
+from .control import _trip
+from .slots import carry_slot, write_slots
+from .async_gathers import emit_row_gather, row_gather
+from .values import is_const
+from .versions import root
+from .warp_groups import GROUP_THREADS, HandOff, Plan
+
+
+def emit_kernel_body(g: Context, plan: Plan, indent: int):
+    body = g.k.body
+    g.blocks.append(body)
+    for op in body.ops[:plan.split]:
+        g.statement(op, indent)
+    _declare_barriers(g, plan)
+    tx = g.ids.fresh("tx")
+    g.let(tx, "T.get_thread_binding()", indent)
+    g.warp_tx = tx
+    last = len(plan.groups) - 1
+    for n, group in enumerate(plan.groups):
+        test = f"{tx} < {GROUP_THREADS * (group + 1)}"
+        if n == 0:
+            g.emit(f"if {test}:", indent, reads=(tx,))
+        elif n < last:
+            g.out.clause(f"elif {test}:", indent)
+            g.out.records[-1].reads = frozenset({tx})
+        else:
+            g.out.clause("else:", indent)
+        _emit_group(g, plan, group, indent + 1)
+    g.blocks.pop()
+    g.report.append((g.k.loc.line, "tle.gpu.warp_group", "warp groups",
+                     f"{len(plan.groups)} branches of {GROUP_THREADS} threads; "
+                     f"{sum(len(h) for h in plan.hand_offs.values())} buffer hand-offs through mbarriers"))
+
+
+def _emit_group(g: Context, plan: Plan, group: int, indent: int):
+    g.warp_group = group
+    for vid in plan.recompute:          # the prologue's fragments are laid out over every thread
+        g.buffers.pop(vid, None)
+    g.warp_thread = g.ids.fresh("thread")
+    g.let(g.warp_thread, f"{g.warp_tx} - {GROUP_THREADS * group}", indent, reads=(g.warp_tx,))
+    registers = plan.registers.get(group)
+    if registers is not None:
+        grow = int(registers > plan.default_registers())
+        g.emit(f"T.set_max_nreg({registers}, {grow})", indent)
+    start = g.out.position()
+    emit_ops(g, plan, g.k.body, plan.section, indent)
+    if not g.out.emitted_since(start):
+        g.emit("pass", indent)
+    _forget(g, plan.section)
+    g.warp_group = None
+
+
+def _forget(g: Context, ops: list[Op]):
+    blk = Block()
+    blk.ops = list(ops)          # a view of the section, for Context.forget (it only walks the ops)
+    g.forget(blk)
+
+
+def emit_ops(g: Context, plan: Plan, blk: Block, ops: list[Op], indent: int):
+    """The ops of `ops` (a block's, or the group section) that the current group runs, with the waits before
+    and the arrives after the ops that start and end its accesses to each hand-off."""
+    group = g.warp_group
+    offs = plan.hand_offs.get(id(blk), ())
+    for pos, op in enumerate(ops):
+        if not plan.runs(op, group):
+            for r in op.results:        # a version another group writes: the same allocation here
+                if r.type.is_buffer:
+                    g.buffers[r.id] = g.buffers[root(r).id]
+            continue
+        for h in offs:
+            if h.first.get(group) == pos:
+                _wait(g, h, group, blk is g.k.body, indent)
+        g.statement(op, indent)
+        for h in offs:
+            if h.last.get(group) == pos:
+                _arrive(g, h, group, blk is g.k.body, indent)
+
+
+# -- barriers ------------------------------------------------------------------------------------------------
+def _declare_barriers(g: Context, plan: Plan):
+    for key, offs in plan.hand_offs.items():
+        for h in offs:
+            if key != id(g.k.body):
+                writes = [o for loop in plan.loops.values() if id(loop.body) == key for o in plan.writes(h, loop.body)]
+                h.cp_async = bool(writes) and all(
+                    o.name == "copy_in" and row_gather(g, o, GROUP_THREADS) is not None for o in writes)
+            base = h.alloc.name or "buf"
+            h.full = g.ids.fresh(base + "_full")
+            g.allocs.append(f"{h.full} = T.alloc_barrier(arrive_count={[GROUP_THREADS] * h.versions})")
+            if not _section_level(g, h):
+                h.empty = g.ids.fresh(base + "_empty")
+                g.allocs.append(f"{h.empty} = T.alloc_barrier(arrive_count="
+                                f"{[GROUP_THREADS * len(h.readers)] * h.versions})")
+
+
+def _section_level(g: Context, h: HandOff) -> bool:
+    return h in g.warp_plan.hand_offs.get(id(g.k.body), ())
+
+
+def _version_and_phase(g: Context, h: HandOff, section: bool) -> tuple[str, str]:
+    """Which version of `h` this copy of the loop body uses, and the parity of that version's current phase."""
+    if section:                          # written once: the first phase
+        return "0", "0"
+    step, copy, copies = g.warp_step
+    if h.versions == 1:                  # one version, written again every step
+        return "0", f"{step} & 1"
+    assert h.versions == copies          # version `copy`, written again every `copies` steps
+    return str(copy), f"{g.warp_outer} & 1"
+
+
+def _wait(g: Context, h: HandOff, group: int, section: bool, indent: int):
+    version, phase = _version_and_phase(g, h, section)
+    if group == h.writer:
+        if h.empty:
+            g.emit(f"T.barrier_wait({h.empty}[{version}], ({phase}) ^ 1)", indent, reads=_names(g))
+    else:
+        g.emit(f"T.barrier_wait({h.full}[{version}], {phase})", indent, reads=_names(g))
+
+
+def _arrive(g: Context, h: HandOff, group: int, section: bool, indent: int):
+    version, _ = _version_and_phase(g, h, section)
+    if group == h.writer and h.cp_async:
+        # arrives when this thread's cp.async copies have landed
+        g.emit(f"T.cp_async_barrier_noinc({h.full}[{version}])", indent, reads=_names(g))
+    elif group == h.writer:
+        # the readers may read through the async proxy (wgmma): make the writes visible to it first
+        g.emit("T.fence_proxy_async()", indent)
+        g.emit(f"T.barrier_arrive({h.full}[{version}])", indent, reads=_names(g))
+    elif h.empty:
+        g.emit(f"T.barrier_arrive({h.empty}[{version}])", indent, reads=_names(g))
+
+
+def _names(g: Context) -> tuple[str, ...]:
+    if g.warp_step is None:
+        return ()
+    return tuple(n for n in (g.warp_step[0], g.warp_outer) if n)
+
+
+# -- a loop holding several groups' ops ----------------------------------------------------------------------
+def group_loop(g: Context, op: Op, indent: int):
+    """`op` in the current group: only the values this group carries; unrolled by its hand-offs' versions."""
+    plan: Plan = g.warp_plan
+    group = g.warp_group
+    lo, hi, step, *inits = op.operands
+    iv, *carried = op.body.args
+    outs = op.body.terminator.operands
+    mine = [k for k in range(len(carried)) if plan.carries(op, k, group)]
+    slots = [carry_slot(g, carried[k], inits[k], op.results[k], op, indent) for k in mine]
+    mine_outs = [outs[k] for k in mine]
+    copies = plan.stages[id(op)]
+    trip = _trip(g, lo, hi, step)
+    simple = is_const(lo, 0) and is_const(step, 1)
+    outer = g.ids.fresh("j" if copies > 1 else (g.ids.define(iv) if simple else "it"))
+    if copies == 1:
+        g.emit(f"for {outer} in T.serial({trip}):", indent)
+    else:
+        n = const_value_of(trip)
+        steps = str(-(-n // copies)) if n is not None else f"T.ceildiv({trip}, {copies})"
+        g.emit(f"for {outer} in T.serial({steps}):", indent)
+    saved = (g.warp_step, g.warp_outer, g.warp_copy)
+    for copy in range(copies):
+        inner = indent + 1
+        if copies == 1:
+            counter = outer
+        else:
+            counter = g.ids.fresh("i")
+            g.let(counter, f"{outer} * {copies} + {copy}" if copy else f"{outer} * {copies}", inner,
+                  reads=(outer,))
+            n = const_value_of(trip)
+            if n is None or n % copies:
+                g.emit(f"if {counter} < {trip}:", inner, reads=(counter,))
+                inner += 1
+        if simple:
+            g.scalars[iv.id] = counter
+        else:
+            ivn = g.ids.fresh(iv.name or "k")
+            start = "" if is_const(lo, 0) else f"{g.scalar(lo)} + "
+            stride = "" if is_const(step, 1) else f" * {g.scalar(step)}"
+            g.let(ivn, f"{start}{counter}{stride}", inner, reads=(counter,))
+            g.scalars[iv.id] = ivn
+        g.warp_step, g.warp_outer, g.warp_copy = (counter, copy, copies), outer, copy
+        _emit_body_of_group(g, op.body, slots, mine_outs, inner)
+        g.forget(op.body)
+    g.warp_step, g.warp_outer, g.warp_copy = saved
+    g.report.append((op.loc.line, "tle.gpu.warp_group", "loop",
+                     f"warp group {group}: T.serial" + (f", unrolled by {copies} buffer versions" if copies > 1
+                                                        else "")))
+
+
+def _emit_body_of_group(g: Context, body: Block, slots, outs, indent: int):
+    start = g.out.position()
+    g.block(body, indent, then=lambda: write_slots(g, slots, outs, indent))
+    if not g.out.emitted_since(start):
+        g.emit("pass", indent)
+
+
+def const_value_of(trip: str) -> int | None:
+    return int(trip) if trip.isdigit() else None
+
+
+
+def group_copy_in(g: Context, op: Op, buf: str, indent: int) -> bool:
+    """Emit `op`, a copy into a hand-off this group writes as cp.async, if it is one; else False."""
+    h = g.warp_plan.hand_off_written_by(op)
+    if h is None or not h.cp_async:
+        return False
+    emit_row_gather(g, op, row_gather(g, op, GROUP_THREADS), buf, g.warp_thread, GROUP_THREADS, indent)
+    return True

@@ -1,0 +1,239 @@
+"""tle.gpu.warp_group: the frontend's attributes, TileLang's warp-specialized lowering (one branch per group,
+hand-offs through mbarriers, cp.async row gathers), its errors, and the numbers both backends give on CPU
+(the interpreter of TileLang programs runs the groups as roles synchronised by the barriers; Triton's
+interpreter runs the program in order)."""
+import re
+
+import pytest
+import torch
+import triton.language as tl
+
+import tle
+from tle.errors import LaunchError
+from tle.lowering.errors import LoweringError, UnsupportedConstruct
+from tle.lowering.tilelang import warp_group_code
+from tle.lowering.tilelang.interpreter import InterpreterError
+
+needs_tilelang = pytest.mark.skipif(tle.available_backends().get("tilelang") is not None,
+                                    reason="TileLang is not installed")
+ORDERS = ("lowest_first", "highest_first")
+M, N, D, STEPS = 64, 64, 128, 5
+
+
+@tle.jit
+def two_consumers(q_ptr, kv_ptr, out_ptr, steps, M: tl.constexpr, N: tl.constexpr, D: tl.constexpr):
+    """Group 0 copies each step's keys into shared memory; group 1 computes P = q kᵀ / 100 and the left half of
+    P k, and hands P to group 2, which computes the right half."""
+    rows = tl.arange(0, M)
+    half = tl.arange(0, D // 2)
+    keys = tl.arange(0, N)
+    q_lo = tle.gpu.alloc([M, D // 2], tl.float16)
+    q_hi = tle.gpu.alloc([M, D // 2], tl.float16)
+    tle.gpu.copy(q_ptr + rows[:, None] * D + half[None, :], q_lo, [M, D // 2])
+    tle.gpu.copy(q_ptr + rows[:, None] * D + D // 2 + half[None, :], q_hi, [M, D // 2])
+    p_buf = tle.gpu.alloc([M, N], tl.float16)
+    acc_lo = tl.zeros([M, D // 2], tl.float32)
+    acc_hi = tl.zeros([M, D // 2], tl.float32)
+    for i in tle.gpu.pipeline(0, steps, num_stages=2):
+        kv_lo = tle.gpu.alloc([N, D // 2], tl.float16)
+        kv_hi = tle.gpu.alloc([N, D // 2], tl.float16)
+        with tle.gpu.warp_group(0, registers=56):
+            base = kv_ptr + (i * N + keys)[:, None] * D
+            tle.gpu.copy(base + half[None, :], kv_lo, [N, D // 2])
+            tle.gpu.copy(base + D // 2 + half[None, :], kv_hi, [N, D // 2])
+        with tle.gpu.warp_group(1, registers=224):
+            s = tl.dot(tle.gpu.local_load(q_lo), tl.trans(tle.gpu.local_load(kv_lo)))
+            s = tl.dot(tle.gpu.local_load(q_hi), tl.trans(tle.gpu.local_load(kv_hi)), s)
+            tle.gpu.local_store(p_buf, (s * 0.01).to(tl.float16))
+            acc_lo = tl.dot(tle.gpu.local_load(p_buf), tle.gpu.local_load(kv_lo), acc_lo)
+        with tle.gpu.warp_group(2, registers=224):
+            acc_hi = tl.dot(tle.gpu.local_load(p_buf), tle.gpu.local_load(kv_hi), acc_hi)
+    with tle.gpu.warp_group(1):
+        tl.store(out_ptr + rows[:, None] * D + half[None, :], acc_lo)
+    with tle.gpu.warp_group(2):
+        tl.store(out_ptr + rows[:, None] * D + D // 2 + half[None, :], acc_hi)
+
+
+def _two_consumers_reference(q, kv, steps):
+    out = torch.zeros(q.shape, dtype=torch.float32)
+    for i in range(steps):
+        k = kv[i * N:(i + 1) * N].float()
+        out += (q.float() @ k.T * 0.01).half().float() @ k
+    return out
+
+
+def _inputs():
+    g = torch.Generator().manual_seed(0)
+    return torch.randn(M, D, generator=g).half(), torch.randn(STEPS * N, D, generator=g).half(), torch.empty(M, D)
+
+
+def _tilelang_source(kernel=two_consumers, **kw):
+    q, kv, out = _inputs()
+    return kernel.lower(q, kv, out, STEPS, M=M, N=N, D=D, grid=(1,), backend="tilelang", num_warps=12, **kw).source
+
+
+# -- frontend ------------------------------------------------------------------------------------------------
+def test_ops_in_a_warp_group_block_carry_its_index_and_the_kernel_its_registers():
+    q, kv, out = _inputs()
+    ir = two_consumers.lower(q, kv, out, STEPS, M=M, N=N, D=D, grid=(1,), backend="triton", num_warps=12).kernel
+    groups = {op.attrs.get("warp_group") for op in ir.walk() if op.name == "dot"}
+    assert groups == {1, 2}
+    assert not any("warp_group" in op.attrs for op in ir.body.ops if op.name == "for")   # the loop is everyone's
+    assert ir.warp_groups == {0: 56, 1: 224, 2: 224}
+
+
+@pytest.mark.parametrize("body, message", [
+    ("with tle.gpu.warp_group(0):\n        with tle.gpu.warp_group(1):\n            pass", "do not nest"),
+    ("with tle.gpu.warp_group(-1):\n        pass", "index must be a constexpr int >= 0"),
+    ("with tle.gpu.warp_group(0, registers=300):\n        pass", "registers must be a constexpr multiple of 8"),
+    ("with tle.gpu.warp_group(0) as g:\n        pass", "only as `with tle.gpu.warp_group(k):`"),
+    ("with open('x'):\n        pass", "only as `with tle.gpu.warp_group(k):`"),
+])
+def test_bad_warp_group_blocks_are_errors_at_their_line(tmp_path, body, message):
+    src = tmp_path / "bad_kernel.py"
+    src.write_text("import triton.language as tl\nimport tle\n\n\n@tle.jit\ndef bad(x_ptr):\n    " + body + "\n")
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("bad_kernel", src)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    with pytest.raises(LoweringError, match=re.escape(message)) as e:
+        mod.bad.lower(torch.empty(4), grid=(1,), backend="triton")
+    assert "bad_kernel.py:" in str(e.value)
+
+
+def test_launch_takes_a_multiple_of_four_warps_and_triton_runs_a_power_of_two():
+    q, kv, out = _inputs()
+    low = two_consumers.lower(q, kv, out, STEPS, M=M, N=N, D=D, grid=(1,), backend="triton", num_warps=12)
+    assert "num_warps=12: Triton launches a power of two of warps, so 8" in low.notes
+    assert any("warp_group: stock Triton has no warp-group roles" in n for n in low.notes)
+    with pytest.raises(LaunchError, match="multiple of 4"):
+        two_consumers[(1,)](q, kv, out, STEPS, M=M, N=N, D=D, backend="triton", num_warps=6)
+
+
+# -- TileLang lowering ---------------------------------------------------------------------------------------
+@needs_tilelang
+def test_tilelang_gives_each_group_a_branch_and_each_hand_off_a_barrier_pair():
+    src = _tilelang_source()
+    assert "with T.Kernel(1, threads=384)" in src
+    assert "if tx < 128:" in src and "elif tx < 256:" in src and "else:" in src
+    assert "T.set_max_nreg(56, 0)" in src and src.count("T.set_max_nreg(224, 1)") == 2
+    # kv_hi is read by both consumers: its release needs both groups' 256 threads; the keys are allocated in
+    # the loop, so they get two versions and the loop is unrolled by two
+    assert "kv_hi_empty = T.alloc_barrier(arrive_count=[256, 256])" in src
+    assert "kv_lo_empty = T.alloc_barrier(arrive_count=[128, 128])" in src
+    assert "p_buf_full = T.alloc_barrier(arrive_count=[128])" in src
+    assert "T.barrier_wait(kv_lo_empty[1], (j & 1) ^ 1)" in src
+    # the first product of s is issued without a wait; the releases of its operands follow the last one
+    assert "T.wgmma_gemm(q_lo, kv_lo, s, transpose_B=True)" in src
+
+
+def _run_two_consumers_on_tilelang(monkeypatch, order):
+    monkeypatch.setenv("TLE_INTERPRETER_ROLE_ORDER", order)
+    q, kv, out = _inputs()
+    two_consumers.interpret_tilelang((1,), q, kv, out, STEPS, M=M, N=N, D=D, num_warps=12)
+    return (out - _two_consumers_reference(q, kv, STEPS)).abs().max().item()
+
+
+@needs_tilelang
+@pytest.mark.parametrize("order", ORDERS)
+def test_tilelang_groups_give_the_programs_numbers(monkeypatch, tmp_cache, order):
+    assert _run_two_consumers_on_tilelang(monkeypatch, order) < 2e-3
+
+
+def test_triton_runs_the_groups_in_program_order():
+    q, kv, out = _inputs()
+    two_consumers[(1,)](q, kv, out, STEPS, M=M, N=N, D=D, backend="triton", num_warps=12)
+    assert (out - _two_consumers_reference(q, kv, STEPS)).abs().max().item() < 2e-3
+
+
+@needs_tilelang
+@pytest.mark.parametrize("dropped", ["writer", "reader"])
+def test_a_hand_off_without_its_wait_fails(monkeypatch, tmp_cache, dropped):
+    """Mutation: the lowering without the writer's wait for the readers' release (or without the readers' wait
+    for the writer) gives wrong numbers or an interpreter error under at least one role order."""
+    real = warp_group_code._wait
+
+    def without(g, h, group, section, indent):
+        if (group == h.writer) == (dropped == "writer"):
+            return
+        real(g, h, group, section, indent)
+    monkeypatch.setattr(warp_group_code, "_wait", without)
+    monkeypatch.setattr(two_consumers, "_cache", {})       # lower it again, with the mutation
+    failures = 0
+    for order in ORDERS:
+        try:
+            failures += _run_two_consumers_on_tilelang(monkeypatch, order) > 2e-3
+        except InterpreterError:
+            failures += 1
+    assert failures
+
+
+@tle.jit
+def _cross_group_tile(x_ptr, y_ptr):
+    i = tl.arange(0, 16)
+    for k in tle.gpu.pipeline(0, 2, num_stages=2):
+        with tle.gpu.warp_group(0):
+            t = tl.load(x_ptr + i)
+        with tle.gpu.warp_group(1):
+            tl.store(y_ptr + i, t)
+
+
+@tle.jit
+def _two_writers(x_ptr, y_ptr):
+    i = tl.arange(0, 16)
+    buf = tle.gpu.alloc([16], tl.float32)
+    for k in tle.gpu.pipeline(0, 2, num_stages=2):
+        with tle.gpu.warp_group(0):
+            tle.gpu.copy(x_ptr + i, buf, [16])
+        with tle.gpu.warp_group(1):
+            tle.gpu.local_store(buf, tle.gpu.local_load(buf) + 1)
+        with tle.gpu.warp_group(2):
+            tl.store(y_ptr + i, tle.gpu.local_load(buf))
+
+
+@tle.jit
+def _read_before_write(x_ptr, y_ptr):
+    i = tl.arange(0, 16)
+    buf = tle.gpu.alloc([16], tl.float32)
+    for k in tle.gpu.pipeline(0, 2, num_stages=2):
+        with tle.gpu.warp_group(1):
+            tl.store(y_ptr + i, tle.gpu.local_load(buf))
+        with tle.gpu.warp_group(0):
+            tle.gpu.copy(x_ptr + i, buf, [16])
+
+
+@tle.jit
+def _store_outside_groups(x_ptr, y_ptr):
+    i = tl.arange(0, 16)
+    with tle.gpu.warp_group(0):
+        t = tl.load(x_ptr + i)
+        tl.store(y_ptr + i, t)
+    tl.store(y_ptr + i, tl.load(x_ptr + i))
+
+
+@tle.jit
+def _too_many_registers(x_ptr, y_ptr):
+    i = tl.arange(0, 16)
+    buf = tle.gpu.alloc([16], tl.float32)
+    with tle.gpu.warp_group(0, registers=256):
+        tle.gpu.copy(x_ptr + i, buf, [16])
+    with tle.gpu.warp_group(1, registers=264 - 8):
+        tl.store(y_ptr + i, tle.gpu.local_load(buf))
+    with tle.gpu.warp_group(2, registers=24):
+        pass
+
+
+@needs_tilelang
+@pytest.mark.parametrize("kernel, warps, message", [
+    (_too_many_registers, 12, "more than the 65536 registers of the SM"),
+    (_cross_group_tile, 8, "a tile computed in warp group 0 .* and read in warp group 1"),
+    (_two_writers, 12, r"written by warp groups \[0, 1\]"),
+    (_read_before_write, 8, "read by warp group 1 before warp group 0 writes it"),
+    (_store_outside_groups, 4, "'store' outside every tle.gpu.warp_group block"),
+    (_cross_group_tile, 4, "2 warp groups need num_warps=8"),
+])
+def test_what_tilelang_cannot_hand_over_is_an_error_naming_the_line(kernel, warps, message):
+    x, y = torch.randn(16), torch.empty(16)
+    with pytest.raises(UnsupportedConstruct, match=message) as e:
+        kernel.lower(x, y, grid=(1,), backend="tilelang", num_warps=warps)
+    assert "test_warp_groups.py:" in str(e.value)
