@@ -19,6 +19,9 @@ of two of at least 16):
   BLOCK_K steps, gathering the named rows (`is_async` loads: staged copies on TileLang) under an online softmax
   in base 2. Both kernels first scan the list for its last entry the query sees and stop their steps there: a
   list padded at its end (a prefill's early queries, with fewer than topk earlier rows) is cut short.
+- `sparse_mla_fwd_warp_groups_kernel`: the forward in three warp groups (tle.gpu.warp_group): one gathers the rows,
+  one computes the scores, the softmax and half of the output columns, one the other half. Not yet the operator's
+  kernel (docs/benchmark/sparse_mla_warp_groups.md has its figures).
 - `sparse_mla_bwd_kernel`: the same programs; each step recomputes the probabilities from lse, adds dS kv to dQ
   in registers, and adds the step's dKV rows (dSᵀ q + Pᵀ dO) into an fp32 buffer with atomic adds through the
   indices. delta = rowsum(dO ∘ O) comes first, from flash_attention's preprocess kernel.
@@ -131,6 +134,92 @@ def sparse_mla_fwd_kernel(
 
 
 @tle.jit
+def _query_buffer(rows, head_ok, start: tl.constexpr, WIDTH: tl.constexpr, BLOCK_H: tl.constexpr):
+    """Columns [start, start + WIDTH) of the program's query rows, in a shared buffer (missing heads read 0)."""
+    buf = tle.gpu.alloc([BLOCK_H, WIDTH], rows.dtype.element_ty)
+    tle.gpu.copy(rows + start + tl.arange(0, WIDTH)[None, :], buf, [BLOCK_H, WIDTH], mask=head_ok[:, None],
+                 other=0.0)
+    return buf
+
+
+@tle.jit
+def sparse_mla_fwd_warp_groups_kernel(
+        q_ptr, kv_ptr, idx_ptr, out_ptr, lse_ptr, sm_scale,
+        stride_qb, stride_qs, stride_qh, stride_kvb, stride_kvs, stride_kvg, stride_ib, stride_is, stride_ig,
+        stride_ob, stride_os, stride_oh, stride_lb, stride_ls, seqlen_kv, topk,
+        G: tl.constexpr, HEAD_BLOCKS: tl.constexpr, D: tl.constexpr, TD: tl.constexpr, BLOCK_H: tl.constexpr,
+        BLOCK_K: tl.constexpr, SCAN: tl.constexpr = 256, LOADER_REGISTERS: tl.constexpr = 80,
+        SOFTMAX_REGISTERS: tl.constexpr = 240, VALUE_REGISTERS: tl.constexpr = 168):
+    """The forward in three warp groups: group 0 gathers each step's rows into shared memory, group 1 computes
+    the scores, the softmax and the first half of the output columns, group 2 the second half from the
+    probabilities group 1 hands it. The same results as sparse_mla_fwd_kernel."""
+    b, s, g, heads, head_ok = _program(G, HEAD_BLOCKS, BLOCK_H)
+    H: tl.constexpr = D // 2
+    rows = q_ptr + b * stride_qb + s * stride_qs + heads[:, None] * stride_qh
+    q_lo = _query_buffer(rows, head_ok, 0, H, BLOCK_H)
+    q_hi = _query_buffer(rows, head_ok, H, H, BLOCK_H)
+    q_t = _query_buffer(rows, head_ok, D, TD, BLOCK_H)
+    kv_base = kv_ptr + b * stride_kvb + g * stride_kvg
+    idx_base = idx_ptr + b * stride_ib + s * stride_is + g * stride_ig
+    p_buf = tle.gpu.alloc([BLOCK_H, BLOCK_K], kv_ptr.dtype.element_ty)      # group 1 -> group 2, each step
+    alpha_buf = tle.gpu.alloc([BLOCK_H], tl.float32)
+    l_buf = tle.gpu.alloc([BLOCK_H], tl.float32)                             # group 1 -> group 2, at the end
+
+    qk_scale = sm_scale * 1.4426950408889634
+    m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
+    acc_lo = tl.zeros([BLOCK_H, H], dtype=tl.float32)
+    acc_hi = tl.zeros([BLOCK_H, H], dtype=tl.float32)
+    end = _steps_end(idx_base, s, seqlen_kv, topk, BLOCK_K, SCAN)
+    for start in tle.gpu.pipeline(0, end, BLOCK_K, num_stages=2):
+        kv_lo = tle.gpu.alloc([BLOCK_K, H], kv_ptr.dtype.element_ty)
+        kv_hi = tle.gpu.alloc([BLOCK_K, H], kv_ptr.dtype.element_ty)
+        kv_t = tle.gpu.alloc([BLOCK_K, TD], kv_ptr.dtype.element_ty)
+        bias = tle.gpu.alloc([BLOCK_K], tl.float32)                          # 0 for a row seen, else -inf
+        with tle.gpu.warp_group(0, registers=LOADER_REGISTERS):
+            cols = start + tl.arange(0, BLOCK_K)
+            ids = tl.load(idx_base + cols, mask=cols < topk, other=-1)
+            seen = _sees(ids, s, seqlen_kv)
+            kv_rows = kv_base + ids[:, None] * stride_kvs
+            tle.gpu.copy(kv_rows + tl.arange(0, H)[None, :], kv_lo, [BLOCK_K, H], mask=seen[:, None], other=0.0)
+            tle.gpu.copy(kv_rows + H + tl.arange(0, H)[None, :], kv_hi, [BLOCK_K, H], mask=seen[:, None],
+                         other=0.0)
+            tle.gpu.copy(kv_rows + D + tl.arange(0, TD)[None, :], kv_t, [BLOCK_K, TD], mask=seen[:, None],
+                         other=0.0)
+            tle.gpu.local_store(bias, tl.where(seen, 0.0, float("-inf")))
+        with tle.gpu.warp_group(1, registers=SOFTMAX_REGISTERS):
+            qk = tl.dot(tle.gpu.local_load(q_t), tl.trans(tle.gpu.local_load(kv_t)))
+            qk = tl.dot(tle.gpu.local_load(q_lo), tl.trans(tle.gpu.local_load(kv_lo)), qk)
+            qk = tl.dot(tle.gpu.local_load(q_hi), tl.trans(tle.gpu.local_load(kv_hi)), qk)
+            qk = qk * qk_scale + tle.gpu.local_load(bias)[None, :]
+            m_new = tl.maximum(m_i, tl.max(qk, 1))
+            m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)      # no row seen yet: keep exp2 finite
+            p = tl.math.exp2(qk - m_ref[:, None])
+            alpha = tl.math.exp2(m_i - m_ref)
+            l_i = l_i * alpha + tl.sum(p, 1)
+            tle.gpu.local_store(p_buf, p)
+            tle.gpu.local_store(alpha_buf, alpha)
+            acc_lo = tl.dot(tle.gpu.local_load(p_buf), tle.gpu.local_load(kv_lo), acc_lo * alpha[:, None])
+            m_i = m_new
+        with tle.gpu.warp_group(2, registers=VALUE_REGISTERS):
+            acc_hi = tl.dot(tle.gpu.local_load(p_buf), tle.gpu.local_load(kv_hi),
+                            acc_hi * tle.gpu.local_load(alpha_buf)[:, None])
+
+    o_rows = out_ptr + b * stride_ob + s * stride_os + heads[:, None] * stride_oh
+    with tle.gpu.warp_group(1):
+        l_safe = tl.where(l_i == 0.0, 1.0, l_i)
+        tle.gpu.local_store(l_buf, l_safe)
+        tl.store(o_rows + tl.arange(0, H)[None, :], (acc_lo / l_safe[:, None]).to(out_ptr.dtype.element_ty),
+                 mask=head_ok[:, None])
+        # natural log; a query that saw nothing: m_i = -inf and log2(0) = -inf, so lse = -inf
+        tl.store(lse_ptr + b * stride_lb + s * stride_ls + heads, (m_i + tl.math.log2(l_i)) * 0.6931471805599453,
+                 mask=head_ok)
+    with tle.gpu.warp_group(2):
+        tl.store(o_rows + H + tl.arange(0, H)[None, :],
+                 (acc_hi / tle.gpu.local_load(l_buf)[:, None]).to(out_ptr.dtype.element_ty), mask=head_ok[:, None])
+
+
+@tle.jit
 def sparse_mla_bwd_kernel(
         q_ptr, kv_ptr, do_ptr, idx_ptr, lse_ptr, delta_ptr, dq_ptr, dkv_ptr, sm_scale,
         stride_qb, stride_qs, stride_qh, stride_kvb, stride_kvs, stride_kvg, stride_ib, stride_is, stride_ig,
@@ -198,6 +287,12 @@ def _head_block(group: int) -> dict:
 def fwd_config(group: int, backend: str) -> dict:
     """BLOCK_H, BLOCK_K, num_warps and num_stages of the forward (docs/benchmark/sparse_mla.md)."""
     return dict(_head_block(group), BLOCK_K=64, num_stages=2)
+
+
+def fwd_warp_groups_config() -> dict:
+    """sparse_mla_fwd_warp_groups_kernel's launch: 64 heads and 64 rows a step in three groups of 4 warps; the index
+    scan in 128-entry pieces (with 384 threads TileLang lays out a 1-D reduction of 128, not of 256 or more)."""
+    return dict(BLOCK_H=64, BLOCK_K=64, num_warps=12, num_stages=2, SCAN=128)
 
 
 def bwd_config(group: int, backend: str) -> dict:
@@ -416,12 +511,11 @@ def _launch_args(q, kv, indices, cfg):
     return grid, dict(consts, **cfg)
 
 
-@tle.example(sparse_mla_fwd_kernel)
-def _fwd_example(device, size):
+def _forward_example(device, size, cfg):
     q, kv, indices, scale, d_v, label = _example_inputs(device, size)
     b, s, h, dt = q.shape
     out, lse = nan_like(q[..., :d_v]), nan_like(q[..., 0], torch.float32)
-    grid, kwargs = _launch_args(q, kv, indices, fwd_config(h, "tilelang"))
+    grid, kwargs = _launch_args(q, kv, indices, cfg)
 
     def ref():
         o, l = _torch_forward(q, kv, indices, scale, d_v)
@@ -431,6 +525,16 @@ def _fwd_example(device, size):
                                        kv.shape[1], indices.shape[3]),
                       kwargs=dict(kwargs, D=d_v, TD=dt - d_v), outputs={"out": out, "lse": lse}, reference=ref,
                       flops=2 * b * s * h * indices.shape[3] * (dt + d_v), label=label)
+
+
+@tle.example(sparse_mla_fwd_kernel)
+def _fwd_example(device, size):
+    return _forward_example(device, size, fwd_config(64, "tilelang"))     # the examples' one group of 64 heads
+
+
+@tle.example(sparse_mla_fwd_warp_groups_kernel)
+def _fwd_warp_groups_example(device, size):
+    return _forward_example(device, size, fwd_warp_groups_config())
 
 
 @tle.example(sparse_mla_bwd_kernel)

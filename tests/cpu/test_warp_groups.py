@@ -237,3 +237,18 @@ def test_what_tilelang_cannot_hand_over_is_an_error_naming_the_line(kernel, warp
     with pytest.raises(UnsupportedConstruct, match=message) as e:
         kernel.lower(x, y, grid=(1,), backend="tilelang", num_warps=warps)
     assert "test_warp_groups.py:" in str(e.value)
+
+
+# -- the sparse-MLA forward in warp groups (its numbers on both backends: test_kernels_interpreter.py) -------
+@needs_tilelang
+def test_sparse_mla_warp_groups_gather_rows_with_cp_async_and_build_for_sm90a(tmp_cache):
+    import tle.kernels.sparse_mla_attention as m
+    from tle.cli import meta_copy
+    launch = m.sparse_mla_fwd_warp_groups_kernel.example("cpu", "small")
+    low = m.sparse_mla_fwd_warp_groups_kernel.lower(*[meta_copy(a) for a in launch.args], grid=launch.grid,
+                                                    backend="tilelang", **launch.kwargs)
+    assert low.source.count("T.ptx_cp_async(") == 6          # three row gathers, in each of two unrolled steps
+    assert "T.cp_async_barrier_noinc(kv_lo_full[0])" in low.source
+    cuda = str(low.stage("cuda"))
+    assert "cp_async_gs_conditional<16>" in cuda and "mbarrier_cp_async_arrive_noinc" in cuda
+    assert "warpgroup_reg_alloc<240>" in cuda and "warpgroup_reg_dealloc<80>" in cuda
