@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from ..analysis.access import mask_always_true
 from ..ir.core import Op
-from .context import Context
+from .context import Buffer, Context
 from .gathers import _axes_used, _conjuncts
 from .syntax import tl_dtype
 from .values import is_zero
@@ -65,7 +65,7 @@ def row_gather(g: Context, op: Op, threads: int) -> RowGather | None:
     return RowGather(chunk, row_threads, rows // (threads // row_threads), per_row // row_threads, tuple(rows_mask))
 
 
-def emit_row_gather(g: Context, op: Op, plan: RowGather, buf: str, thread: str, threads: int, indent: int):
+def emit_row_gather(g: Context, op: Op, plan: RowGather, buf: Buffer, thread: str, threads: int, indent: int):
     """`thread`: the thread's index within its group. A thread copies chunks of `rows_each` rows; it reads the
     rows' indices first, all at once (one memory latency, not one per row), then issues the copies. The
     threads of a row copy consecutive chunks."""
@@ -99,6 +99,6 @@ def emit_row_gather(g: Context, op: Op, plan: RowGather, buf: str, thread: str, 
         pred = " & ".join(g.elem(m, idx) for m in plan.rows_mask)
     finally:
         g.substitutes = saved
-    call = (f"T.ptx_cp_async(T.access_ptr({buf}[{row}, {col}], 'w', {plan.chunk}), "
+    call = (f"T.ptx_cp_async(T.access_ptr({buf.at([row, col])}, 'w', {plan.chunk}), "
             f"T.access_ptr({src}, 'r', {plan.chunk}), {plan.chunk}" + (f", {pred})" if pred else ")"))
     g.emit(call, indent + 2, reads=(row, col))

@@ -18,16 +18,17 @@ _ELEMENTWISE = with_trait(ELEMENTWISE)
 @RULES.rule("alloc", role="statement")
 def alloc(g: Context, op: Op, indent: int):
     v = op.result
-    # each warp group writes its own copy of a loop body: the groups share each copy's buffers
-    key = (id(op), g.warp_copy)
-    if g.warp_group is not None and key in g.warp_allocs:
-        g.buffers[v.id] = g.warp_allocs[key]
-        return
-    name = g.alloc(v.name or "buf", v.type.shape, v.type.elem, "shared")
-    g.buffers[v.id] = Buffer(name, v.type.shape, v.type.elem, "shared", g.k.body)
-    if g.warp_group is not None:
-        g.warp_allocs[key] = g.buffers[v.id]
-    g.report.append((op.loc.line, "tle.gpu.alloc", "buffer", f"T.alloc_shared {name}"))
+    # each warp group writes its own copy of the loop: the groups share its buffers, and a buffer handed from one
+    # group to others inside the loop has a version per pipeline stage (warp_groups.py), in a leading axis
+    versions, version = (1, None) if g.warp_group is None else g.warp_plan.versions_of(v, g.warp_step)
+    name = g.warp_allocs.get(id(op))
+    if name is None:
+        name = g.alloc(v.name or "buf", ((versions,) if versions > 1 else ()) + v.type.shape, v.type.elem, "shared")
+        g.report.append((op.loc.line, "tle.gpu.alloc", "buffer", f"T.alloc_shared {name}" +
+                         (f", {versions} versions" if versions > 1 else "")))
+        if g.warp_group is not None:
+            g.warp_allocs[id(op)] = name
+    g.buffers[v.id] = Buffer(name, v.type.shape, v.type.elem, "shared", g.k.body, version=version)
 
 
 @RULES.rule("local_load", role="statement")
@@ -39,7 +40,7 @@ def local_load(g: Context, op: Op, indent: int):
         how = f"reads {buf.name} in place"
     else:       # the buffer is written again while this tile is still in use: keep a copy
         name = g.alloc(v.name or buf.name + "_tile", v.type.shape, v.type.elem, "fragment")
-        g.emit(f"T.copy({buf.name}, {name})", indent)
+        g.emit(f"T.copy({buf.region()}, {name})", indent)
         g.buffers[v.id] = g.fragment(name, v)
         how = f"T.copy {buf.name} into a fragment (the buffer is written again while the tile is in use)"
     g.report.append((op.loc.line, "tle.gpu.local_load", "buffer", how))
@@ -86,7 +87,7 @@ def local_store(g: Context, op: Op, indent: int):
     if src is buf:
         how = "nothing to do (the tile is the buffer's own contents)"
     elif src is not None and g.visible(src) and src.perm is None and src.dtype == buf.dtype:
-        g.emit(f"T.copy({src.name}, {buf.name})", indent)
+        g.emit(f"T.copy({src.region()}, {buf.region()})", indent)
         how = f"T.copy from a {src.scope} buffer"
     else:
         idx = loop_indices(len(buf.shape))
@@ -94,9 +95,9 @@ def local_store(g: Context, op: Op, indent: int):
             # the new contents read the buffer itself: compute them aside first
             tmp = g.alloc(buf.name + "_next", buf.shape, buf.dtype, "fragment")
             g.fill(tmp, val, indent)
-            g.emit(f"T.copy({tmp}, {buf.name})", indent)
+            g.emit(f"T.copy({tmp}, {buf.region()})", indent)
             how = "T.Parallel into a fragment, then T.copy (the value reads the buffer)"
         else:
-            g.fill(buf.name, val, indent)
+            g.fill(buf, val, indent)
             how = "T.Parallel into the buffer"
     g.report.append((op.loc.line, "tle.gpu.local_store", "buffer", how))

@@ -33,6 +33,17 @@ class Buffer:
     scope: str            # "fragment" | "shared"
     block: Block          # where it was filled (its contents are valid there and in nested blocks)
     perm: tuple | None = None   # stored with its axes permuted: buffer axis i is the tile's axis perm[i]
+    version: str | None = None  # one of several versions in a leading axis: the index expression of this one
+
+    def region(self) -> str:
+        """The buffer as a T.copy / T.gemm operand."""
+        if self.version is None:
+            return self.name
+        return f"{self.name}[{', '.join([self.version] + [':'] * len(self.shape))}]"
+
+    def at(self, idx: list[str]) -> str:
+        """Element `idx` (in the buffer's own axes)."""
+        return f"{self.name}[{', '.join(([self.version] if self.version is not None else []) + idx)}]"
 
 
 class Context:
@@ -72,14 +83,12 @@ class Context:
         self.staged_index: set[int] = set()    # index loads staged in shared memory by their pipelined loop
         self.staged_body: Block | None = None  # body of the loop whose statements get named stages
         # tle.gpu.warp_group (warp_groups.py plans, warp_group_code.py writes): the plan, the group whose
-        # branch is being written, and in a loop holding several groups (counter, copy, copies) and the outer
-        # counter of the unrolled loop; buffers allocated in such a loop, per (alloc op, copy)
+        # branch is being written, the step counter of the loop holding several groups being written, and the
+        # allocation each tle.gpu.alloc inside such a loop has (id(op) -> name), which every group's copy shares
         self.warp_plan = None
         self.warp_group: int | None = None
-        self.warp_step: tuple | None = None
-        self.warp_outer: str | None = None
-        self.warp_copy: int | None = None
-        self.warp_allocs: dict[tuple, Buffer] = {}
+        self.warp_step: str | None = None
+        self.warp_allocs: dict[int, str] = {}
         self.warp_tx: str | None = None        # the block's thread index, and the thread's index in its group
         self.warp_thread: str | None = None
 
@@ -146,8 +155,7 @@ class Context:
                 idx = idx[:ax] + idx[ax + 1:]
             if b.perm is not None:
                 idx = [idx[p] for p in b.perm]
-            ix = idx if idx else ["0"]
-            return f"{b.name}[{', '.join(ix)}]"
+            return b.at(idx if idx else ["0"])
         op = v.defining_op
         if op is None:
             raise AssertionError(f"value {v} has no expression")
@@ -212,15 +220,16 @@ class Context:
             self.copies[(v.id, scope, dtype)] = nb
         return nb
 
-    def fill(self, name: str, v: Value, indent: int, dtype: T.DType | None = None):
-        """`for i.. in T.Parallel(shape): name[i..] = v[i..]`."""
+    def fill(self, name, v: Value, indent: int, dtype: T.DType | None = None):
+        """`for i.. in T.Parallel(shape): name[i..] = v[i..]`; `name` a buffer's name, or a Buffer."""
         shape = v.type.shape or (1,)
         idx = loop_indices(len(shape))
         expr = self.elem(v, idx if v.type.shape else [])
         if dtype is not None and dtype != v.type.elem:
             expr = f"T.cast({expr}, {tl_dtype(dtype)!r})"
         self.emit(parallel_header(idx, shape), indent)
-        self.emit(f"{name}[{', '.join(idx)}] = {expr}", indent + 1)
+        target = name.at(idx) if isinstance(name, Buffer) else f"{name}[{', '.join(idx)}]"
+        self.emit(f"{target} = {expr}", indent + 1)
 
     def fragment(self, name: str, v: Value) -> Buffer:
         """The fragment `name`, filled here with `v`."""

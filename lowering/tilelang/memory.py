@@ -31,7 +31,7 @@ def load(g: Context, op: Op, indent: int):
         # later stage)
         g.out.mark_stage0()
         held = g.alloc((v.name or "t") + "_r", v.type.shape, v.type.elem, "fragment")
-        read_global(g, op, held, "fragment", False, indent)
+        read_global(g, op, g.fragment(held, v), "fragment", False, indent)
         # a static shared buffer: in the dynamic one TileLang merges the gathered tiles into, its barrier
         # planner cannot tell the gathers' writes from this tile's reads, and puts a barrier before every
         # cp.async of the gathers (0.88x the speed of the seed's sparse-MLA loop on the H200)
@@ -105,7 +105,7 @@ def copy_in(g: Context, op: Op, indent: int):
     buf = g.buffers[op.operands[3].id]       # every version maps to its allocation's buffer
     if g.warp_group is not None:
         from .warp_group_code import group_copy_in
-        if group_copy_in(g, op, buf.name, indent):
+        if group_copy_in(g, op, buf, indent):
             g.buffers[op.result.id] = buf
             g.report.append((op.loc.line, "tle.gpu.copy", acc.kind, f"cp.async rows into {buf.name} (16 bytes a "
                                                                     f"copy, zero-filled where masked off)"))
@@ -113,14 +113,14 @@ def copy_in(g: Context, op: Op, indent: int):
     staged = g.in_pipelined_loop(op)
     if staged:
         g.out.mark_stage0()
-    _, how, _ = read_global(g, op, buf.name, "shared", staged, indent)
+    _, how, _ = read_global(g, op, buf, "shared", staged, indent)
     if staged:
         how += ", a stage of T.Pipelined (cp.async or TMA where TileLang can)"
     g.buffers[op.result.id] = buf
     g.report.append((op.loc.line, "tle.gpu.copy", acc.kind, how.replace("into shared", f"into {buf.name}")))
 
 
-def read_global(g: Context, op: Op, into: str | None, scope: str, asynchronous: bool, indent: int):
+def read_global(g: Context, op: Op, into: Buffer | None, scope: str, asynchronous: bool, indent: int):
     """Emit the read of a load's (or a tle.gpu.copy's) pointer tile into a buffer: `into`, or a new
     one of `scope`. `asynchronous`: the read is a stage of a pipelined loop, so write it in the form
     TileLang issues as cp.async where that keeps its meaning. Returns (buffer name, how, storage
@@ -138,8 +138,8 @@ def read_global(g: Context, op: Op, into: str | None, scope: str, asynchronous: 
     # the fragment never see it (they read it uninitialized)
     fragment_in_pipeline = scope == "fragment" and g.in_pipelined_loop(op)
     if plan is not None and zero_other and not fragment_in_pipeline:
-        name = into or g.alloc(op.results[0].name or "t", shape, elem, scope)
-        g.emit(f"T.copy({region(g, acc.param.value, plan)}, {name})", indent)
+        name = into.name if into else g.alloc(op.results[0].name or "t", shape, elem, scope)
+        g.emit(f"T.copy({region(g, acc.param.value, plan)}, {into.region() if into else name})", indent)
         return name, f"T.copy into {scope}", None
     if plan is None:
         why = acc.reason
@@ -150,7 +150,7 @@ def read_global(g: Context, op: Op, into: str | None, scope: str, asynchronous: 
     tile = op.results[0] if op.name == "load" else ptr
     perm = _storage_order(acc, tile) if scope == "shared" and into is None else None
     stored = shape if perm is None else tuple(shape[p] for p in perm)
-    name = into or g.alloc(op.results[0].name or "t", stored, elem, scope)
+    name = into.name if into else g.alloc(op.results[0].name or "t", stored, elem, scope)
     idx = loop_indices(len(shape))
     # only reads that are a stage of a pipelined loop take the copy form TileLang issues as cp.async;
     # elsewhere a load stays a synchronous masked read
@@ -167,7 +167,8 @@ def read_global(g: Context, op: Op, into: str | None, scope: str, asynchronous: 
     # loop over the buffer's own axes: the innermost one is where consecutive threads go
     order = list(range(len(shape))) if perm is None else list(perm)
     g.emit(parallel_header([idx[d] for d in order], stored), indent)
-    g.emit(f"{name}[{', '.join(idx[d] for d in order)}] = {e}", indent + 1)
+    ix = [idx[d] for d in order]
+    g.emit(f"{into.at(ix) if into else name + '[' + ', '.join(ix) + ']'} = {e}", indent + 1)
     how = f"T.Parallel into {scope}" + (" (stored transposed: its contiguous axis is the first)"
                                         if perm is not None else "") + (f" ({why})" if why else "")
     if fill is not None:
@@ -215,7 +216,7 @@ def store(g: Context, op: Op, indent: int):
                 g.buffers[cast.operands[0].id].perm is None:
             src = cast.operands[0]          # T.copy converts to the destination's dtype itself
         b = g.buffers[src.id] if src is not val else g.buffer_of(val, indent, "any", dtype=elem)
-        g.emit(f"T.copy({b.name}, {region(g, acc.param.value, plan)})", indent)
+        g.emit(f"T.copy({b.region()}, {region(g, acc.param.value, plan)})", indent)
         g.report.append((op.loc.line, site, acc.kind, f"T.copy from {b.scope}" if site == "store"
                          else f"T.copy from {b.name}"))
         return

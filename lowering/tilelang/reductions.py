@@ -75,7 +75,7 @@ def dot(g: Context, op: Op, indent: int):
     # in a warp group, a product the next one accumulates onto is issued without waiting for it (wgmma): the
     # chain's last product waits for them all, and the hand-offs' releases wait for it (warp_groups.py)
     issue = "T.wgmma_gemm" if _issued_async(g, op, ab) else "T.gemm"
-    g.emit(f"{issue}({', '.join([ab.name, bb.name, out.name] + flags)})", indent)
+    g.emit(f"{issue}({', '.join([ab.region(), bb.region(), out.name] + flags)})", indent)
     g.buffers[op.result.id] = out
 
 

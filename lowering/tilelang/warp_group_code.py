@@ -4,7 +4,7 @@ their buffers' versions, and the mbarrier waits and arrives around each hand-off
 from __future__ import annotations
 
 from ..ir.core import Block, Op
-from .context import Context
+from .context import Buffer, Context
 from .control import _trip
 from .slots import carry_slot, write_slots
 from .async_gathers import emit_row_gather, row_gather
@@ -105,14 +105,13 @@ def _section_level(g: Context, h: HandOff) -> bool:
 
 
 def _version_and_phase(g: Context, h: HandOff, section: bool) -> tuple[str, str]:
-    """Which version of `h` this copy of the loop body uses, and the parity of that version's current phase."""
+    """Which version of `h` this step uses, and the parity of that version's current phase."""
     if section:                          # written once: the first phase
         return "0", "0"
-    step, copy, copies = g.warp_step
+    step = g.warp_step
     if h.versions == 1:                  # one version, written again every step
         return "0", f"{step} & 1"
-    assert h.versions == copies          # version `copy`, written again every `copies` steps
-    return str(copy), f"{g.warp_outer} & 1"
+    return f"{step} % {h.versions}", f"({step} // {h.versions}) & 1"
 
 
 def _wait(g: Context, h: HandOff, group: int, section: bool, indent: int):
@@ -138,14 +137,12 @@ def _arrive(g: Context, h: HandOff, group: int, section: bool, indent: int):
 
 
 def _names(g: Context) -> tuple[str, ...]:
-    if g.warp_step is None:
-        return ()
-    return tuple(n for n in (g.warp_step[0], g.warp_outer) if n)
+    return () if g.warp_step is None else (g.warp_step,)
 
 
 # -- a loop holding several groups' ops ----------------------------------------------------------------------
 def group_loop(g: Context, op: Op, indent: int):
-    """`op` in the current group: only the values this group carries; unrolled by its hand-offs' versions."""
+    """`op` in the current group: only the values this group carries."""
     plan: Plan = g.warp_plan
     group = g.warp_group
     lo, hi, step, *inits = op.operands
@@ -153,45 +150,22 @@ def group_loop(g: Context, op: Op, indent: int):
     outs = op.body.terminator.operands
     mine = [k for k in range(len(carried)) if plan.carries(op, k, group)]
     slots = [carry_slot(g, carried[k], inits[k], op.results[k], op, indent) for k in mine]
-    mine_outs = [outs[k] for k in mine]
-    copies = plan.stages[id(op)]
-    trip = _trip(g, lo, hi, step)
     simple = is_const(lo, 0) and is_const(step, 1)
-    outer = g.ids.fresh("j" if copies > 1 else (g.ids.define(iv) if simple else "it"))
-    if copies == 1:
-        g.emit(f"for {outer} in T.serial({trip}):", indent)
+    counter = g.ids.define(iv) if simple else g.ids.fresh("it")
+    g.emit(f"for {counter} in T.serial({_trip(g, lo, hi, step)}):", indent)
+    if simple:
+        g.scalars[iv.id] = counter
     else:
-        n = const_value_of(trip)
-        steps = str(-(-n // copies)) if n is not None else f"T.ceildiv({trip}, {copies})"
-        g.emit(f"for {outer} in T.serial({steps}):", indent)
-    saved = (g.warp_step, g.warp_outer, g.warp_copy)
-    for copy in range(copies):
-        inner = indent + 1
-        if copies == 1:
-            counter = outer
-        else:
-            counter = g.ids.fresh("i")
-            g.let(counter, f"{outer} * {copies} + {copy}" if copy else f"{outer} * {copies}", inner,
-                  reads=(outer,))
-            n = const_value_of(trip)
-            if n is None or n % copies:
-                g.emit(f"if {counter} < {trip}:", inner, reads=(counter,))
-                inner += 1
-        if simple:
-            g.scalars[iv.id] = counter
-        else:
-            ivn = g.ids.fresh(iv.name or "k")
-            start = "" if is_const(lo, 0) else f"{g.scalar(lo)} + "
-            stride = "" if is_const(step, 1) else f" * {g.scalar(step)}"
-            g.let(ivn, f"{start}{counter}{stride}", inner, reads=(counter,))
-            g.scalars[iv.id] = ivn
-        g.warp_step, g.warp_outer, g.warp_copy = (counter, copy, copies), outer, copy
-        _emit_body_of_group(g, op.body, slots, mine_outs, inner)
-        g.forget(op.body)
-    g.warp_step, g.warp_outer, g.warp_copy = saved
-    g.report.append((op.loc.line, "tle.gpu.warp_group", "loop",
-                     f"warp group {group}: T.serial" + (f", unrolled by {copies} buffer versions" if copies > 1
-                                                        else "")))
+        ivn = g.ids.fresh(iv.name or "k")
+        start = "" if is_const(lo, 0) else f"{g.scalar(lo)} + "
+        stride = "" if is_const(step, 1) else f" * {g.scalar(step)}"
+        g.let(ivn, f"{start}{counter}{stride}", indent + 1, reads=(counter,))
+        g.scalars[iv.id] = ivn
+    saved, g.warp_step = g.warp_step, counter
+    _emit_body_of_group(g, op.body, slots, [outs[k] for k in mine], indent + 1)
+    g.forget(op.body)
+    g.warp_step = saved
+    g.report.append((op.loc.line, "tle.gpu.warp_group", "loop", f"warp group {group}: T.serial"))
 
 
 def _emit_body_of_group(g: Context, body: Block, slots, outs, indent: int):
@@ -201,12 +175,7 @@ def _emit_body_of_group(g: Context, body: Block, slots, outs, indent: int):
         g.emit("pass", indent)
 
 
-def const_value_of(trip: str) -> int | None:
-    return int(trip) if trip.isdigit() else None
-
-
-
-def group_copy_in(g: Context, op: Op, buf: str, indent: int) -> bool:
+def group_copy_in(g: Context, op: Op, buf: Buffer, indent: int) -> bool:
     """Emit `op`, a copy into a hand-off this group writes as cp.async, if it is one; else False."""
     h = g.warp_plan.hand_off_written_by(op)
     if h is None or not h.cp_async:

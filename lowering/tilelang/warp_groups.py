@@ -12,9 +12,9 @@ readers see what the writer wrote in that step. Two mbarriers per version keep i
 the readers have released the version (`empty`), writes, and arrives on `full`; each reader waits on
 `full`, reads, and arrives on `empty`. The waits and arrives sit around the top-level ops of the loop body
 (or group section) that hold the accesses. A buffer allocated inside the loop is new in every step, so it
-gets one version per pipeline stage and the writer can run that many steps ahead: the loop is unrolled by
-the number of stages so that each copy of the body names its own version. A buffer allocated outside the
-loop is one version, written again each step once its readers are done.
+gets one version per pipeline stage (a leading axis; step i uses version i % stages) and the writer can run
+that many steps ahead. A buffer allocated outside the loop is one version, written again each step once its
+readers are done.
 """
 from __future__ import annotations
 
@@ -71,7 +71,6 @@ class Plan:
         self.section = top[self.split:]
         self.loops: dict[int, Op] = {}                    # id -> loops holding several groups' ops
         self.hand_offs: dict[int, list[HandOff]] = {}     # id(block) -> hand-offs at that level
-        self.stages: dict[int, int] = {}                  # id(loop) -> copies of its body per step of the loop
         self._check_groups()
         self._assign(self.section)
         self._check_values()
@@ -208,8 +207,6 @@ class Plan:
             offs = self._hand_offs_at(blk, ops)
             if offs:
                 self.hand_offs[id(blk)] = offs
-        for loop in self.loops.values():
-            self.stages[id(loop)] = max((h.versions for h in self.hand_offs.get(id(loop.body), ())), default=1)
 
     def _hand_offs_at(self, blk: Block, ops: list[Op]) -> list[HandOff]:
         accesses: dict[int, dict[int, list[tuple[int, bool]]]] = {}    # alloc id -> group -> [(position, write)]
@@ -254,6 +251,15 @@ class Plan:
                                      f"after it", alloc.defining_op, "use a separate buffer after the loop")
             out.append(h)
         return out
+
+    def versions_of(self, alloc: Value, step: str | None) -> tuple[int, str | None]:
+        """(versions, the index of this step's) of a buffer allocated inside a loop holding several groups, where
+        it is handed from one group to others: a version per pipeline stage, step i using version i % stages."""
+        blk = alloc.defining_op.parent
+        h = next((h for h in self.hand_offs.get(id(blk), ()) if h.alloc is alloc), None)
+        if h is None or h.versions == 1 or step is None:
+            return 1, None
+        return h.versions, f"{step} % {h.versions}"
 
     def writes(self, h: HandOff, blk: Block) -> list[Op]:
         """The ops of `blk` (or nested in it) that write `h`'s buffer."""

@@ -118,13 +118,14 @@ def test_tilelang_gives_each_group_a_branch_and_each_hand_off_a_barrier_pair():
     assert "if tx < 128:" in src and "elif tx < 256:" in src and "else:" in src
     assert "T.set_max_nreg(56, 0)" in src and src.count("T.set_max_nreg(224, 1)") == 2
     # kv_hi is read by both consumers: its release needs both groups' 256 threads; the keys are allocated in
-    # the loop, so they get two versions and the loop is unrolled by two
+    # the loop, so they get two versions (step i uses version i % 2); p_buf, allocated outside, one
     assert "kv_hi_empty = T.alloc_barrier(arrive_count=[256, 256])" in src
     assert "kv_lo_empty = T.alloc_barrier(arrive_count=[128, 128])" in src
     assert "p_buf_full = T.alloc_barrier(arrive_count=[128])" in src
-    assert "T.barrier_wait(kv_lo_empty[1], (j & 1) ^ 1)" in src
+    assert "kv_lo = T.alloc_shared((2, 64, 64), 'float16')" in src
+    assert "T.barrier_wait(kv_lo_empty[i % 2], ((i // 2) & 1) ^ 1)" in src
     # the first product of s is issued without a wait; the releases of its operands follow the last one
-    assert "T.wgmma_gemm(q_lo, kv_lo, s, transpose_B=True)" in src
+    assert "T.wgmma_gemm(q_lo, kv_lo[i_1 % 2, :, :], s, transpose_B=True)" in src
 
 
 def _run_two_consumers_on_tilelang(monkeypatch, order):
@@ -247,8 +248,8 @@ def test_sparse_mla_warp_groups_gather_rows_with_cp_async_and_build_for_sm90a(tm
     launch = m.sparse_mla_fwd_warp_groups_kernel.example("cpu", "small")
     low = m.sparse_mla_fwd_warp_groups_kernel.lower(*[meta_copy(a) for a in launch.args], grid=launch.grid,
                                                     backend="tilelang", **launch.kwargs)
-    assert low.source.count("T.ptx_cp_async(") == 6          # three row gathers, in each of two unrolled steps
-    assert "T.cp_async_barrier_noinc(kv_lo_full[0])" in low.source
+    assert low.source.count("T.ptx_cp_async(") == 3          # the three row gathers
+    assert "T.cp_async_barrier_noinc(kv_lo_full[it % 2])" in low.source
     cuda = str(low.stage("cuda"))
     assert "cp_async_gs_conditional<16>" in cuda and "mbarrier_cp_async_arrive_noinc" in cuda
     assert "warpgroup_reg_alloc<240>" in cuda and "warpgroup_reg_dealloc<80>" in cuda
