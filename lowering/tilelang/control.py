@@ -28,7 +28,7 @@ def for_(g: Context, op: Op, indent: int):
     slots = []
     for c, init, r in zip(carried, inits, op.results):
         slots.append(carry_slot(g, c, init, r, op, indent))
-    trip = _trip(g, lo, hi, step)
+    trip = trip_count(g, lo, hi, step)
     stages = op.attrs.get("num_stages")
     pipelined = stages is not None and stages >= 2
     if stages is None and op.attrs.get("async_stages"):
@@ -120,7 +120,7 @@ def _emit_body(g: Context, body: Block, slots, indent: int, after=None):
         g.emit("pass", indent)
 
 
-def _trip(g: Context, lo, hi, step) -> str:
+def trip_count(g: Context, lo, hi, step) -> str:
     if is_const(lo, 0) and is_const(step, 1):
         return g.scalar(hi)
     bounds = [const_value(v) for v in (lo, hi, step)]

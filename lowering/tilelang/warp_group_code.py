@@ -1,13 +1,13 @@
 """Writes a kernel with tle.gpu.warp_group blocks (planned in warp_groups.py): the prologue, then one branch
-per warp group, each with its copy of the group section, the loops holding several groups unrolled by
-their buffers' versions, and the mbarrier waits and arrives around each hand-off."""
+per warp group, each with its copy of the group section and of the loops holding several groups, and the
+mbarrier waits and arrives around each hand-off."""
 from __future__ import annotations
 
 from ..ir.core import Block, Op
-from .context import Buffer, Context
-from .control import _trip
-from .slots import carry_slot, write_slots
 from .async_gathers import emit_row_gather, row_gather
+from .context import Buffer, Context
+from .control import trip_count
+from .slots import carry_slot, write_slots
 from .values import is_const
 from .versions import root
 from .warp_groups import GROUP_THREADS, HandOff, Plan
@@ -85,23 +85,19 @@ def emit_ops(g: Context, plan: Plan, blk: Block, ops: list[Op], indent: int):
 
 # -- barriers ------------------------------------------------------------------------------------------------
 def _declare_barriers(g: Context, plan: Plan):
-    for key, offs in plan.hand_offs.items():
+    for offs in plan.hand_offs.values():
         for h in offs:
-            if key != id(g.k.body):
-                writes = [o for loop in plan.loops.values() if id(loop.body) == key for o in plan.writes(h, loop.body)]
+            if h.level is not g.k.body:
+                writes = plan.writes(h)
                 h.cp_async = bool(writes) and all(
                     o.name == "copy_in" and row_gather(g, o, GROUP_THREADS) is not None for o in writes)
             base = h.alloc.name or "buf"
             h.full = g.ids.fresh(base + "_full")
             g.allocs.append(f"{h.full} = T.alloc_barrier(arrive_count={[GROUP_THREADS] * h.versions})")
-            if not _section_level(g, h):
+            if h.level is not g.k.body:
                 h.empty = g.ids.fresh(base + "_empty")
                 g.allocs.append(f"{h.empty} = T.alloc_barrier(arrive_count="
                                 f"{[GROUP_THREADS * len(h.readers)] * h.versions})")
-
-
-def _section_level(g: Context, h: HandOff) -> bool:
-    return h in g.warp_plan.hand_offs.get(id(g.k.body), ())
 
 
 def _version_and_phase(g: Context, h: HandOff, section: bool) -> tuple[str, str]:
@@ -152,7 +148,7 @@ def group_loop(g: Context, op: Op, indent: int):
     slots = [carry_slot(g, carried[k], inits[k], op.results[k], op, indent) for k in mine]
     simple = is_const(lo, 0) and is_const(step, 1)
     counter = g.ids.define(iv) if simple else g.ids.fresh("it")
-    g.emit(f"for {counter} in T.serial({_trip(g, lo, hi, step)}):", indent)
+    g.emit(f"for {counter} in T.serial({trip_count(g, lo, hi, step)}):", indent)
     if simple:
         g.scalars[iv.id] = counter
     else:

@@ -45,6 +45,7 @@ class WarpGroupError(Exception):
 class HandOff:
     """A buffer allocation that one group writes and others read, at one level (a loop body or the section)."""
     alloc: Value
+    level: Block          # the loop body (or the kernel body, for the group section) whose ops hand it over
     writer: int
     readers: tuple[int, ...]
     versions: int
@@ -236,7 +237,7 @@ class Plan:
             versions = 1
             if blk is not self.k.body and alloc.defining_op.parent is blk:
                 versions = max(1, blk.parent_op.attrs.get("num_stages") or 2)
-            h = HandOff(alloc, w, readers, versions)
+            h = HandOff(alloc, blk, w, readers, versions)
             for g, acc in per_group.items():
                 h.first[g] = min(p for p, _ in acc)
                 h.last[g] = max(p for p, wr in acc if wr or g != w)
@@ -261,9 +262,10 @@ class Plan:
             return 1, None
         return h.versions, f"{step} % {h.versions}"
 
-    def writes(self, h: HandOff, blk: Block) -> list[Op]:
-        """The ops of `blk` (or nested in it) that write `h`'s buffer."""
-        return [o for o in blk.walk() if o.name in BUFFER_WRITES and root(o.results[0]) is h.alloc]
+    @staticmethod
+    def writes(h: HandOff) -> list[Op]:
+        """The ops at `h`'s level (or nested in them) that write its buffer."""
+        return [o for o in h.level.walk() if o.name in BUFFER_WRITES and root(o.results[0]) is h.alloc]
 
     def hand_off_written_by(self, op: Op) -> HandOff | None:
         """The loop-level hand-off whose buffer `op` writes, if any."""
