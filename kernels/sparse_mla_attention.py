@@ -155,12 +155,15 @@ def sparse_mla_fwd_warp_groups_kernel(
     probabilities group 1 hands it. The same results as sparse_mla_fwd_kernel."""
     b, s, g, heads, head_ok = _program(G, HEAD_BLOCKS, BLOCK_H)
     H: tl.constexpr = D // 2
-    rows = q_ptr + b * stride_qb + s * stride_qs + heads[:, None] * stride_qh
-    q_lo = _query_buffer(rows, head_ok, 0, H, BLOCK_H)
-    q_hi = _query_buffer(rows, head_ok, H, H, BLOCK_H)
-    q_t = _query_buffer(rows, head_ok, D, TD, BLOCK_H)
     kv_base = kv_ptr + b * stride_kvb + g * stride_kvg
     idx_base = idx_ptr + b * stride_ib + s * stride_is + g * stride_ig
+    end = _steps_end(idx_base, s, seqlen_kv, topk, BLOCK_K, SCAN)         # every group's loop bound
+    with tle.gpu.warp_group(1, registers=SOFTMAX_REGISTERS):
+        # only group 1 reads the query: it loads it while group 0 gathers the first rows
+        rows = q_ptr + b * stride_qb + s * stride_qs + heads[:, None] * stride_qh
+        q_lo = _query_buffer(rows, head_ok, 0, H, BLOCK_H)
+        q_hi = _query_buffer(rows, head_ok, H, H, BLOCK_H)
+        q_t = _query_buffer(rows, head_ok, D, TD, BLOCK_H)
     p_buf = tle.gpu.alloc([BLOCK_H, BLOCK_K], kv_ptr.dtype.element_ty)      # group 1 -> group 2, each step
     alpha_buf = tle.gpu.alloc([BLOCK_H], tl.float32)
     l_buf = tle.gpu.alloc([BLOCK_H], tl.float32)                             # group 1 -> group 2, at the end
@@ -170,7 +173,6 @@ def sparse_mla_fwd_warp_groups_kernel(
     l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
     acc_lo = tl.zeros([BLOCK_H, H], dtype=tl.float32)
     acc_hi = tl.zeros([BLOCK_H, H], dtype=tl.float32)
-    end = _steps_end(idx_base, s, seqlen_kv, topk, BLOCK_K, SCAN)
     for start in tle.gpu.pipeline(0, end, BLOCK_K, num_stages=2):
         kv_lo = tle.gpu.alloc([BLOCK_K, H], kv_ptr.dtype.element_ty)
         kv_hi = tle.gpu.alloc([BLOCK_K, H], kv_ptr.dtype.element_ty)

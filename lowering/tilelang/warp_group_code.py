@@ -71,7 +71,7 @@ def emit_ops(g: Context, plan: Plan, blk: Block, ops: list[Op], indent: int):
     for pos, op in enumerate(ops):
         if not plan.runs(op, group):
             for r in op.results:        # a version another group writes: the same allocation here
-                if r.type.is_buffer:
+                if r.type.is_buffer and root(r).id in g.buffers:
                     g.buffers[r.id] = g.buffers[root(r).id]
             continue
         for h in offs:

@@ -23,12 +23,6 @@ def sparse_mla_fwd_warp_groups_kernel(
         q_ptr_v = T.StridedTensor((1, 20, 64, 96), (122880, 6144, 96, 1), 'bfloat16', data=q_ptr.data)
         out_ptr_v = T.StridedTensor((1, 20, 64, 64), (81920, 4096, 64, 1), 'bfloat16', data=out_ptr.data)
         lse_ptr_v = T.StridedTensor((1, 20, 64), (1280, 64, 1), 'float32', data=lse_ptr.data)
-        buf = T.alloc_shared((64, 32), 'bfloat16')
-        buf_1 = T.alloc_shared((64, 32), 'bfloat16')
-        buf_2 = T.alloc_shared((64, 32), 'bfloat16')
-        p_buf = T.alloc_shared((64, 64), 'bfloat16')
-        alpha_buf = T.alloc_shared((64,), 'float32')
-        l_buf = T.alloc_shared((64,), 'float32')
         ids = T.alloc_fragment((128,), 'int32')
         t_1 = T.alloc_fragment((128,), 'int32')
         max_1 = T.alloc_fragment((1,), 'int32')
@@ -45,10 +39,16 @@ def sparse_mla_fwd_warp_groups_kernel(
         p_buf_empty = T.alloc_barrier(arrive_count=[128])
         alpha_buf_full = T.alloc_barrier(arrive_count=[128])
         alpha_buf_empty = T.alloc_barrier(arrive_count=[128])
+        p_buf = T.alloc_shared((64, 64), 'bfloat16')
+        alpha_buf = T.alloc_shared((64,), 'float32')
+        l_buf = T.alloc_shared((64,), 'float32')
         kv_lo = T.alloc_shared((2, 64, 32), 'bfloat16')
         kv_hi = T.alloc_shared((2, 64, 32), 'bfloat16')
         kv_t = T.alloc_shared((2, 64, 32), 'bfloat16')
         bias = T.alloc_shared((2, 64), 'float32')
+        buf = T.alloc_shared((64, 32), 'bfloat16')
+        buf_1 = T.alloc_shared((64, 32), 'bfloat16')
+        buf_2 = T.alloc_shared((64, 32), 'bfloat16')
         l_i = T.alloc_fragment((64,), 'float32')
         acc_lo = T.alloc_fragment((64, 32), 'float32')
         m_i = T.alloc_fragment((64,), 'float32')
@@ -66,10 +66,6 @@ def sparse_mla_fwd_warp_groups_kernel(
         t = bx
         b = bz
         s = by
-        T.copy(q_ptr_v[b, t + s, 0:64, 0:32], buf)
-        T.copy(q_ptr_v[b, t + s, 0:64, 32:32 + 32], buf_1)
-        T.copy(q_ptr_v[b, t + s, 0:64, 64:64 + 32], buf_2)
-        qk_scale = (sm_scale * 1.4426950408889634)
         last = T.alloc_var('int32', init=-1)
         for start_it in T.serial(1):
             start = start_it * 128
@@ -127,6 +123,10 @@ def sparse_mla_fwd_warp_groups_kernel(
                 T.barrier_arrive(bias_full[it % 2])
         elif tx < 256:
             T.set_max_nreg(240, 1)
+            T.copy(q_ptr_v[b, t + s, 0:64, 0:32], buf)
+            T.copy(q_ptr_v[b, t + s, 0:64, 32:32 + 32], buf_1)
+            T.copy(q_ptr_v[b, t + s, 0:64, 64:64 + 32], buf_2)
+            qk_scale = (sm_scale * 1.4426950408889634)
             T.clear(l_i)
             T.clear(acc_lo)
             for i0 in T.Parallel(64):

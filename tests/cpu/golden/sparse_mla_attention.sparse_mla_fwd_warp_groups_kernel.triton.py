@@ -13,20 +13,8 @@ def sparse_mla_fwd_warp_groups_kernel(q_ptr, kv_ptr, idx_ptr, out_ptr, lse_ptr, 
     s = tl.program_id(1)
     heads = g * 64 + in_group
     head_ok = in_group < 64
-    rows = q_ptr + b * stride_qb + s * stride_qs + heads[:, None] * stride_qh
-    # tle.gpu.alloc buf [64, 32] bf16: a register tile (stock Triton has no explicit shared memory)
-    buf = tl.load(rows + 0 + tl.arange(0, 32)[None, :], mask=tl.broadcast_to(head_ok[:, None], [64, 32]), other=0.0)
-    # tle.gpu.alloc buf [64, 32] bf16: a register tile (stock Triton has no explicit shared memory)
-    buf_1 = tl.load(rows + 32 + tl.arange(0, 32)[None, :], mask=tl.broadcast_to(head_ok[:, None], [64, 32]), other=0.0)
-    # tle.gpu.alloc buf [64, 32] bf16: a register tile (stock Triton has no explicit shared memory)
-    buf_2 = tl.load(rows + 64 + tl.arange(0, 32)[None, :], mask=tl.broadcast_to(head_ok[:, None], [64, 32]), other=0.0)
     kv_base = kv_ptr + b * stride_kvb + g * stride_kvg
     idx_base = idx_ptr + b * stride_ib + s * stride_is + g * stride_ig
-    qk_scale = sm_scale * 1.4426950408889634
-    m_i = tl.full([64], float('-inf'), tl.float32)
-    l_i = tl.full([64], 0.0, tl.float32)
-    acc_lo = tl.full([64, 32], 0.0, tl.float32)
-    acc_hi = tl.full([64, 32], 0.0, tl.float32)
     last = tl.full([], -1, tl.int32)
     for start in range(0, topk, 128):
         cols = start + tl.arange(0, 128)
@@ -35,6 +23,18 @@ def sparse_mla_fwd_warp_groups_kernel(q_ptr, kv_ptr, idx_ptr, out_ptr, lse_ptr, 
         t = tl.max(tl.where(seen, cols, -1), axis=0)
         last = tl.maximum(last, t)
     end = (last + 1 + 64 - 1) // 64 * 64
+    rows = q_ptr + b * stride_qb + s * stride_qs + heads[:, None] * stride_qh
+    # tle.gpu.alloc buf [64, 32] bf16: a register tile (stock Triton has no explicit shared memory)
+    buf = tl.load(rows + 0 + tl.arange(0, 32)[None, :], mask=tl.broadcast_to(head_ok[:, None], [64, 32]), other=0.0)
+    # tle.gpu.alloc buf [64, 32] bf16: a register tile (stock Triton has no explicit shared memory)
+    buf_1 = tl.load(rows + 32 + tl.arange(0, 32)[None, :], mask=tl.broadcast_to(head_ok[:, None], [64, 32]), other=0.0)
+    # tle.gpu.alloc buf [64, 32] bf16: a register tile (stock Triton has no explicit shared memory)
+    buf_2 = tl.load(rows + 64 + tl.arange(0, 32)[None, :], mask=tl.broadcast_to(head_ok[:, None], [64, 32]), other=0.0)
+    qk_scale = sm_scale * 1.4426950408889634
+    m_i = tl.full([64], float('-inf'), tl.float32)
+    l_i = tl.full([64], 0.0, tl.float32)
+    acc_lo = tl.full([64, 32], 0.0, tl.float32)
+    acc_hi = tl.full([64, 32], 0.0, tl.float32)
     for start_1 in tl.range(0, end, 64, num_stages=2):
         cols_1 = start_1 + tl.arange(0, 64)
         ids_1 = tl.load(idx_base + cols_1, mask=cols_1 < topk, other=-1)
