@@ -153,15 +153,11 @@ class Plan:
         c = loop.body.args[1 + k]
         if c.type.is_buffer:
             return True
-        out = loop.body.terminator.operands[k]
-        touched = [*self.users.get(c.id, []), *self.users.get(loop.results[k].id, [])]
-        if out.defining_op is not None and out.defining_op.parent is not None:
-            touched.append(out.defining_op)
-        return any(group in self._user_groups(u) for u in touched if u.name != "yield" or u.parent is not
-                   loop.body) or (out.defining_op is not None and self.runs(out.defining_op, group))
-
-    def section_ops(self, group: int) -> list[Op]:
-        return [op for op in self.section if self.runs(op, group)]
+        readers = [u for u in [*self.users.get(c.id, []), *self.users.get(loop.results[k].id, [])]
+                   if not (u.name == "yield" and u.parent is loop.body)]      # not the loop passing it on
+        producer = loop.body.terminator.operands[k].defining_op
+        return any(group in self._user_groups(u) for u in readers) or \
+            (producer is not None and self.runs(producer, group))
 
     # -- values crossing groups ----------------------------------------------------------------------------
     def _check_values(self):
@@ -179,7 +175,7 @@ class Plan:
 
     def _readable(self, v: Value, g: int, reader: Op, prologue: set[int]):
         d = v.defining_op
-        if d is None or v.type.is_buffer or v.type.is_pointer and d.name != "addptr":
+        if d is None or v.type.is_buffer or (v.type.is_pointer and d.name != "addptr"):
             return
         where = None
         if id(d) in prologue:
