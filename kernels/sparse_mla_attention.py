@@ -86,13 +86,12 @@ def _gather_rows(kv_base, idx_base, stride_kvs, start, s, seqlen_kv, topk, D: tl
 def _steps_end(idx_base, s, seqlen_kv, topk, BLOCK_K: tl.constexpr, SCAN: tl.constexpr):
     """Where the steps end: past the last entry of the index list that query s sees, rounded up to BLOCK_K (the
     steps after it add nothing: a list padded at its end, as a prefill's early queries have, is cut short)."""
-    last = -1
+    last = tl.full([SCAN], -1, tl.int32)         # per lane: reduced once, after the loop (one block-wide max)
     for start in range(0, topk, SCAN):
         cols = start + tl.arange(0, SCAN)
         ids = tl.load(idx_base + cols, mask=cols < topk, other=-1)
-        seen = _sees(ids, s, seqlen_kv)
-        last = tl.maximum(last, tl.max(tl.where(seen, cols, -1), 0))
-    return tl.cdiv(last + 1, BLOCK_K) * BLOCK_K
+        last = tl.maximum(last, tl.where(_sees(ids, s, seqlen_kv), cols, -1))
+    return tl.cdiv(tl.max(last, 0) + 1, BLOCK_K) * BLOCK_K
 
 
 @tle.jit

@@ -43,6 +43,12 @@ def for_(g: Context, op: Op, indent: int):
         g.report.append((op.loc.line, "tle.gpu.pipeline", "loop",
                          f"T.Pipelined(num_stages={stages})" if pipelined else
                          f"T.serial (num_stages={stages}: no pipelining)"))
+    if pipelined and "[" in trip:
+        # a bound that reads a buffer element (a reduction's result, say) is bound to a name first: TileLang's
+        # pipeline planner does not take a loop extent that reads a fragment
+        bound = g.ids.fresh("steps")
+        g.let(bound, trip, indent)
+        trip = g.out.read(bound)
     if pipelined:
         g.pipelined.add(id(op))
         if trip.isdigit():
