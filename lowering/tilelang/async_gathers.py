@@ -14,10 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..analysis.access import mask_always_true
 from ..ir.core import Op
 from .context import Buffer, Context
-from .gathers import _axes_used, _conjuncts
+from .gathers import conditions_on
 from .syntax import tl_dtype
 from .values import is_zero
 
@@ -52,16 +51,9 @@ def row_gather(g: Context, op: Op, threads: int) -> RowGather | None:
     row_threads = next((t for t in (8, 4, 2, 1) if per_row % t == 0 and threads % t == 0), 1)
     if rows % (threads // row_threads):
         return None
-    rows_mask = []
-    if mask is not None:
-        for leaf in _conjuncts(mask):
-            used = _axes_used(leaf, 2)
-            if used is None:
-                return None
-            if used <= {0}:
-                rows_mask.append(leaf)
-            elif not mask_always_true(leaf, leaf.type.shape, g.aff):
-                return None
+    rows_mask = [] if mask is None else conditions_on(g, mask, 2, {0})
+    if rows_mask is None:
+        return None
     return RowGather(chunk, row_threads, rows // (threads // row_threads), per_row // row_threads, tuple(rows_mask))
 
 

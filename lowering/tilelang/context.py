@@ -89,8 +89,7 @@ class Context:
         self.warp_group: int | None = None
         self.warp_step: str | None = None
         self.warp_allocs: dict[int, str] = {}
-        self.warp_tx: str | None = None        # the block's thread index, and the thread's index in its group
-        self.warp_thread: str | None = None
+        self.warp_thread: str | None = None    # the thread's index within its group
 
     # -- naming, allocation, emission ---------------------------------------------------------------------
     def alloc(self, base: str, shape, dtype: T.DType, scope: str, static: bool = False) -> str:
@@ -184,10 +183,11 @@ class Context:
             return self.offset(op.operands[0], operand_index(op, idx))
         self.error(f"pointer produced by '{op.name}'", op)
 
-    def forget(self, blk: Block):
-        """Drop what the values `blk` defines were bound to, before it is emitted a second time (a while
-        loop's condition, computed again at the end of each step): its second emission computes them anew."""
-        defined = {r.id for o in blk.walk() for r in o.results}
+    def forget(self, ops: list[Op]):
+        """Drop what the values `ops` (a block's) define were bound to, before they are emitted a second time (a
+        while loop's condition, computed again at the end of each step; a warp group's copy of the code the
+        groups share): their second emission computes them anew."""
+        defined = {r.id for o in ops for n in (o, *(x for blk in o.regions for x in blk.walk())) for r in n.results}
         for table in (self.buffers, self.scalars, self.keepdims):
             for vid in defined:
                 table.pop(vid, None)

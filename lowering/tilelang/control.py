@@ -107,7 +107,7 @@ def while_(g: Context, op: Op, indent: int):
         return
 
     def condition_again():
-        g.forget(before)
+        g.forget(before.ops)
         reported = len(g.report)          # the condition's accesses are reported once, from the first time
         g.block(before, indent + 1, then=lambda: g.emit(f"{flag[0]} = {g.scalar(cond)}", indent + 1))
         del g.report[reported:]

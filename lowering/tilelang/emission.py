@@ -43,8 +43,8 @@ class Emission:
     def let(self, name: str, expr: str, indent: int, reads=()) -> Stmt:
         return self._add(Stmt(f"{name} = {expr}", indent, defines=name), reads)
 
-    def clause(self, text: str, indent: int) -> Stmt:
-        return self._add(Stmt(text, indent, clause=True), ())
+    def clause(self, text: str, indent: int, reads=()) -> Stmt:
+        return self._add(Stmt(text, indent, clause=True), reads)
 
     def _add(self, s: Stmt, reads) -> Stmt:
         s.reads = frozenset(self._reads.union(reads))

@@ -61,15 +61,7 @@ def zero_filled_rows(g: Context, op: Op, acc: Access, idx: list[str]) -> dict | 
     out_row = -(-2 * extent // coef)        # row * coef >= 2 * extent: past the end from any base
     if out_row * coef + extent >= 2 ** 31:
         return None
-    row_terms = []
-    for leaf in _conjuncts(mask):
-        used = _axes_used(leaf, op.operands[0].type.rank)
-        if used is None:
-            return None
-        if used <= set(axes):
-            row_terms.append(leaf)
-        elif not mask_always_true(leaf, leaf.type.shape, g.aff):
-            return None
+    row_terms = conditions_on(g, mask, op.operands[0].type.rank, set(axes))
     if not row_terms:
         return None
     rows = g.values_by_id().get(vid)
@@ -86,6 +78,21 @@ def _without_substitutes(g: Context, v: Value, idx: list[str]) -> str:
         return g.elem(v, idx)
     finally:
         g.substitutes = saved
+
+
+def conditions_on(g: Context, mask: Value, rank: int, axes: set[int]) -> list[Value] | None:
+    """The conjuncts of `mask` (broadcast to `rank`) that vary along `axes` only, where every other conjunct is
+    provably true; None where one is not, or where a conjunct's axes are unknown."""
+    terms = []
+    for leaf in _conjuncts(mask):
+        used = _axes_used(leaf, rank)
+        if used is None:
+            return None
+        if used <= axes:
+            terms.append(leaf)
+        elif not mask_always_true(leaf, leaf.type.shape, g.aff):
+            return None
+    return terms
 
 
 def _conjuncts(mask: Value) -> list[Value]:

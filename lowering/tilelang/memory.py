@@ -138,9 +138,10 @@ def read_global(g: Context, op: Op, into: Buffer | None, scope: str, asynchronou
     # the fragment never see it (they read it uninitialized)
     fragment_in_pipeline = scope == "fragment" and g.in_pipelined_loop(op)
     if plan is not None and zero_other and not fragment_in_pipeline:
-        name = into.name if into else g.alloc(op.results[0].name or "t", shape, elem, scope)
-        g.emit(f"T.copy({region(g, acc.param.value, plan)}, {into.region() if into else name})", indent)
-        return name, f"T.copy into {scope}", None
+        into = into or Buffer(g.alloc(op.results[0].name or "t", shape, elem, scope), shape, elem, scope,
+                              g.blocks[-1])
+        g.emit(f"T.copy({region(g, acc.param.value, plan)}, {into.region()})", indent)
+        return into.name, f"T.copy into {scope}", None
     if plan is None:
         why = acc.reason
     elif not zero_other:
@@ -150,7 +151,7 @@ def read_global(g: Context, op: Op, into: Buffer | None, scope: str, asynchronou
     tile = op.results[0] if op.name == "load" else ptr
     perm = _storage_order(acc, tile) if scope == "shared" and into is None else None
     stored = shape if perm is None else tuple(shape[p] for p in perm)
-    name = into.name if into else g.alloc(op.results[0].name or "t", stored, elem, scope)
+    into = into or Buffer(g.alloc(op.results[0].name or "t", stored, elem, scope), stored, elem, scope, g.blocks[-1])
     idx = loop_indices(len(shape))
     # only reads that are a stage of a pipelined loop take the copy form TileLang issues as cp.async;
     # elsewhere a load stays a synchronous masked read
@@ -167,13 +168,12 @@ def read_global(g: Context, op: Op, into: Buffer | None, scope: str, asynchronou
     # loop over the buffer's own axes: the innermost one is where consecutive threads go
     order = list(range(len(shape))) if perm is None else list(perm)
     g.emit(parallel_header([idx[d] for d in order], stored), indent)
-    ix = [idx[d] for d in order]
-    g.emit(f"{into.at(ix) if into else name + '[' + ', '.join(ix) + ']'} = {e}", indent + 1)
+    g.emit(f"{into.at([idx[d] for d in order])} = {e}", indent + 1)
     how = f"T.Parallel into {scope}" + (" (stored transposed: its contiguous axis is the first)"
                                         if perm is not None else "") + (f" ({why})" if why else "")
     if fill is not None:
         how += ", masked rows zero-filled by bounds predication"
-    return name, how, perm
+    return into.name, how, perm
 
 
 def _storage_order(acc: Access, v: Value) -> tuple | None:

@@ -21,30 +21,28 @@ def emit_kernel_body(g: Context, plan: Plan, indent: int):
     _declare_barriers(g, plan)
     tx = g.ids.fresh("tx")
     g.let(tx, "T.get_thread_binding()", indent)
-    g.warp_tx = tx
     last = len(plan.groups) - 1
     for n, group in enumerate(plan.groups):
         test = f"{tx} < {GROUP_THREADS * (group + 1)}"
         if n == 0:
             g.emit(f"if {test}:", indent, reads=(tx,))
         elif n < last:
-            g.out.clause(f"elif {test}:", indent)
-            g.out.records[-1].reads = frozenset({tx})
+            g.out.clause(f"elif {test}:", indent, reads=(tx,))
         else:
             g.out.clause("else:", indent)
-        _emit_group(g, plan, group, indent + 1)
+        _emit_group(g, plan, group, tx, indent + 1)
     g.blocks.pop()
     g.report.append((g.k.loc.line, "tle.gpu.warp_group", "warp groups",
                      f"{len(plan.groups)} branches of {GROUP_THREADS} threads; "
                      f"{sum(len(h) for h in plan.hand_offs.values())} buffer hand-offs through mbarriers"))
 
 
-def _emit_group(g: Context, plan: Plan, group: int, indent: int):
+def _emit_group(g: Context, plan: Plan, group: int, tx: str, indent: int):
     g.warp_group = group
     for vid in plan.recompute:          # the prologue's fragments are laid out over every thread
         g.buffers.pop(vid, None)
     g.warp_thread = g.ids.fresh("thread")
-    g.let(g.warp_thread, f"{g.warp_tx} - {GROUP_THREADS * group}", indent, reads=(g.warp_tx,))
+    g.let(g.warp_thread, f"{tx} - {GROUP_THREADS * group}", indent, reads=(tx,))
     registers = plan.registers.get(group)
     if registers is not None:
         grow = int(registers > plan.default_registers())
@@ -53,14 +51,8 @@ def _emit_group(g: Context, plan: Plan, group: int, indent: int):
     emit_ops(g, plan, g.k.body, plan.section, indent)
     if not g.out.emitted_since(start):
         g.emit("pass", indent)
-    _forget(g, plan.section)
+    g.forget(plan.section)
     g.warp_group = None
-
-
-def _forget(g: Context, ops: list[Op]):
-    blk = Block()
-    blk.ops = list(ops)          # a view of the section, for Context.forget (it only walks the ops)
-    g.forget(blk)
 
 
 def emit_ops(g: Context, plan: Plan, blk: Block, ops: list[Op], indent: int):
@@ -159,7 +151,7 @@ def group_loop(g: Context, op: Op, indent: int):
         g.scalars[iv.id] = ivn
     saved, g.warp_step = g.warp_step, counter
     _emit_body_of_group(g, op.body, slots, [outs[k] for k in mine], indent + 1)
-    g.forget(op.body)
+    g.forget(op.body.ops)
     g.warp_step = saved
     g.report.append((op.loc.line, "tle.gpu.warp_group", "loop", f"warp group {group}: T.serial"))
 
