@@ -20,8 +20,9 @@ of two of at least 16):
   in base 2. Both kernels first scan the list for its last entry the query sees and stop their steps there: a
   list padded at its end (a prefill's early queries, with fewer than topk earlier rows) is cut short.
 - `sparse_mla_fwd_warp_groups_kernel`: the forward in three warp groups (tle.gpu.warp_group): one gathers the rows,
-  one computes the scores, the softmax and half of the output columns, one the other half. Not yet the operator's
-  kernel (docs/benchmark/sparse_mla_warp_groups.md has its figures).
+  one computes the scores, the softmax and half of the output columns, one the other half. The operator's
+  forward on TileLang on sm_90 where it fits (`fwd_kernel`); docs/benchmark/sparse_mla_warp_groups.md has its
+  figures.
 - `sparse_mla_bwd_kernel`: the same programs; each step recomputes the probabilities from lse, adds dS kv to dQ
   in registers, and adds the step's dKV rows (dSᵀ q + Pᵀ dO) into an fp32 buffer with atomic adds through the
   indices. delta = rowsum(dO ∘ O) comes first, from flash_attention's preprocess kernel.
@@ -41,6 +42,7 @@ from tle.oplib import BenchSpec, Operator, Sample, check_tensor, resolve
 from tle.oplib.arith import cdiv
 from tle.oplib.dispatch import custom_op
 from tle.oplib.rows import torch_compute_dtype
+from tle.oplib.tensors import device_capability, shared_memory_per_block
 
 KERNEL_DTYPES = (torch.float16, torch.bfloat16)
 
@@ -296,6 +298,26 @@ def fwd_warp_groups_config() -> dict:
     return dict(BLOCK_H=64, BLOCK_K=64, num_warps=12, num_stages=2, SCAN=128)
 
 
+def _warp_groups_shared_bytes(dt: int, cfg: dict, elem: int = 2) -> int:
+    """The warp-group forward's shared buffers: the query, num_stages versions of a step's rows and of its bias,
+    the probabilities handed to group 2, and the fp32 alpha and l."""
+    h, k, stages = cfg["BLOCK_H"], cfg["BLOCK_K"], cfg["num_stages"]
+    return (h + stages * k) * dt * elem + h * k * elem + 4 * (stages * k + 2 * h)
+
+
+def fwd_kernel(group: int, d_v: int, dt: int, backend: str, *, sm90: bool, smem_bytes: int):
+    """The forward's kernel and launch for a head group of `group` heads. On TileLang on sm_90 (wgmma,
+    setmaxnreg): the warp-group kernel, where its 64-head tile is not mostly padding (more than 32 heads), each
+    half of the value columns is at least 32 wide and its buffers fit `smem_bytes`. Otherwise, and on Triton
+    (which drops the warp groups and runs the blocks in program order, slower than the plain kernel):
+    sparse_mla_fwd_kernel (docs/benchmark/sparse_mla.md)."""
+    cfg = fwd_warp_groups_config()
+    if (backend == "tilelang" and sm90 and group > 32 and d_v >= 64
+            and _warp_groups_shared_bytes(dt, cfg) <= smem_bytes):
+        return sparse_mla_fwd_warp_groups_kernel, cfg
+    return sparse_mla_fwd_kernel, fwd_config(group, backend)
+
+
 def bwd_config(group: int, backend: str) -> dict:
     """BLOCK_H, BLOCK_K, num_warps, num_stages and the dKV layout of the backward: the rows' gradients
     transposed on Triton (one shared-memory copy of q and of dO), row by row on TileLang (coalesced atomics)."""
@@ -322,9 +344,11 @@ def _kernel_forward(q, kv, indices, sm_scale, d_v, backend):
     lse = torch.empty(b, s, h, device=q.device, dtype=torch.float32)
     if out.numel() == 0:
         return out, lse
-    cfg = fwd_config(h // kv.shape[2], backend)
+    # off a GPU (TileLang's interpreter) the choice is the one for sm_90a, the lowering's target there
+    sm90 = q.device.type != "cuda" or device_capability(q.device)[0] == 9
+    kernel, cfg = fwd_kernel(h // kv.shape[2], d_v, dt, backend, sm90=sm90, smem_bytes=shared_memory_per_block(q.device))
     grid, consts = _launch_shape(q, kv, cfg)
-    sparse_mla_fwd_kernel[grid](
+    kernel[grid](
         q, kv, indices, out, lse, sm_scale, *_strides3(q), *_strides3(kv), *_strides3(indices), *_strides3(out),
         lse.stride(0), lse.stride(1), kv.shape[1], indices.shape[3], D=d_v, TD=dt - d_v, backend=backend,
         **consts, **cfg)

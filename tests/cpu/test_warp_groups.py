@@ -253,3 +253,22 @@ def test_sparse_mla_warp_groups_gather_rows_with_cp_async_and_build_for_sm90a(tm
     cuda = str(low.stage("cuda"))
     assert "cp_async_gs_conditional<16>" in cuda and "mbarrier_cp_async_arrive_noinc" in cuda
     assert "warpgroup_reg_alloc<240>" in cuda and "warpgroup_reg_dealloc<80>" in cuda
+
+
+@pytest.mark.parametrize("group, d_v, dt, backend, sm90, smem, chosen", [
+    (128, 512, 576, "tilelang", True, 227 * 1024, "warp_groups"),   # DeepSeek's shape on an H100 / H200
+    (40, 64, 96, "tilelang", True, 227 * 1024, "warp_groups"),      # a partial 64-head tile
+    (128, 512, 576, "triton", True, 227 * 1024, "plain"),           # Triton drops the groups
+    (128, 512, 576, "tilelang", False, 227 * 1024, "plain"),        # no wgmma / setmaxnreg before sm_90
+    (32, 512, 576, "tilelang", True, 227 * 1024, "plain"),          # a 64-head tile would be half padding
+    (128, 32, 48, "tilelang", True, 227 * 1024, "plain"),           # halves of 16 value columns
+    (128, 512, 640, "tilelang", True, 227 * 1024, "plain"),         # the buffers outgrow shared memory
+    (128, 512, 576, "tilelang", True, 200 * 1024, "plain"),
+])
+def test_sparse_mla_forward_runs_in_warp_groups_on_tilelang_where_it_fits(group, d_v, dt, backend, sm90, smem,
+                                                                          chosen):
+    import tle.kernels.sparse_mla_attention as m
+    kernel, cfg = m.fwd_kernel(group, d_v, dt, backend, sm90=sm90, smem_bytes=smem)
+    expected = m.sparse_mla_fwd_warp_groups_kernel if chosen == "warp_groups" else m.sparse_mla_fwd_kernel
+    assert kernel is expected
+    assert cfg["num_warps"] == (12 if chosen == "warp_groups" else m.fwd_config(group, backend)["num_warps"])

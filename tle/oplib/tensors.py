@@ -71,6 +71,14 @@ def shared_memory_per_block(device: torch.device) -> int:
     return int(getattr(props, "shared_memory_per_block_optin", props.shared_memory_per_block))
 
 
+def device_capability(device: torch.device) -> tuple[int, int]:
+    """(major, minor) compute capability of a CUDA device; (0, 0) off a GPU."""
+    if device.type != "cuda":
+        return 0, 0
+    props = _device_properties(device)
+    return props.major, props.minor
+
+
 def programs(device: torch.device, per_sm: int, work_items: int) -> int:
     """How many programs a persistent kernel launches: `per_sm` per multiprocessor on a GPU (4 in all on
     the CPU), never more than there are work items, and at least one."""

@@ -96,6 +96,9 @@ class Role:
 
     def __init__(self, lo: int, hi: int, body, scheduler: "Scheduler"):
         self.lo, self.hi, self.body, self.scheduler = lo, hi, body, scheduler
+        # torch's grad mode is per thread: the role's thread runs under the caller's (a custom op's forward
+        # runs without grad; a new thread would start with it on, and record a graph on the op's inputs)
+        self.grad_enabled = torch.is_grad_enabled()
         self.name = f"threads [{lo}, {hi})"
         self.frame = None
         self.waiting = None         # (barrier, parity) while blocked
@@ -143,7 +146,8 @@ class Role:
 
     def _main(self):
         try:
-            self.body(self.frame)
+            with torch.set_grad_enabled(self.grad_enabled):
+                self.body(self.frame)
         except _Cancelled:
             pass
         except BaseException as e:      # handed to the caller's thread
