@@ -307,13 +307,13 @@ def _warp_groups_shared_bytes(dt: int, cfg: dict, elem: int = 2) -> int:
 
 def fwd_kernel(group: int, d_v: int, dt: int, backend: str, *, sm90: bool, smem_bytes: int):
     """The forward's kernel and launch for a head group of `group` heads. On TileLang on sm_90 (wgmma,
-    setmaxnreg): the warp-group kernel, where its 64-head tile is not mostly padding (more than 32 heads), each
-    half of the value columns is at least 32 wide and its buffers fit `smem_bytes`. Otherwise, and on Triton
+    setmaxnreg): the warp-group kernel, where each half of the value columns is at least 32 wide and its buffers
+    fit `smem_bytes`; its tile of 64 heads is faster even half empty (32 heads a group: 1.9 ms against the
+    plain kernel's 3.2 at 32 heads a tile, docs/benchmark/sparse_mla_warp_groups.md). Otherwise, and on Triton
     (which drops the warp groups and runs the blocks in program order, slower than the plain kernel):
-    sparse_mla_fwd_kernel (docs/benchmark/sparse_mla.md)."""
+    sparse_mla_fwd_kernel."""
     cfg = fwd_warp_groups_config()
-    if (backend == "tilelang" and sm90 and group > 32 and d_v >= 64
-            and _warp_groups_shared_bytes(dt, cfg) <= smem_bytes):
+    if backend == "tilelang" and sm90 and d_v >= 64 and _warp_groups_shared_bytes(dt, cfg) <= smem_bytes:
         return sparse_mla_fwd_warp_groups_kernel, cfg
     return sparse_mla_fwd_kernel, fwd_config(group, backend)
 

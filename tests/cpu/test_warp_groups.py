@@ -260,7 +260,7 @@ def test_sparse_mla_warp_groups_gather_rows_with_cp_async_and_build_for_sm90a(tm
     (40, 64, 96, "tilelang", True, 227 * 1024, "warp_groups"),      # a partial 64-head tile
     (128, 512, 576, "triton", True, 227 * 1024, "plain"),           # Triton drops the groups
     (128, 512, 576, "tilelang", False, 227 * 1024, "plain"),        # no wgmma / setmaxnreg before sm_90
-    (32, 512, 576, "tilelang", True, 227 * 1024, "plain"),          # a 64-head tile would be half padding
+    (8, 512, 576, "tilelang", True, 227 * 1024, "warp_groups"),     # a 64-head tile mostly padding, still faster
     (128, 32, 48, "tilelang", True, 227 * 1024, "plain"),           # halves of 16 value columns
     (128, 512, 640, "tilelang", True, 227 * 1024, "plain"),         # the buffers outgrow shared memory
     (128, 512, 576, "tilelang", True, 200 * 1024, "plain"),
