@@ -6,9 +6,10 @@ would wait for every row it gathers before it could ask for the next. Here each 
 barrier through `cp.async.mbarrier.arrive.noinc`, which fires when the thread's copies have landed: the
 loader runs ahead while its rows are in flight.
 
-It applies to a `tle.gpu.copy` of a 2-D tile gathered along its rows (`base + ids[:, None] * stride +
-cols[None, :]`), contiguous along its columns, every address 16-byte aligned, masked by a condition on the
-rows only, with zero (or nothing) where the mask is false.
+It applies to a `tle.gpu.copy` of a 2-D tile whose rows are gathered (`base + ids[:, None] * stride +
+cols[None, :]`) or strided (`base + rows[:, None] * stride + cols[None, :]`, a box), contiguous along its
+columns, every address 16-byte aligned, masked by a condition on the rows only, with zero (or nothing) where
+the mask is false.
 """
 from __future__ import annotations
 
@@ -39,11 +40,12 @@ def row_gather(g: Context, op: Op, threads: int) -> RowGather | None:
         return None
     acc = g.access(op)
     off = acc.offset
-    if acc.kind != "gather" or off is None or off.axis_coef(1) != 1 or len(off.data) != 1 or off.data[0][1] != (0,):
+    gathered = acc.kind == "gather" and len(off.data) == 1 and off.data[0][1] == (0,)
+    if not (gathered or acc.kind == "box") or off.axis_coef(1) != 1:
         return None
     chunk = _CHUNK_BYTES * 8 // ptr.type.elem.elem.bits
     rows, cols = ptr.type.shape
-    coefs = [off.const, off.data[0][2], off.axis_coef(0), *(c for _, c in off.syms)]
+    coefs = [off.const, off.axis_coef(0), *(c for _, c in off.syms), *(c for *_, c in off.data)]
     if cols % chunk or any(c % chunk for c in coefs):
         return None
     per_row = cols // chunk
@@ -58,26 +60,30 @@ def row_gather(g: Context, op: Op, threads: int) -> RowGather | None:
 
 
 def emit_row_gather(g: Context, op: Op, plan: RowGather, buf: Buffer, thread: str, threads: int, indent: int):
-    """`thread`: the thread's index within its group. A thread copies chunks of `rows_each` rows; it reads the
-    rows' indices first, all at once (one memory latency, not one per row), then issues the copies. The
-    threads of a row copy consecutive chunks."""
+    """`thread`: the thread's index within its group. A thread copies chunks of `rows_each` rows; in a gather
+    it reads the rows' indices first, all at once (one memory latency, not one per row), then issues the
+    copies. The threads of a row copy consecutive chunks."""
     ptr = op.operands[0]
     acc = g.access(op)
     param = g.ids[acc.param.value]
     rows_at_once = threads // plan.row_threads
-    ids = g.values_by_id()[acc.offset.data[0][0]]
-    rids = g.ids.fresh("rids")
-    g.emit(f"{rids} = T.alloc_local(({plan.rows_each},), {tl_dtype(ids.type.elem)!r})", indent)
 
     def row_of(r: str) -> str:
         row = g.ids.fresh("row")
         g.let(row, f"{r} * {rows_at_once} + {thread} // {plan.row_threads}", indent + 1, reads=(thread,))
         return row
-    r = g.ids.fresh("r")
-    g.emit(f"for {r} in T.unroll({plan.rows_each}):", indent)
-    first = row_of(r)
-    g.emit(f"{rids}[{r}] = {g.elem(ids, [first])}", indent + 1, reads=(first,))
+    substitutes = {}
+    if acc.offset.data:
+        ids = g.values_by_id()[acc.offset.data[0][0]]
+        rids = g.ids.fresh("rids")
+        g.emit(f"{rids} = T.alloc_local(({plan.rows_each},), {tl_dtype(ids.type.elem)!r})", indent)
+        r = g.ids.fresh("r")
+        g.emit(f"for {r} in T.unroll({plan.rows_each}):", indent)
+        first = row_of(r)
+        g.emit(f"{rids}[{r}] = {g.elem(ids, [first])}", indent + 1, reads=(first,))
     r, c = g.ids.fresh("r"), g.ids.fresh("c")
+    if acc.offset.data:
+        substitutes = {ids.id: lambda _ix: f"{rids}[{r}]"}
     g.emit(f"for {r} in T.unroll({plan.rows_each}):", indent)
     row = row_of(r)
     g.emit(f"for {c} in T.unroll({plan.chunks_each}):", indent + 1)
@@ -85,7 +91,7 @@ def emit_row_gather(g: Context, op: Op, plan: RowGather, buf: Buffer, thread: st
     g.let(col, f"({c} * {plan.row_threads} + {thread} % {plan.row_threads}) * {plan.chunk}", indent + 2,
           reads=(thread,))
     idx = [row, col]
-    saved, g.substitutes = g.substitutes, {ids.id: lambda _ix: f"{rids}[{r}]"}
+    saved, g.substitutes = g.substitutes, substitutes
     try:
         src = f"{param}[{g.offset(ptr, idx)}]"
         pred = " & ".join(g.elem(m, idx) for m in plan.rows_mask)

@@ -10,6 +10,7 @@ from ..ir import types as T
 from ..ir.core import Op, Value
 from .context import Buffer, Context
 from .row_products import RowProducts
+from .warp_groups import GROUP_THREADS
 from .rules import RULES
 from .slots import yields_back
 from .syntax import loop_indices, parallel_header
@@ -86,7 +87,10 @@ def _issued_async(g: Context, op: Op, a_buffer: Buffer) -> bool:
 
 def _row_products(g: Context) -> RowProducts:
     if getattr(g, "row_products", None) is None:
-        g.row_products = RowProducts(g.k, g.users, g.k.num_warps)
+        # a product in a warp group runs on that group's warps (warp_groups.py)
+        group_warps = GROUP_THREADS // 32
+        g.row_products = RowProducts(g.k, g.users, lambda op: group_warps if "warp_group" in op.attrs
+                                     else g.k.num_warps)
     return g.row_products
 
 

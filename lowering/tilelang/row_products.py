@@ -32,9 +32,10 @@ ROWS_PER_WARP = 16
 class RowProducts:
     """The FullRow and register-A decisions for the products of one kernel."""
 
-    def __init__(self, kernel, users: dict, num_warps: int):
+    def __init__(self, kernel, users: dict, warps_of):
+        """`warps_of(op)`: the warps that run `op` (the kernel's, or its warp group's)."""
         self.users = users
-        self.num_warps = num_warps
+        self.warps_of = warps_of
         self.dots = [o for o in kernel.walk() if o.name == "dot"]
         self._family = {id(d): id(d) for d in self.dots}
         for d in self.dots:
@@ -99,7 +100,7 @@ class RowProducts:
     # -- what each product needs -----------------------------------------------------------------------------
     def _rows_divide(self, d: Op) -> bool:
         shape = d.result.type.shape
-        return len(shape) == 2 and shape[0] % (ROWS_PER_WARP * self.num_warps) == 0
+        return len(shape) == 2 and shape[0] % (ROWS_PER_WARP * self.warps_of(d)) == 0
 
     def _feeds_rows(self, d: Op) -> bool:
         """Is `d`'s result, element-wise, reduced along its rows or the A operand of a product?"""

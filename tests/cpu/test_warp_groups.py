@@ -272,3 +272,21 @@ def test_sparse_mla_forward_runs_in_warp_groups_on_tilelang_where_it_fits(group,
     expected = m.sparse_mla_fwd_warp_groups_kernel if chosen == "warp_groups" else m.sparse_mla_fwd_kernel
     assert kernel is expected
     assert cfg["num_warps"] == (12 if chosen == "warp_groups" else m.fwd_config(group, backend)["num_warps"])
+
+
+@pytest.mark.parametrize("head_dim, seqlen_q, backend, sm90, chosen", [
+    (64, 1024, "tilelang", True, "warp_groups"),
+    (32, 65, "tilelang", True, "warp_groups"),
+    (128, 8192, "tilelang", True, "plain"),          # not faster there
+    (64, 64, "tilelang", True, "plain"),             # one block of 64 queries: half of 128 rows idle
+    (64, 1024, "triton", True, "plain"),
+    (64, 1024, "tilelang", False, "plain"),
+])
+def test_flash_attention_forward_runs_in_warp_groups_on_tilelang_at_small_head_dims(head_dim, seqlen_q, backend,
+                                                                                    sm90, chosen):
+    import tle.kernels.flash_attention as fa
+    import tle.kernels.flash_attention_warp_groups as wg
+    kernel, cfg = fa.fwd_kernel(head_dim, seqlen_q, backend, sm90=sm90)
+    expected = wg.flash_attention_fwd_warp_groups_kernel if chosen == "warp_groups" else fa.flash_attention_fwd_kernel
+    assert kernel is expected
+    assert (cfg["num_warps"] == 12) == (chosen == "warp_groups")

@@ -1,0 +1,141 @@
+"""FlashAttention's forward in three warp groups (tle.gpu.warp_group), the structure of FlashAttention 3: group 0
+loads each step's block of keys and values into shared memory; groups 1 and 2 each own half of the program's
+queries and run the online softmax over the blocks group 0 hands them, one consumer's softmax overlapping the
+other's products.
+
+The same arguments, masks and results as flash_attention.flash_attention_fwd_kernel (one masked loop); on Triton
+the groups are dropped and the blocks run in program order (docs/language.md, "Warp groups").
+"""
+from __future__ import annotations
+
+import torch
+import triton.language as tl
+
+import tle
+from tle.kernels.flash_attention import (Problem, _example_inputs, _sequence, _torch_forward, cu_or_dummy,
+                                         nan_like)
+from tle.oplib.arith import cdiv
+
+
+@tle.jit
+def _query_half(q_base, stride_qm, rows, len_q, HEAD_DIM: tl.constexpr, HALF: tl.constexpr):
+    """The consumer's query rows in shared memory (rows past the sequence read 0)."""
+    buf = tle.gpu.alloc([HALF, HEAD_DIM], q_base.dtype.element_ty)
+    tle.gpu.copy(q_base + rows[:, None] * stride_qm + tl.arange(0, HEAD_DIM)[None, :], buf, [HALF, HEAD_DIM],
+                 mask=(rows < len_q)[:, None], other=0.0)
+    return buf
+
+
+@tle.jit
+def _softmax_step(acc, l_i, m_i, q_buf, k_buf, v_buf, rows, cols, len_k, diag, qk_scale, CAUSAL: tl.constexpr):
+    """One block of keys for one consumer's rows: scores, the masks, the online softmax in base 2, P v."""
+    qk = tl.dot(tle.gpu.local_load(q_buf), tl.trans(tle.gpu.local_load(k_buf))) * qk_scale
+    keep = (cols < len_k)[None, :]
+    if CAUSAL:
+        keep = keep & (cols[None, :] <= rows[:, None] + diag)
+    qk = tl.where(keep, qk, -float("inf"))
+    m_new = tl.maximum(m_i, tl.max(qk, 1))
+    alpha = tl.math.exp2(m_i - m_new)
+    p = tl.math.exp2(qk - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = tl.dot(p.to(v_buf.dtype), tle.gpu.local_load(v_buf), acc * alpha[:, None])
+    return acc, l_i, m_new
+
+
+@tle.jit
+def _store_half(o_base, lse_base, stride_om, rows, len_q, acc, l_i, m_i, HEAD_DIM: tl.constexpr):
+    l_safe = tl.where(l_i == 0.0, 1.0, l_i)
+    row_ok = rows < len_q
+    tl.store(o_base + rows[:, None] * stride_om + tl.arange(0, HEAD_DIM)[None, :],
+             (acc / l_safe[:, None]).to(o_base.dtype.element_ty), mask=row_ok[:, None])
+    tl.store(lse_base + rows, (m_i + tl.math.log2(l_i)) * 0.6931471805599453, mask=row_ok)  # -inf: no key seen
+
+
+@tle.jit
+def flash_attention_fwd_warp_groups_kernel(
+        q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_q_ptr, cu_k_ptr, sm_scale,
+        stride_qb, stride_qm, stride_qh, stride_kb, stride_kn, stride_kh, stride_vb, stride_vn, stride_vh,
+        stride_ob, stride_om, stride_oh, stride_lb, stride_lh, seqlen_q, seqlen_k,
+        H: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+        BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, VARLEN: tl.constexpr,
+        LOADER_REGISTERS: tl.constexpr = 56, CONSUMER_REGISTERS: tl.constexpr = 224):
+    HALF: tl.constexpr = BLOCK_M // 2
+    pid_m = tl.program_id(0)
+    b = tl.program_id(1) // H
+    h = tl.program_id(1) % H
+    q_start, len_q = _sequence(cu_q_ptr, b, seqlen_q, VARLEN)
+    k_start, len_k = _sequence(cu_k_ptr, b, seqlen_k, VARLEN)
+    diag = len_k - len_q                  # query i sees key j <= i + diag (causal, bottom-right)
+
+    q_base = q_ptr + b * stride_qb + q_start * stride_qm + h * stride_qh
+    k_base = k_ptr + b * stride_kb + k_start * stride_kn + (h // GROUP) * stride_kh
+    v_base = v_ptr + b * stride_vb + k_start * stride_vn + (h // GROUP) * stride_vh
+    o_base = o_ptr + b * stride_ob + q_start * stride_om + h * stride_oh
+    lse_base = lse_ptr + b * stride_lb + h * stride_lh + q_start
+
+    m0 = pid_m * BLOCK_M
+    rows_a = m0 + tl.arange(0, HALF)          # group 1's queries
+    rows_b = m0 + HALF + tl.arange(0, HALF)   # group 2's
+    hi = len_k
+    if CAUSAL:
+        hi = tl.minimum(len_k, tl.maximum(m0 + BLOCK_M + diag, 0))
+    hi = tl.where(m0 < len_q, hi, 0)          # a block past a packed sequence's end reads nothing
+
+    with tle.gpu.warp_group(1, registers=CONSUMER_REGISTERS):
+        q_a = _query_half(q_base, stride_qm, rows_a, len_q, HEAD_DIM, HALF)
+    with tle.gpu.warp_group(2, registers=CONSUMER_REGISTERS):
+        q_b = _query_half(q_base, stride_qm, rows_b, len_q, HEAD_DIM, HALF)
+
+    qk_scale = sm_scale * 1.4426950408889634
+    m_a = tl.zeros([HALF], dtype=tl.float32) - 1.0e30      # finite: a row that sees no key stays at 0
+    l_a = tl.zeros([HALF], dtype=tl.float32)
+    acc_a = tl.zeros([HALF, HEAD_DIM], dtype=tl.float32)
+    m_b = tl.zeros([HALF], dtype=tl.float32) - 1.0e30
+    l_b = tl.zeros([HALF], dtype=tl.float32)
+    acc_b = tl.zeros([HALF, HEAD_DIM], dtype=tl.float32)
+    for start_n in tle.gpu.pipeline(0, hi, BLOCK_N, num_stages=2):
+        k_buf = tle.gpu.alloc([BLOCK_N, HEAD_DIM], k_ptr.dtype.element_ty)
+        v_buf = tle.gpu.alloc([BLOCK_N, HEAD_DIM], v_ptr.dtype.element_ty)
+        cols = start_n + tl.arange(0, BLOCK_N)
+        with tle.gpu.warp_group(0, registers=LOADER_REGISTERS):
+            offs_d = tl.arange(0, HEAD_DIM)
+            in_k = (cols < len_k)[:, None]
+            tle.gpu.copy(k_base + cols[:, None] * stride_kn + offs_d[None, :], k_buf, [BLOCK_N, HEAD_DIM],
+                         mask=in_k, other=0.0)
+            tle.gpu.copy(v_base + cols[:, None] * stride_vn + offs_d[None, :], v_buf, [BLOCK_N, HEAD_DIM],
+                         mask=in_k, other=0.0)
+        with tle.gpu.warp_group(1):
+            acc_a, l_a, m_a = _softmax_step(acc_a, l_a, m_a, q_a, k_buf, v_buf, rows_a, cols, len_k, diag, qk_scale,
+                                            CAUSAL)
+        with tle.gpu.warp_group(2):
+            acc_b, l_b, m_b = _softmax_step(acc_b, l_b, m_b, q_b, k_buf, v_buf, rows_b, cols, len_k, diag, qk_scale,
+                                            CAUSAL)
+
+    with tle.gpu.warp_group(1):
+        _store_half(o_base, lse_base, stride_om, rows_a, len_q, acc_a, l_a, m_a, HEAD_DIM)
+    with tle.gpu.warp_group(2):
+        _store_half(o_base, lse_base, stride_om, rows_b, len_q, acc_b, l_b, m_b, HEAD_DIM)
+
+
+def fwd_warp_groups_config(head_dim: int) -> dict:
+    """128 queries a program (64 per consumer group), BLOCK_N keys a step, three groups of 4 warps."""
+    return dict(BLOCK_M=128, BLOCK_N=128 if head_dim <= 128 else 64, num_warps=12, num_stages=2)
+
+
+@tle.example(flash_attention_fwd_warp_groups_kernel)
+def _fwd_warp_groups_example(device, size):
+    q, k, v, scale, label = _example_inputs(device, size)
+    pr = Problem(q, k, None, None, None, None)
+    out, lse = nan_like(q), nan_like(q[..., 0].transpose(1, 2), torch.float32)
+    cfg = fwd_warp_groups_config(pr.d)
+
+    def ref():
+        o, l = _torch_forward(q, k, v, None, None, True, scale)
+        return {"out": o, "lse": l}
+    return tle.Launch(grid=(cdiv(pr.seqlen_q, cfg["BLOCK_M"]), pr.b * pr.h),
+                      args=(q, k, v, out, lse, cu_or_dummy(None, lse), cu_or_dummy(None, lse), scale,
+                            *pr.strides(q), *pr.strides(k), *pr.strides(v), *pr.strides(out),
+                            *pr.lse_strides(lse), pr.seqlen_q, pr.seqlen_k),
+                      kwargs=dict(H=pr.h, GROUP=pr.group, HEAD_DIM=pr.d, CAUSAL=True, VARLEN=False, **cfg),
+                      outputs={"out": out, "lse": lse}, reference=ref,
+                      flops=2 * pr.b * pr.h * pr.seqlen_q * pr.seqlen_k * pr.d, label=label)
