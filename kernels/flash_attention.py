@@ -21,6 +21,8 @@ Kernels, each one text lowered to Triton and to TileLang:
   query head of its group: the GQA sum happens in registers, so results are deterministic) and
   `flash_attention_bwd_dq_kernel` (a program owns BLOCK_M queries and walks the keys). Both recompute the
   probabilities from the forward's lse.
+- On TileLang on sm_90, head dims up to 64 run the forward of flash_attention_warp_groups.py instead (the same
+  arguments and results, in warp groups; `fwd_kernel`).
 """
 from __future__ import annotations
 
