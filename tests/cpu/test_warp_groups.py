@@ -290,3 +290,21 @@ def test_flash_attention_forward_runs_in_warp_groups_on_tilelang_at_small_head_d
     expected = wg.flash_attention_fwd_warp_groups_kernel if chosen == "warp_groups" else fa.flash_attention_fwd_kernel
     assert kernel is expected
     assert (cfg["num_warps"] == 12) == (chosen == "warp_groups")
+
+
+@needs_tilelang
+def test_flash_attention_warp_groups_copy_blocks_with_cp_async_and_keep_p_in_registers(tmp_cache):
+    """The loader copies each key/value block (a strided box, masked by rows) as cp.async; each consumer's
+    products are FullRow on its own 4 warps, so P is the A operand of P v straight from registers."""
+    import tle.kernels.flash_attention_warp_groups as m
+    from tle.cli import meta_copy
+    launch = m.flash_attention_fwd_warp_groups_kernel.example("cpu", "small")
+    low = m.flash_attention_fwd_warp_groups_kernel.lower(*[meta_copy(a) for a in launch.args], grid=launch.grid,
+                                                         backend="tilelang", **launch.kwargs)
+    assert low.source.count("T.ptx_cp_async(") == 2
+    assert "T.cp_async_barrier_noinc(k_buf_full[it % 2])" in low.source
+    assert "T.cp_async_barrier_noinc(v_buf_full[it % 2])" in low.source
+    assert low.source.count("policy=T.GemmWarpPolicy.FullRow") == 4          # QK and PV in each consumer
+    half, block_n = launch.kwargs["BLOCK_M"] // 2, launch.kwargs["BLOCK_N"]
+    assert f"T.alloc_shared(({half}, {block_n})" not in low.source            # P never goes through shared
+    assert low.source.count(f"T.alloc_fragment(({half}, {block_n}), 'float16')") == 2
