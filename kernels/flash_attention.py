@@ -58,6 +58,24 @@ def _sequence(cu_ptr, b, dense_len, VARLEN: tl.constexpr):
 
 
 @tle.jit
+def _fwd_program(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_q_ptr, cu_k_ptr, stride_qb, stride_qm, stride_qh, stride_kb,
+                 stride_kn, stride_kh, stride_vb, stride_vn, stride_vh, stride_ob, stride_om, stride_oh, stride_lb,
+                 stride_lh, seqlen_q, seqlen_k, H: tl.constexpr, GROUP: tl.constexpr, VARLEN: tl.constexpr):
+    """A forward program's sequence lengths and the starts of its query head's rows in q, out and lse and of its
+    KV head's rows in k and v (axis 1 of the grid: batch x head)."""
+    b = tl.program_id(1) // H
+    h = tl.program_id(1) % H
+    q_start, len_q = _sequence(cu_q_ptr, b, seqlen_q, VARLEN)
+    k_start, len_k = _sequence(cu_k_ptr, b, seqlen_k, VARLEN)
+    q_base = q_ptr + b * stride_qb + q_start * stride_qm + h * stride_qh
+    k_base = k_ptr + b * stride_kb + k_start * stride_kn + (h // GROUP) * stride_kh
+    v_base = v_ptr + b * stride_vb + k_start * stride_vn + (h // GROUP) * stride_vh
+    o_base = o_ptr + b * stride_ob + q_start * stride_om + h * stride_oh
+    lse_base = lse_ptr + b * stride_lb + h * stride_lh + q_start
+    return len_q, len_k, q_base, k_base, v_base, o_base, lse_base
+
+
+@tle.jit
 def _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, offs_m, lo, hi, len_k, diag,
                 qk_scale, HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr,
                 CAUSAL: tl.constexpr):
@@ -92,17 +110,11 @@ def flash_attention_fwd_kernel(
         H: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
         BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, VARLEN: tl.constexpr, SPLIT: tl.constexpr):
     pid_m = tl.program_id(0)
-    b = tl.program_id(1) // H
-    h = tl.program_id(1) % H
-    q_start, len_q = _sequence(cu_q_ptr, b, seqlen_q, VARLEN)
-    k_start, len_k = _sequence(cu_k_ptr, b, seqlen_k, VARLEN)
+    len_q, len_k, q_base, k_base, v_base, o_base, lse_base = _fwd_program(
+        q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_q_ptr, cu_k_ptr, stride_qb, stride_qm, stride_qh, stride_kb,
+        stride_kn, stride_kh, stride_vb, stride_vn, stride_vh, stride_ob, stride_om, stride_oh, stride_lb, stride_lh,
+        seqlen_q, seqlen_k, H, GROUP, VARLEN)
     diag = len_k - len_q                  # query i sees key j <= i + diag (causal, bottom-right)
-
-    q_base = q_ptr + b * stride_qb + q_start * stride_qm + h * stride_qh
-    k_base = k_ptr + b * stride_kb + k_start * stride_kn + (h // GROUP) * stride_kh
-    v_base = v_ptr + b * stride_vb + k_start * stride_vn + (h // GROUP) * stride_vh
-    o_base = o_ptr + b * stride_ob + q_start * stride_om + h * stride_oh
-    lse_base = lse_ptr + b * stride_lb + h * stride_lh + q_start
 
     m0 = pid_m * BLOCK_M
     offs_m = m0 + tl.arange(0, BLOCK_M)

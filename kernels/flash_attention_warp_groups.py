@@ -12,8 +12,7 @@ import torch
 import triton.language as tl
 
 import tle
-from tle.kernels.flash_attention import (Problem, _example_inputs, _sequence, _torch_forward, cu_or_dummy,
-                                         nan_like)
+from tle.kernels.flash_attention import Problem, _example_inputs, _fwd_program, _torch_forward, cu_or_dummy, nan_like
 from tle.oplib.arith import cdiv
 
 
@@ -61,17 +60,11 @@ def flash_attention_fwd_warp_groups_kernel(
         LOADER_REGISTERS: tl.constexpr = 56, CONSUMER_REGISTERS: tl.constexpr = 224):
     HALF: tl.constexpr = BLOCK_M // 2
     pid_m = tl.program_id(0)
-    b = tl.program_id(1) // H
-    h = tl.program_id(1) % H
-    q_start, len_q = _sequence(cu_q_ptr, b, seqlen_q, VARLEN)
-    k_start, len_k = _sequence(cu_k_ptr, b, seqlen_k, VARLEN)
+    len_q, len_k, q_base, k_base, v_base, o_base, lse_base = _fwd_program(
+        q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_q_ptr, cu_k_ptr, stride_qb, stride_qm, stride_qh, stride_kb,
+        stride_kn, stride_kh, stride_vb, stride_vn, stride_vh, stride_ob, stride_om, stride_oh, stride_lb, stride_lh,
+        seqlen_q, seqlen_k, H, GROUP, VARLEN)
     diag = len_k - len_q                  # query i sees key j <= i + diag (causal, bottom-right)
-
-    q_base = q_ptr + b * stride_qb + q_start * stride_qm + h * stride_qh
-    k_base = k_ptr + b * stride_kb + k_start * stride_kn + (h // GROUP) * stride_kh
-    v_base = v_ptr + b * stride_vb + k_start * stride_vn + (h // GROUP) * stride_vh
-    o_base = o_ptr + b * stride_ob + q_start * stride_om + h * stride_oh
-    lse_base = lse_ptr + b * stride_lb + h * stride_lh + q_start
 
     m0 = pid_m * BLOCK_M
     rows_a = m0 + tl.arange(0, HALF)          # group 1's queries

@@ -346,7 +346,8 @@ def _kernel_forward(q, kv, indices, sm_scale, d_v, backend):
         return out, lse
     # off a GPU (TileLang's interpreter) the choice is the one for sm_90a, the lowering's target there
     sm90 = q.device.type != "cuda" or device_capability(q.device)[0] == 9
-    kernel, cfg = fwd_kernel(h // kv.shape[2], d_v, dt, backend, sm90=sm90, smem_bytes=shared_memory_per_block(q.device))
+    kernel, cfg = fwd_kernel(h // kv.shape[2], d_v, dt, backend, sm90=sm90,
+                             smem_bytes=shared_memory_per_block(q.device))
     grid, consts = _launch_shape(q, kv, cfg)
     kernel[grid](
         q, kv, indices, out, lse, sm_scale, *_strides3(q), *_strides3(kv), *_strides3(indices), *_strides3(out),
