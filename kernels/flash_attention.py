@@ -340,11 +340,13 @@ def fwd_config(head_dim: int, max_seqlen_q: int, backend: str) -> dict:
     return dict(cfg, SPLIT=backend == "triton")
 
 
-def fwd_kernel(head_dim: int, max_seqlen_q: int, backend: str, *, sm90: bool):
+def fwd_kernel(head_dim: int, max_seqlen_q: int, backend: str, *, sm90: bool, scale: float = 1.0):
     """The forward's kernel and launch. On TileLang on sm_90, for head dims up to 64 and more than 64 queries:
     flash_attention_warp_groups's kernel (at B32 H16 S1024 D64 1.15x the plain kernel causal, 1.24x full; at
-    D128 S8192 it is not faster, docs/benchmark/flash_attention.md). Otherwise flash_attention_fwd_kernel."""
-    if backend == "tilelang" and sm90 and head_dim <= 64 and max_seqlen_q > 64:
+    D128 S8192 not clearly faster, docs/benchmark/flash_attention.md). It folds the scale into exp2's argument,
+    which takes a positive scale, and below 1e4 (its running maximum starts at -1e30 unscaled). Otherwise
+    flash_attention_fwd_kernel."""
+    if backend == "tilelang" and sm90 and head_dim <= 64 and max_seqlen_q > 64 and 0 < scale < 1e4:
         # imported here: that module builds on this one's helpers
         from tle.kernels import flash_attention_warp_groups as wg
         return wg.flash_attention_fwd_warp_groups_kernel, wg.fwd_warp_groups_config(head_dim)
@@ -411,7 +413,7 @@ def _kernel_forward(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, backend):
         return out, lse.fill_(-math.inf)
     # off a GPU (TileLang's interpreter) the choice is the one for sm_90a, the lowering's target there
     sm90 = q.device.type != "cuda" or device_capability(q.device)[0] == 9
-    kernel, cfg = fwd_kernel(pr.d, pr.seqlen_q, backend, sm90=sm90)
+    kernel, cfg = fwd_kernel(pr.d, pr.seqlen_q, backend, sm90=sm90, scale=scale)
     grid = (cdiv(pr.seqlen_q, cfg["BLOCK_M"]), pr.b * pr.h)
     kernel[grid](
         q, k, v, out, lse, cu_or_dummy(cu_q, lse), cu_or_dummy(cu_k, lse), scale,

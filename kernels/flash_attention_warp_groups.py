@@ -26,28 +26,36 @@ def _query_half(q_base, stride_qm, rows, len_q, HEAD_DIM: tl.constexpr, HALF: tl
 
 
 @tle.jit
-def _softmax_step(acc, l_i, m_i, q_buf, k_buf, v_buf, rows, cols, len_k, diag, qk_scale, CAUSAL: tl.constexpr):
-    """One block of keys for one consumer's rows: scores, the masks, the online softmax in base 2, P v."""
-    qk = tl.dot(tle.gpu.local_load(q_buf), tl.trans(tle.gpu.local_load(k_buf))) * qk_scale
-    keep = (cols < len_k)[None, :]
+def _softmax_step(acc, l_i, m_i, q_buf, k_buf, v_buf, rows, first_row, start_n, cols, len_k, diag, qk_scale,
+                  CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr):
+    """One block of keys for one consumer's rows: scores, the masks, the online softmax in base 2, P v. The
+    maximum m_i is kept in unscaled scores: the scale folds into exp2's argument (one multiply-add an element)."""
+    qk = tl.dot(tle.gpu.local_load(q_buf), tl.trans(tle.gpu.local_load(k_buf)))
+    last = start_n + BLOCK_N - 1
+    edge = last >= len_k
     if CAUSAL:
-        keep = keep & (cols[None, :] <= rows[:, None] + diag)
-    qk = tl.where(keep, qk, -float("inf"))
+        edge = edge | (last > first_row + diag)
+    if edge:            # only blocks that reach past the keys or the diagonal pay for the masks
+        keep = (cols < len_k)[None, :]
+        if CAUSAL:
+            keep = keep & (cols[None, :] <= rows[:, None] + diag)
+        qk = tl.where(keep, qk, -float("inf"))
     m_new = tl.maximum(m_i, tl.max(qk, 1))
-    alpha = tl.math.exp2(m_i - m_new)
-    p = tl.math.exp2(qk - m_new[:, None])
+    alpha = tl.math.exp2((m_i - m_new) * qk_scale)
+    p = tl.math.exp2(qk * qk_scale - (m_new * qk_scale)[:, None])
     l_i = l_i * alpha + tl.sum(p, 1)
     acc = tl.dot(p.to(v_buf.dtype), tle.gpu.local_load(v_buf), acc * alpha[:, None])
     return acc, l_i, m_new
 
 
 @tle.jit
-def _store_half(o_base, lse_base, stride_om, rows, len_q, acc, l_i, m_i, HEAD_DIM: tl.constexpr):
+def _store_half(o_base, lse_base, stride_om, rows, len_q, acc, l_i, m_i, qk_scale, HEAD_DIM: tl.constexpr):
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
     row_ok = rows < len_q
     tl.store(o_base + rows[:, None] * stride_om + tl.arange(0, HEAD_DIM)[None, :],
              (acc / l_safe[:, None]).to(o_base.dtype.element_ty), mask=row_ok[:, None])
-    tl.store(lse_base + rows, (m_i + tl.math.log2(l_i)) * 0.6931471805599453, mask=row_ok)  # -inf: no key seen
+    # natural log; -inf where the row saw no key (l_i = 0)
+    tl.store(lse_base + rows, (m_i * qk_scale + tl.math.log2(l_i)) * 0.6931471805599453, mask=row_ok)
 
 
 @tle.jit
@@ -98,16 +106,16 @@ def flash_attention_fwd_warp_groups_kernel(
             tle.gpu.copy(v_base + cols[:, None] * stride_vn + offs_d[None, :], v_buf, [BLOCK_N, HEAD_DIM],
                          mask=in_k, other=0.0)
         with tle.gpu.warp_group(1):
-            acc_a, l_a, m_a = _softmax_step(acc_a, l_a, m_a, q_a, k_buf, v_buf, rows_a, cols, len_k, diag, qk_scale,
-                                            CAUSAL)
+            acc_a, l_a, m_a = _softmax_step(acc_a, l_a, m_a, q_a, k_buf, v_buf, rows_a, m0, start_n, cols, len_k, diag,
+                                            qk_scale, CAUSAL, BLOCK_N)
         with tle.gpu.warp_group(2):
-            acc_b, l_b, m_b = _softmax_step(acc_b, l_b, m_b, q_b, k_buf, v_buf, rows_b, cols, len_k, diag, qk_scale,
-                                            CAUSAL)
+            acc_b, l_b, m_b = _softmax_step(acc_b, l_b, m_b, q_b, k_buf, v_buf, rows_b, m0 + HALF, start_n, cols, len_k,
+                                            diag, qk_scale, CAUSAL, BLOCK_N)
 
     with tle.gpu.warp_group(1):
-        _store_half(o_base, lse_base, stride_om, rows_a, len_q, acc_a, l_a, m_a, HEAD_DIM)
+        _store_half(o_base, lse_base, stride_om, rows_a, len_q, acc_a, l_a, m_a, qk_scale, HEAD_DIM)
     with tle.gpu.warp_group(2):
-        _store_half(o_base, lse_base, stride_om, rows_b, len_q, acc_b, l_b, m_b, HEAD_DIM)
+        _store_half(o_base, lse_base, stride_om, rows_b, len_q, acc_b, l_b, m_b, qk_scale, HEAD_DIM)
 
 
 def fwd_warp_groups_config(head_dim: int) -> dict:

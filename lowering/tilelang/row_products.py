@@ -16,7 +16,8 @@ takes FullRow when a member's result is reduced along its rows or (element-wise)
 or when a member reads its A operand from registers; and only when every member's rows divide among the warps
 (16 rows per warp). A product reads its A operand from registers when that operand is computed element-wise
 from results of FullRow products (row vectors broadcast into it, constants and index ranges aside) and is not
-transposed."""
+transposed. A tile passed through the branches of an `if` (masks applied to some blocks only) counts as
+computed element-wise."""
 from __future__ import annotations
 
 from ..ir.core import Op, Value
@@ -94,6 +95,8 @@ class RowProducts:
             for u in self.users.get(v.id, []):
                 if u.name in SAME_LAYOUT and u.results and u.result.type.shape == v.type.shape:
                     todo.append(u.result)
+                elif _branch_results(u, v):
+                    todo.extend(_branch_results(u, v))
                 else:
                     yield u, v
 
@@ -127,6 +130,9 @@ class RowProducts:
                 found.append(op)
             elif op.name in SAME_LAYOUT:
                 todo.extend(op.operands)
+            elif op.name == "if":
+                i = op.results.index(v)
+                todo.extend(blk.terminator.operands[i] for blk in op.regions if blk.terminator is not None)
             elif op.name not in FREE:
                 return None
         return found or None
@@ -140,3 +146,14 @@ class RowProducts:
             if not (ok and wanted):
                 return False
         return True
+
+
+def _branch_results(u: Op, v: Value) -> list[Value]:
+    """Where `u` is the yield of a branch of an `if`: the if's results that `v` becomes (same shape), else [].
+    A tile one branch computes and the other passes on keeps its layout through the if, as through an
+    element-wise op."""
+    block = getattr(u, "parent", None)
+    owner = block.parent_op if block is not None else None
+    if u.name != "yield" or owner is None or owner.name != "if":
+        return []
+    return [owner.results[i] for i, x in enumerate(u.operands) if x is v and owner.results[i].type.shape == v.type.shape]

@@ -274,19 +274,22 @@ def test_sparse_mla_forward_runs_in_warp_groups_on_tilelang_where_it_fits(group,
     assert cfg["num_warps"] == (12 if chosen == "warp_groups" else m.fwd_config(group, backend)["num_warps"])
 
 
-@pytest.mark.parametrize("head_dim, seqlen_q, backend, sm90, chosen", [
-    (64, 1024, "tilelang", True, "warp_groups"),
-    (32, 65, "tilelang", True, "warp_groups"),
-    (128, 8192, "tilelang", True, "plain"),          # not faster there
-    (64, 64, "tilelang", True, "plain"),             # one block of 64 queries: half of 128 rows idle
-    (64, 1024, "triton", True, "plain"),
-    (64, 1024, "tilelang", False, "plain"),
+@pytest.mark.parametrize("head_dim, seqlen_q, backend, sm90, chosen, scale", [
+    (64, 1024, "tilelang", True, "warp_groups", 0.125),
+    (32, 65, "tilelang", True, "warp_groups", 0.125),
+    (128, 8192, "tilelang", True, "plain", 0.125),   # not clearly faster there
+    (64, 64, "tilelang", True, "plain", 0.125),      # one block of 64 queries: half of 128 rows idle
+    (64, 1024, "triton", True, "plain", 0.125),
+    (64, 1024, "tilelang", False, "plain", 0.125),
+    (64, 1024, "tilelang", True, "plain", -0.125),   # the scale folds into exp2's argument: positive only
+    (64, 1024, "tilelang", True, "plain", 0.0),
+    (64, 1024, "tilelang", True, "plain", 1e5),      # -1e30 x scale would overflow
 ])
 def test_flash_attention_forward_runs_in_warp_groups_on_tilelang_at_small_head_dims(head_dim, seqlen_q, backend,
-                                                                                    sm90, chosen):
+                                                                                    sm90, chosen, scale):
     import tle.kernels.flash_attention as fa
     import tle.kernels.flash_attention_warp_groups as wg
-    kernel, cfg = fa.fwd_kernel(head_dim, seqlen_q, backend, sm90=sm90)
+    kernel, cfg = fa.fwd_kernel(head_dim, seqlen_q, backend, sm90=sm90, scale=scale)
     expected = wg.flash_attention_fwd_warp_groups_kernel if chosen == "warp_groups" else fa.flash_attention_fwd_kernel
     assert kernel is expected
     assert (cfg["num_warps"] == 12) == (chosen == "warp_groups")
@@ -295,7 +298,8 @@ def test_flash_attention_forward_runs_in_warp_groups_on_tilelang_at_small_head_d
 @needs_tilelang
 def test_flash_attention_warp_groups_copy_blocks_with_cp_async_and_keep_p_in_registers(tmp_cache):
     """The loader copies each key/value block (a strided box, masked by rows) as cp.async; each consumer's
-    products are FullRow on its own 4 warps, so P is the A operand of P v straight from registers."""
+    products are FullRow on its own 4 warps, so P is the A operand of P v straight from registers (the scores
+    pass through an `if` that masks the edge blocks only)."""
     import tle.kernels.flash_attention_warp_groups as m
     from tle.cli import meta_copy
     launch = m.flash_attention_fwd_warp_groups_kernel.example("cpu", "small")
