@@ -828,7 +828,17 @@ def samples(device, dtype):
                    label="views of [H, B, S, D] tensors (batch stride = head stride)"),
             varlen([1, 17, 3, 40], [5, 17, 0, 40], 4, 2, 32, False, "varlen, an empty key sequence"),
             varlen([1, 17, 0, 40], [5, 30, 2, 40], 2, 1, 64, True, "varlen causal, an empty query sequence"),
-            varlen([3, 150, 70], [9, 140, 70], 4, 2, 32, True, "varlen causal, sequences of more than 64 queries")]
+            varlen([3, 150, 70], [9, 140, 70], 4, 2, 32, True, "varlen causal, sequences of more than 64 queries"),
+            Sample((*dense(1, 300, 300, 2, 1, 32), True), label="causal S300 MQA D32: key blocks no mask touches"),
+            Sample(_negative_scores(dense(1, 80, 255, 2, 1, 32)), dict(scale=0.5),
+                   label="S_q80 S_k255 MQA D32, every score negative: a key past the end would stand out")]
+
+
+def _negative_scores(qkv):
+    """q >= 0 and k <= 0: every score is negative, so a key read past the end of the sequence (zero-filled,
+    score 0) and left unmasked would take most of the softmax."""
+    q, k, v = qkv
+    return q.abs(), -k.abs(), v
 
 
 def _bench_make(shape, dtype, device):
