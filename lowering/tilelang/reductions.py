@@ -10,11 +10,11 @@ from ..ir import types as T
 from ..ir.core import Op, Value
 from .context import Buffer, Context
 from .row_products import RowProducts
-from .warp_groups import GROUP_THREADS
 from .rules import RULES
 from .slots import yields_back
 from .syntax import loop_indices, parallel_header
 from .values import is_zero
+from .warp_groups import GROUP_THREADS
 
 # element-wise ops whose result can overwrite the fragment of their one tile operand, element by element
 _IN_PLACE_UPDATES = ("binary", "unary", "cast", "where")

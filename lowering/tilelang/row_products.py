@@ -156,4 +156,4 @@ def _branch_results(u: Op, v: Value) -> list[Value]:
     owner = block.parent_op if block is not None else None
     if u.name != "yield" or owner is None or owner.name != "if":
         return []
-    return [owner.results[i] for i, x in enumerate(u.operands) if x is v and owner.results[i].type.shape == v.type.shape]
+    return [r for x, r in zip(u.operands, owner.results) if x is v and r.type.shape == v.type.shape]
