@@ -27,10 +27,12 @@ def _query_half(q_base, stride_qm, rows, len_q, HEAD_DIM: tl.constexpr, HALF: tl
 
 @tle.jit
 def _softmax_step(acc, l_i, m_i, q_buf, k_buf, v_buf, rows, first_row, start_n, cols, len_k, diag, qk_scale,
-                  CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr):
+                  CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr, TURNS: tl.constexpr):
     """One block of keys for one consumer's rows: scores, the masks, the online softmax in base 2, P v. The
-    maximum m_i is kept in unscaled scores: the scale folds into exp2's argument (one multiply-add an element)."""
-    qk = tl.dot(tle.gpu.local_load(q_buf), tl.trans(tle.gpu.local_load(k_buf)))
+    maximum m_i is kept in unscaled scores: the scale folds into exp2's argument (one multiply-add an element).
+    TURNS: the consumers take turns at their products, one's softmax beside the other's products."""
+    with tle.gpu.turn(enabled=TURNS):
+        qk = tl.dot(tle.gpu.local_load(q_buf), tl.trans(tle.gpu.local_load(k_buf)))
     last = start_n + BLOCK_N - 1
     edge = last >= len_k
     if CAUSAL:
@@ -44,7 +46,8 @@ def _softmax_step(acc, l_i, m_i, q_buf, k_buf, v_buf, rows, first_row, start_n, 
     alpha = tl.math.exp2((m_i - m_new) * qk_scale)
     p = tl.math.exp2(qk * qk_scale - (m_new * qk_scale)[:, None])
     l_i = l_i * alpha + tl.sum(p, 1)
-    acc = tl.dot(p.to(v_buf.dtype), tle.gpu.local_load(v_buf), acc * alpha[:, None])
+    with tle.gpu.turn(enabled=TURNS):
+        acc = tl.dot(p.to(v_buf.dtype), tle.gpu.local_load(v_buf), acc * alpha[:, None])
     return acc, l_i, m_new
 
 
@@ -65,7 +68,7 @@ def flash_attention_fwd_warp_groups_kernel(
         stride_ob, stride_om, stride_oh, stride_lb, stride_lh, seqlen_q, seqlen_k,
         H: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
         BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, VARLEN: tl.constexpr,
-        LOADER_REGISTERS: tl.constexpr = 56, CONSUMER_REGISTERS: tl.constexpr = 224):
+        LOADER_REGISTERS: tl.constexpr = 56, CONSUMER_REGISTERS: tl.constexpr = 224, TURNS: tl.constexpr = False):
     HALF: tl.constexpr = BLOCK_M // 2
     pid_m = tl.program_id(0)
     len_q, len_k, q_base, k_base, v_base, o_base, lse_base = _fwd_program(
@@ -107,10 +110,10 @@ def flash_attention_fwd_warp_groups_kernel(
                          mask=in_k, other=0.0)
         with tle.gpu.warp_group(1):
             acc_a, l_a, m_a = _softmax_step(acc_a, l_a, m_a, q_a, k_buf, v_buf, rows_a, m0, start_n, cols, len_k, diag,
-                                            qk_scale, CAUSAL, BLOCK_N)
+                                            qk_scale, CAUSAL, BLOCK_N, TURNS)
         with tle.gpu.warp_group(2):
             acc_b, l_b, m_b = _softmax_step(acc_b, l_b, m_b, q_b, k_buf, v_buf, rows_b, m0 + HALF, start_n, cols, len_k,
-                                            diag, qk_scale, CAUSAL, BLOCK_N)
+                                            diag, qk_scale, CAUSAL, BLOCK_N, TURNS)
 
     with tle.gpu.warp_group(1):
         _store_half(o_base, lse_base, stride_om, rows_a, len_q, acc_a, l_a, m_a, qk_scale, HEAD_DIM)

@@ -7,6 +7,7 @@
     tle.gpu.copy(buf, c_ptrs, [BM, BK], mask=...)                 # buffer -> pointer tile
     for k in tle.gpu.pipeline(0, n, num_stages=2): ...            # a software-pipelined loop
     with tle.gpu.warp_group(1, registers=240): ...                # code one warp group (4 warps) runs
+        with tle.gpu.turn(): ...                                  # ...taking turns with the other groups'
 
 A buffer holds a tile; reads see the latest write, on every backend. TileLang places it in shared
 memory (T.alloc_shared, T.copy, buffers feeding T.gemm directly); stock Triton has no explicit shared
@@ -79,10 +80,21 @@ class warp_group:
         _outside("warp_group")
 
 
+class turn:
+    """`with tle.gpu.turn():` inside a warp-group block in a loop: the warp groups that have turn blocks run them
+    one group at a time, taking turns in group order, each step (a consumer's products while the other runs
+    its softmax: FlashAttention 3's ping-pong). Only an order: the program means the same without it.
+    `enabled=False` (a constexpr) makes the block a plain one."""
+
+    def __init__(self, enabled=True):
+        _outside("turn")
+
+
 for _fn, _builtin in ((alloc, _impl.alloc), (copy, _impl.copy), (local_load, _impl.local_load),
                       (local_store, _impl.local_store)):
     register_tle_builtin(_fn, _builtin)
 register_tle_range(pipeline, _impl.pipeline_attrs)
 register_tle_context(warp_group, _impl.warp_group_scope)
+register_tle_context(turn, _impl.turn_scope)
 
-__all__ = ["alloc", "copy", "local_load", "local_store", "pipeline", "warp_group", "storage_kind", "smem"]
+__all__ = ["alloc", "copy", "local_load", "local_store", "pipeline", "warp_group", "turn", "storage_kind", "smem"]

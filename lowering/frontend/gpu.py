@@ -214,4 +214,20 @@ def warp_group_scope(tr, args, kwargs) -> tuple[dict, int, int | None]:
     return {"warp_group": index}, index, registers
 
 
-__all__ = ["Buffer", "traced", "alloc", "copy", "local_load", "local_store", "pipeline_attrs", "warp_group_scope"]
+def turn_scope(tr, args, kwargs) -> tuple[dict, None, None]:
+    """The op attributes of `with tle.gpu.turn(enabled=True)`: a number for the block (each block traced gets its
+    own), or none when not enabled."""
+    if len(args) > 1 or set(kwargs) - {"enabled"} or (args and kwargs):
+        raise LoweringError(f"tle.gpu.turn takes (enabled=True); got {len(args)} positional arguments and "
+                            f"{sorted(kwargs)}", tr.b.loc)
+    enabled = _plain(args[0] if args else kwargs.get("enabled", True))
+    if isinstance(enabled, TV) or not isinstance(enabled, int):
+        raise LoweringError(f"tle.gpu.turn: enabled must be a constexpr bool, got {enabled!r}", tr.b.loc)
+    if not enabled:
+        return {}, None, None
+    tr.turns += 1
+    return {"turn": tr.turns}, None, None
+
+
+__all__ = ["Buffer", "traced", "alloc", "copy", "local_load", "local_store", "pipeline_attrs", "warp_group_scope",
+           "turn_scope"]

@@ -133,6 +133,7 @@ class Tracer:
         self._depth = 0
         self._regions: list[dict] = []   # per open if-branch / loop body: id(TV) -> (TV, value before it)
         self.warp_groups: dict[int, int | None] = {}   # tle.gpu.warp_group index -> registers asked for
+        self.turns = 0                                   # tle.gpu.turn blocks traced so far (each one's number)
 
     # -- entry --------------------------------------------------------------------------------------
     def trace_kernel(self, fn, runtime: dict, constexprs: dict, num_warps: int, num_stages: int,
@@ -372,29 +373,37 @@ class Tracer:
             self._close_region(log, outer)
 
     def _st_With(self, st, env):
-        """`with tle.gpu.warp_group(k):` — its ops carry the group's attributes; nothing else is a context here."""
+        """`with tle.gpu.warp_group(k):` and, inside one, `with tle.gpu.turn():` — their ops carry the block's
+        attributes; nothing else is a context here."""
+        usage = "kernels use `with` only as `with tle.gpu.warp_group(k):` or, inside one, `with tle.gpu.turn():`"
         if len(st.items) != 1 or st.items[0].optional_vars is not None or not isinstance(st.items[0].context_expr,
                                                                                           ast.Call):
-            raise self._err("kernels use `with` only as `with tle.gpu.warp_group(k):`", st)
+            raise self._err(usage, st)
         call = st.items[0].context_expr
         fn = self._eval(call.func, env)
         if not (_hashable(fn) and fn in TLE_CONTEXTS):
-            raise self._err(f"kernels use `with` only as `with tle.gpu.warp_group(k):`, not {ast.unparse(call)}", st)
+            raise self._err(f"{usage}, not {ast.unparse(call)}", st)
         args = [self._eval(a, env) for a in call.args]
         kwargs = {k.arg: self._eval(k.value, env) for k in call.keywords}
         attrs, group, registers = TLE_CONTEXTS[fn](self, args, kwargs)
-        if self.b.stamp:
-            raise self._err("tle.gpu.warp_group blocks do not nest", st)
-        if group in self.warp_groups and registers is not None and self.warp_groups[group] not in (None, registers):
-            raise self._err(f"warp group {group} asks for {registers} registers here and "
-                            f"{self.warp_groups[group]} elsewhere", st)
-        if registers is not None or group not in self.warp_groups:
-            self.warp_groups[group] = registers
-        self.b.stamp = attrs
+        outer = self.b.stamp
+        if group is None:               # a turn: inside a warp-group block, not inside another turn
+            if "warp_group" not in outer or "turn" in outer:
+                raise self._err("tle.gpu.turn blocks go inside a tle.gpu.warp_group block, and do not nest", st)
+        else:
+            if outer:
+                raise self._err("tle.gpu.warp_group blocks do not nest", st)
+            if group in self.warp_groups and registers is not None and self.warp_groups[group] not in (None,
+                                                                                                      registers):
+                raise self._err(f"warp group {group} asks for {registers} registers here and "
+                                f"{self.warp_groups[group]} elsewhere", st)
+            if registers is not None or group not in self.warp_groups:
+                self.warp_groups[group] = registers
+        self.b.stamp = {**outer, **attrs}
         try:
             self._exec_body(st.body, env)
         finally:
-            self.b.stamp = {}
+            self.b.stamp = outer
 
     def _st_Break(self, st, env):
         raise self._err("break is not supported in kernels", st)
@@ -875,7 +884,8 @@ def _is_plain_python(fn) -> bool:
 
 TLE_BUILTINS = {}
 TLE_RANGES = {}     # iterables of a for loop (tle.gpu.pipeline) -> (tracer, args, kwargs) -> (args, attrs)
-# context managers of a with statement (tle.gpu.warp_group) -> (tracer, args, kwargs) -> (op attrs, group, registers)
+# context managers of a with statement (tle.gpu.warp_group, tle.gpu.turn) -> (tracer, args, kwargs) ->
+# (op attrs, group or None, registers)
 TLE_CONTEXTS = {}
 
 

@@ -169,6 +169,8 @@ _DEFS = [
 COMMON_ATTRS = {
     "warp_group": "tle.gpu.warp_group: the index of the warp group (4 warps) that runs the op; absent: every "
                   "warp of the block",
+    "turn": "tle.gpu.turn: the number of the turn block holding the op (the groups run their turn blocks one "
+            "group at a time)",
 }
 _DEFS = [OpDef(d.name, d.operands, {**d.attrs, **COMMON_ATTRS}, d.traits, d.doc) for d in _DEFS]
 

@@ -158,3 +158,6 @@ RULES.drops("alloc", "layout", why="layout hint dropped, TileLang chooses shared
 RULES.honors_everywhere("warp_group", how="the op runs in its warp group's branch of the block (threads 128*k to "
                                           "128*k+127), which synchronizes with the others through mbarriers "
                                           "(warp_groups.py)")
+RULES.honors_everywhere("turn", how="the group waits for its turn (an mbarrier the previous group's turn arrives "
+                                    "on) before the block's first op, and hands the turn on after its last "
+                                    "(warp_groups.py)")

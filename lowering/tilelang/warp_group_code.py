@@ -1,6 +1,6 @@
 """Writes a kernel with tle.gpu.warp_group blocks (planned in warp_groups.py): the prologue, then one branch
 per warp group, each with its copy of the group section and of the loops holding several groups, and the
-mbarrier waits and arrives around each hand-off."""
+mbarrier waits and arrives around each hand-off and each tle.gpu.turn block."""
 from __future__ import annotations
 
 from ..ir.core import Block, Op
@@ -10,7 +10,7 @@ from .control import trip_count
 from .slots import carry_slot, write_slots
 from .values import is_const
 from .versions import root
-from .warp_groups import GROUP_THREADS, HandOff, Plan
+from .warp_groups import GROUP_THREADS, HandOff, Plan, Turns
 
 
 def emit_kernel_body(g: Context, plan: Plan, indent: int):
@@ -19,6 +19,7 @@ def emit_kernel_body(g: Context, plan: Plan, indent: int):
     for op in body.ops[:plan.split]:
         g.statement(op, indent)
     _declare_barriers(g, plan)
+    _declare_turns(g, plan)
     tx = g.ids.fresh("tx")
     g.let(tx, "T.get_thread_binding()", indent)
     last = len(plan.groups) - 1
@@ -60,6 +61,11 @@ def emit_ops(g: Context, plan: Plan, blk: Block, ops: list[Op], indent: int):
     and the arrives after the ops that start and end its accesses to each hand-off."""
     group = g.warp_group
     offs = plan.hand_offs.get(id(blk), ())
+    turns = plan.turns.get(id(blk))
+    spans = turns.spans.get(group, []) if turns else []
+    # a group waits for its turn once the turn block's data is in: after the hand-off waits inside the block
+    turn_waits = [max([first] + [h.first[group] for h in offs if first <= h.first.get(group, -1) <= last])
+                  for first, last in spans]
     for pos, op in enumerate(ops):
         if not plan.runs(op, group):
             for r in op.results:        # a version another group writes: the same allocation here
@@ -69,7 +75,13 @@ def emit_ops(g: Context, plan: Plan, blk: Block, ops: list[Op], indent: int):
         for h in offs:
             if h.first.get(group) == pos:
                 _wait(g, h, group, blk is g.k.body, indent)
+        for j, at in enumerate(turn_waits):
+            if at == pos:
+                _wait_turn(g, turns, group, j, indent)
         g.statement(op, indent)
+        for j, (_, last) in enumerate(spans):
+            if last == pos:
+                _pass_turn(g, turns, group, indent)
         for h in offs:
             if h.last.get(group) == pos:
                 _arrive(g, h, group, blk is g.k.body, indent)
@@ -90,6 +102,31 @@ def _declare_barriers(g: Context, plan: Plan):
                 h.empty = g.ids.fresh(base + "_empty")
                 g.allocs.append(f"{h.empty} = T.alloc_barrier(arrive_count="
                                 f"{[GROUP_THREADS * len(h.readers)] * h.versions})")
+
+
+def _declare_turns(g: Context, plan: Plan):
+    for turns in plan.turns.values():
+        for group in turns.groups:
+            turns.barriers[group] = g.ids.fresh(f"turn_{group}")
+            g.allocs.append(f"{turns.barriers[group]} = T.alloc_barrier(arrive_count=[{GROUP_THREADS}])")
+
+
+def _wait_turn(g: Context, turns: Turns, group: int, j: int, indent: int):
+    """Wait for turn j of this step. Group i's barrier completes a phase when group i - 1 ends a turn; the first
+    group's when the last group ends one, and its first wait passes at once (a fresh barrier's parity 1)."""
+    # turn n = step * per_step + j waits for the barrier's phase n; its parity is (step + j) & 1 when a step has
+    # an odd number of turns, j & 1 when even
+    per_step = len(turns.spans[group])
+    n = g.warp_step if j == 0 else f"({g.warp_step} + {j})"
+    parity = f"{n} & 1" if per_step % 2 else str(j % 2)
+    if group == turns.groups[0]:
+        parity = f"({parity}) ^ 1" if per_step % 2 else str(1 - j % 2)
+    g.emit(f"T.barrier_wait({turns.barriers[group]}[0], {parity})", indent, reads=_names(g))
+
+
+def _pass_turn(g: Context, turns: Turns, group: int, indent: int):
+    nxt = turns.groups[(turns.groups.index(group) + 1) % len(turns.groups)]
+    g.emit(f"T.barrier_arrive({turns.barriers[nxt]}[0])", indent)
 
 
 def _version_and_phase(g: Context, h: HandOff, section: bool) -> tuple[str, str]:

@@ -58,6 +58,15 @@ class HandOff:
     cp_async: bool = False   # every write is a row gather issued as cp.async (async_gathers.py)
 
 
+@dataclass
+class Turns:
+    """The tle.gpu.turn blocks of one loop holding several groups: the groups that take turns, in order, and
+    for each group the (first, last) positions in the loop body of its turn blocks, in program order."""
+    groups: tuple[int, ...]
+    spans: dict[int, list[tuple[int, int]]]
+    barriers: dict[int, str] = field(default_factory=dict)    # group -> the barrier it waits on, set when emitted
+
+
 class Plan:
     """What each group runs, and the hand-offs between groups, read from the IR once."""
 
@@ -76,6 +85,7 @@ class Plan:
         self._assign(self.section)
         self._check_values()
         self._find_hand_offs()
+        self.turns: dict[int, Turns] = self._find_turns()     # id(loop body) -> its turns
 
     # -- which group runs what ---------------------------------------------------------------------------
     @staticmethod
@@ -247,6 +257,40 @@ class Plan:
                 raise WarpGroupError(f"tle.gpu buffer '{alloc.name or 'buf'}' handed over both inside a loop and "
                                      f"after it", alloc.defining_op, "use a separate buffer after the loop")
             out.append(h)
+        return out
+
+    # -- turns ---------------------------------------------------------------------------------------------
+    def _find_turns(self) -> dict[int, Turns]:
+        blocks: dict[int, dict[int, dict[int, list[int]]]] = {}   # body -> group -> turn number -> positions
+        bodies: dict[int, Block] = {}
+        for op in self.k.walk():
+            number = op.attrs.get("turn")
+            if number is None:
+                continue
+            top = op
+            while top.parent is not None and top.parent.parent_op is not None \
+                    and id(top.parent.parent_op) not in self.loops:
+                top = top.parent.parent_op
+            loop = top.parent.parent_op if top.parent is not None else None
+            if loop is None or id(loop) not in self.loops:
+                raise WarpGroupError("tle.gpu.turn", op, "a turn block goes in a loop that holds several warp "
+                                     "groups (the groups take turns once a step)")
+            body = loop.body
+            bodies[id(body)] = body
+            per_turn = blocks.setdefault(id(body), {}).setdefault(self._group(op), {})
+            per_turn.setdefault(number, []).append(body.ops.index(top))
+        out = {}
+        for bid, per_group in blocks.items():
+            spans = {g: sorted((min(p), max(p)) for p in per_turn.values()) for g, per_turn in per_group.items()}
+            counts = {g: len(sp) for g, sp in spans.items()}
+            first_op = bodies[bid].ops[min(p for sp in spans.values() for p, _ in sp)]
+            if len(spans) < 2:
+                raise WarpGroupError("tle.gpu.turn", first_op, f"only warp group {next(iter(spans))} has turn "
+                                     "blocks in this loop: turns are taken between two groups or more")
+            if len(set(counts.values())) != 1:
+                raise WarpGroupError("tle.gpu.turn", first_op, f"the groups have different numbers of turn blocks "
+                                     f"in this loop ({counts}): each takes the same turns each step")
+            out[bid] = Turns(tuple(sorted(spans)), spans)
         return out
 
     def versions_of(self, alloc: Value, step: str | None) -> tuple[int, str | None]:

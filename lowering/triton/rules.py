@@ -40,3 +40,5 @@ RULES.honors("combine_reduce", "fn", how="names the module-level @triton.jit hel
 RULES.drops_everywhere("warp_group", why="stock Triton has no warp-group roles: every warp runs the warp groups' code "
                                          "in program order (the same results; the buffers between them are register "
                                          "tiles)")
+RULES.drops_everywhere("turn", why="with no warp-group roles there are no turns to take: the code runs in program "
+                                   "order")

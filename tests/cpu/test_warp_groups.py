@@ -21,9 +21,10 @@ M, N, D, STEPS = 64, 64, 128, 5
 
 
 @tle.jit
-def two_consumers(q_ptr, kv_ptr, out_ptr, steps, M: tl.constexpr, N: tl.constexpr, D: tl.constexpr):
+def two_consumers(q_ptr, kv_ptr, out_ptr, steps, M: tl.constexpr, N: tl.constexpr, D: tl.constexpr,
+                  TURNS: tl.constexpr = False):
     """Group 0 copies each step's keys into shared memory; group 1 computes P = q kᵀ / 100 and the left half of
-    P k, and hands P to group 2, which computes the right half."""
+    P k, and hands P to group 2, which computes the right half. TURNS: the two halves' products take turns."""
     rows = tl.arange(0, M)
     half = tl.arange(0, D // 2)
     keys = tl.arange(0, N)
@@ -45,9 +46,11 @@ def two_consumers(q_ptr, kv_ptr, out_ptr, steps, M: tl.constexpr, N: tl.constexp
             s = tl.dot(tle.gpu.local_load(q_lo), tl.trans(tle.gpu.local_load(kv_lo)))
             s = tl.dot(tle.gpu.local_load(q_hi), tl.trans(tle.gpu.local_load(kv_hi)), s)
             tle.gpu.local_store(p_buf, (s * 0.01).to(tl.float16))
-            acc_lo = tl.dot(tle.gpu.local_load(p_buf), tle.gpu.local_load(kv_lo), acc_lo)
+            with tle.gpu.turn(enabled=TURNS):
+                acc_lo = tl.dot(tle.gpu.local_load(p_buf), tle.gpu.local_load(kv_lo), acc_lo)
         with tle.gpu.warp_group(2, registers=224):
-            acc_hi = tl.dot(tle.gpu.local_load(p_buf), tle.gpu.local_load(kv_hi), acc_hi)
+            with tle.gpu.turn(enabled=TURNS):
+                acc_hi = tl.dot(tle.gpu.local_load(p_buf), tle.gpu.local_load(kv_hi), acc_hi)
     with tle.gpu.warp_group(1):
         tl.store(out_ptr + rows[:, None] * D + half[None, :], acc_lo)
     with tle.gpu.warp_group(2):
@@ -88,6 +91,10 @@ def test_ops_in_a_warp_group_block_carry_its_index_and_the_kernel_its_registers(
     ("with tle.gpu.warp_group(0, registers=300):\n        pass", "registers must be a constexpr multiple of 8"),
     ("with tle.gpu.warp_group(0) as g:\n        pass", "only as `with tle.gpu.warp_group(k):`"),
     ("with open('x'):\n        pass", "only as `with tle.gpu.warp_group(k):`"),
+    ("with tle.gpu.turn():\n        pass", "tle.gpu.turn blocks go inside a tle.gpu.warp_group block"),
+    ("with tle.gpu.warp_group(0):\n        with tle.gpu.turn():\n            with tle.gpu.turn():\n"
+     "                pass", "and do not nest"),
+    ("with tle.gpu.warp_group(0):\n        with tle.gpu.turn(x_ptr):\n            pass", "enabled must be a constexpr"),
 ])
 def test_bad_warp_group_blocks_are_errors_at_their_line(tmp_path, body, message):
     src = tmp_path / "bad_kernel.py"
@@ -224,6 +231,45 @@ def _too_many_registers(x_ptr, y_ptr):
         pass
 
 
+@tle.jit
+def _turns(x_ptr, y_ptr, WHERE: tl.constexpr):
+    """Groups 1 and 2 read what group 0 copies, each step; WHERE puts turn blocks where they cannot be taken."""
+    i = tl.arange(0, 16)
+    acc1 = tl.zeros([16], tl.float32)
+    acc2 = tl.zeros([16], tl.float32)
+    for step in range(4):
+        buf = tle.gpu.alloc([16], tl.float32)
+        with tle.gpu.warp_group(0):
+            tle.gpu.copy(x_ptr + i, buf, [16])
+        with tle.gpu.warp_group(1):
+            with tle.gpu.turn():
+                acc1 += tle.gpu.local_load(buf)
+            if WHERE == "twice in one group":
+                with tle.gpu.turn():
+                    acc1 += tle.gpu.local_load(buf)
+        with tle.gpu.warp_group(2):
+            with tle.gpu.turn(enabled=WHERE != "in one group"):
+                acc2 += tle.gpu.local_load(buf)
+    with tle.gpu.warp_group(1):
+        with tle.gpu.turn(enabled=WHERE == "after the loop"):
+            tl.store(y_ptr + i, acc1)
+    with tle.gpu.warp_group(2):
+        tl.store(y_ptr + 16 + i, acc2)
+
+
+@needs_tilelang
+@pytest.mark.parametrize("where, message", [
+    ("in one group", "only warp group 1 has turn blocks in this loop"),
+    ("twice in one group", r"different numbers of turn blocks in this loop \(\{1: 2, 2: 1\}\)"),
+    ("after the loop", "a turn block goes in a loop that holds several warp groups"),
+])
+def test_turns_that_cannot_be_taken_are_errors_naming_the_line(where, message):
+    x, y = torch.randn(16), torch.empty(32)
+    with pytest.raises(UnsupportedConstruct, match=message) as e:
+        _turns.lower(x, y, WHERE=where, grid=(1,), backend="tilelang", num_warps=12)
+    assert "test_warp_groups.py:" in str(e.value)
+
+
 @needs_tilelang
 @pytest.mark.parametrize("kernel, warps, message", [
     (_too_many_registers, 12, "more than the 65536 registers of the SM"),
@@ -312,3 +358,63 @@ def test_flash_attention_warp_groups_copy_blocks_with_cp_async_and_keep_p_in_reg
     half, block_n = launch.kwargs["BLOCK_M"] // 2, launch.kwargs["BLOCK_N"]
     assert f"T.alloc_shared(({half}, {block_n})" not in low.source            # P never goes through shared
     assert low.source.count(f"T.alloc_fragment(({half}, {block_n}), 'float16')") == 2
+
+
+# -- turns (tle.gpu.turn) ------------------------------------------------------------------------------------
+@needs_tilelang
+def test_turns_give_each_group_a_barrier_the_previous_group_arrives_on():
+    src = _tilelang_source(TURNS=True)
+    assert "turn_1 = T.alloc_barrier(arrive_count=[128])" in src and "turn_2 = T.alloc_barrier(arrive_count=[128])" in src
+    # one turn a step: group 1's first wait passes on the fresh barrier (parity 1), group 2 waits for group 1
+    assert "T.barrier_wait(turn_1[0], (i_1 & 1) ^ 1)" in src and "T.barrier_wait(turn_2[0], i_2 & 1)" in src
+    g2 = src[src.index("        else:\n            T.set_max_nreg"):]
+    # the data first (P from group 1), then the turn, the product, the turn handed on, then the release
+    order = [g2.index(s) for s in ("T.barrier_wait(p_buf_full", "T.barrier_wait(turn_2[0]", "T.gemm(p_buf, kv_hi",
+                                   "T.barrier_arrive(turn_1[0])", "T.barrier_arrive(kv_hi_empty")]
+    assert order == sorted(order)
+    assert "turn_" not in _tilelang_source(TURNS=False)
+
+
+@needs_tilelang
+def test_two_turns_a_step_wait_on_constant_parities(tmp_cache):
+    import tle.kernels.flash_attention_warp_groups as m
+    from tle.cli import meta_copy
+    launch = m.flash_attention_fwd_warp_groups_kernel.example("cpu", "small")
+    src = m.flash_attention_fwd_warp_groups_kernel.lower(*[meta_copy(a) for a in launch.args], grid=launch.grid,
+                                                         backend="tilelang", TURNS=True, **launch.kwargs).source
+    for wait in ("turn_1[0], 1)", "turn_1[0], 0)", "turn_2[0], 0)", "turn_2[0], 1)"):
+        assert src.count("T.barrier_wait(" + wait) == 1, wait
+
+
+@needs_tilelang
+@pytest.mark.parametrize("order", ORDERS)
+def test_turns_keep_the_numbers(monkeypatch, tmp_cache, order):
+    import tle.kernels.flash_attention_warp_groups as m
+    monkeypatch.setenv("TLE_INTERPRETER_ROLE_ORDER", order)
+    q, kv, out = _inputs()
+    two_consumers.interpret_tilelang((1,), q, kv, out, STEPS, M=M, N=N, D=D, num_warps=12, TURNS=True)
+    assert (out - _two_consumers_reference(q, kv, STEPS)).abs().max().item() < 2e-3
+    launch = m.flash_attention_fwd_warp_groups_kernel.example("cpu", "small")
+    ref = launch.reference()
+    m.flash_attention_fwd_warp_groups_kernel.interpret_tilelang(launch.grid, *launch.args, TURNS=True, **launch.kwargs)
+    assert (launch.outputs["out"].float() - ref["out"].float()).abs().max().item() < 2e-3
+
+
+@needs_tilelang
+def test_a_turn_handed_to_the_wrong_group_deadlocks(monkeypatch, tmp_cache):
+    """Mutation: a group that hands the turn to itself leaves the other waiting for ever; the interpreter says
+    so instead of hanging."""
+    from tle.lowering.tilelang.interpreter.errors import Deadlock
+    monkeypatch.setattr(warp_group_code, "_pass_turn", lambda g, turns, group, indent: g.emit(
+        f"T.barrier_arrive({turns.barriers[group]}[0])", indent))
+    monkeypatch.setattr(two_consumers, "_cache", {})       # lower it again, with the mutation
+    q, kv, out = _inputs()
+    with pytest.raises(Deadlock, match="turn_"):
+        two_consumers.interpret_tilelang((1,), q, kv, out, STEPS, M=M, N=N, D=D, num_warps=12, TURNS=True)
+
+
+def test_triton_drops_the_turns_with_a_note():
+    q, kv, out = _inputs()
+    low = two_consumers.lower(q, kv, out, STEPS, M=M, N=N, D=D, grid=(1,), backend="triton", num_warps=12,
+                              TURNS=True)
+    assert any("turn: with no warp-group roles there are no turns to take" in n for n in low.notes)
