@@ -418,3 +418,22 @@ def test_triton_drops_the_turns_with_a_note():
     low = two_consumers.lower(q, kv, out, STEPS, M=M, N=N, D=D, grid=(1,), backend="triton", num_warps=12,
                               TURNS=True)
     assert any("turn: with no warp-group roles there are no turns to take" in n for n in low.notes)
+
+
+@needs_tilelang
+def test_sparse_mla_warp_groups_shared_memory_estimate_is_what_tilelang_asks_for(tmp_cache):
+    """fwd_kernel chooses the warp-group kernel where _warp_groups_shared_bytes fits the device; at DeepSeek's
+    576 columns (227 KB of 227 KB) the estimate is the dynamic shared memory TileLang's build launches with."""
+    import tle.kernels.sparse_mla_attention as m
+    b, s, s_kv, h, dt, d_v, topk = 1, 4, 256, 64, 576, 512, 128
+    q, kv = torch.empty(b, s, h, dt, dtype=torch.bfloat16), torch.empty(b, s_kv, 1, dt, dtype=torch.bfloat16)
+    idx, out = torch.zeros(b, s, 1, topk, dtype=torch.int32), torch.empty(b, s, h, d_v, dtype=torch.bfloat16)
+    lse = torch.empty(b, s, h)
+    cfg = m.fwd_warp_groups_config()
+    grid, consts = m._launch_shape(q, kv, cfg)
+    low = m.sparse_mla_fwd_warp_groups_kernel.lower(
+        q, kv, idx, out, lse, dt ** -0.5, *m._strides3(q), *m._strides3(kv), *m._strides3(idx), *m._strides3(out),
+        lse.stride(0), lse.stride(1), s_kv, topk, D=d_v, TD=dt - d_v, grid=grid, backend="tilelang", **consts, **cfg)
+    estimate = m._warp_groups_shared_bytes(dt, cfg)
+    assert estimate <= 227 * 1024
+    assert f"((int64_t){estimate})" in low.compiled.kernel.get_host_source()     # the launch's dynamic smem
