@@ -26,6 +26,18 @@ def _query_half(q_base, stride_qm, rows, len_q, HEAD_DIM: tl.constexpr, HALF: tl
 
 
 @tle.jit
+def _copy_block(k_base, v_base, stride_kn, stride_vn, cols, len_k, k_buf, v_buf, HEAD_DIM: tl.constexpr,
+                BLOCK_N: tl.constexpr):
+    """The loader's step: the key and value rows `cols` into k_buf and v_buf (rows past len_k read 0)."""
+    offs_d = tl.arange(0, HEAD_DIM)
+    in_k = (cols < len_k)[:, None]
+    tle.gpu.copy(k_base + cols[:, None] * stride_kn + offs_d[None, :], k_buf, [BLOCK_N, HEAD_DIM], mask=in_k,
+                 other=0.0)
+    tle.gpu.copy(v_base + cols[:, None] * stride_vn + offs_d[None, :], v_buf, [BLOCK_N, HEAD_DIM], mask=in_k,
+                 other=0.0)
+
+
+@tle.jit
 def _softmax_step(acc, l_i, m_i, q_buf, k_buf, v_buf, rows, first_row, start_n, cols, len_k, diag, qk_scale,
                   CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr, TURNS: tl.constexpr):
     """One block of keys for one consumer's rows: scores, the masks, the online softmax in base 2, P v. The
@@ -102,12 +114,7 @@ def flash_attention_fwd_warp_groups_kernel(
         v_buf = tle.gpu.alloc([BLOCK_N, HEAD_DIM], v_ptr.dtype.element_ty)
         cols = start_n + tl.arange(0, BLOCK_N)
         with tle.gpu.warp_group(0, registers=LOADER_REGISTERS):
-            offs_d = tl.arange(0, HEAD_DIM)
-            in_k = (cols < len_k)[:, None]
-            tle.gpu.copy(k_base + cols[:, None] * stride_kn + offs_d[None, :], k_buf, [BLOCK_N, HEAD_DIM],
-                         mask=in_k, other=0.0)
-            tle.gpu.copy(v_base + cols[:, None] * stride_vn + offs_d[None, :], v_buf, [BLOCK_N, HEAD_DIM],
-                         mask=in_k, other=0.0)
+            _copy_block(k_base, v_base, stride_kn, stride_vn, cols, len_k, k_buf, v_buf, HEAD_DIM, BLOCK_N)
         with tle.gpu.warp_group(1):
             acc_a, l_a, m_a = _softmax_step(acc_a, l_a, m_a, q_a, k_buf, v_buf, rows_a, m0, start_n, cols, len_k, diag,
                                             qk_scale, CAUSAL, BLOCK_N, TURNS)

@@ -11,7 +11,7 @@ import triton.language as tl
 
 import tle
 from tle.kernels.flash_attention import Problem, _sequence, nan_like
-from tle.kernels.flash_attention_warp_groups import _query_half
+from tle.kernels.flash_attention_warp_groups import _copy_block, _query_half
 from tle.kernels.silu_attention import _bias_args, _silu_terms, _torch_forward
 from tle.oplib.arith import cdiv
 
@@ -80,12 +80,7 @@ def silu_attention_fwd_warp_groups_kernel(
         v_buf = tle.gpu.alloc([BLOCK_N, HEAD_DIM], v_ptr.dtype.element_ty)
         cols = start_n + tl.arange(0, BLOCK_N)
         with tle.gpu.warp_group(0, registers=LOADER_REGISTERS):
-            offs_d = tl.arange(0, HEAD_DIM)
-            in_s = (cols < len_s)[:, None]
-            tle.gpu.copy(k_base + cols[:, None] * stride_kn + offs_d[None, :], k_buf, [BLOCK_N, HEAD_DIM],
-                         mask=in_s, other=0.0)
-            tle.gpu.copy(v_base + cols[:, None] * stride_vn + offs_d[None, :], v_buf, [BLOCK_N, HEAD_DIM],
-                         mask=in_s, other=0.0)
+            _copy_block(k_base, v_base, stride_kn, stride_vn, cols, len_s, k_buf, v_buf, HEAD_DIM, BLOCK_N)
         with tle.gpu.warp_group(1):
             acc_a = _silu_step(acc_a, q_a, k_buf, v_buf, bias_base, stride_bm, stride_bn, rows_a, m0, start_n, cols,
                                len_s, scale, inv_n, CAUSAL, HAS_BIAS, BLOCK_N, TURNS)
