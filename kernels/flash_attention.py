@@ -36,7 +36,7 @@ from tle.oplib import BenchSpec, Operator, Sample, check_tensor, resolve
 from tle.oplib.arith import cdiv
 from tle.oplib.dispatch import custom_op
 from tle.oplib.rows import torch_compute_dtype
-from tle.oplib.tensors import device_capability
+from tle.oplib.tensors import targets_sm90
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
@@ -411,9 +411,7 @@ def _kernel_forward(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, backend):
     lse = torch.empty(pr.lse_shape(q), device=q.device, dtype=torch.float32)
     if out.numel() == 0 or pr.b == 0:
         return out, lse.fill_(-math.inf)
-    # off a GPU (TileLang's interpreter) the choice is the one for sm_90a, the lowering's target there
-    sm90 = q.device.type != "cuda" or device_capability(q.device)[0] == 9
-    kernel, cfg = fwd_kernel(pr.d, pr.seqlen_q, backend, sm90=sm90, scale=scale)
+    kernel, cfg = fwd_kernel(pr.d, pr.seqlen_q, backend, sm90=targets_sm90(q.device), scale=scale)
     grid = (cdiv(pr.seqlen_q, cfg["BLOCK_M"]), pr.b * pr.h)
     kernel[grid](
         q, k, v, out, lse, cu_or_dummy(cu_q, lse), cu_or_dummy(cu_k, lse), scale,

@@ -17,6 +17,15 @@ from tle.oplib.arith import cdiv
 
 
 @tle.jit
+def _weighted_silu(s, bias_base, rows, cols, len_s, stride_bm, stride_bn, inv_n, HAS_BIAS: tl.constexpr,
+                   CAUSAL: tl.constexpr, MASKED: tl.constexpr):
+    """silu(s + bias) · weight for a block of scaled scores (_silu_terms)."""
+    x, sig, w = _silu_terms(s, bias_base, rows[:, None], cols[None, :], len_s, stride_bm, stride_bn, inv_n, HAS_BIAS,
+                            CAUSAL, MASKED)
+    return x * sig * w
+
+
+@tle.jit
 def _silu_step(acc, q_buf, k_buf, v_buf, bias_base, stride_bm, stride_bn, rows, first_row, start_n, cols, len_s,
                scale, inv_n, CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_N: tl.constexpr,
                TURNS: tl.constexpr):
@@ -29,13 +38,9 @@ def _silu_step(acc, q_buf, k_buf, v_buf, bias_base, stride_bm, stride_bn, rows, 
     if CAUSAL:
         edge = edge | (last > first_row)
     if edge:
-        x, sig, w = _silu_terms(s, bias_base, rows[:, None], cols[None, :], len_s, stride_bm, stride_bn, inv_n,
-                                HAS_BIAS, CAUSAL, True)
-        p = x * sig * w
+        p = _weighted_silu(s, bias_base, rows, cols, len_s, stride_bm, stride_bn, inv_n, HAS_BIAS, CAUSAL, True)
     else:
-        x_whole, sig_whole, n_whole = _silu_terms(s, bias_base, rows[:, None], cols[None, :], len_s, stride_bm,
-                                                  stride_bn, inv_n, HAS_BIAS, CAUSAL, False)
-        p = x_whole * sig_whole * n_whole
+        p = _weighted_silu(s, bias_base, rows, cols, len_s, stride_bm, stride_bn, inv_n, HAS_BIAS, CAUSAL, False)
     with tle.gpu.turn(enabled=TURNS):
         acc = tl.dot(p.to(v_buf.dtype), tle.gpu.local_load(v_buf), acc)
     return acc

@@ -42,7 +42,7 @@ from tle.oplib import BenchSpec, Operator, Sample, check_tensor, resolve
 from tle.oplib.arith import cdiv
 from tle.oplib.dispatch import custom_op
 from tle.oplib.rows import torch_compute_dtype
-from tle.oplib.tensors import device_capability, shared_memory_per_block
+from tle.oplib.tensors import shared_memory_per_block, targets_sm90
 
 KERNEL_DTYPES = (torch.float16, torch.bfloat16)
 
@@ -344,9 +344,7 @@ def _kernel_forward(q, kv, indices, sm_scale, d_v, backend):
     lse = torch.empty(b, s, h, device=q.device, dtype=torch.float32)
     if out.numel() == 0:
         return out, lse
-    # off a GPU (TileLang's interpreter) the choice is the one for sm_90a, the lowering's target there
-    sm90 = q.device.type != "cuda" or device_capability(q.device)[0] == 9
-    kernel, cfg = fwd_kernel(h // kv.shape[2], d_v, dt, backend, sm90=sm90,
+    kernel, cfg = fwd_kernel(h // kv.shape[2], d_v, dt, backend, sm90=targets_sm90(q.device),
                              smem_bytes=shared_memory_per_block(q.device))
     grid, consts = _launch_shape(q, kv, cfg)
     kernel[grid](

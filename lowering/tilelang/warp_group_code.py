@@ -79,9 +79,8 @@ def emit_ops(g: Context, plan: Plan, blk: Block, ops: list[Op], indent: int):
             if at == pos:
                 _wait_turn(g, turns, group, j, indent)
         g.statement(op, indent)
-        for j, (_, last) in enumerate(spans):
-            if last == pos:
-                _pass_turn(g, turns, group, indent)
+        if any(last == pos for _, last in spans):
+            _pass_turn(g, turns, group, indent)
         for h in offs:
             if h.last.get(group) == pos:
                 _arrive(g, h, group, blk is g.k.body, indent)
@@ -114,13 +113,14 @@ def _declare_turns(g: Context, plan: Plan):
 def _wait_turn(g: Context, turns: Turns, group: int, j: int, indent: int):
     """Wait for turn j of this step. Group i's barrier completes a phase when group i - 1 ends a turn; the first
     group's when the last group ends one, and its first wait passes at once (a fresh barrier's parity 1)."""
-    # turn n = step * per_step + j waits for the barrier's phase n; its parity is (step + j) & 1 when a step has
-    # an odd number of turns, j & 1 when even
-    per_step = len(turns.spans[group])
-    n = g.warp_step if j == 0 else f"({g.warp_step} + {j})"
-    parity = f"{n} & 1" if per_step % 2 else str(j % 2)
-    if group == turns.groups[0]:
-        parity = f"({parity}) ^ 1" if per_step % 2 else str(1 - j % 2)
+    # turn n = step * per_step + j waits for the barrier's phase n, of parity (step + j) & 1 when a step has an
+    # odd number of turns, j & 1 when even; the first group's waits are one phase behind (flipped parity)
+    flip = int(group == turns.groups[0])
+    if len(turns.spans[group]) % 2 == 0:
+        parity = str((j + flip) % 2)
+    else:
+        n = g.warp_step if j == 0 else f"({g.warp_step} + {j})"
+        parity = f"({n} & 1) ^ 1" if flip else f"{n} & 1"
     g.emit(f"T.barrier_wait({turns.barriers[group]}[0], {parity})", indent, reads=_names(g))
 
 

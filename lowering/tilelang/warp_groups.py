@@ -62,9 +62,12 @@ class HandOff:
 class Turns:
     """The tle.gpu.turn blocks of one loop holding several groups: the groups that take turns, in order, and
     for each group the (first, last) positions in the loop body of its turn blocks, in program order."""
-    groups: tuple[int, ...]
     spans: dict[int, list[tuple[int, int]]]
     barriers: dict[int, str] = field(default_factory=dict)    # group -> the barrier it waits on, set when emitted
+
+    @property
+    def groups(self) -> tuple[int, ...]:
+        return tuple(sorted(self.spans))
 
 
 class Plan:
@@ -290,7 +293,7 @@ class Plan:
             if len(set(counts.values())) != 1:
                 raise WarpGroupError("tle.gpu.turn", first_op, f"the groups have different numbers of turn blocks "
                                      f"in this loop ({counts}): each takes the same turns each step")
-            out[bid] = Turns(tuple(sorted(spans)), spans)
+            out[bid] = Turns(spans)
         return out
 
     def versions_of(self, alloc: Value, step: str | None) -> tuple[int, str | None]:

@@ -71,12 +71,11 @@ def shared_memory_per_block(device: torch.device) -> int:
     return int(getattr(props, "shared_memory_per_block_optin", props.shared_memory_per_block))
 
 
-def device_capability(device: torch.device) -> tuple[int, int]:
-    """(major, minor) compute capability of a CUDA device; (0, 0) off a GPU."""
-    if device.type != "cuda":
-        return 0, 0
-    props = _device_properties(device)
-    return props.major, props.minor
+def targets_sm90(device: torch.device) -> bool:
+    """Do kernels for tensors on `device` build for sm_90 (wgmma, setmaxnreg: what warp-group kernels need)?
+    On a GPU, when it is one; off a GPU too, where TileLang's interpreter runs what the lowering builds for
+    sm_90a."""
+    return device.type != "cuda" or _device_properties(device).major == 9
 
 
 def programs(device: torch.device, per_sm: int, work_items: int) -> int:
