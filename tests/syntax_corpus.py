@@ -54,6 +54,24 @@ def transposed_input(device):
                       kwargs=dict(BM=32, BN=16), outputs={"y": y}, reference=lambda: {"y": x * 2.0 + 1.0})
 
 
+# -- a full tile chosen by a mask of one row: the result keeps the tile's shape ----------------------------
+@tle.jit
+def masked_full_tile(x_ptr, out_ptr, N, BM: tl.constexpr, BN: tl.constexpr):
+    cols = tl.arange(0, BN)
+    col_ok = (cols < N)[None, :]                                # [1, BN]
+    start = tl.where(col_ok, tl.zeros([BM, BN], dtype=tl.float32), -1.0)   # [BM, BN], not [1, BN]
+    tl.store(out_ptr + cols, tl.sum(start, axis=0) + tl.load(x_ptr + cols))
+
+
+@case(masked_full_tile)
+def row_mask_full_tile(device):
+    x = torch.randn(16, device=device)
+    out = _nan_like(x)
+    return tle.Launch(grid=(1,), args=(x, out, 11), kwargs=dict(BM=8, BN=16), outputs={"out": out},
+                      reference=lambda: {"out": x - 8.0 * (torch.arange(16, device=device) >= 11)},
+                      tolerances={"out": (1e-4, 1e-4)})
+
+
 # -- gather through loaded indices ----------------------------------------------------------------------
 @tle.jit
 def gather_rows(x_ptr, idx_ptr, out_ptr, n_idx, D, BLOCK_I: tl.constexpr, BLOCK_D: tl.constexpr):

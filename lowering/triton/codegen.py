@@ -21,6 +21,18 @@ _INLINE = with_trait(ELEMENTWISE) | {"local_load"}
 _IMPLICIT_BROADCAST_USERS = {"binary", "cmp", "where", "addptr"}
 
 
+def _broadcast_shape(shapes) -> tuple[int, ...] | None:
+    """numpy's broadcast of `shapes` (None where they do not broadcast)."""
+    rank = max(len(sh) for sh in shapes)
+    out = []
+    for dims in zip(*[(1,) * (rank - len(sh)) + tuple(sh) for sh in shapes]):
+        sizes = {d for d in dims if d != 1}
+        if len(sizes) > 1:
+            return None
+        out.append(sizes.pop() if sizes else 1)
+    return tuple(out)
+
+
 class TritonCodegen:
     def __init__(self, k: KernelIR):
         self.k = k
@@ -61,20 +73,23 @@ class TritonCodegen:
         return len(us) == 1 and us[0].parent is op.parent
 
     def implicitly_broadcast(self, op: Op) -> bool:
-        """A splat/broadcast whose every user broadcasts its operands itself in Triton."""
+        """A splat/broadcast whose every user broadcasts its operands itself in Triton, to the same shape."""
         us = self.users.get(op.result.id, [])
         if op.name not in ("splat", "broadcast") or not us or any(u.name not in _IMPLICIT_BROADCAST_USERS for u in us):
             return False
-        # a scalar written where a tile is meant stays a tile only beside one: `0.0 - float('inf')` of two
-        # splats would be a scalar (and a loop-carried variable would change type in Triton)
-        return op.name == "broadcast" or all(any(self._renders_as_tile(o) for o in u.operands if o is not op.result)
-                                             for u in us)
+        # written without it, the user's shape is the broadcast of what its operands render as: a scalar beside
+        # scalars stays a scalar (`0.0 - float('inf')`; a loop-carried variable would change type in Triton),
+        # and `tl.where(keep, 0.0, ...)` of a [1, N] mask would be [1, N], not the splat's [M, N]
+        src = op.operands[0].type.shape
+        return all(_broadcast_shape([src] + [self._rendered_shape(o) for o in u.operands if o is not op.result])
+                   == op.result.type.shape for u in us)
 
-    def _renders_as_tile(self, v: Value | None) -> bool:
-        if v is None or v.type.is_scalar:
-            return False
+    def _rendered_shape(self, v: Value) -> tuple[int, ...]:
+        """The shape `v` renders as at least: a splat or broadcast it may drop counts as its operand."""
         d = v.defining_op
-        return v in self.ids or d is None or d.name != "splat"
+        if v in self.ids or d is None or d.name not in ("splat", "broadcast"):
+            return v.type.shape
+        return d.operands[0].type.shape
 
     def expr(self, v: Value) -> str:
         if v in self.ids:

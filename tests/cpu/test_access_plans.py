@@ -409,6 +409,10 @@ PLANS = {
         ('load', 'box', 'T.copy into fragment'),
         ('atomic', 'scalar', 'T.atomic_add on one thread'),
     ],
+    'row_mask_full_tile': [
+        ('load', 'box', 'T.copy into fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+    ],
     'carried_loop': [
         ('load', 'box', 'T.copy into fragment'),
         ('store', 'box', 'T.copy from fragment'),
