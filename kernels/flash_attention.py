@@ -77,23 +77,37 @@ def _fwd_program(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_q_ptr, cu_k_ptr, stride
 
 @tle.jit
 def _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, offs_m, lo, hi, len_k, diag,
-                qk_scale, HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr,
-                CAUSAL: tl.constexpr):
-    """The online softmax over key blocks [lo, hi); MASKED adds the key-length and causal masks."""
+                qk_scale, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                MASKED: tl.constexpr, CAUSAL: tl.constexpr, FOLD: tl.constexpr):
+    """The online softmax over key blocks [lo, hi); MASKED adds the key-length and causal masks.
+    FOLD (a scale in (0, 1e4)): m_i is kept in unscaled scores, the scale folds into exp2's argument (one
+    multiply-add an element) and the mask is the product's starting value (0 or -inf), so no pass over the scores
+    applies it. Otherwise the scores are scaled first and masked after (a negative scale would turn -inf over)."""
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
     for start_n in range(lo, hi, BLOCK_N):
         cols = start_n + offs_n
         k = tl.load(k_base + cols[:, None] * stride_kn + offs_d[None, :], mask=(cols < len_k)[:, None], other=0.0)
-        qk = tl.dot(q, tl.trans(k)) * qk_scale
         if MASKED:
             keep = (cols < len_k)[None, :]
             if CAUSAL:
                 keep = keep & (cols[None, :] <= offs_m[:, None] + diag)
-            qk = tl.where(keep, qk, -float("inf"))
-        m_new = tl.maximum(m_i, tl.max(qk, 1))
-        alpha = tl.math.exp2(m_i - m_new)
-        p = tl.math.exp2(qk - m_new[:, None])
+        if FOLD:
+            if MASKED:
+                start = tl.where(keep, tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32), -float("inf"))
+                qk = tl.dot(q, tl.trans(k), start)
+            else:
+                qk = tl.dot(q, tl.trans(k))
+            m_new = tl.maximum(m_i, tl.max(qk, 1))
+            alpha = tl.math.exp2((m_i - m_new) * qk_scale)
+            p = tl.math.exp2(qk * qk_scale - (m_new * qk_scale)[:, None])
+        else:
+            qk = tl.dot(q, tl.trans(k)) * qk_scale
+            if MASKED:
+                qk = tl.where(keep, qk, -float("inf"))
+            m_new = tl.maximum(m_i, tl.max(qk, 1))
+            alpha = tl.math.exp2(m_i - m_new)
+            p = tl.math.exp2(qk - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
         v = tl.load(v_base + cols[:, None] * stride_vn + offs_d[None, :], mask=(cols < len_k)[:, None], other=0.0)
         acc = acc * alpha[:, None]
@@ -108,7 +122,8 @@ def flash_attention_fwd_kernel(
         stride_qb, stride_qm, stride_qh, stride_kb, stride_kn, stride_kh, stride_vb, stride_vn, stride_vh,
         stride_ob, stride_om, stride_oh, stride_lb, stride_lh, seqlen_q, seqlen_k,
         H: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
-        BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, VARLEN: tl.constexpr, SPLIT: tl.constexpr):
+        BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, VARLEN: tl.constexpr, SPLIT: tl.constexpr,
+        FOLD: tl.constexpr = False):
     pid_m = tl.program_id(0)
     len_q, len_k, q_base, k_base, v_base, o_base, lse_base = _fwd_program(
         q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_q_ptr, cu_k_ptr, stride_qb, stride_qm, stride_qh, stride_kb,
@@ -138,17 +153,19 @@ def flash_attention_fwd_kernel(
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     if SPLIT:       # two loops: the blocks no mask touches without mask arithmetic
         acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, offs_m, 0, full, len_k,
-                                    diag, qk_scale, HEAD_DIM, BLOCK_N, False, CAUSAL)
+                                    diag, qk_scale, HEAD_DIM, BLOCK_M, BLOCK_N, False, CAUSAL, FOLD)
         acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, offs_m, full, hi, len_k,
-                                    diag, qk_scale, HEAD_DIM, BLOCK_N, True, CAUSAL)
+                                    diag, qk_scale, HEAD_DIM, BLOCK_M, BLOCK_N, True, CAUSAL, FOLD)
     else:           # one loop, masked throughout: half the loop buffers (shared memory, on TileLang)
         acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, offs_m, 0, hi, len_k,
-                                    diag, qk_scale, HEAD_DIM, BLOCK_N, True, CAUSAL)
+                                    diag, qk_scale, HEAD_DIM, BLOCK_M, BLOCK_N, True, CAUSAL, FOLD)
 
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
     out = acc / l_safe[:, None]
     tl.store(o_base + offs_m[:, None] * stride_om + offs_d[None, :], out.to(o_ptr.dtype.element_ty),
              mask=row_ok[:, None])
+    if FOLD:
+        m_i = m_i * qk_scale
     lse = (m_i + tl.math.log2(l_i)) * 0.6931471805599453          # -inf where the row saw no key
     tl.store(lse_base + offs_m, lse, mask=row_ok)
 
@@ -342,15 +359,19 @@ def fwd_config(head_dim: int, max_seqlen_q: int, backend: str) -> dict:
 
 def fwd_kernel(head_dim: int, max_seqlen_q: int, backend: str, *, sm90: bool, scale: float = 1.0):
     """The forward's kernel and launch. On TileLang on sm_90, for head dims up to 64 and more than 64 queries:
-    flash_attention_warp_groups's kernel (at B32 H16 S1024 D64 1.15x the plain kernel causal, 1.24x full; at
-    D128 S8192 not clearly faster, docs/benchmark/flash_attention.md). It folds the scale into exp2's argument,
-    which takes a positive scale, and below 1e4 (its running maximum starts at -1e30 unscaled). Otherwise
-    flash_attention_fwd_kernel."""
-    if backend == "tilelang" and sm90 and head_dim <= 64 and max_seqlen_q > 64 and 0 < scale < 1e4:
+    flash_attention_warp_groups's kernel (at B32 H16 S1024 D64 causal 1.47x the plain FOLD kernel at its best
+    tile; docs/benchmark/flash_attention.md). Otherwise flash_attention_fwd_kernel, on TileLang with FOLD where
+    the scale allows it (at B4 H32 S8192 D128 1.06x the warp-group kernel). Triton keeps the scaled form: FOLD
+    measured there 0.95x causal, 1.04x full at D128. Both folded forms take a scale in (0, 1e4): positive, so
+    the mask's -inf stays -inf, and small enough that the running maximum's start (-1e30, unscaled) stays
+    finite once scaled."""
+    fold = 0 < scale < 1e4
+    if backend == "tilelang" and sm90 and head_dim <= 64 and max_seqlen_q > 64 and fold:
         # imported here: that module builds on this one's helpers
         from tle.kernels import flash_attention_warp_groups as wg
         return wg.flash_attention_fwd_warp_groups_kernel, wg.fwd_warp_groups_config(head_dim)
-    return flash_attention_fwd_kernel, fwd_config(head_dim, max_seqlen_q, backend)
+    return flash_attention_fwd_kernel, dict(fwd_config(head_dim, max_seqlen_q, backend),
+                                            FOLD=fold and backend == "tilelang")
 
 
 def bwd_configs(head_dim: int, backend: str) -> tuple[dict, dict]:
@@ -607,7 +628,7 @@ def _fwd_example(device, size):
     return tle.Launch(grid=(cdiv(pr.seqlen_q, cfg["BLOCK_M"]), pr.b * pr.h),
                       args=(q, k, v, out, lse, lse, lse, scale, *pr.strides(q), *pr.strides(k), *pr.strides(v),
                             *pr.strides(out), *pr.lse_strides(lse), pr.seqlen_q, pr.seqlen_k),
-                      kwargs=dict(H=pr.h, GROUP=pr.group, HEAD_DIM=pr.d, CAUSAL=True, VARLEN=False, **cfg),
+                      kwargs=dict(H=pr.h, GROUP=pr.group, HEAD_DIM=pr.d, CAUSAL=True, VARLEN=False, FOLD=True, **cfg),
                       outputs={"out": out, "lse": lse}, reference=ref,
                       flops=2 * pr.b * pr.h * pr.seqlen_q * pr.seqlen_k * pr.d, label=label)
 
@@ -829,7 +850,9 @@ def samples(device, dtype):
             varlen([3, 150, 70], [9, 140, 70], 4, 2, 32, True, "varlen causal, sequences of more than 64 queries"),
             Sample((*dense(1, 300, 300, 2, 1, 32), True), label="causal S300 MQA D32: key blocks no mask touches"),
             Sample(_negative_scores(dense(1, 80, 255, 2, 1, 32)), dict(scale=0.5),
-                   label="S_q80 S_k255 MQA D32, every score negative: a key past the end would stand out")]
+                   label="S_q80 S_k255 MQA D32, every score negative: a key past the end would stand out"),
+            Sample((*dense(1, 20, 33, 2, 1, 32), True), dict(scale=-0.25),
+                   label="causal S_q20 S_k33 MQA, a negative scale: no folded form (scaled, then masked)")]
 
 
 def _negative_scores(qkv):

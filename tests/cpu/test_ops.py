@@ -208,6 +208,20 @@ def test_flash_attention_compiles_fullgraph(backend, packed):
         torch.testing.assert_close(a, b)
 
 
+def test_flash_attention_folded_forward_in_triton_interpreter(monkeypatch):
+    """The forward's FOLD form (the mask as the product's starting value, the scale in exp2's argument; TileLang's
+    launch) is one kernel text: on Triton's interpreter too it matches the reference on every sample, full and
+    causal (the samples of a scale it cannot take keep the scaled form)."""
+    import tle.kernels.flash_attention as fa
+
+    def folded(head_dim, max_seqlen_q, backend, *, sm90, scale=1.0):
+        kernel, cfg = fa.flash_attention_fwd_kernel, fa.fwd_config(head_dim, max_seqlen_q, backend)
+        return kernel, dict(cfg, FOLD=0 < scale < 1e4)
+    monkeypatch.setattr(fa, "fwd_kernel", folded)
+    for sample in samples("flash_attention", torch.float16):
+        assert_matches_reference(OPERATORS["flash_attention"], sample, "triton")
+
+
 @pytest.mark.parametrize("bad, match", [
     (lambda q, k, v: tle.ops.flash_attention(q, k.repeat(1, 1, 2, 1)[:, :, :3], v.repeat(1, 1, 2, 1)[:, :, :3],
                                              backend="torch"),
