@@ -359,19 +359,19 @@ def fwd_config(head_dim: int, max_seqlen_q: int, backend: str) -> dict:
 
 def fwd_kernel(head_dim: int, max_seqlen_q: int, backend: str, *, sm90: bool, scale: float = 1.0):
     """The forward's kernel and launch. On TileLang on sm_90, for head dims up to 64 and more than 64 queries:
-    flash_attention_warp_groups's kernel (at B32 H16 S1024 D64 causal 1.47x the plain FOLD kernel at its best
-    tile; docs/benchmark/flash_attention.md). Otherwise flash_attention_fwd_kernel, on TileLang with FOLD where
-    the scale allows it (at B4 H32 S8192 D128 1.06x the warp-group kernel). Triton keeps the scaled form: FOLD
-    measured there 0.95x causal, 1.04x full at D128. Both folded forms take a scale in (0, 1e4): positive, so
-    the mask's -inf stays -inf, and small enough that the running maximum's start (-1e30, unscaled) stays
-    finite once scaled."""
+    flash_attention_warp_groups's kernel. Otherwise flash_attention_fwd_kernel, on TileLang at head dims 65-128
+    with FOLD where the scale allows it. Both folded forms take a scale in (0, 1e4): positive, so the mask's
+    -inf stays -inf, and small enough that the running maximum's start (-1e30, unscaled) stays finite once
+    scaled. The figures behind each choice: docs/benchmark/flash_attention.md."""
     fold = 0 < scale < 1e4
     if backend == "tilelang" and sm90 and head_dim <= 64 and max_seqlen_q > 64 and fold:
         # imported here: that module builds on this one's helpers
         from tle.kernels import flash_attention_warp_groups as wg
         return wg.flash_attention_fwd_warp_groups_kernel, wg.fwd_warp_groups_config(head_dim)
+    # FOLD where it was measured faster (D128); at D64 with 128x128 tiles causal it ran slower, and Triton's
+    # causal D128 too, so those keep the scaled form until measured otherwise
     return flash_attention_fwd_kernel, dict(fwd_config(head_dim, max_seqlen_q, backend),
-                                            FOLD=fold and backend == "tilelang")
+                                            FOLD=fold and backend == "tilelang" and 64 < head_dim <= 128)
 
 
 def bwd_configs(head_dim: int, backend: str) -> tuple[dict, dict]:
