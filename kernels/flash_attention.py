@@ -76,13 +76,22 @@ def _fwd_program(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_q_ptr, cu_k_ptr, stride
 
 
 @tle.jit
+def _folded_softmax(qk, m_i, l_i, qk_scale):
+    """One block's online softmax in base 2 with the scale folded into exp2's argument (one multiply-add an
+    element): m_i stays in unscaled scores. P, the rescale alpha of what came before, and the new l_i, m_i."""
+    m_new = tl.maximum(m_i, tl.max(qk, 1))
+    alpha = tl.math.exp2((m_i - m_new) * qk_scale)
+    p = tl.math.exp2(qk * qk_scale - (m_new * qk_scale)[:, None])
+    return p, alpha, l_i * alpha + tl.sum(p, 1), m_new
+
+
+@tle.jit
 def _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, offs_m, lo, hi, len_k, diag,
                 qk_scale, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                 MASKED: tl.constexpr, CAUSAL: tl.constexpr, FOLD: tl.constexpr):
     """The online softmax over key blocks [lo, hi); MASKED adds the key-length and causal masks.
-    FOLD (a scale in (0, 1e4)): m_i is kept in unscaled scores, the scale folds into exp2's argument (one
-    multiply-add an element) and the mask is the product's starting value (0 or -inf), so no pass over the scores
-    applies it. Otherwise the scores are scaled first and masked after (a negative scale would turn -inf over)."""
+    FOLD (a scale in (0, 1e4)): _folded_softmax, and the mask is the product's starting value (0 or -inf), so
+    no pass over the scores applies it. Otherwise the scores are scaled first and masked after (a negative scale would turn -inf over)."""
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
     for start_n in range(lo, hi, BLOCK_N):
@@ -98,9 +107,7 @@ def _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, offs_m, 
                 qk = tl.dot(q, tl.trans(k), start)
             else:
                 qk = tl.dot(q, tl.trans(k))
-            m_new = tl.maximum(m_i, tl.max(qk, 1))
-            alpha = tl.math.exp2((m_i - m_new) * qk_scale)
-            p = tl.math.exp2(qk * qk_scale - (m_new * qk_scale)[:, None])
+            p, alpha, l_i, m_new = _folded_softmax(qk, m_i, l_i, qk_scale)
         else:
             qk = tl.dot(q, tl.trans(k)) * qk_scale
             if MASKED:
@@ -108,7 +115,7 @@ def _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, offs_m, 
             m_new = tl.maximum(m_i, tl.max(qk, 1))
             alpha = tl.math.exp2(m_i - m_new)
             p = tl.math.exp2(qk - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
+            l_i = l_i * alpha + tl.sum(p, 1)
         v = tl.load(v_base + cols[:, None] * stride_vn + offs_d[None, :], mask=(cols < len_k)[:, None], other=0.0)
         acc = acc * alpha[:, None]
         acc = tl.dot(p.to(v.dtype), v, acc)

@@ -12,7 +12,8 @@ import torch
 import triton.language as tl
 
 import tle
-from tle.kernels.flash_attention import Problem, _example_inputs, _fwd_program, _torch_forward, cu_or_dummy, nan_like
+from tle.kernels.flash_attention import (Problem, _example_inputs, _folded_softmax, _fwd_program, _torch_forward,
+                                        cu_or_dummy, nan_like)
 from tle.oplib.arith import cdiv
 
 
@@ -40,8 +41,8 @@ def _copy_block(k_base, v_base, stride_kn, stride_vn, cols, len_k, k_buf, v_buf,
 @tle.jit
 def _softmax_step(acc, l_i, m_i, q_buf, k_buf, v_buf, rows, first_row, start_n, cols, len_k, diag, qk_scale,
                   CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr, TURNS: tl.constexpr):
-    """One block of keys for one consumer's rows: scores, the masks, the online softmax in base 2, P v. The
-    maximum m_i is kept in unscaled scores: the scale folds into exp2's argument (one multiply-add an element).
+    """One block of keys for one consumer's rows: scores, the masks, the online softmax in base 2 with the scale
+    folded (_folded_softmax), P v.
     TURNS: the consumers take turns at their products, one's softmax beside the other's products."""
     with tle.gpu.turn(enabled=TURNS):
         qk = tl.dot(tle.gpu.local_load(q_buf), tl.trans(tle.gpu.local_load(k_buf)))
@@ -54,10 +55,7 @@ def _softmax_step(acc, l_i, m_i, q_buf, k_buf, v_buf, rows, first_row, start_n, 
         if CAUSAL:
             keep = keep & (cols[None, :] <= rows[:, None] + diag)
         qk = tl.where(keep, qk, -float("inf"))
-    m_new = tl.maximum(m_i, tl.max(qk, 1))
-    alpha = tl.math.exp2((m_i - m_new) * qk_scale)
-    p = tl.math.exp2(qk * qk_scale - (m_new * qk_scale)[:, None])
-    l_i = l_i * alpha + tl.sum(p, 1)
+    p, alpha, l_i, m_new = _folded_softmax(qk, m_i, l_i, qk_scale)
     with tle.gpu.turn(enabled=TURNS):
         acc = tl.dot(p.to(v_buf.dtype), tle.gpu.local_load(v_buf), acc * alpha[:, None])
     return acc, l_i, m_new
