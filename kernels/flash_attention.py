@@ -91,7 +91,8 @@ def _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, offs_m, 
                 MASKED: tl.constexpr, CAUSAL: tl.constexpr, FOLD: tl.constexpr):
     """The online softmax over key blocks [lo, hi); MASKED adds the key-length and causal masks.
     FOLD (a scale in (0, 1e4)): _folded_softmax, and the mask is the product's starting value (0 or -inf), so
-    no pass over the scores applies it. Otherwise the scores are scaled first and masked after (a negative scale would turn -inf over)."""
+    no pass over the scores applies it. Otherwise the scores are scaled first and masked after (a negative
+    scale would turn a -inf start over)."""
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
     for start_n in range(lo, hi, BLOCK_N):

@@ -6,10 +6,12 @@ variable is a statement, and single-use pure values are written inline where the
 from __future__ import annotations
 
 import os
+from functools import reduce
 
 from ..errors import UnsupportedConstruct
 from ..ir.core import Block, KernelIR, Op, Value
 from ..ir.ops import ELEMENTWISE, with_trait
+from ..ir.types import broadcast_shapes
 from ..ir.uses import Identifiers, users
 from . import combine, expressions, statements  # noqa: F401 (they register their rules)
 from .rules import RULES
@@ -19,18 +21,6 @@ BACKEND = "triton"
 # values written inline where they are used (when used once, or unnamed)
 _INLINE = with_trait(ELEMENTWISE) | {"local_load"}
 _IMPLICIT_BROADCAST_USERS = {"binary", "cmp", "where", "addptr"}
-
-
-def _broadcast_shape(shapes) -> tuple[int, ...] | None:
-    """numpy's broadcast of `shapes` (None where they do not broadcast)."""
-    rank = max(len(sh) for sh in shapes)
-    out = []
-    for dims in zip(*[(1,) * (rank - len(sh)) + tuple(sh) for sh in shapes]):
-        sizes = {d for d in dims if d != 1}
-        if len(sizes) > 1:
-            return None
-        out.append(sizes.pop() if sizes else 1)
-    return tuple(out)
 
 
 class TritonCodegen:
@@ -81,7 +71,7 @@ class TritonCodegen:
         # scalars stays a scalar (`0.0 - float('inf')`; a loop-carried variable would change type in Triton),
         # and `tl.where(keep, 0.0, ...)` of a [1, N] mask would be [1, N], not the splat's [M, N]
         src = op.operands[0].type.shape
-        return all(_broadcast_shape([src] + [self._rendered_shape(o) for o in u.operands if o is not op.result])
+        return all(reduce(broadcast_shapes, [self._rendered_shape(o) for o in u.operands if o is not op.result], src)
                    == op.result.type.shape for u in us)
 
     def _rendered_shape(self, v: Value) -> tuple[int, ...]:
