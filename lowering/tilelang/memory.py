@@ -10,6 +10,7 @@ from ..ir.core import Op, Value
 from .context import Buffer, Context
 from .gathers import zero_filled_rows
 from .rules import RULES
+from .staged_stores import stages_through_shared
 from .syntax import element, literal, loop_indices, parallel_header, tl_dtype
 from .values import is_zero
 from .views import box, region, view
@@ -216,9 +217,16 @@ def store(g: Context, op: Op, indent: int):
                 g.buffers[cast.operands[0].id].perm is None:
             src = cast.operands[0]          # T.copy converts to the destination's dtype itself
         b = g.buffers[src.id] if src is not val else g.buffer_of(val, indent, "any", dtype=elem)
+        how = f"T.copy from {b.scope}" if site == "store" else f"T.copy from {b.name}"
+        if stages_through_shared(g, op, b, acc.param.value):
+            # converted to the stored dtype in registers first: stmatrix writes the fragment as it is
+            b = g.buffer_of(val, indent, "fragment", dtype=elem)
+            staged = Buffer(g.alloc((val.name or "t") + "_shared", b.shape, elem, "shared"), b.shape, elem,
+                            "shared", g.blocks[-1])
+            g.emit(f"T.copy({b.region()}, {staged.region()})", indent)
+            b, how = staged, "T.copy from fragment through shared"
         g.emit(f"T.copy({b.region()}, {region(g, acc.param.value, plan)})", indent)
-        g.report.append((op.loc.line, site, acc.kind, f"T.copy from {b.scope}" if site == "store"
-                         else f"T.copy from {b.name}"))
+        g.report.append((op.loc.line, site, acc.kind, how))
         return
     g.report.append((op.loc.line, site, acc.kind, "T.Parallel" + (f" ({acc.reason})" if acc.reason else "")))
     _masked_parallel(g, ptr.type.shape, mask, lambda idx: f"{param}[{g.offset(ptr, idx)}] = "

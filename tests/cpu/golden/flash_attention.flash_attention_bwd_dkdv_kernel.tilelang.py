@@ -50,6 +50,9 @@ def flash_attention_bwd_dkdv_kernel(
         dp_t = T.alloc_fragment((128, 32), 'float32')
         t_3 = T.alloc_fragment((128, 32), 'float16')
         t_4 = T.alloc_fragment((128, 32), 'float16')
+        t_shared = T.alloc_shared((128, 32), 'float16')
+        t_5 = T.alloc_fragment((128, 32), 'float16')
+        t_shared_1 = T.alloc_shared((128, 32), 'float16')
         pid_n = bx
         b = T.truncdiv(by, 2)
         h_kv = T.truncmod(by, 2)
@@ -85,5 +88,9 @@ def flash_attention_bwd_dkdv_kernel(
                 T.gemm(t_3, q, dk, policy=T.GemmWarpPolicy.FullRow)
         for i0, i1 in T.Parallel(128, 32):
             t_4[i0, i1] = T.cast((dk[i0, i1] * sm_scale), 'float16')
-        T.copy(t_4, dk_ptr_v[b, n0:n0 + 128, h_kv, 0:32])
-        T.copy(dv, dv_ptr_v[b, n0:n0 + 128, h_kv, 0:32])
+        T.copy(t_4, t_shared)
+        T.copy(t_shared, dk_ptr_v[b, n0:n0 + 128, h_kv, 0:32])
+        for i0, i1 in T.Parallel(128, 32):
+            t_5[i0, i1] = T.cast(dv[i0, i1], 'float16')
+        T.copy(t_5, t_shared_1)
+        T.copy(t_shared_1, dv_ptr_v[b, n0:n0 + 128, h_kv, 0:32])

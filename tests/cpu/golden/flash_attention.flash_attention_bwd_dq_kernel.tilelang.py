@@ -46,6 +46,7 @@ def flash_attention_bwd_dq_kernel(
         dp = T.alloc_fragment((128, 32), 'float32')
         t_2 = T.alloc_fragment((128, 32), 'float16')
         t_3 = T.alloc_fragment((128, 32), 'float16')
+        t_shared = T.alloc_shared((128, 32), 'float16')
         pid_m = bx
         b = T.truncdiv(by, 4)
         h = T.truncmod(by, 4)
@@ -72,4 +73,5 @@ def flash_attention_bwd_dq_kernel(
             T.gemm(t_2, k, dq, policy=T.GemmWarpPolicy.FullRow)
         for i0, i1 in T.Parallel(128, 32):
             t_3[i0, i1] = T.cast((dq[i0, i1] * sm_scale), 'float16')
-        T.copy(t_3, dq_ptr_v[b, m0:m0 + 128, h, 0:32])
+        T.copy(t_3, t_shared)
+        T.copy(t_shared, dq_ptr_v[b, m0:m0 + 128, h, 0:32])

@@ -42,6 +42,7 @@ def flash_attention_fwd_kernel(
         v = T.alloc_shared((64, 32), 'float16')
         t_1 = T.alloc_fragment((128, 64), 'float16')
         t_2 = T.alloc_fragment((128, 32), 'float16')
+        t_shared = T.alloc_shared((128, 32), 'float16')
         lse = T.alloc_fragment((128,), 'float32')
         pid_m = bx
         b = T.truncdiv(by, 4)
@@ -80,7 +81,8 @@ def flash_attention_fwd_kernel(
                 m_i[i0] = T.max(m_i[i0], max_1[i0])
         for i0, i1 in T.Parallel(128, 32):
             t_2[i0, i1] = T.cast((acc[i0, i1] / T.if_then_else((l_i[i0] == 0.0), 1.0, l_i[i0])), 'float16')
-        T.copy(t_2, o_ptr_v[b, m0:m0 + 128, h, 0:32])
+        T.copy(t_2, t_shared)
+        T.copy(t_shared, o_ptr_v[b, m0:m0 + 128, h, 0:32])
         for i0 in T.Parallel(128):
             lse[i0] = (((m_i[i0] * qk_scale) + T.log2(l_i[i0])) * 0.6931471805599453)
         T.copy(lse, lse_ptr_v[b, h, m0:m0 + 128])

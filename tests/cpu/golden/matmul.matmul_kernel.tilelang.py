@@ -21,6 +21,8 @@ def matmul_kernel(
         acc = T.alloc_fragment((64, 64), 'float32')
         a = T.alloc_shared((64, 32), 'float16')
         b = T.alloc_shared((32, 64), 'float16')
+        c = T.alloc_fragment((64, 64), 'float16')
+        c_shared = T.alloc_shared((64, 64), 'float16')
         pid = bx
         group_id = T.truncdiv(pid, 8)
         first_pid_m = (group_id * 4)
@@ -32,4 +34,7 @@ def matmul_kernel(
             T.copy(a_ptr_v[pid_m * 64:pid_m * 64 + 64, k * 32:k * 32 + 32], a)
             T.copy(b_ptr_v[k * 32:k * 32 + 32, pid_n * 64:pid_n * 64 + 64], b)
             T.gemm(a, b, acc)
-        T.copy(acc, c_ptr_v[pid_m * 64:pid_m * 64 + 64, pid_n * 64:pid_n * 64 + 64])
+        for i0, i1 in T.Parallel(64, 64):
+            c[i0, i1] = T.cast(acc[i0, i1], 'float16')
+        T.copy(c, c_shared)
+        T.copy(c_shared, c_ptr_v[pid_m * 64:pid_m * 64 + 64, pid_n * 64:pid_n * 64 + 64])

@@ -50,6 +50,9 @@ def silu_attention_bwd_dkdv_kernel(
         ds_t = T.alloc_fragment((128, 32), 'float32')
         t_2 = T.alloc_shared((128, 32), 'float16')
         t_3 = T.alloc_fragment((128, 32), 'float16')
+        t_shared = T.alloc_shared((128, 32), 'float16')
+        t_4 = T.alloc_fragment((128, 32), 'float16')
+        t_shared_1 = T.alloc_shared((128, 32), 'float16')
         pid_n = bx
         b = T.truncdiv(by, 2)
         h_kv = T.truncmod(by, 2)
@@ -89,5 +92,9 @@ def silu_attention_bwd_dkdv_kernel(
                         ds_ptr[((((b * 20736) + (h * 5184)) + ((start_m + i1) * 72)) + (n0 + i0))] = T.cast(ds_t[i0, i1], 'float16')
         for i0, i1 in T.Parallel(128, 32):
             t_3[i0, i1] = T.cast((dk[i0, i1] * scale), 'float16')
-        T.copy(t_3, dk_ptr_v[b, n0:n0 + 128, h_kv, 0:32])
-        T.copy(dv, dv_ptr_v[b, n0:n0 + 128, h_kv, 0:32])
+        T.copy(t_3, t_shared)
+        T.copy(t_shared, dk_ptr_v[b, n0:n0 + 128, h_kv, 0:32])
+        for i0, i1 in T.Parallel(128, 32):
+            t_4[i0, i1] = T.cast(dv[i0, i1], 'float16')
+        T.copy(t_4, t_shared_1)
+        T.copy(t_shared_1, dv_ptr_v[b, n0:n0 + 128, h_kv, 0:32])

@@ -41,6 +41,7 @@ def silu_attention_bwd_dq_kernel(
         acc_1 = T.alloc_fragment((128, 32), 'float32')
         t_1 = T.alloc_shared((128, 32), 'float16')
         t_2 = T.alloc_fragment((128, 32), 'float16')
+        t_shared = T.alloc_shared((128, 32), 'float16')
         pid_m = bx
         b = T.truncdiv(by, 4)
         h = T.truncmod(by, 4)
@@ -67,4 +68,5 @@ def silu_attention_bwd_dq_kernel(
             T.gemm(t_1, k, dq)
         for i0, i1 in T.Parallel(128, 32):
             t_2[i0, i1] = T.cast((dq[i0, i1] * scale), 'float16')
-        T.copy(t_2, dq_ptr_v[b, m0:m0 + 128, h, 0:32])
+        T.copy(t_2, t_shared)
+        T.copy(t_shared, dq_ptr_v[b, m0:m0 + 128, h, 0:32])

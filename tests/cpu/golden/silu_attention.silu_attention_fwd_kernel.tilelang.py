@@ -34,6 +34,8 @@ def silu_attention_fwd_kernel(
         acc_1 = T.alloc_fragment((128, 64), 'float32')
         t = T.alloc_fragment((128, 64), 'float16')
         t_1 = T.alloc_shared((128, 64), 'float16')
+        t_2 = T.alloc_fragment((128, 32), 'float16')
+        t_shared = T.alloc_shared((128, 32), 'float16')
         pid_m = bx
         b = T.truncdiv(by, 4)
         h = T.truncmod(by, 4)
@@ -53,4 +55,7 @@ def silu_attention_fwd_kernel(
             for i0, i1 in T.Parallel(128, 64):
                 t_1[i0, i1] = T.cast(((((acc_1[i0, i1] * scale) + T.cast(t[i0, i1], 'float32')) * T.sigmoid(((acc_1[i0, i1] * scale) + T.cast(t[i0, i1], 'float32')))) * T.if_then_else(((((m0 + i0) < 72) & ((start_n + i1) < 72)) & ((start_n + i1) <= (m0 + i0))), inv_n, 0.0)), 'float16')
             T.gemm(t_1, v, acc)
-        T.copy(acc, o_ptr_v[b, m0:m0 + 128, h, 0:32])
+        for i0, i1 in T.Parallel(128, 32):
+            t_2[i0, i1] = T.cast(acc[i0, i1], 'float16')
+        T.copy(t_2, t_shared)
+        T.copy(t_shared, o_ptr_v[b, m0:m0 + 128, h, 0:32])

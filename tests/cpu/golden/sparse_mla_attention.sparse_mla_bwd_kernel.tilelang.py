@@ -52,6 +52,8 @@ def sparse_mla_bwd_kernel(
         dkv = T.alloc_fragment((64, 32), 'float32')
         t_2 = T.alloc_shared((64, 32), 'bfloat16')
         dkv_t = T.alloc_fragment((32, 32), 'float32')
+        t_3 = T.alloc_fragment((64, 64), 'bfloat16')
+        t_shared = T.alloc_shared((64, 64), 'bfloat16')
         t = bx
         b = bz
         s = by
@@ -110,5 +112,8 @@ def sparse_mla_bwd_kernel(
             for i0, i1 in T.Parallel(32, 32):
                 if (((ids_1[i1] >= 0) & (ids_1[i1] <= s)) & (ids_1[i1] < 32)):
                     T.atomic_add(dkv_ptr[(((((b * 3072) + (t * 96)) + (ids_1[i1] * 96)) + 64) + i0)], dkv_t[i0, i1], memory_order='relaxed')
-        T.copy(dq, dq_ptr_v[b, t + s, 0:64, 0:64])
+        for i0, i1 in T.Parallel(64, 64):
+            t_3[i0, i1] = T.cast(dq[i0, i1], 'bfloat16')
+        T.copy(t_3, t_shared)
+        T.copy(t_shared, dq_ptr_v[b, t + s, 0:64, 0:64])
         T.copy(dq_t, dq_ptr_v[b, t + s, 0:64, 64:64 + 32])

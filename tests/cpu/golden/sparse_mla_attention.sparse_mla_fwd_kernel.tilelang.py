@@ -44,6 +44,7 @@ def sparse_mla_fwd_kernel(
         sum_1 = T.alloc_fragment((64,), 'float32')
         t_1 = T.alloc_shared((64, 64), 'bfloat16')
         t_2 = T.alloc_fragment((64, 64), 'bfloat16')
+        t_shared = T.alloc_shared((64, 64), 'bfloat16')
         t_3 = T.alloc_fragment((64,), 'float32')
         t = bx
         b = bz
@@ -99,7 +100,8 @@ def sparse_mla_fwd_kernel(
                 m_i[i0] = T.max(m_i[i0], max_2[i0])
         for i0, i1 in T.Parallel(64, 64):
             t_2[i0, i1] = T.cast((acc[i0, i1] / T.if_then_else((l_i[i0] == 0.0), 1.0, l_i[i0])), 'bfloat16')
-        T.copy(t_2, out_ptr_v[b, t + s, 0:64, 0:64])
+        T.copy(t_2, t_shared)
+        T.copy(t_shared, out_ptr_v[b, t + s, 0:64, 0:64])
         for i0 in T.Parallel(64):
             t_3[i0] = ((m_i[i0] + T.log2(l_i[i0])) * 0.6931471805599453)
         T.copy(t_3, lse_ptr_v[b, t + s, 0:64])

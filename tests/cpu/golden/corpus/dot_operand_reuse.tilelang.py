@@ -44,6 +44,9 @@ def operand_reuse(
         g = T.alloc_fragment((64, 64), 'float32')
         acc = T.alloc_fragment((64, 64), 'float32')
         acc_1 = T.alloc_fragment((64, 64), 'float32')
+        f_shared = T.alloc_shared((64, 64), 'float32')
+        d_shared = T.alloc_shared((64, 64), 'float32')
+        e_shared = T.alloc_shared((64, 64), 'float32')
         a_1 = T.alloc_fragment((64, 32), 'float16')
         for i1, i0 in T.Parallel(32, 64):
             a[i1, i0] = a_ptr[(i0 + (i1 * 64))]
@@ -60,9 +63,12 @@ def operand_reuse(
         for i0, i1 in T.Parallel(64, 64):
             g[i0, i1] = ((g[i0, i1] * 0.5) - 1.0)
         T.gemm(a, b, g, transpose_A=True)
-        T.copy(g, f_ptr_v[0:64, 0:64])
-        T.copy(acc, d_ptr_v[0:64, 0:64])
-        T.copy(acc_1, e_ptr_v[0:64, 0:64])
+        T.copy(g, f_shared)
+        T.copy(f_shared, f_ptr_v[0:64, 0:64])
+        T.copy(acc, d_shared)
+        T.copy(d_shared, d_ptr_v[0:64, 0:64])
+        T.copy(acc_1, e_shared)
+        T.copy(e_shared, e_ptr_v[0:64, 0:64])
         T.copy(c, s_ptr_v[0:64, 0:64])
         for i0, i1 in T.Parallel(64, 32):
             a_1[i0, i1] = a[i1, i0]

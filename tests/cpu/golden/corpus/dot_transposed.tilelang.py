@@ -22,6 +22,7 @@ def abt(
         a = T.alloc_shared((64, 32), 'float16')
         b = T.alloc_shared((64, 32), 'float16')
         t = T.alloc_fragment((64, 64), 'float16')
+        t_shared = T.alloc_shared((64, 64), 'float16')
         pm = bx
         pn = by
         T.clear(acc)
@@ -31,4 +32,5 @@ def abt(
             T.gemm(a, b, acc, transpose_B=True)
         for i0, i1 in T.Parallel(64, 64):
             t[i0, i1] = T.cast((acc[i0, i1] * T.cast(2, 'float32')), 'float16')
-        T.copy(t, c_ptr_v[pm * 64:pm * 64 + 64, pn * 64:pn * 64 + 64])
+        T.copy(t, t_shared)
+        T.copy(t_shared, c_ptr_v[pm * 64:pm * 64 + 64, pn * 64:pn * 64 + 64])

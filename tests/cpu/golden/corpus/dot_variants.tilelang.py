@@ -28,6 +28,8 @@ def dot_forms(
         b = T.alloc_shared((32, 64), 'float16')
         acc = T.alloc_fragment((64, 64), 'float32')
         c = T.alloc_fragment((64, 64), 'float32')
+        c_shared = T.alloc_shared((64, 64), 'float32')
+        d_shared = T.alloc_shared((64, 64), 'float32')
         T.copy(a_ptr_v[0:64, 0:32], a)
         T.copy(at_ptr_v[0:32, 0:64], at)
         T.copy(b_ptr_v[0:32, 0:64], b)
@@ -37,5 +39,7 @@ def dot_forms(
         for i0, i1 in T.Parallel(64, 64):
             c[i0, i1] = acc[i0, i1]
         T.gemm(a, b, c)
-        T.copy(acc, c_ptr_v[0:64, 0:64])
-        T.copy(c, d_ptr_v[0:64, 0:64])
+        T.copy(acc, c_shared)
+        T.copy(c_shared, c_ptr_v[0:64, 0:64])
+        T.copy(c, d_shared)
+        T.copy(d_shared, d_ptr_v[0:64, 0:64])

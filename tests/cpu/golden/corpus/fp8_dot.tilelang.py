@@ -33,6 +33,10 @@ def fp8_matmul(
         b = T.alloc_shared((64, 64), 'float8_e4m3fn')
         bt = T.alloc_shared((64, 64), 'float8_e5m2')
         t_1 = T.alloc_shared((64, 64), 'float8_e5m2')
+        acc_shared = T.alloc_shared((64, 64), 'float32')
+        t_2 = T.alloc_fragment((64, 64), 'float8_e4m3fn')
+        t_shared = T.alloc_shared((64, 64), 'float8_e4m3fn')
+        acc5_shared = T.alloc_shared((64, 64), 'float32')
         T.clear(acc)
         T.clear(acc5)
         for k_it in T.Pipelined(2, num_stages=3):
@@ -47,6 +51,11 @@ def fp8_matmul(
             for i0, i1 in T.Parallel(64, 64):
                 t_1[i0, i1] = T.cast(T.cast(a[i0, i1], 'float32'), 'float8_e5m2')
             T.gemm(t_1, bt, acc5, transpose_B=True)
-        T.copy(acc, c_ptr_v[bx * 64:bx * 64 + 64, by * 64:by * 64 + 64])
-        T.copy(acc, c8_ptr_v[bx * 64:bx * 64 + 64, by * 64:by * 64 + 64])
-        T.copy(acc5, d_ptr_v[bx * 64:bx * 64 + 64, by * 64:by * 64 + 64])
+        T.copy(acc, acc_shared)
+        T.copy(acc_shared, c_ptr_v[bx * 64:bx * 64 + 64, by * 64:by * 64 + 64])
+        for i0, i1 in T.Parallel(64, 64):
+            t_2[i0, i1] = T.cast(acc[i0, i1], 'float8_e4m3fn')
+        T.copy(t_2, t_shared)
+        T.copy(t_shared, c8_ptr_v[bx * 64:bx * 64 + 64, by * 64:by * 64 + 64])
+        T.copy(acc5, acc5_shared)
+        T.copy(acc5_shared, d_ptr_v[bx * 64:bx * 64 + 64, by * 64:by * 64 + 64])
