@@ -95,8 +95,8 @@ PLANS = {
         ('load', 'box', 'T.Parallel into fragment'),
         ('load', 'box', 'T.copy into shared'),
         ('load', 'box', 'T.copy into shared'),
-        ('store', 'box', 'T.copy from fragment'),
-        ('store', 'box', 'T.copy from fragment'),
+        ('store', 'box', 'T.copy from fragment through shared'),
+        ('store', 'box', 'T.copy from fragment through shared'),
     ],
     'flash_attention.flash_attention_bwd_dq_kernel': [
         ('load', 'box', 'T.copy into shared'),
@@ -105,7 +105,7 @@ PLANS = {
         ('load', 'box', 'T.copy into shared'),
         ('load', 'box', 'T.copy into fragment'),
         ('load', 'box', 'T.copy into fragment'),
-        ('store', 'box', 'T.copy from fragment'),
+        ('store', 'box', 'T.copy from fragment through shared'),
     ],
     'flash_attention.flash_attention_bwd_preprocess_kernel': [
         ('load', 'box', 'T.copy into fragment'),
@@ -116,7 +116,7 @@ PLANS = {
         ('load', 'box', 'T.copy into shared'),
         ('load', 'box', 'T.copy into shared'),
         ('load', 'box', 'T.copy into shared'),
-        ('store', 'box', 'T.copy from fragment'),
+        ('store', 'box', 'T.copy from fragment through shared'),
         ('store', 'box', 'T.copy from fragment'),
     ],
     'gated_activations.gated_bwd_kernel': [
@@ -152,7 +152,7 @@ PLANS = {
     'matmul.matmul_kernel': [
         ('load', 'box', 'T.copy into shared'),
         ('load', 'box', 'T.copy into shared'),
-        ('store', 'box', 'T.copy from fragment'),
+        ('store', 'box', 'T.copy from fragment through shared'),
     ],
     'matmul_smem.matmul_smem_kernel': [
         ('tle.gpu.alloc', 'buffer', 'T.alloc_shared a_smem'),
@@ -217,8 +217,8 @@ PLANS = {
         ('store', 'strided', 'T.Parallel'),
         ('load', 'box', 'T.copy into shared'),
         ('load', 'box', 'T.copy into shared'),
-        ('store', 'box', 'T.copy from fragment'),
-        ('store', 'box', 'T.copy from fragment'),
+        ('store', 'box', 'T.copy from fragment through shared'),
+        ('store', 'box', 'T.copy from fragment through shared'),
     ],
     'silu_attention.silu_attention_bwd_dq_kernel': [
         ('load', 'box', 'T.Parallel into fragment'),
@@ -226,14 +226,14 @@ PLANS = {
         ('load', 'box', 'T.copy into shared'),
         ('load', 'box', 'T.copy into shared'),
         ('load', 'box', 'T.copy into shared'),
-        ('store', 'box', 'T.copy from fragment'),
+        ('store', 'box', 'T.copy from fragment through shared'),
     ],
     'silu_attention.silu_attention_fwd_kernel': [
         ('load', 'box', 'T.Parallel into fragment'),
         ('load', 'box', 'T.copy into shared'),
         ('load', 'box', 'T.copy into shared'),
         ('load', 'box', 'T.copy into shared'),
-        ('store', 'box', 'T.copy from fragment'),
+        ('store', 'box', 'T.copy from fragment through shared'),
     ],
     'softmax.softmax_bwd_kernel': [
         ('load', 'box', 'T.copy into fragment'),
@@ -260,7 +260,7 @@ PLANS = {
         ('load', 'gather', 'T.Parallel into shared'),
         ('load', 'gather', 'T.Parallel into shared'),
         ('load', 'box', 'T.Parallel into fragment'),
-        ('store', 'box', 'T.copy from fragment'),
+        ('store', 'box', 'T.copy from fragment through shared'),
         ('store', 'box', 'T.copy from fragment'),
     ],
     'flash_attention_warp_groups.flash_attention_fwd_warp_groups_kernel': [
@@ -369,7 +369,7 @@ PLANS = {
         ('load', 'box', 'T.copy into fragment'),
         ('atomic', 'gather', 'T.atomic_add per element'),
         ('atomic', 'gather', 'T.atomic_add per element'),
-        ('store', 'box', 'T.copy from fragment'),
+        ('store', 'box', 'T.copy from fragment through shared'),
         ('store', 'box', 'T.copy from fragment'),
     ],
     'sparse_mla_smem.sparse_mla_fwd_smem_kernel': [
@@ -426,14 +426,14 @@ PLANS = {
     'dot_transposed': [
         ('load', 'box', 'T.copy into shared'),
         ('load', 'box', 'T.copy into shared'),
-        ('store', 'box', 'T.copy from fragment'),
+        ('store', 'box', 'T.copy from fragment through shared'),
     ],
     'dot_variants': [
         ('load', 'box', 'T.copy into shared'),
         ('load', 'box', 'T.copy into shared'),
         ('load', 'box', 'T.copy into shared'),
-        ('store', 'box', 'T.copy from fragment'),
-        ('store', 'box', 'T.copy from fragment'),
+        ('store', 'box', 'T.copy from fragment through shared'),
+        ('store', 'box', 'T.copy from fragment through shared'),
     ],
     'expression_forms': [
         ('load', 'box', 'T.copy into fragment'),
@@ -586,9 +586,9 @@ PLANS = {
         ('load', 'box', 'T.copy into fragment'),
         ('load', 'box', 'T.copy into fragment'),
         ('load', 'box', 'T.copy into fragment'),
-        ('store', 'box', 'T.copy from fragment'),
-        ('store', 'box', 'T.copy from fragment'),
-        ('store', 'box', 'T.copy from fragment'),
+        ('store', 'box', 'T.copy from fragment through shared'),
+        ('store', 'box', 'T.copy from fragment through shared'),
+        ('store', 'box', 'T.copy from fragment through shared'),
         ('store', 'box', 'T.copy from fragment'),
         ('store', 'box', 'T.copy from fragment'),
     ],
@@ -794,9 +794,9 @@ PLANS = {
         ('load', 'box', 'T.copy into shared'),
         ('load', 'box', 'T.Parallel into fragment'),
         ('load', 'box', 'T.copy into shared'),
-        ('store', 'box', 'T.copy from fragment'),
-        ('store', 'box', 'T.copy from fragment'),
-        ('store', 'box', 'T.copy from fragment'),
+        ('store', 'box', 'T.copy from fragment through shared'),
+        ('store', 'box', 'T.copy from fragment through shared'),
+        ('store', 'box', 'T.copy from fragment through shared'),
     ],
     'atomic_values': [
         ('atomic', 'box', 'T.atomic_add with return_prev per element'),
