@@ -4,7 +4,8 @@ A product's accumulator lives in the fragment layout of the tensor-core instruct
 pairs of elements scattered over rows, so a direct `T.copy(fragment, global)` writes 4- or 8-byte pieces
 that coalesce poorly. Staged through shared memory, TileLang writes the fragment with `stmatrix` and sends
 the box out as one bulk (TMA) store: the epilogue TileLang's own GEMM and attention examples are written
-with (+1.5% on a D128 FlashAttention forward in one measurement, +3.4% together with the folded softmax).
+with. Measured on an H100 against the direct store: +1-2% on flash_attention's forward at B4 H32 S8192
+D128, +1-4% on silu_attention's forward and backward at S4096 (docs/benchmark/flash_attention.md).
 
 Only where it costs no shared memory the kernel needs elsewhere: a store outside every loop and every
 warp-group branch, after the loops whose buffers TileLang's shared-memory planner then reuses (their
