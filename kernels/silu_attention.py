@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import torch
 import triton.language as tl
+from triton.language.extra import libdevice
 
 import tle
 from tle.kernels.flash_attention import (KERNEL_DTYPES, Problem, _sequence, check_attention_inputs, check_cu_seqlens,
@@ -35,11 +36,24 @@ from tle.oplib.rows import torch_compute_dtype
 
 
 @tle.jit
+def _sigmoid(x, TANH_SIGMOID: tl.constexpr):
+    """sigmoid(x); with TANH_SIGMOID as 0.5 + 0.5 tanh(x / 2), the same function: on TileLang, whose fast math
+    computes tanh with the one approximate instruction tanh.approx.f32, that is one special-function
+    instruction a score where tl.sigmoid's exp and reciprocal are two (SiLU attention's forward +20-31% on
+    an H100, docs/benchmark/silu_attention.md). Triton's libdevice tanh is the accurate function: there
+    the exp form stays."""
+    if TANH_SIGMOID:
+        return 0.5 + 0.5 * libdevice.tanh(0.5 * x)
+    else:
+        return tl.sigmoid(x)
+
+
+@tle.jit
 def _silu_terms(s, bias_ptr, q_pos, k_pos, len_s, stride_bm, stride_bn, inv_n, HAS_BIAS: tl.constexpr,
-                CAUSAL: tl.constexpr, MASKED: tl.constexpr):
+                CAUSAL: tl.constexpr, MASKED: tl.constexpr, TANH_SIGMOID: tl.constexpr):
     """(s + bias, sigmoid of it, the weight of each entry: 1/n where kept, else 0) of a block of scaled scores;
     q_pos and k_pos give each entry's query and key position (broadcast: the block may be transposed). Without
-    MASKED the block is one every query sees whole: the weight is 1/n throughout."""
+    MASKED the block is one every query sees whole: the weight is 1/n throughout. TANH_SIGMOID: see _sigmoid."""
     if HAS_BIAS:
         s += tl.load(bias_ptr + q_pos * stride_bm + k_pos * stride_bn, mask=(q_pos < len_s) & (k_pos < len_s),
                      other=0.0).to(tl.float32)
@@ -50,13 +64,13 @@ def _silu_terms(s, bias_ptr, q_pos, k_pos, len_s, stride_bm, stride_bn, inv_n, H
         w = tl.where(keep, inv_n, 0.0)
     else:
         w = inv_n
-    return s, tl.sigmoid(s), w
+    return s, _sigmoid(s, TANH_SIGMOID), w
 
 
 @tle.jit
 def _fwd_blocks(acc, q, k_base, v_base, bias_base, stride_kn, stride_vn, stride_bm, stride_bn, rows, lo, hi, len_s,
                 scale, inv_n, HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-                HAS_BIAS: tl.constexpr, MASKED: tl.constexpr):
+                HAS_BIAS: tl.constexpr, MASKED: tl.constexpr, TANH_SIGMOID: tl.constexpr):
     """acc += (silu(s) · weight) v over the key blocks [lo, hi); keys past the sequence read k = v = 0."""
     offs_d = tl.arange(0, HEAD_DIM)
     for start_n in range(lo, hi, BLOCK_N):
@@ -64,7 +78,7 @@ def _fwd_blocks(acc, q, k_base, v_base, bias_base, stride_kn, stride_vn, stride_
         k = tl.load(k_base + cols[:, None] * stride_kn + offs_d[None, :], mask=(cols < len_s)[:, None], other=0.0)
         v = tl.load(v_base + cols[:, None] * stride_vn + offs_d[None, :], mask=(cols < len_s)[:, None], other=0.0)
         s, sig, w = _silu_terms(tl.dot(q, tl.trans(k)) * scale, bias_base, rows[:, None], cols[None, :], len_s,
-                                stride_bm, stride_bn, inv_n, HAS_BIAS, CAUSAL, MASKED)
+                                stride_bm, stride_bn, inv_n, HAS_BIAS, CAUSAL, MASKED, TANH_SIGMOID)
         acc = tl.dot((s * sig * w).to(v.dtype), v, acc)
     return acc
 
@@ -76,7 +90,7 @@ def silu_attention_fwd_kernel(
         stride_ob, stride_om, stride_oh, stride_bb, stride_bh, stride_bm, stride_bn, seqlen,
         H: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
         BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, VARLEN: tl.constexpr, HAS_BIAS: tl.constexpr,
-        SPLIT: tl.constexpr):
+        SPLIT: tl.constexpr, TANH_SIGMOID: tl.constexpr = False):
     pid_m = tl.program_id(0)
     b = tl.program_id(1) // H
     h = tl.program_id(1) % H
@@ -100,12 +114,12 @@ def silu_attention_fwd_kernel(
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     if SPLIT:       # two loops, as flash_attention on Triton: the first without mask arithmetic
         acc = _fwd_blocks(acc, q, k_base, v_base, bias_base, stride_kn, stride_vn, stride_bm, stride_bn, rows, 0,
-                          full, len_s, scale, inv_n, HEAD_DIM, BLOCK_N, CAUSAL, HAS_BIAS, False)
+                          full, len_s, scale, inv_n, HEAD_DIM, BLOCK_N, CAUSAL, HAS_BIAS, False, TANH_SIGMOID)
         acc = _fwd_blocks(acc, q, k_base, v_base, bias_base, stride_kn, stride_vn, stride_bm, stride_bn, rows, full,
-                          hi, len_s, scale, inv_n, HEAD_DIM, BLOCK_N, CAUSAL, HAS_BIAS, True)
+                          hi, len_s, scale, inv_n, HEAD_DIM, BLOCK_N, CAUSAL, HAS_BIAS, True, TANH_SIGMOID)
     else:
         acc = _fwd_blocks(acc, q, k_base, v_base, bias_base, stride_kn, stride_vn, stride_bm, stride_bn, rows, 0,
-                          hi, len_s, scale, inv_n, HEAD_DIM, BLOCK_N, CAUSAL, HAS_BIAS, True)
+                          hi, len_s, scale, inv_n, HEAD_DIM, BLOCK_N, CAUSAL, HAS_BIAS, True, TANH_SIGMOID)
     tl.store(o_ptr + b * stride_ob + h * stride_oh + (start + rows)[:, None] * stride_om + offs_d[None, :],
              acc.to(o_ptr.dtype.element_ty), mask=(rows < len_s)[:, None])
 
@@ -113,7 +127,8 @@ def silu_attention_fwd_kernel(
 @tle.jit
 def _dkdv_blocks(dk, dv, k, v, q_base, do_base, bias_base, ds_base, stride_qm, stride_dom, stride_bm, stride_bn,
                  stride_sm, cols, lo, hi, len_s, scale, inv_n, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
-                 CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, BIAS_GRAD: tl.constexpr, MASKED: tl.constexpr):
+                 CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, BIAS_GRAD: tl.constexpr, MASKED: tl.constexpr,
+                 TANH_SIGMOID: tl.constexpr):
     """dK, dV of one key block from query blocks [lo, hi) of one head, transposed ([keys, queries]); rows past
     the sequence read q = dO = 0 and add nothing."""
     offs_d = tl.arange(0, HEAD_DIM)
@@ -122,7 +137,7 @@ def _dkdv_blocks(dk, dv, k, v, q_base, do_base, bias_base, ds_base, stride_qm, s
         q = tl.load(q_base + rows[:, None] * stride_qm + offs_d[None, :], mask=(rows < len_s)[:, None], other=0.0)
         do = tl.load(do_base + rows[:, None] * stride_dom + offs_d[None, :], mask=(rows < len_s)[:, None], other=0.0)
         s_t, sig, w = _silu_terms(tl.dot(k, tl.trans(q)) * scale, bias_base, rows[None, :], cols[:, None], len_s,
-                                  stride_bm, stride_bn, inv_n, HAS_BIAS, CAUSAL, MASKED)
+                                  stride_bm, stride_bn, inv_n, HAS_BIAS, CAUSAL, MASKED, TANH_SIGMOID)
         dv = tl.dot((s_t * sig * w).to(do.dtype), do, dv)
         # d silu(s) / ds = sigmoid(s) (1 + s (1 - sigmoid(s)))
         ds_t = tl.dot(v, tl.trans(do)) * (sig * (1.0 + s_t * (1.0 - sig))) * w
@@ -141,7 +156,7 @@ def silu_attention_bwd_dkdv_kernel(
         stride_dvh, stride_bb, stride_bh, stride_bm, stride_bn, stride_sb, stride_sh, stride_sm, seqlen,
         H_KV: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
         BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, VARLEN: tl.constexpr, HAS_BIAS: tl.constexpr,
-        BIAS_GRAD: tl.constexpr, SPLIT: tl.constexpr):
+        BIAS_GRAD: tl.constexpr, SPLIT: tl.constexpr, TANH_SIGMOID: tl.constexpr = False):
     pid_n = tl.program_id(0)
     b = tl.program_id(1) // H_KV
     h_kv = tl.program_id(1) % H_KV
@@ -173,14 +188,14 @@ def silu_attention_bwd_dkdv_kernel(
         if SPLIT:
             dk, dv = _dkdv_blocks(dk, dv, k, v, q_base, do_base, bias_base, ds_base, stride_qm, stride_dom, stride_bm,
                                   stride_bn, stride_sm, cols, lo, full, len_s, scale, inv_n, HEAD_DIM, BLOCK_M, CAUSAL,
-                                  HAS_BIAS, BIAS_GRAD, True)
+                                  HAS_BIAS, BIAS_GRAD, True, TANH_SIGMOID)
             dk, dv = _dkdv_blocks(dk, dv, k, v, q_base, do_base, bias_base, ds_base, stride_qm, stride_dom, stride_bm,
                                   stride_bn, stride_sm, cols, full, hi, len_s, scale, inv_n, HEAD_DIM, BLOCK_M, CAUSAL,
-                                  HAS_BIAS, BIAS_GRAD, False)
+                                  HAS_BIAS, BIAS_GRAD, False, TANH_SIGMOID)
         else:
             dk, dv = _dkdv_blocks(dk, dv, k, v, q_base, do_base, bias_base, ds_base, stride_qm, stride_dom, stride_bm,
                                   stride_bn, stride_sm, cols, lo, hi, len_s, scale, inv_n, HEAD_DIM, BLOCK_M, CAUSAL,
-                                  HAS_BIAS, BIAS_GRAD, True)
+                                  HAS_BIAS, BIAS_GRAD, True, TANH_SIGMOID)
     dk = dk * scale
     tl.store(dk_ptr + b * stride_dkb + h_kv * stride_dkh + (start + cols)[:, None] * stride_dkn + offs_d[None, :],
              dk.to(dk_ptr.dtype.element_ty), mask=col_ok[:, None])
@@ -191,7 +206,7 @@ def silu_attention_bwd_dkdv_kernel(
 @tle.jit
 def _dq_blocks(dq, q, do, k_base, v_base, bias_base, stride_kn, stride_vn, stride_bm, stride_bn, rows, lo, hi, len_s,
                scale, inv_n, HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-               HAS_BIAS: tl.constexpr, MASKED: tl.constexpr):
+               HAS_BIAS: tl.constexpr, MASKED: tl.constexpr, TANH_SIGMOID: tl.constexpr):
     """dQ of one query block from key blocks [lo, hi); keys past the sequence read k = v = 0 and add nothing."""
     offs_d = tl.arange(0, HEAD_DIM)
     for start_n in range(lo, hi, BLOCK_N):
@@ -199,7 +214,7 @@ def _dq_blocks(dq, q, do, k_base, v_base, bias_base, stride_kn, stride_vn, strid
         k = tl.load(k_base + cols[:, None] * stride_kn + offs_d[None, :], mask=(cols < len_s)[:, None], other=0.0)
         v = tl.load(v_base + cols[:, None] * stride_vn + offs_d[None, :], mask=(cols < len_s)[:, None], other=0.0)
         s, sig, w = _silu_terms(tl.dot(q, tl.trans(k)) * scale, bias_base, rows[:, None], cols[None, :], len_s,
-                                stride_bm, stride_bn, inv_n, HAS_BIAS, CAUSAL, MASKED)
+                                stride_bm, stride_bn, inv_n, HAS_BIAS, CAUSAL, MASKED, TANH_SIGMOID)
         ds = tl.dot(do, tl.trans(v)) * (sig * (1.0 + s * (1.0 - sig))) * w
         dq = tl.dot(ds.to(k.dtype), k, dq)
     return dq
@@ -212,7 +227,7 @@ def silu_attention_bwd_dq_kernel(
         stride_dob, stride_dom, stride_doh, stride_dqb, stride_dqm, stride_dqh, stride_bb, stride_bh, stride_bm,
         stride_bn, seqlen, H: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
         BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, VARLEN: tl.constexpr, HAS_BIAS: tl.constexpr,
-        SPLIT: tl.constexpr):
+        SPLIT: tl.constexpr, TANH_SIGMOID: tl.constexpr = False):
     pid_m = tl.program_id(0)
     b = tl.program_id(1) // H
     h = tl.program_id(1) % H
@@ -238,12 +253,12 @@ def silu_attention_bwd_dq_kernel(
     dq = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     if SPLIT:
         dq = _dq_blocks(dq, q, do, k_base, v_base, bias_base, stride_kn, stride_vn, stride_bm, stride_bn, rows, 0,
-                        full, len_s, scale, inv_n, HEAD_DIM, BLOCK_N, CAUSAL, HAS_BIAS, False)
+                        full, len_s, scale, inv_n, HEAD_DIM, BLOCK_N, CAUSAL, HAS_BIAS, False, TANH_SIGMOID)
         dq = _dq_blocks(dq, q, do, k_base, v_base, bias_base, stride_kn, stride_vn, stride_bm, stride_bn, rows, full,
-                        hi, len_s, scale, inv_n, HEAD_DIM, BLOCK_N, CAUSAL, HAS_BIAS, True)
+                        hi, len_s, scale, inv_n, HEAD_DIM, BLOCK_N, CAUSAL, HAS_BIAS, True, TANH_SIGMOID)
     else:
         dq = _dq_blocks(dq, q, do, k_base, v_base, bias_base, stride_kn, stride_vn, stride_bm, stride_bn, rows, 0,
-                        hi, len_s, scale, inv_n, HEAD_DIM, BLOCK_N, CAUSAL, HAS_BIAS, True)
+                        hi, len_s, scale, inv_n, HEAD_DIM, BLOCK_N, CAUSAL, HAS_BIAS, True, TANH_SIGMOID)
     dq = dq * scale
     tl.store(dq_ptr + b * stride_dqb + h * stride_dqh + (start + rows)[:, None] * stride_dqm + offs_d[None, :],
              dq.to(dq_ptr.dtype.element_ty), mask=row_ok[:, None])
@@ -252,10 +267,17 @@ def silu_attention_bwd_dq_kernel(
 # -- launch configurations ----------------------------------------------------------------------------------
 def bwd_configs(head_dim: int, backend: str) -> tuple[dict, dict]:
     """(dK/dV kernel, dQ kernel) launch configurations on `backend`: flash_attention's TileLang tiles on both
-    backends (they were measured for this operator on both), SPLIT on Triton."""
+    backends (they were measured for this operator on both), SPLIT on Triton, the sigmoid's form."""
     kv, q = attention_bwd_configs(head_dim, "tilelang")
     split = backend == "triton"
-    return dict(kv, SPLIT=split), dict(q, SPLIT=split)
+    tanh = tanh_sigmoid(backend)
+    return dict(kv, SPLIT=split, TANH_SIGMOID=tanh), dict(q, SPLIT=split, TANH_SIGMOID=tanh)
+
+
+def tanh_sigmoid(backend: str) -> bool:
+    """Whether the kernels on `backend` compute the sigmoid through tanh (_sigmoid): on TileLang, where it is one
+    approximate instruction; Triton keeps tl.sigmoid."""
+    return backend == "tilelang"
 
 
 # -- the kernel backends ------------------------------------------------------------------------------------
@@ -272,7 +294,7 @@ def _kernel_forward(q, k, v, bias, cu, max_seqlen, causal, scale, backend):
     if out.numel() == 0 or pr.b == 0:
         return out.zero_()
     bias_ptr, bias_strides, has_bias = _bias_args(bias, q)
-    cfg = fwd_config(pr.d, pr.seqlen_q, backend)
+    cfg = dict(fwd_config(pr.d, pr.seqlen_q, backend), TANH_SIGMOID=tanh_sigmoid(backend))
     silu_attention_fwd_kernel[(cdiv(pr.seqlen_q, cfg["BLOCK_M"]), pr.b * pr.h)](
         q, k, v, out, bias_ptr, cu_or_dummy(cu, q), scale, 1.0 / max(pr.seqlen_k, 1),
         *pr.strides(q), *pr.strides(k), *pr.strides(v), *pr.strides(out), *bias_strides, pr.seqlen_q,
@@ -444,7 +466,7 @@ def _example(kernel_name, device, size):
         return _torch_backward(do, q, k, v, bias, None, s, True, scale, True)
     if kernel_name == "fwd":
         out = nan_like(q)
-        cfg = fwd_config(d, s, "tilelang")             # one loop: a launch both lowerings can run
+        cfg = dict(fwd_config(d, s, "tilelang"), TANH_SIGMOID=True)   # one loop: a launch both lowerings can run
         return tle.Launch(grid=(cdiv(s, cfg["BLOCK_M"]), b * h),
                           args=(q, k, v, out, bias_ptr, q, scale, inv_n, *pr.strides(q), *pr.strides(k),
                                 *pr.strides(v), *pr.strides(out), *bias_strides, s),

@@ -18,17 +18,17 @@ from tle.oplib.arith import cdiv
 
 @tle.jit
 def _weighted_silu(s, bias_base, rows, cols, len_s, stride_bm, stride_bn, inv_n, HAS_BIAS: tl.constexpr,
-                   CAUSAL: tl.constexpr, MASKED: tl.constexpr):
+                   CAUSAL: tl.constexpr, MASKED: tl.constexpr, TANH_SIGMOID: tl.constexpr):
     """silu(s + bias) · weight for a block of scaled scores (_silu_terms)."""
     x, sig, w = _silu_terms(s, bias_base, rows[:, None], cols[None, :], len_s, stride_bm, stride_bn, inv_n, HAS_BIAS,
-                            CAUSAL, MASKED)
+                            CAUSAL, MASKED, TANH_SIGMOID)
     return x * sig * w
 
 
 @tle.jit
 def _silu_step(acc, q_buf, k_buf, v_buf, bias_base, stride_bm, stride_bn, rows, first_row, start_n, cols, len_s,
                scale, inv_n, CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_N: tl.constexpr,
-               TURNS: tl.constexpr):
+               TURNS: tl.constexpr, TANH_SIGMOID: tl.constexpr):
     """One block of keys for one consumer's rows: acc += (silu(s) · weight) v. Only blocks that reach past the
     sequence or the diagonal pay for the mask (keys past the sequence read k = v = 0 either way)."""
     with tle.gpu.turn(enabled=TURNS):
@@ -38,9 +38,9 @@ def _silu_step(acc, q_buf, k_buf, v_buf, bias_base, stride_bm, stride_bn, rows, 
     if CAUSAL:
         edge = edge | (last > first_row)
     if edge:
-        p = _weighted_silu(s, bias_base, rows, cols, len_s, stride_bm, stride_bn, inv_n, HAS_BIAS, CAUSAL, True)
+        p = _weighted_silu(s, bias_base, rows, cols, len_s, stride_bm, stride_bn, inv_n, HAS_BIAS, CAUSAL, True, TANH_SIGMOID)
     else:
-        p = _weighted_silu(s, bias_base, rows, cols, len_s, stride_bm, stride_bn, inv_n, HAS_BIAS, CAUSAL, False)
+        p = _weighted_silu(s, bias_base, rows, cols, len_s, stride_bm, stride_bn, inv_n, HAS_BIAS, CAUSAL, False, TANH_SIGMOID)
     with tle.gpu.turn(enabled=TURNS):
         acc = tl.dot(p.to(v_buf.dtype), tle.gpu.local_load(v_buf), acc)
     return acc
@@ -53,7 +53,8 @@ def silu_attention_fwd_warp_groups_kernel(
         stride_ob, stride_om, stride_oh, stride_bb, stride_bh, stride_bm, stride_bn, seqlen,
         H: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
         BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, VARLEN: tl.constexpr, HAS_BIAS: tl.constexpr,
-        LOADER_REGISTERS: tl.constexpr = 56, CONSUMER_REGISTERS: tl.constexpr = 224, TURNS: tl.constexpr = False):
+        LOADER_REGISTERS: tl.constexpr = 56, CONSUMER_REGISTERS: tl.constexpr = 224, TURNS: tl.constexpr = False,
+        TANH_SIGMOID: tl.constexpr = False):
     HALF: tl.constexpr = BLOCK_M // 2
     pid_m = tl.program_id(0)
     b = tl.program_id(1) // H
@@ -88,10 +89,10 @@ def silu_attention_fwd_warp_groups_kernel(
             _copy_block(k_base, v_base, stride_kn, stride_vn, cols, len_s, k_buf, v_buf, HEAD_DIM, BLOCK_N)
         with tle.gpu.warp_group(1):
             acc_a = _silu_step(acc_a, q_a, k_buf, v_buf, bias_base, stride_bm, stride_bn, rows_a, m0, start_n, cols,
-                               len_s, scale, inv_n, CAUSAL, HAS_BIAS, BLOCK_N, TURNS)
+                               len_s, scale, inv_n, CAUSAL, HAS_BIAS, BLOCK_N, TURNS, TANH_SIGMOID)
         with tle.gpu.warp_group(2):
             acc_b = _silu_step(acc_b, q_b, k_buf, v_buf, bias_base, stride_bm, stride_bn, rows_b, m0 + HALF, start_n,
-                               cols, len_s, scale, inv_n, CAUSAL, HAS_BIAS, BLOCK_N, TURNS)
+                               cols, len_s, scale, inv_n, CAUSAL, HAS_BIAS, BLOCK_N, TURNS, TANH_SIGMOID)
 
     offs_o = tl.arange(0, HEAD_DIM)
     with tle.gpu.warp_group(1):

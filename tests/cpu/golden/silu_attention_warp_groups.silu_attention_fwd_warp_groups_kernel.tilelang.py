@@ -2,7 +2,7 @@
 import tilelang.language as T
 
 # compiled for: stride_qb=16640, stride_qm=64, stride_qh=32, stride_kb=8320, stride_kn=32, stride_kh=32, stride_vb=8320, stride_vn=32, stride_vh=32, stride_ob=16640, stride_om=64, stride_oh=32, stride_bb=0, stride_bh=67600, stride_bm=260, stride_bn=1, seqlen=260
-# constexprs: H=2, GROUP=2, HEAD_DIM=32, BLOCK_M=128, BLOCK_N=128, CAUSAL=True, VARLEN=False, HAS_BIAS=True, LOADER_REGISTERS=56, CONSUMER_REGISTERS=224, TURNS=False
+# constexprs: H=2, GROUP=2, HEAD_DIM=32, BLOCK_M=128, BLOCK_N=128, CAUSAL=True, VARLEN=False, HAS_BIAS=True, LOADER_REGISTERS=56, CONSUMER_REGISTERS=224, TURNS=False, TANH_SIGMOID=False
 # q_ptr: shape (1, 260, 2, 32), strides (16640, 64, 32, 1)
 # k_ptr: shape (1, 260, 1, 32), strides (8320, 32, 32, 1)
 # v_ptr: shape (1, 260, 1, 32), strides (8320, 32, 32, 1)

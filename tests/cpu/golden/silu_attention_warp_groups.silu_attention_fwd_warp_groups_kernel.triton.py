@@ -3,7 +3,7 @@ import triton
 import triton.language as tl
 
 
-# constexprs: H=2, GROUP=2, HEAD_DIM=32, BLOCK_M=128, BLOCK_N=128, CAUSAL=True, VARLEN=False, HAS_BIAS=True, LOADER_REGISTERS=56, CONSUMER_REGISTERS=224, TURNS=False
+# constexprs: H=2, GROUP=2, HEAD_DIM=32, BLOCK_M=128, BLOCK_N=128, CAUSAL=True, VARLEN=False, HAS_BIAS=True, LOADER_REGISTERS=56, CONSUMER_REGISTERS=224, TURNS=False, TANH_SIGMOID=False
 # launch: num_warps=8, num_stages=2
 @triton.jit
 def silu_attention_fwd_warp_groups_kernel(q_ptr, k_ptr, v_ptr, o_ptr, bias_ptr, cu_ptr, scale, inv_n, stride_qb, stride_qm, stride_qh, stride_kb, stride_kn, stride_kh, stride_vb, stride_vn, stride_vh, stride_ob, stride_om, stride_oh, stride_bb, stride_bh, stride_bm, stride_bn, seqlen):
