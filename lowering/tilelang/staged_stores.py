@@ -13,6 +13,8 @@ lifetimes have ended), of a box of two or more axes whose rows are a multiple of
 aligned address."""
 from __future__ import annotations
 
+from math import prod
+
 from ..ir.core import Op, Value
 from .context import Buffer, Context
 from .row_products import SAME_LAYOUT
@@ -27,11 +29,8 @@ def stages_through_shared(g: Context, op: Op, src: Buffer, param_value: Value) -
     shape = op.operands[1].type.shape
     if op.name != "store" or src.scope != "fragment" or src.perm is not None or len(shape) < 2:
         return False
-    n = 1
-    for s in shape:
-        n *= s
     bits = op.operands[0].type.elem.elem.bits
-    if n < MIN_STAGED_ELEMENTS or bits < 8 or shape[-1] * bits // 8 % 16:
+    if prod(shape) < MIN_STAGED_ELEMENTS or bits < 8 or shape[-1] * bits // 8 % 16:
         return False
     if not g.arg[param_value.id].aligned16:
         return False                # a bulk store's global address is 16-byte aligned

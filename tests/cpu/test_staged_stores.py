@@ -30,20 +30,13 @@ def product_tile(a_ptr, b_ptr, c_ptr, stride_cm, stride_cn, K: tl.constexpr, BM:
             tl.store(c_ptrs, (acc * 0.5).to(c_ptr.dtype.element_ty))
 
 
-def _args(bm, bn, k=64, misaligned=False):
+def _lower(form, bm=64, bn=64, misaligned=False, k=64):
     gen = torch.Generator().manual_seed(3)
-    a = torch.randn(bm, k, generator=gen).half()
+    a = torch.randn(bm, bn if form == "elementwise" else k, generator=gen).half()
     b = torch.randn(k, bn, generator=gen).half()
     c = torch.full((bm * bn + 1,), float("nan")).half()
     c = c[1:].view(bm, bn) if misaligned else c[:-1].view(bm, bn)
-    return a, b, c
-
-
-def _lower(form, bm=64, bn=64, misaligned=False):
-    a, b, c = _args(bm, bn, misaligned=misaligned)
-    if form == "elementwise":
-        a = torch.randn(bm, bn).half()
-    return product_tile.lower(a, b, c, c.stride(0), c.stride(1), K=64, BM=bm, BN=bn, BK=32, FORM=form,
+    return product_tile.lower(a, b, c, c.stride(0), c.stride(1), K=k, BM=bm, BN=bn, BK=32, FORM=form,
                               grid=(1,), backend="tilelang"), (a, b, c)
 
 
