@@ -1,5 +1,6 @@
 """The backend interface and registry. A backend is a folder under lowering/ with a `backend.py`
-defining a `Backend` subclass; adding one means adding the folder and its name to BACKEND_MODULES."""
+defining a `Backend` subclass; adding one means adding the folder and its name to BACKEND_MODULES, the one
+place backend names are listed (the runtime, the operator library and the benchmarks ask `backend_names()`)."""
 from __future__ import annotations
 
 import importlib
@@ -27,9 +28,14 @@ class Compiled(ABC):
     def launch(self, grid: tuple[int, ...], args: list) -> None: ...
 
     @abstractmethod
-    def stage(self, name: str) -> str: ...
+    def stage(self, name: str) -> str:
+        """The text of a compiler stage (one of `stages`); compiling may raise CompilerUnavailable."""
 
     stages: tuple[str, ...] = ()
+
+    def interpret(self, args: list, strict_reads: bool = False):
+        """Run the lowering on CPU tensors without launching it (a backend whose `cpu_run` is "interpret")."""
+        raise NotImplementedError(f"{type(self).__name__} has no interpreter")
 
 
 class Backend(ABC):
@@ -42,10 +48,25 @@ class Backend(ABC):
     specializes_shapes: bool = False
     # the launch grid is part of the specialization key (TileLang's grid is in the kernel)
     specializes_grid: bool = False
+    # the stage a lowering is compiled to to check it, with or without a GPU (`tle compare`): reaching it runs
+    # the target's compiler, so a kernel it rejects is a compile failure; None: the last of its stages
+    build_stage: str | None = None
+    # without a GPU, (how, what runs it): "launch" launches as usual on CPU tensors, "interpret" runs
+    # Compiled.interpret(args); None: lowerings are compiled, not run, without a GPU
+    cpu_run: tuple[str, str] | None = None
 
     @abstractmethod
     def unavailable_reason(self) -> str | None:
-        """None when the backend can lower and compile here; otherwise why not."""
+        """None when the backend can lower here (generated source, IR, interpreter); otherwise why not."""
+
+    def compile_unavailable_reason(self) -> str | None:
+        """None when the backend can also compile here (its stages, a launch); otherwise why not, e.g. a
+        missing toolchain."""
+        return None
+
+    def target(self) -> str:
+        """The architecture lowerings are compiled for here, e.g. "sm_90a" ("" where it does not apply)."""
+        return ""
 
     def launch_unavailable_reason(self, device) -> str | None:
         """None when kernels can run on `device` (a torch.device) here."""

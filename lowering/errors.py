@@ -25,3 +25,13 @@ class UnsupportedConstruct(LoweringError):
         if detail:
             msg += f": {detail}"
         super().__init__(msg, loc, backend, construct)
+
+
+class CompilerUnavailable(RuntimeError):
+    """A stage that compiles (or a launch) asked for where the backend's compiler is missing; lowering, the
+    generated source and the interpreters do not need it."""
+
+    def __init__(self, backend: str, why: str):
+        self.backend = backend
+        self.why = why
+        super().__init__(f"[{backend}] cannot compile here: {why}")

@@ -9,8 +9,8 @@ if _os.path.isdir(_os.path.join(_root, "lowering")) and _root not in __path__:
 
 from tle.jit import Kernel, Lowered, jit  # noqa: E402,F401
 from tle.language import load  # noqa: E402,F401
-from tle.errors import (AutotuneError, BackendUnavailable, LaunchError, LoweringError,  # noqa: E402,F401
-                        UnsupportedConstruct)
+from tle.errors import (AutotuneError, BackendUnavailable, CompilerUnavailable, LaunchError,  # noqa: E402,F401
+                        LoweringError, UnsupportedConstruct)
 from tle.select import available_backends  # noqa: E402,F401
 from tle.examples import Launch, example  # noqa: E402,F401
 from tle import gpu, raw  # noqa: E402,F401

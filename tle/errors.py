@@ -1,5 +1,5 @@
 """Exceptions users see. Lowering errors come from tle.lowering; launch-time input errors are here."""
-from tle.lowering.errors import LoweringError, UnsupportedConstruct  # noqa: F401
+from tle.lowering.errors import CompilerUnavailable, LoweringError, UnsupportedConstruct  # noqa: F401
 
 
 class LaunchError(ValueError):

@@ -2,7 +2,9 @@
 TileLang's runtime. TileLang compiles per shape: tensor shapes and strides, integer scalars and the grid
 are part of what a kernel is compiled for.
 
-Without a GPU it compiles for sm_90a (CUDA source and PTX); kernels run only on CUDA tensors.
+Without a GPU it compiles for sm_90a (CUDA source and PTX); kernels run only on CUDA tensors. Without nvcc
+it still lowers (IR, generated source, the interpreter of TileLang programs); only the stages that compile
+and launches raise CompilerUnavailable.
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import tempfile
 
 from .. import backend as api
 from ..backend import triton_debug
+from ..errors import CompilerUnavailable
 from ..files import default_cache_dir, load_module, write_once
 from ..ir.core import KernelIR
 from ..spec import Spec
@@ -44,8 +47,21 @@ def _target():
 PASS_CONFIGS = {"tl.enable_fast_math": True}
 
 
+def compile_unavailable_reason() -> str | None:
+    """Why TileLang cannot compile here (None if it can): it builds the CUDA source with nvcc. Lowering, the
+    generated source and the interpreter of TileLang programs do not need it."""
+    home = os.environ.get("CUDA_HOME", "/usr/local/cuda")
+    if shutil.which("nvcc") is None and not os.path.exists(os.path.join(home, "bin", "nvcc")):
+        return "no nvcc: TileLang compiles its CUDA source with nvcc (the CUDA toolkit); none is on PATH or in " \
+               f"CUDA_HOME ({home})"
+    return None
+
+
 def compile_prim_func(func):
     """TileLang's compiled kernel of a `@T.prim_func`, for this machine's GPU, with the backend's pass configs."""
+    why = compile_unavailable_reason()
+    if why is not None:
+        raise CompilerUnavailable("tilelang", why)
     return _import_tilelang().compile(func, out_idx=None, target=_target(), pass_configs=dict(PASS_CONFIGS))
 
 
@@ -187,15 +203,16 @@ class Backend(api.Backend):
             _import_tilelang()
         except Exception as e:  # noqa: BLE001 - any import failure makes the backend unusable
             return f"tilelang cannot be imported: {e}"
-        if shutil.which("nvcc") is None and not os.path.exists(os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc")):
-            return "TileLang needs nvcc (CUDA toolkit) to compile, and none was found"
         return None
+
+    def compile_unavailable_reason(self):
+        return compile_unavailable_reason()
 
     def launch_unavailable_reason(self, device):
         import torch
         if device.type != "cuda" or not torch.cuda.is_available():
             return "TileLang kernels run on CUDA tensors only (no CPU execution)"
-        return None
+        return compile_unavailable_reason()
 
     def lower(self, ir: KernelIR, spec: Spec, cache_dir: str) -> TileLangCompiled:
         expand_descriptors(ir)         # TileLang has no descriptors: each access is its masked window (T.copy)

@@ -80,13 +80,13 @@ class TritonCompiled(api.Compiled):
         self.notes = list(ir.notes)
         self._fn = None
         self._compiled = None
-        self.interpret = interpret_mode()       # what this lowering was built for (part of its cache key)
+        self.interpreted = interpret_mode()     # what this lowering was built for (part of its cache key)
         # positions of the int arguments, whose values Triton specializes on (== 1, divisible by 16)
         self._int_positions = tuple(i for i, a in enumerate(spec.args) if not a.is_tensor
                                     and a.type.elem.is_int and not a.type.elem.is_bool)
         self._kernels: dict = {}                # (device, int classes) -> Triton's CompiledKernel
         # a kernel making descriptors on the device needs scratch memory from an allocator (not in the interpreter)
-        self._needs_scratch = not self.interpret and any(op.name == "make_descriptor" for op in ir.walk())
+        self._needs_scratch = not self.interpreted and any(op.name == "make_descriptor" for op in ir.walk())
 
     @property
     def fn(self):
@@ -103,7 +103,7 @@ class TritonCompiled(api.Compiled):
             self._launch(grid, args)
 
     def _launch(self, grid, args):
-        if self.interpret:
+        if self.interpreted:
             interpreter_fix.apply()
             self.fn[grid](*args, num_warps=self.spec.num_warps, num_stages=self.spec.num_stages)
             return

@@ -38,20 +38,31 @@ def test_source_stage_and_unknown_stage():
         lowered.stage("sass")
 
 
-def test_backend_needs_nvcc(monkeypatch, tmp_path):
+def test_compiling_needs_nvcc_and_lowering_does_not(monkeypatch, tmp_path):
+    """Without nvcc the backend still lowers (source, interpreter); its compiling stages and launches say why
+    they cannot run."""
     pytest.importorskip("tilelang")
+    from tle.lowering.errors import CompilerUnavailable
     from tle.lowering.tilelang.backend import Backend
     monkeypatch.setenv("PATH", str(tmp_path))                    # no nvcc on PATH
     monkeypatch.setenv("CUDA_HOME", str(tmp_path))
-    assert "needs nvcc" in Backend().unavailable_reason()
+    assert Backend().unavailable_reason() is None
+    assert Backend().compile_unavailable_reason().startswith("no nvcc:")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert Backend().launch_unavailable_reason(torch.device("cuda")).startswith("no nvcc:")
+    _, kernel, launch = vector_add_lowered()
+    lowered = lower_example(tle.jit(kernel.fn), "tilelang", launch)     # a new kernel: nothing compiled yet
+    assert "@T.prim_func" in lowered.stage("source")
+    with pytest.raises(CompilerUnavailable, match=r"\[tilelang\] cannot compile here: no nvcc"):
+        lowered.stage("cuda")
     (tmp_path / "bin").mkdir()
     (tmp_path / "bin" / "nvcc").write_text("")                   # found under CUDA_HOME only
-    assert Backend().unavailable_reason() is None
+    assert Backend().compile_unavailable_reason() is None
     monkeypatch.setenv("CUDA_HOME", str(tmp_path / "elsewhere"))
     nvcc = tmp_path / "nvcc"
     nvcc.write_text("#!/bin/sh\n")
     nvcc.chmod(0o755)                                            # found on PATH only
-    assert Backend().unavailable_reason() is None
+    assert Backend().compile_unavailable_reason() is None
 
 
 @needs_tilelang
