@@ -2,6 +2,7 @@
 from it in a fresh virtual environment, the TileLang rows through the interpreter the wheel carries."""
 import os
 import re
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -18,9 +19,16 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> str:
-    out = tmp_path_factory.mktemp("dist")
+    """The wheel, built from a copy of what setup.py reads (a build in the tree would leave build/ behind, and
+    a later build would take stale files from it)."""
+    tree, out = tmp_path_factory.mktemp("tree"), tmp_path_factory.mktemp("dist")
+    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info")
+    for name in ("setup.py", "pyproject.toml", "README.md", *FOLDERS):
+        source = os.path.join(ROOT, name)
+        (shutil.copytree if os.path.isdir(source) else shutil.copy2)(source, tree / name, **(
+            {"ignore": ignore} if os.path.isdir(source) else {}))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out),
-                    ROOT], check=True, capture_output=True, text=True)
+                    str(tree)], check=True, capture_output=True, text=True)
     (path,) = out.glob("tle-*.whl")
     return str(path)
 
