@@ -68,6 +68,11 @@ class Backend(ABC):
         """The architecture lowerings are compiled for here, e.g. "sm_90a" ("" where it does not apply)."""
         return ""
 
+    def launched_warps(self, num_warps: int) -> tuple[int, str]:
+        """(the warps a kernel asking for `num_warps` is launched with here, why where they differ); read once
+        per lowering by lowering/launch_options.py."""
+        return num_warps, ""
+
     def launch_unavailable_reason(self, device) -> str | None:
         """None when kernels can run on `device` (a torch.device) here."""
         return None

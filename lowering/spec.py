@@ -30,9 +30,8 @@ class ArgSpec:
 
 @dataclass(frozen=True)
 class Spec:
+    """The arguments a lowering is compiled for; its launch options are the KernelIR's (`ir.options`)."""
     args: tuple[ArgSpec, ...]
-    num_warps: int
-    num_stages: int
     specialized: tuple[str, ...] = field(default=())   # names of int args compiled in as constants
     grid: tuple[int, ...] | None = None                # for backends that compile per grid
 

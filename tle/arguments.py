@@ -30,15 +30,12 @@ class Trace:
     runtime: dict
     constexprs: dict
     known: dict
-    num_warps: int
-    num_stages: int
 
     def run(self):
         """(KernelIR, None), or (None, (the exception, the kernel location where it was raised))."""
         tracer = make_tracer()
         try:
-            return tracer.trace_kernel(self.fn, self.runtime, dict(self.constexprs), self.num_warps,
-                                       self.num_stages, self.known), None
+            return tracer.trace_kernel(self.fn, self.runtime, dict(self.constexprs), self.known), None
         except Exception as e:  # noqa: BLE001 - any failure may come from an argument the kernel cannot use
             loc = e.loc if isinstance(e, LoweringError) and e.loc is not None else tracer.b.loc
             return None, (e, loc)
@@ -51,7 +48,7 @@ class Trace:
             runtime[name] = stand_in.runtime
         else:
             constexprs[name] = stand_in.constexpr
-        return Trace(self.fn, runtime, constexprs, self.known, self.num_warps, self.num_stages)
+        return Trace(self.fn, runtime, constexprs, self.known)
 
 
 @dataclass(frozen=True)

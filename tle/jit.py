@@ -20,7 +20,7 @@ from tle.dtypes import from_torch
 from tle.errors import LaunchError
 from tle.lowering.backend import Compiled, triton_debug
 from tle.lowering.frontend import constexpr_params
-from tle.lowering.frontend.raw_call import DEFAULT_NUM_WARPS, settle_num_warps
+from tle.lowering.launch_options import settle_launch_options
 from tle.lowering.ir import types as T
 from tle.lowering.ir.core import KernelIR
 from tle.lowering.spec import ArgSpec, Spec
@@ -234,7 +234,7 @@ class Kernel:
                               f"number")
         return _hashable(v)
 
-    def _spec(self, runtime, backend, num_warps, num_stages, grid=None) -> Spec:
+    def _spec(self, runtime, backend, grid=None) -> Spec:
         arg_specs, specialized = [], []
         for name, v in runtime:
             if isinstance(v, torch.Tensor):
@@ -252,21 +252,18 @@ class Kernel:
                 if spec_it:
                     specialized.append(name)
             arg_specs.append(a)
-        return Spec(tuple(arg_specs), num_warps, num_stages, tuple(specialized),
-                    grid if backend.specializes_grid else None)
+        return Spec(tuple(arg_specs), tuple(specialized), grid if backend.specializes_grid else None)
 
     # -- lowering -----------------------------------------------------------------------------------
-    def _lower(self, backend, constexprs, spec: Spec, launch_values: dict) -> Lowered:
-        """Lower for `spec`, whose num_warps is None where the launch left it to the kernel."""
+    def _lower(self, backend, constexprs, spec: Spec, num_warps, num_stages, launch_values: dict) -> Lowered:
+        """Lower for `spec` and the launch's options (num_warps None: the launch left it to the kernel)."""
         runtime_types = {a.name: a.type for a in spec.args if a.name not in spec.specialized}
         known = {a.name: (a.type, a.value) for a in spec.args if a.name in spec.specialized}
-        attempt = arguments.Trace(self.fn, runtime_types, dict(constexprs), known,
-                                  spec.num_warps or DEFAULT_NUM_WARPS, spec.num_stages)
+        attempt = arguments.Trace(self.fn, runtime_types, dict(constexprs), known)
         ir = arguments.trace(self.__name__, attempt, launch_values, self.constexpr_names)
-        num_warps = settle_num_warps(ir, spec.num_warps)     # the launch's, else its tle.call sites', else 4
+        settle_launch_options(ir, backend, num_warps, num_stages)
         ir.specialized = {n: v for n, (_, v) in known.items()}
-        runtime_spec = Spec(tuple(a for a in spec.args if a.name not in spec.specialized), num_warps,
-                            spec.num_stages, spec.specialized, spec.grid)
+        runtime_spec = Spec(tuple(a for a in spec.args if a.name not in spec.specialized), spec.specialized, spec.grid)
         ir_text = str(ir)      # the frontend's IR, before any backend rewrites it
         compiled = backend.lower(ir, runtime_spec, cache_dir())
         return Lowered(backend.name, ir, compiled, ir_text)
@@ -280,7 +277,7 @@ class Kernel:
         hit = self._cache.get(full_key)
         if hit is None:
             constexprs, runtime = self._split(values)
-            lowered = self._lower(backend, constexprs, self._spec(runtime, backend, num_warps, num_stages, grid),
+            lowered = self._lower(backend, constexprs, self._spec(runtime, backend, grid), num_warps, num_stages,
                                   self._named(values))
             specialized = lowered.kernel.specialized
             positions = tuple(i for i, ((name, is_constexpr, _), v) in enumerate(zip(self._params, values))
@@ -299,15 +296,15 @@ class Kernel:
         key, _ = self._key(values, b, grid)
         return self._get(b, values, key, num_warps, num_stages, grid, select.interpret_setting())[0]
 
-    def _options_as_params(self, args, kwargs, num_warps, num_stages) -> tuple[int | None, int]:
+    def _options_as_params(self, args, kwargs, num_warps, num_stages) -> tuple[int | None, int | None]:
         """A parameter named like a launch option (`num_stages: tl.constexpr`) takes the option's value, as in
-        a launch (Triton's too), unless the call gives the parameter itself; (num_warps, num_stages) with
-        num_stages's default filled in (num_warps stays None: the kernel's tle.call sites may choose it)."""
+        a launch (Triton's too), unless the call gives the parameter itself; (num_warps, num_stages) checked,
+        None where not given (lowering/launch_options.py decides them)."""
         for name, v in (("num_warps", num_warps), ("num_stages", num_stages)):
             i = self._index.get(name)
             if v is not None and i is not None and i >= len(args) and name not in kwargs:
                 kwargs[name] = v
-        return (None if num_warps is None else int(num_warps)), (3 if num_stages is None else int(num_stages))
+        return _checked_options(self.__name__, num_warps, num_stages)
 
     def _named(self, values) -> dict:
         """What a callable grid receives: every argument by name."""
@@ -342,12 +339,7 @@ class Kernel:
         if not launch.keys() <= _TLE_OPTIONS:
             _check_fixed_options(self.__name__, launch)
         b = select.resolve(select.choose(launch.get("backend"), self.backend))
-        num_warps, num_stages = launch.get("num_warps"), int(launch.get("num_stages", 3))
-        if num_warps is not None:       # else the kernel's tle.call sites choose it, or the default 4
-            num_warps = int(num_warps)
-            if num_warps <= 0 or (num_warps & (num_warps - 1) and num_warps % 4) or num_warps > 32:
-                raise LaunchError(f"{self.__name__}: num_warps must be a power of two, or a multiple of 4 (warp "
-                                  f"groups), at most 32; got {num_warps}")
+        num_warps, num_stages = _checked_options(self.__name__, launch.get("num_warps"), launch.get("num_stages"))
         if callable(grid):
             grid = grid(self._named(values))
         grid = check_grid(grid)
@@ -366,6 +358,21 @@ class Kernel:
         if not warmup:
             lowered.compiled.launch(grid, [values[i] for i in positions])
         return lowered
+
+
+def _checked_options(kernel: str, num_warps, num_stages) -> tuple[int | None, int | None]:
+    """The launch's num_warps and num_stages as ints, None where not given; LaunchError for values no backend
+    launches."""
+    if num_warps is not None:
+        num_warps = int(num_warps)
+        if num_warps <= 0 or (num_warps & (num_warps - 1) and num_warps % 4) or num_warps > 32:
+            raise LaunchError(f"{kernel}: num_warps must be a power of two, or a multiple of 4 (warp groups), at "
+                              f"most 32; got {num_warps}")
+    if num_stages is not None:
+        num_stages = int(num_stages)
+        if num_stages < 0:
+            raise LaunchError(f"{kernel}: num_stages must be >= 0; got {num_stages}")
+    return num_warps, num_stages
 
 
 def _check_fixed_options(kernel: str, launch: dict):

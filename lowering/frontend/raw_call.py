@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 from ..errors import LoweringError
+from ..ir.core import DEFAULT_NUM_WARPS
 from ..raw.body import DTYPES, check_constraints
 from ..raw.callee import RawCallee
 from .semantics import TV, constexpr_value
@@ -151,14 +152,13 @@ def _layouts(fn, args, layout, call, error) -> tuple:
 # would work with any count, launches the thread count the call asked for too.
 WARP_SIZE = 32
 MAX_THREADS = 1024           # a CUDA block's limit (num_warps=32)
-DEFAULT_NUM_WARPS = 4
 
 
-def settle_num_warps(kernel, launch_num_warps: int | None) -> int:
-    """The num_warps `kernel` (a KernelIR) runs with, written into it: the launch's where it gave one, else
-    the one its tle.call sites ask for (their threads / 32), else 4. Calls that disagree, a call whose thread
-    count the launch's num_warps does not give, or one that no num_warps gives, are LoweringErrors at the call
-    naming both counts."""
+def warps_for_calls(kernel, launch_num_warps: int | None) -> int:
+    """The num_warps `kernel` (a KernelIR) runs with: the launch's where it gave one, else the one its tle.call
+    sites ask for (their threads / 32), else the default. Calls that disagree, a call whose thread count the
+    launch's num_warps does not give, or one that no num_warps gives, are LoweringErrors at the call naming
+    both counts (lowering/launch_options.py settles the kernel's options with it)."""
     call = _agreed_call(kernel)
     if call is None:
         num_warps = launch_num_warps or DEFAULT_NUM_WARPS
@@ -174,7 +174,6 @@ def settle_num_warps(kernel, launch_num_warps: int | None) -> int:
             raise LoweringError(f"{_call_text(call)} asks for {_thread_count(call)} threads, but a kernel runs "
                                 f"32 * num_warps threads; {_fix(_thread_count(call))}", call.loc,
                                 construct="hardware")
-    kernel.num_warps = num_warps
     return num_warps
 
 

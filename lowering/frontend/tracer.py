@@ -136,8 +136,7 @@ class Tracer:
         self.turns = 0                                   # tle.gpu.turn blocks traced so far (each one's number)
 
     # -- entry --------------------------------------------------------------------------------------
-    def trace_kernel(self, fn, runtime: dict, constexprs: dict, num_warps: int, num_stages: int,
-                     known: dict | None = None) -> KernelIR:
+    def trace_kernel(self, fn, runtime: dict, constexprs: dict, known: dict | None = None) -> KernelIR:
         """`runtime`: parameter name -> its IR type (pointer or scalar); `constexprs`: name -> Python value;
         `known`: runtime scalars compiled in as typed constants (name -> (type, value)): they stay
         runtime values in the program's semantics (`n.to(...)` works), only their value is fixed."""
@@ -169,9 +168,8 @@ class Tracer:
             except _Return as r:
                 if r.value is not None:
                     raise LoweringError("a kernel cannot return a value", self.b.loc)
-        ir = KernelIR(src.tree.name, params, body, dict(constexprs),
-                      Loc(src.file, src.tree.lineno, src.tree.name), num_warps, num_stages, self.notes,
-                      warp_groups=dict(self.warp_groups))
+        ir = KernelIR(src.tree.name, params, body, dict(constexprs), Loc(src.file, src.tree.lineno, src.tree.name),
+                      notes=self.notes, warp_groups=dict(self.warp_groups))
         body.args = []   # params are referenced through KernelIR.params
         return ir
 

@@ -121,6 +121,17 @@ class Param:
         return self.value.type.is_pointer
 
 
+DEFAULT_NUM_WARPS = 4
+DEFAULT_NUM_STAGES = 3
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    """What a kernel is launched with; decided once per lowering (lowering/launch_options.py)."""
+    num_warps: int
+    num_stages: int
+
+
 @dataclass
 class KernelIR:
     name: str
@@ -128,11 +139,24 @@ class KernelIR:
     body: Block
     constexprs: dict[str, Any]
     loc: Loc
-    num_warps: int = 4
-    num_stages: int = 3
     notes: list[str] = field(default_factory=list)   # visible messages (e.g. dropped hints)
     specialized: dict = field(default_factory=dict)  # runtime ints compiled in as constants (name -> value)
     warp_groups: dict = field(default_factory=dict)  # tle.gpu.warp_group index -> registers asked for (or None)
+    # the launch options, settled after tracing (None until then): the one place backends read them from
+    options: LaunchOptions | None = None
+
+    @property
+    def num_warps(self) -> int:
+        return self._settled().num_warps
+
+    @property
+    def num_stages(self) -> int:
+        return self._settled().num_stages
+
+    def _settled(self) -> LaunchOptions:
+        if self.options is None:
+            raise AssertionError(f"{self.name}: launch options read before settle_launch_options")
+        return self.options
 
     def walk(self) -> Iterator[Op]:
         return self.body.walk()

@@ -156,7 +156,7 @@ class TileLangCompiled(api.Compiled):
 
     def launch(self, grid, args):
         if not self._checked:
-            check_block_size(self.kernel.get_kernel_source(), self.ir, self.spec.num_warps)
+            check_block_size(self.kernel.get_kernel_source(), self.ir)
             self._checked = True
         self.kernel(*self._flat(args))
 
@@ -221,7 +221,7 @@ class Backend(api.Backend):
         rewrite_inductions(ir)
         hoist_guarded_loads(ir)
         drop_overwritten_buffer_carries(ir)
-        ir.notes.extend(pipeline_async_loads(ir, spec.num_stages))
+        ir.notes.extend(pipeline_async_loads(ir, ir.num_stages))
         ir.notes.extend(RULES.check_attributes(ir))     # refused attributes raise, dropped ones are noted
         # tl.device_assert is checked where Triton would check it: with its debug mode on (debug.py)
         source, notes, report = generate(ir, spec, spec.grid, debug=triton_debug())

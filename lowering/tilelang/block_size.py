@@ -16,12 +16,12 @@ MAX_THREADS_PER_BLOCK = 1024
 _BOUNDS = re.compile(r"__launch_bounds__\((\d+)")
 
 
-def check_block_size(cuda_source: str, ir: KernelIR, num_warps: int) -> None:
+def check_block_size(cuda_source: str, ir: KernelIR) -> None:
     """Raise a LoweringError if the compiled kernel asks for more threads a block than CUDA allows."""
     found = _BOUNDS.search(cuda_source)
     if found is None or int(found.group(1)) <= MAX_THREADS_PER_BLOCK:
         return
-    threads = int(found.group(1))
+    threads, num_warps = int(found.group(1)), ir.num_warps
     asked = 32 * num_warps
     loop = next((op for op in ir.walk() if op.name == "for" and op.attrs.get("async_stages")), None)
     what = f"the pipelined loop at line {loop.loc.line}" if loop is not None else "a pipelined loop"

@@ -6,7 +6,6 @@ there is none. Under TRITON_INTERPRET=1 the kernel runs on the CPU in Triton's i
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import hashlib
 import os
 
@@ -105,7 +104,7 @@ class TritonCompiled(api.Compiled):
     def _launch(self, grid, args):
         if self.interpreted:
             interpreter_fix.apply()
-            self.fn[grid](*args, num_warps=self.spec.num_warps, num_stages=self.spec.num_stages)
+            self.fn[grid](*args, num_warps=self.ir.num_warps, num_stages=self.ir.num_stages)
             return
         # Triton's own launch binds and specializes every argument again on each call (about 16 us on an
         # H200 host); the lowering's key already fixes the dtypes and the pointers' alignment, so only the
@@ -117,7 +116,7 @@ class TritonCompiled(api.Compiled):
         if kernel is None or _launch_hooks_set():
             # the first launch of a class goes through Triton's jit, which compiles (or finds) the kernel;
             # so does every launch while a launch hook (a profiler) wants Triton's launch metadata
-            kernel = self.fn[grid](*args, num_warps=self.spec.num_warps, num_stages=self.spec.num_stages)
+            kernel = self.fn[grid](*args, num_warps=self.ir.num_warps, num_stages=self.ir.num_stages)
             if None not in key:
                 self._kernels[key] = kernel
             return
@@ -137,7 +136,7 @@ class TritonCompiled(api.Compiled):
                 else:
                     sig[p.name] = t.elem.name
             # debug as a launch compiles it: Triton keeps tl.device_assert only in debug mode
-            options = {"num_warps": self.spec.num_warps, "num_stages": self.spec.num_stages,
+            options = {"num_warps": self.ir.num_warps, "num_stages": self.ir.num_stages,
                        "debug": api.triton_debug()}
             if interpret_mode():
                 self._compiled = compile_stages_elsewhere(self.path, self.ir.name, sig, aligned, options)
@@ -223,11 +222,17 @@ class Backend(api.Backend):
             return "no CUDA device here (set TRITON_INTERPRET=1 to run on the CPU in Triton's interpreter)"
         return None
 
+    def launched_warps(self, num_warps: int) -> tuple[int, str]:
+        """Triton launches a power of two of warps: a kernel asking for 4 x (warp groups), say 12, runs on the
+        largest power of two below it. The warps' number never changes a result."""
+        if num_warps & (num_warps - 1) == 0:
+            return num_warps, ""
+        return 1 << (num_warps.bit_length() - 1), "Triton launches a power of two of warps"
+
     def lower(self, ir: KernelIR, spec: Spec, cache_dir: str) -> TritonCompiled:
-        spec = _power_of_two_warps(ir, spec)
         bound_guarded_loops(ir)
         drop_overwritten_buffer_carries(ir)
-        ir.notes.extend(pipeline_async_loads(ir, spec.num_stages))
+        ir.notes.extend(pipeline_async_loads(ir, ir.num_stages))
         ir.notes.extend(RULES.check_attributes(ir))
         source = generate(ir)
         digest = hashlib.sha256((source + triton.__version__ + str(interpret_mode())).encode()).hexdigest()[:20]
@@ -238,15 +243,3 @@ class Backend(api.Backend):
         compiled = TritonCompiled(ir, spec, source, path)
         compiled.access_report = _access_report(ir)
         return compiled
-
-
-def _power_of_two_warps(ir: KernelIR, spec: Spec) -> Spec:
-    """Triton launches a power of two of warps: a launch of 4 x (warp groups), say 12, runs on the largest power of
-    two below it. The warps' number never changes a result."""
-    n = spec.num_warps
-    if n & (n - 1) == 0:
-        return spec
-    fewer = 1 << (n.bit_length() - 1)
-    ir.num_warps = fewer
-    ir.notes.append(f"num_warps={n}: Triton launches a power of two of warps, so {fewer}")
-    return dataclasses.replace(spec, num_warps=fewer)

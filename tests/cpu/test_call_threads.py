@@ -112,7 +112,7 @@ def test_num_warps_comes_from_the_call(block, warps, backend):
     assert f"launch {{num_warps={warps}, num_stages=3}}" in lw.ir
     if backend == "triton":
         assert f"# launch: num_warps={warps}, num_stages=3" in lw.source
-        assert lw.compiled.spec.num_warps == warps          # what Triton's launch is given
+        assert lw.compiled.ir.num_warps == warps            # what Triton's launch is given
     else:
         assert f"T.Kernel(2, threads={32 * warps})" in lw.source
 

@@ -113,6 +113,13 @@ def test_launch_takes_a_multiple_of_four_warps_and_triton_runs_a_power_of_two():
     low = two_consumers.lower(q, kv, out, STEPS, M=M, N=N, D=D, grid=(1,), backend="triton", num_warps=12)
     assert "num_warps=12: Triton launches a power of two of warps, so 8" in low.notes
     assert any("warp_group: stock Triton has no warp-group roles" in n for n in low.notes)
+    # decided once: the IR, the generated source, inspection and the launch all say 8 on Triton, 12 on TileLang
+    assert low.num_warps == 8 and "launch {num_warps=8, num_stages=3}" in low.ir
+    assert "# launch: num_warps=8, num_stages=3" in low.source and low.compiled.ir.options.num_warps == 8
+    if tle.available_backends()["tilelang"] is None:
+        low = two_consumers.lower(q, kv, out, STEPS, M=M, N=N, D=D, grid=(1,), backend="tilelang", num_warps=12)
+        assert low.num_warps == 12 and "launch {num_warps=12, num_stages=3}" in low.ir
+        assert "T.Kernel(1, threads=384)" in low.source
     with pytest.raises(LaunchError, match="multiple of 4"):
         two_consumers[(1,)](q, kv, out, STEPS, M=M, N=N, D=D, backend="triton", num_warps=6)
 
