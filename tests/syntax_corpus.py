@@ -16,7 +16,7 @@ CASES = {}   # name -> (kernel, make(device) -> tle.Launch)
 
 def case(kernel):
     def deco(fn):
-        CASES[fn.__name__] = (kernel, fn)
+        CASES[fn.__name__] = (kernel, tle.examples.seeded(fn))      # the same inputs on every run
         return fn
     return deco
 
@@ -1776,3 +1776,104 @@ def fp8_dot(device):
     return tle.Launch(grid=(1, 2), args=(a, b, bt, c, c8, d, M, N, K), kwargs=dict(BM=64, BN=64, BK=64),
                       outputs={"c": c, "c8": c8, "d": d}, reference=reference,
                       tolerances={"c": (0.0, 0.0), "c8": (0.0, 0.0), "d": (0.0, 0.0)})
+
+
+# -- tl.split of loaded tiles: a half is every other element, which TileLang reads from shared memory (it
+#    cannot lay out a fragment read at a stride); a 1-D tile reshaped, an (N, 2) tile, an (M, 2N) tile as
+#    (M, N, 2), halves interleaved back ------------------------------------------------------------------
+@tle.jit
+def loaded_halves(x_ptr, p_ptr, m_ptr, a_ptr, b_ptr, z_ptr, c_ptr, BLOCK: tl.constexpr, M: tl.constexpr,
+                  N: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    a, b = tl.split(tl.reshape(tl.load(x_ptr + tl.arange(0, 2 * BLOCK)), (BLOCK, 2)))
+    tl.store(a_ptr + offs, a)
+    tl.store(b_ptr + offs, b * 2.0)
+    lo, hi = tl.split(tl.load(p_ptr + offs[:, None] * 2 + tl.arange(0, 2)[None, :]))
+    tl.store(z_ptr + tl.arange(0, 2 * BLOCK), tl.interleave(hi, lo - a))
+    rm, rn = tl.arange(0, M), tl.arange(0, N)
+    m = tl.load(m_ptr + rm[:, None] * (2 * N) + tl.arange(0, 2 * N)[None, :])
+    re, im = tl.split(tl.reshape(m, (M, N, 2)))
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], re * re + im * im)
+
+
+@case(loaded_halves)
+def split_loaded_tiles(device):
+    x, p, m = torch.randn(128, device=device), torch.randn(64, 2, device=device), torch.randn(8, 32, device=device)
+    a, b, z, c = (torch.full(shape, float("nan"), device=device) for shape in ((64,), (64,), (128,), (8, 16)))
+
+    def reference():
+        return {"a": x[0::2], "b": 2 * x[1::2], "z": torch.stack([p[:, 1], p[:, 0] - x[0::2]], 1).reshape(-1),
+                "c": m[:, 0::2] ** 2 + m[:, 1::2] ** 2}
+    return tle.Launch(grid=(1,), args=(x, p, m, a, b, z, c), kwargs=dict(BLOCK=64, M=8, N=16),
+                      outputs={"a": a, "b": b, "z": z, "c": c}, reference=reference)
+
+
+# -- tl.split of computed tiles: one materialized (read by both halves), one written inline over the
+#    loaded tile, a loop-carried accumulator, and an interleave of halves split again -----------------------
+@tle.jit
+def computed_halves(x_ptr, y_ptr, d_ptr, s_ptr, BLOCK: tl.constexpr, STEPS: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + tl.arange(0, 2 * BLOCK))
+    e, o = tl.split(tl.reshape(tl.exp(x) * 0.5, (BLOCK, 2)))
+    u, v = tl.split(tl.reshape(x * 2.0 + 1.0, (BLOCK, 2)))
+    tl.store(d_ptr + offs, e - o + u * v)
+    acc = tl.zeros((BLOCK, 2), dtype=tl.float32)
+    for s in range(STEPS):
+        acc += tl.load(y_ptr + s * 2 * BLOCK + offs[:, None] * 2 + tl.arange(0, 2)[None, :])
+    lo, hi = tl.split(acc)
+    w0, w1 = tl.split(tl.reshape(tl.interleave(lo * hi, hi), (BLOCK, 2)))
+    tl.store(s_ptr + offs, w0 - w1 + tl.sum(lo, 0))
+
+
+@case(computed_halves)
+def split_computed_tiles(device):
+    x, y = torch.randn(128, device=device), torch.randn(3, 64, 2, device=device)
+    d, s = torch.full((64,), float("nan"), device=device), torch.full((64,), float("nan"), device=device)
+
+    def reference():
+        ex, lin = torch.exp(x) * 0.5, x * 2.0 + 1.0
+        acc = y.sum(0)
+        lo, hi = acc[:, 0], acc[:, 1]
+        return {"d": ex[0::2] - ex[1::2] + lin[0::2] * lin[1::2], "s": lo * hi - hi + lo.sum()}
+    return tle.Launch(grid=(1,), args=(x, y, d, s), kwargs=dict(BLOCK=64, STEPS=3), outputs={"d": d, "s": s},
+                      reference=reference, tolerances={"d": (1e-4, 1e-4), "s": (1e-4, 1e-4)})
+
+
+# -- a split of a carried fragment in a loop whose index tile could be staged: the copy of the tile it halves
+#    is a statement before the scalar let, so the loop names no stages (the tile is read again at each use) --
+@tle.jit
+def halves_in_gather_loop(t_ptr, idx_ptr, z_ptr, BI: tl.constexpr, STEPS: tl.constexpr):
+    offs_i = tl.arange(0, BI)
+    c2 = tl.arange(0, 2)
+    acc2 = tl.zeros([BI, 2], dtype=tl.float32)
+    acc = tl.zeros([BI], dtype=tl.float32)
+    for s in tl.range(0, STEPS, num_stages=2):
+        lo, hi = tl.split(acc2)
+        r0 = tl.load(idx_ptr + s * BI + 1)
+        rows = tl.load(idx_ptr + s * BI + offs_i, mask=offs_i < BI - 1, other=-1)      # read synchronously
+        g = tle.load(t_ptr + rows[:, None] * 2 + c2[None, :], mask=(rows >= 0)[:, None] & (c2[None, :] < 2),
+                     is_async=True)
+        acc += lo * hi + r0.to(tl.float32)
+        acc2 += tl.where((rows >= 0)[:, None], g, 0.0)
+    tl.store(z_ptr + offs_i, acc)
+
+
+@case(halves_in_gather_loop)
+def split_in_gather_loop(device):
+    t = torch.randn(40, 2, device=device)
+    idx = torch.randint(0, 40, (3 * 16,), device=device, dtype=torch.int32)
+    idx[::3] = -1
+    z = torch.full((16,), float("nan"), device=device)
+
+    def reference():
+        r = idx.long().view(3, 16)
+        ok = r >= 0
+        ok[:, 15] = False                          # masked off: `other` is -1
+        g = torch.where(ok[..., None], t[r.clamp(min=0)], 0.0)
+        acc2, acc = torch.zeros(16, 2, device=device), torch.zeros(16, device=device)
+        for s in range(3):
+            acc = acc + acc2[:, 0] * acc2[:, 1] + r[s, 1].float()
+            acc2 = acc2 + g[s]
+        return {"z": acc}
+    return tle.Launch(grid=(1,), args=(t, idx, z), kwargs=dict(BI=16, STEPS=3), outputs={"z": z},
+                      reference=reference, tolerances={"z": (1e-4, 1e-4)})

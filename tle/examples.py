@@ -9,6 +9,7 @@ need no shape flags.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -33,11 +34,29 @@ class Launch:
 
 
 def example(kernel):
-    """Register `fn(device, size) -> Launch` as the example launch of `kernel`."""
+    """Register `fn(device, size) -> Launch` as the example launch of `kernel`; it builds its inputs from a
+    fixed seed (`seeded`), so that every run checks the same numbers."""
     def deco(fn):
-        kernel.example = fn
+        kernel.example = seeded(fn)
         return fn
     return deco
+
+
+EXAMPLE_SEED = 0
+
+
+def seeded(fn: Callable) -> Callable:
+    """`fn(device, ...)` drawing its random inputs from torch's generators seeded with EXAMPLE_SEED; the
+    caller's generator states are left as they were."""
+    @functools.wraps(fn)
+    def build(device, *args, **kwargs):
+        on_cuda = torch.device(device).type == "cuda" and torch.cuda.is_available()
+        with torch.random.fork_rng(devices=[torch.cuda.current_device()] if on_cuda else []):
+            torch.default_generator.manual_seed(EXAMPLE_SEED)
+            if on_cuda:
+                torch.cuda.manual_seed(EXAMPLE_SEED)
+            return fn(device, *args, **kwargs)
+    return build
 
 
 # Default tolerances by output dtype, for outputs computed in fp32 and rounded once (reference in fp32):

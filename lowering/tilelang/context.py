@@ -53,6 +53,7 @@ class Context:
         self.grid = tuple(grid)
         self.ids = Identifiers(reserved={"T", "tilelang", "tvm", *GRID_VARS, *PY_BUILTINS})
         self.users = users(k)
+        self.splits = [o for o in k.walk() if o.name == "split"]     # expressions.py: what they read
         # Triton's debug mode, when the kernel is lowered: tl.device_assert is checked only then (debug.py)
         self.debug = debug
         self.imports_tvm = False               # the module needs `import tvm` (tvm.ir.Op.get of a TileLang op)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from ..ir import types as T
 from ..ir.core import Op, Value
 from ..ir.ops import ELEMENTWISE, LAYOUT, with_trait
-from .context import Context
+from .context import Buffer, Context
 from .rules import RULES
 from .syntax import GRID_VARS, literal, operand_index, reindex, tl_dtype
 
@@ -28,6 +28,8 @@ _LN2 = 0.6931471805599453
 @RULES.rule(*sorted(ELEMENTWISE_OPS), role="statement")
 def inline_or_materialize(g: Context, op: Op, indent: int):
     v = op.result
+    if op.name == "split":
+        stage_split_operand(g, op, indent)
     if v.type.is_scalar:
         if binds_let(g, op):
             name = g.ids.define(v)
@@ -35,7 +37,7 @@ def inline_or_materialize(g: Context, op: Op, indent: int):
             g.scalars[v.id] = name
         return
     if materializes(g, op, held=lambda u: u.id in g.buffers or u.id in g.scalars):
-        g.buffer_of(v, indent)
+        g.buffer_of(v, indent, "shared" if read_by_split(g, v) else "fragment")
 
 
 def binds_let(g: Context, op: Op) -> bool:
@@ -82,6 +84,87 @@ def _widens_int(op: Op) -> bool:
     return widens and (x.type.is_scalar or (x.defining_op is not None and x.defining_op.name == "arange"))
 
 
+# -- tl.split: where the tile it halves is read from ------------------------------------------------------
+# TileLang places a T.Parallel loop's iterations by inverting the index at which it reads a fragment: a read
+# of one element of every pair (`x[i0 * 2 + 1]`, `x[i0, 1]`) has no inverse, so the tile a split reads
+# lives in shared memory, which any thread may read at any index.
+def split_reads(g: Context, op: Op, ahead=None) -> list[Value]:
+    """The tiles whose elements split `op` reads at an index that its half fixes (through the element-wise
+    ops written inline, down to values held in a buffer): a join on that axis or a broadcast of it reads
+    its operands at the split's own index, and a reshape mixes the half into every axis. `ahead(value)`,
+    asked before the ops between are emitted: whether a value counts as held, to tell which of those ops
+    will be materialized (and read in place of what they compute from)."""
+    x = op.operands[0]
+    out, seen = [], set()
+    todo = [(x, x.type.rank - 1)]          # (value, the axis the half indexes; None: mixed by a reshape)
+    while todo:
+        v, axis = todo.pop()
+        if v is None or v.type.is_scalar or v.type.is_pointer or (v.id, axis) in seen:
+            continue
+        seen.add((v.id, axis))
+        out.append(v)
+        d = v.defining_op
+        held = v.id in g.scalars or (v.id in g.buffers and g.visible(g.buffers[v.id]))
+        if held or d is None or d.name not in ELEMENTWISE_OPS or (d.name == "split" and _staged(g, d)):
+            continue
+        if ahead is not None and not ahead(v) and materializes(g, d, held=ahead):
+            continue
+        todo.extend((o, a) for o, a in _half_axis(d, axis) if o is not None)
+    return out
+
+
+def _half_axis(op: Op, axis: int | None) -> list[tuple[Value, int | None]]:
+    """The operands of `op` whose index the half still fixes, with the axis it fixes there."""
+    rank = op.result.type.rank
+    if op.name == "reshape":
+        return [(op.operands[0], None)]
+    if op.name == "splat":
+        return []
+    if axis is None:
+        return [(o, None) for o in op.operands]
+    if op.name == "join":
+        return [] if axis == rank - 1 else [(o, axis) for o in op.operands]
+    if op.name == "broadcast":
+        src = op.operands[0].type.shape
+        off = rank - len(src)
+        return [] if axis < off or src[axis - off] == 1 else [(op.operands[0], axis - off)]
+    if op.name == "expand_dims":
+        ax = op.attrs["axis"]
+        return [] if axis == ax else [(op.operands[0], axis - (axis > ax))]
+    if op.name == "trans":
+        return [(op.operands[0], op.attrs["perm"][axis])]
+    return [(o, axis) for o in op.operands]     # element-wise, hint, split: the same index
+
+
+def read_by_split(g: Context, v: Value) -> bool:
+    """Does a split read tile `v` at an index that its half fixes (so `v` belongs in shared memory)?"""
+    ahead = lambda u: u.id == v.id or u.id in g.buffers or u.id in g.scalars     # noqa: E731
+    return any(v.id == r.id for o in g.splits for r in split_reads(g, o, ahead))
+
+
+def stage_split_operand(g: Context, op: Op, indent: int):
+    """Copy the tile split `op` halves to shared memory when it would read a fragment at the half's index
+    (a tile held in a fragment before the split was seen: a carried tile, a reduction's result)."""
+    x = op.operands[0]
+    held = [g.buffers[v.id] for v in split_reads(g, op) if v.id in g.buffers]
+    if not any(b.scope == "fragment" and g.visible(b) for b in held) or _staged(g, op):
+        return
+    b = g.buffers.get(x.id)
+    if b is None or not g.visible(b) or b.perm is not None or x.id in g.keepdims:
+        g.buffer_of(x, indent, "shared")
+        return
+    name = g.alloc((x.name or "t") + "_shared", x.type.shape, x.type.elem, "shared")
+    g.emit(f"T.copy({b.region()}, {name})", indent)
+    g.copies[(x.id, "shared", x.type.elem)] = Buffer(name, x.type.shape, x.type.elem, "shared", g.blocks[-1])
+
+
+def _staged(g: Context, op: Op) -> Buffer | None:
+    """The shared copy stage_split_operand made of the tile split `op` halves, where it is visible."""
+    x = op.operands[0]
+    b = g.copies.get((x.id, "shared", x.type.elem))
+    return b if b is not None and g.visible(b) else None
+
+
 # -- expression rules -------------------------------------------------------------------------------------
 @RULES.rule("const", role="expression")
 def const(g: Context, op: Op, idx: list[str]) -> str:
@@ -125,7 +208,9 @@ def join(g: Context, op: Op, idx: list[str]) -> str:
 
 @RULES.rule("split", role="expression")
 def split(g: Context, op: Op, idx: list[str]) -> str:
-    return g.elem(op.operands[0], list(idx) + [str(op.attrs["half"])])
+    at = list(idx) + [str(op.attrs["half"])]
+    staged = _staged(g, op)
+    return staged.at(at) if staged is not None else g.elem(op.operands[0], at)
 
 
 @RULES.rule("binary", role="expression")

@@ -8,6 +8,7 @@ from __future__ import annotations
 from ..analysis.access import Access, mask_always_true
 from ..ir.core import Op, Value
 from .context import Buffer, Context
+from .expressions import read_by_split
 from .gathers import zero_filled_rows
 from .rules import RULES
 from .staged_stores import stages_through_shared
@@ -59,7 +60,7 @@ def load(g: Context, op: Op, indent: int):
         return
     pipelined_async = op.attrs.get("async") == "pipelined"
     dot_operand = any(u.name == "dot" for u in g.value_users(v))
-    scope = "shared" if pipelined_async or dot_operand else "fragment"
+    scope = "shared" if pipelined_async or dot_operand or read_by_split(g, v) else "fragment"
     # a plain load of a dot operand at the top of a pipelined loop is, to TileLang, one more copy of
     # the loop's stage 0 (as a T.copy there would be); only where the trip count is a constant:
     # TileLang 0.1.15 fails on a loop of dynamic length holding asynchronous copies

@@ -101,20 +101,22 @@ class _Simulation:
         results = [r.id for r in op.results]
         if n in _ELEMENTWISE:
             v = op.result
+            # a split may first copy the tile it halves to shared memory (expressions.stage_split_operand)
+            first = [MAYBE] if n == "split" else []
             if v.type.is_scalar:
                 if binds_let(g, op):
                     self.surely.add(v.id)
-                    return [LET]
-                return []
+                    return first + [LET]
+                return first
             # more values held: a lower cost. Materialized whatever else is held: surely; with only what is
             # surely held: possibly
             if materializes(g, op, held=lambda u: self.held(u, possibly=True)):
                 self.surely.add(v.id)
-                return [STATEMENT]
+                return first + [STATEMENT]
             if materializes(g, op, held=lambda u: self.held(u, possibly=False)):
                 self.maybe.add(v.id)
-                return [MAYBE]
-            return []
+                return first + [MAYBE]
+            return first
         if n == "load":
             v = op.result
             if v.id in self.staged:
