@@ -806,6 +806,27 @@ PLANS = {
         ('atomic', 'scalar', 'T.atomic_add with return_prev on one thread'),
         ('atomic', 'scalar', 'T.atomic_add on one thread'),
     ],
+    'split_loaded_tiles': [
+        ('load', 'box', 'T.copy into shared'),
+        ('store', 'box', 'T.copy from fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+        ('load', 'box', 'T.copy into shared'),
+        ('store', 'box', 'T.copy from fragment'),
+        ('load', 'box', 'T.copy into shared'),
+        ('store', 'box', 'T.copy from fragment'),
+    ],
+    'split_computed_tiles': [
+        ('load', 'box', 'T.copy into shared'),
+        ('store', 'box', 'T.copy from fragment'),
+        ('load', 'box', 'T.copy into fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+    ],
+    'split_in_gather_loop': [
+        ('load', 'scalar', 'scalar expression'),
+        ('load', 'box', 'read at each use'),
+        ('load', 'gather', 'T.Parallel into shared'),
+        ('store', 'box', 'T.copy from fragment'),
+    ],
 }
 KERNELS = dict(example_kernels())
 
