@@ -14,6 +14,8 @@ BACKEND_MODULES = {
     "triton": ".triton.backend",
     "tilelang": ".tilelang.backend",
 }
+# what a kernel lowers to where neither the call, the decorator nor TLE_BACKEND names a backend
+DEFAULT_BACKEND = "triton"
 
 
 class Compiled(ABC):

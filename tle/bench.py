@@ -23,6 +23,7 @@ import torch
 
 from tle.benchmark.provenance import commit, short_dtypes, today, versions
 from tle.cli import check, poison
+from tle.oplib.backend import KERNEL_BACKENDS
 
 KERNELS = {"vector_add": "add_kernel", "matmul": "matmul_kernel", "sparse_mla": "sparse_mla_fwd_kernel"}
 # extra tle rows: (row name, backend, extra kwargs[, "module.kernel" when not the op's kernel]): the effect
@@ -36,7 +37,7 @@ VARIANTS = {"sparse_mla": [("triton, is_async=False", "triton", {"ASYNC": False}
 MEMORY_BOUND = {"vector_add"}
 # page names where a kernel's differs from its own: tle-bench's page sparse_mla.md is the operator tle.ops.sparse_mla
 PAGES = {"sparse_mla": "sparse_mla_seed"}
-TLE_BACKENDS = ("triton", "tilelang")
+TLE_BACKENDS = KERNEL_BACKENDS
 
 
 def torch_impls(op: str, launch) -> list[tuple[str, object]]:

@@ -5,9 +5,7 @@ from __future__ import annotations
 import os
 
 from tle.errors import BackendUnavailable
-from tle.lowering.backend import Backend, backend_names, get_backend
-
-DEFAULT_BACKEND = "triton"
+from tle.lowering.backend import DEFAULT_BACKEND, Backend, backend_names, get_backend
 
 
 def available_backends() -> dict[str, str | None]:

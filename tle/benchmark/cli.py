@@ -28,11 +28,11 @@ from tle.benchmark.measure import MODES, TBS, Options, bench_operator, metric_of
 from tle.benchmark.progress import Progress
 from tle.benchmark.provenance import observation
 from tle.benchmark.timing import timer_for
-from tle.oplib.backend import OP_BACKENDS
+from tle.oplib.backend import KERNEL_BACKENDS, OP_BACKENDS
 
 DTYPES = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16,
           "half": torch.float16, "fp32": torch.float32, "float32": torch.float32, "float": torch.float32}
-DEFAULT_BACKENDS = "triton,tilelang"
+DEFAULT_BACKENDS = ",".join(KERNEL_BACKENDS)
 DEFAULT_MODES = "fwd,bwd"
 DEFAULT_OUT = os.path.join("docs", "benchmark")
 NO_CUDA = ("tle-bench: no CUDA device here; benchmarks run on a GPU machine "

@@ -20,6 +20,7 @@ import torch
 from tle.benchmark import check as checks
 from tle.benchmark.provenance import SHORT_DTYPES
 from tle.benchmark.timing import copy_ms, tb_per_s, tflop_per_s
+from tle.oplib.backend import KERNEL_BACKENDS
 from tle.oplib.operator import Operator, Sample
 
 MODES = ("fwd", "bwd", "full")
@@ -149,7 +150,7 @@ def _why(e: BaseException) -> str:
 # -- one case --------------------------------------------------------------------------------------------------
 @dataclass
 class Options:
-    backends: tuple = ("triton", "tilelang")
+    backends: tuple = KERNEL_BACKENDS
     peers: bool = True
     compile: bool = True
 

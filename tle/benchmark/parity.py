@@ -48,9 +48,10 @@ import torch
 
 from tle.benchmark import records as records_mod
 from tle.benchmark.provenance import observation, short_dtypes
+from tle.oplib.backend import KERNEL_BACKENDS
 
-IMPLS = ("plain", "triton", "tilelang")
-IMPL_TITLES = {"plain": "plain @triton.jit", "triton": "tle triton", "tilelang": "tle tilelang"}
+IMPLS = ("plain", *KERNEL_BACKENDS)
+IMPL_TITLES = {"plain": "plain @triton.jit", **{b: f"tle {b}" for b in KERNEL_BACKENDS}}
 TARGET = 0.97                       # tle triton / plain, throughput
 WARMUP_MS, REP_MS = 50, 300
 PAGE = "triton_parity.md"
@@ -268,7 +269,7 @@ def runners(case: Case, launch, device: torch.device) -> dict[str, Callable]:
             return lambda: kernel.interpret_tilelang(grid, *args, **kwargs)
         return lambda: kernel[grid](*args, backend=backend, **kwargs)
 
-    return {"plain": plain, "triton": tle_on("triton"), "tilelang": tle_on("tilelang")}
+    return {"plain": plain, **{b: tle_on(b) for b in KERNEL_BACKENDS}}
 
 
 def unavailable(case: Case, impl: str, device: torch.device, launch) -> str | None:
@@ -596,8 +597,8 @@ def main(argv=None, reexec: bool = False) -> int:
         p.error(f"unknown device {args.device!r} (cuda, cuda:N, or cpu)")
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     for b in backends:
-        if b not in ("triton", "tilelang"):
-            p.error(f"unknown backend {b!r} in --backends (triton, tilelang)")
+        if b not in KERNEL_BACKENDS:
+            p.error(f"unknown backend {b!r} in --backends ({', '.join(KERNEL_BACKENDS)})")
     if args.rounds < 1:
         p.error("--rounds must be at least 1")
     impls = ["plain"] + [b for b in IMPLS[1:] if b in backends]

@@ -23,6 +23,7 @@ from triton.testing import do_bench
 import tle
 from tle.benchmark.provenance import commit, device_name, today, versions
 from tle.kernels import sparse_mla as m
+from tle.oplib.backend import KERNEL_BACKENDS
 
 SHAPE = dict(B=1, S=4096, SKV=8192, H=128, D=512, TD=64, topk=2048)
 SPACE = [(64, 64, 8), (64, 32, 8), (32, 64, 8), (64, 64, 4), (32, 32, 8)]     # (BH, BK, num_warps)
@@ -82,7 +83,7 @@ def main(argv=None) -> int:
 
     def grid_of(meta):
         return (SHAPE["B"], SHAPE["S"], triton.cdiv(SHAPE["H"], meta["BH"]))
-    for backend in ("triton", "tilelang"):
+    for backend in KERNEL_BACKENDS:
         tuned[grid_of](*args, is_causal=True, backend=backend)
         cfg = tuned.best_config
         chosen = f"BH={cfg.kwargs['BH']} BK={cfg.kwargs['BK']} {cfg.num_warps} warps"

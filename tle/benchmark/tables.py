@@ -6,9 +6,10 @@ records kept from earlier runs, marked * (their date and commit are in the JSON 
 from __future__ import annotations
 
 from tle.benchmark.measure import ANCHOR, COMPILED, COPY, TLE_TORCH
+from tle.oplib.backend import KERNEL_BACKENDS
 
 ORDER_HEAD = (ANCHOR, COMPILED)
-ORDER_TAIL = (TLE_TORCH, "triton", "tilelang")
+ORDER_TAIL = (TLE_TORCH, *KERNEL_BACKENDS)
 STATUS_CELL = {"fail": "FAIL", "error": "error", "skip": "skipped"}
 
 

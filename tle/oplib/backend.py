@@ -13,9 +13,10 @@ import torch
 
 from tle import select
 from tle.errors import BackendUnavailable
+from tle.lowering.backend import DEFAULT_BACKEND, backend_names
 
-OP_BACKENDS = ("torch", "triton", "tilelang")
-DEFAULT_BACKEND = "triton"
+KERNEL_BACKENDS = tuple(backend_names())          # the compiler's backends, in their order
+OP_BACKENDS = ("torch",) + KERNEL_BACKENDS        # operators also run their torch reference
 FALLBACKS = (None, "torch")
 
 _warned: set = set()
@@ -42,7 +43,7 @@ _unusable: dict = {}
 
 
 def usable_backends(device: torch.device) -> list[str]:
-    return ["torch"] + [n for n in OP_BACKENDS[1:] if kernel_unusable_reason(n, device) is None]
+    return ["torch"] + [n for n in KERNEL_BACKENDS if kernel_unusable_reason(n, device) is None]
 
 
 def resolve(op: str, device: torch.device, backend: str | None = None, fallback: str | None = None) -> str:
