@@ -46,7 +46,6 @@ import triton.language as tl
 import tle
 from tle.oplib import BenchSpec, Operator, Sample, check_float, check_kernel_dtypes, check_tensor, resolve
 from tle.oplib.arith import cdiv, next_power_of_2
-from tle.oplib.backend import KERNEL_BACKENDS
 from tle.oplib.dispatch import custom_op
 from tle.oplib.rows import torch_compute_dtype
 
@@ -605,5 +604,6 @@ OPERATOR = Operator(
     bench=BenchSpec(shapes=[(1048576, 256, 65536, 32), (1048576, 64, 65536, 32), (1048576, 128, 65536, 32),
                             (1048576, 512, 65536, 32), (1048576, 1024, 65536, 32)],
                     make=_bench_make, bytes=_bench_bytes, eager=_eager,
-                    peers={f"tle {b}, backward=atomic": _tle_variant(b, "atomic") for b in KERNEL_BACKENDS},
+                    peers={f"tle {b}, backward=atomic": _tle_variant(b, "atomic")
+                           for b in tle.oplib.backend.KERNEL_BACKENDS},
                     shape_help="NUM_EMBEDDINGSxDIMxBAGSxBAG_SIZE"))
