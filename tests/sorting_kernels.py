@@ -66,3 +66,43 @@ def triton_counts(x: torch.Tensor, bins: int) -> torch.Tensor:
     the last bin closed)."""
     b = x.long() & (max(bins, 32) - 1)
     return torch.bincount(b[b < bins], minlength=bins).to(torch.int32)
+
+
+def triton_network(x: torch.Tensor, k: int | None = None, descending: bool = False) -> torch.Tensor:
+    """tl.sort(x, descending=...) (k None) or tl.topk(x, k) along the last dimension of a CPU tensor, as
+    Triton's sort_impl (triton/language/standard.py) computes it, written from that definition: the
+    independent reference of the tests, bit for bit.
+
+    A bitonic network over each row of n = 2**log_n elements: stage s (1..log_k) merges runs of 2**s with
+    compare-exchange steps on index bits s-1..0; in each step element i, with partner y = x[i ^ 2**bit],
+    takes y where `(x > y) != (flip ^ right)` (`right`: bit `bit` of i; `flip`: bit s of i until the last
+    stage, then `descending`). For topk, each further level keeps max(x[i], x[i + k]) of every pair of runs of k
+    and merges the runs again; of -0.0 and 0.0 the max here keeps the first, where Triton's maxnumf may keep
+    either.
+
+    Where no comparison is true (equal keys, -0.0 against 0.0, NaN against anything) both elements of a pair
+    end up with the lower element's bits: the signs of the zeros are the network's, not a stable sort's, and
+    NaN is copied (in the lower element) or dropped (in the upper one), so with NaN the output need not be
+    sorted nor hold the input's values; each output element is still one of its row's inputs."""
+    n = x.shape[-1]
+    log_n = n.bit_length() - 1
+    log_k = log_n if k is None else k.bit_length() - 1
+    assert n == 1 << log_n and (k is None or (k == 1 << log_k <= n and descending))
+
+    def merge(h, stage, flip):
+        i = torch.arange(h.shape[-1])
+        flip = (i >> stage) & 1 if flip == "alternate" else torch.full_like(i, int(flip))
+        for bit in reversed(range(stage)):
+            y = h[..., i ^ (1 << bit)]
+            h = torch.where((h > y) != (flip ^ ((i >> bit) & 1)).bool(), y, h)
+        return h
+
+    h = x.clone()
+    for stage in range(1, log_k + 1):
+        h = merge(h, stage, "alternate" if stage < log_n else descending)
+    for level in range(log_k + 1, log_n + 1):
+        pairs = h.unflatten(-1, (-1, 2, 1 << log_k))
+        a, b = pairs[..., 0, :], pairs[..., 1, :]
+        h = torch.where(b > a, b, a).flatten(-2)
+        h = merge(h, log_k, "alternate" if level < log_n else descending)
+    return h

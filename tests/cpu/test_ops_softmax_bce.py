@@ -152,10 +152,20 @@ def test_bce_module_checks_its_reduction():
         tle.ops.BCEWithLogitsLoss(reduction="avg")
 
 
-def test_bce_target_grad_is_allowed_without_grad_mode():
+@pytest.mark.parametrize("backend", ["torch"] + kernel_backends())
+@pytest.mark.parametrize("reduction", ["none", "mean"])
+def test_bce_target_grad_is_allowed_without_grad_mode(backend, reduction):
+    """Under no_grad nothing is differentiated, so a target that requires grad is read as any other: torch's
+    loss, which requires no grad. With grad mode on the same call is refused."""
     x, t = x_t(3, 4)
+    t.requires_grad_()
     with torch.no_grad():
-        BCE(x, t.requires_grad_(), backend="torch")
+        got = on(backend, lambda: BCE(x, t, reduction=reduction, backend=backend))
+    ref = F.binary_cross_entropy_with_logits(x.double(), t.detach().double(), reduction=reduction)
+    assert not got.requires_grad and got.shape == ref.shape and got.dtype == torch.float32
+    torch.testing.assert_close(got.double(), ref, atol=1e-6, rtol=1e-5)
+    with pytest.raises(tle.LaunchError, match="'target' requires grad"):
+        on(backend, lambda: BCE(x, t, reduction=reduction, backend=backend))
 
 
 @pytest.mark.parametrize("backend", kernel_backends())

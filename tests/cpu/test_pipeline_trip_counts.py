@@ -13,6 +13,7 @@ import torch
 import triton.language as tl
 
 import tle
+from dot_precision import roundings, sum_bound
 from kernel_cases import lower_example
 from tilelang_oracle import interpret_tilelang, needs_tilelang
 from tle.cli import meta_copy
@@ -108,7 +109,9 @@ def _dot_launch(trip: int, runtime: bool):
     c = torch.full((BM, BN), float("nan"))
     args = (a, b, c, trip)
     kwargs = dict(N=0 if runtime else trip, RUNTIME=runtime, BM=BM, BN=BN, BK=BK)
-    want = torch.einsum("kmj,kjn->mn", a[:trip].float(), b[:trip].float()) if trip else torch.zeros(BM, BN)
+    a_all = a[:trip].permute(1, 0, 2).reshape(BM, trip * BK)             # the trip steps as one product
+    b_all = b[:trip].reshape(trip * BK, BN)
+    want = (a_all.double() @ b_all.double(), sum_bound(a_all, b_all))
     return (1,), args, kwargs, c, want
 
 
@@ -130,19 +133,33 @@ def _gather_launch(trip: int, runtime: bool, slack: int = BI - 1):
 
 
 def _gather_reference(q, kv, idx, slack):
-    out = torch.zeros(G, BH, D)
+    out, tol = torch.zeros(G, BH, D, dtype=torch.float64), torch.zeros(G, BH, D, dtype=torch.float64)
     for p in range(G):
         limit = p * BI + slack
         ids = idx[: max(0, min(len(idx), (limit // BI + 1) * BI))].long()     # the blocks the guard lets in
         valid = (ids >= 0) & (ids <= limit)
         rows = kv[ids.clamp(0, ROWS - 1)].float() * valid[:, None]             # [n, D]
-        s = (q[p].float() @ rows.T).half().float()
-        out[p] = s @ rows
-    return out
+        out[p], tol[p] = _scores_then_rows(q[p], rows)
+    return out, tol
+
+
+def _scores_then_rows(q, rows):
+    """(q rowsᵀ) rounded to fp16, times rows (fp64), and how far the kernels' result may be from it: each
+    score, an fp32 sum, may round to the fp16 value on either side where its sum's bound straddles a rounding
+    boundary (times its row), and the second product's fp32 sum adds its own bound."""
+    q, rows = q.double(), rows.double()
+    exact = q @ rows.T
+    lo, hi = roundings(exact, sum_bound(q, rows.T), torch.float16)
+    want = exact.half().double() @ rows
+    tol = (hi.double() - lo.double()) @ rows.abs() + sum_bound(torch.maximum(lo.abs(), hi.abs()), rows)
+    return want, tol
 
 
 def _check(got, want):
-    torch.testing.assert_close(got, want, atol=2e-2, rtol=2e-2)
+    """`want`: the exact result (fp64) and how far the kernel may be from it, per element."""
+    want, tol = want
+    err = (got.double() - want).abs()
+    assert bool((err <= tol).all()), f"max error {err.max().item():.3g}, by {(err - tol).max().item():.3g} past its bound"
 
 
 # -- TileLang: lowered and compiled for sm_90a at every trip count ---------------------------------------------
@@ -331,5 +348,4 @@ def test_an_index_tile_whose_mask_tilelang_proves_true_is_read_synchronously():
     interpret_tilelang(unguarded_gather, (1,), q, kv, idx, out, **kwargs)
     ids = idx.long()
     rows = kv[ids.clamp(0, ROWS - 1)].float() * (ids >= 0)[:, None]
-    want = sum(((q.float() @ rows[j:j + BI].T).half().float() @ rows[j:j + BI]) for j in range(0, k, BI))
-    _check(out, want)
+    _check(out, _scores_then_rows(q, rows))

@@ -1,8 +1,9 @@
 """tl.sort, tl.topk and tl.histogram on both backends, without a GPU: Triton's lowering in Triton's
 interpreter, TileLang's (a bitonic network over shared memory, shared-memory atomics; see
 lowering/tilelang/sorting.py) in the interpreter of TileLang programs, which also reports a race between
-the iterations of a T.Parallel loop (an in-place compare-exchange would be one). Both against torch, and
-against each other bit for bit where torch's order of equal keys is not Triton's (-0.0 and 0.0).
+the iterations of a T.Parallel loop (an in-place compare-exchange would be one). Both against torch, and,
+where torch's order is not Triton's (-0.0 and 0.0, NaN), bit for bit against a model of Triton's network
+(tests/sorting_kernels.py's triton_network).
 
 A histogram counts a value outside [0, num_bins) as compiled Triton does (by its low bits, tests/
 sorting_kernels.py's triton_counts), on TileLang too; Triton's interpreter counts numpy's way (only values
@@ -17,7 +18,8 @@ import triton.language as tl
 import tle
 from tle.lowering.errors import LoweringError
 from tle.lowering.tilelang.sorting import network
-from sorting_kernels import histogram_blocks, histogram_loop, sort_1d, sort_2d, topk_1d, topk_2d, triton_counts
+from sorting_kernels import (histogram_blocks, histogram_loop, sort_1d, sort_2d, topk_1d, topk_2d, triton_counts,
+                             triton_network)
 from tilelang_oracle import run_on
 
 BACKENDS = ("triton", "tilelang")
@@ -77,28 +79,60 @@ def _special(n, nan=True):
     return torch.tensor(base)[torch.randint(0, len(base), (n,), generator=torch.Generator().manual_seed(n))]
 
 
-def _on_both(kernel, grid, x, out_shape, **kw):
-    out = {}
-    for backend in BACKENDS:
-        out[backend] = _poison(out_shape, torch.float32)
-        run_on(backend, kernel, grid, x, out[backend], **kw)
-    assert torch.equal(out["tilelang"].view(torch.int32), out["triton"].view(torch.int32)), out
-    return out["tilelang"]
+SENTINEL = 12345.0          # in no input: an element a kernel leaves unwritten cannot match
 
 
+def _from_sentinel(backend, kernel, grid, x, out_shape, **kw):
+    out = torch.full(out_shape, SENTINEL)
+    run_on(backend, kernel, grid, x, out, **kw)
+    return out
+
+
+def _bits(t):
+    return t.view(torch.int32)
+
+
+def _assert_bits(got, expect):
+    assert torch.equal(_bits(got), _bits(expect)), (got, expect)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int32], ids=["fp32", "i32"])
+@pytest.mark.parametrize("n", [2, 16, 128, 1024])
+def test_triton_network_model_sorts_like_torch(n, dtype):
+    """The reference model of Triton's network (sorting_kernels.triton_network) against torch, without NaN."""
+    x = _values((3, n), dtype, seed=n)
+    for desc in (False, True):
+        assert torch.equal(triton_network(x, descending=desc), x.sort(dim=1, descending=desc).values)
+    for k in sorted({1, 2, 8, n}):
+        if k <= n:
+            assert torch.equal(triton_network(x, k=k, descending=True), x.topk(k, dim=1).values)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("desc", [False, True], ids=["asc", "desc"])
 @pytest.mark.parametrize("n", [16, 256])
-def test_sort_of_signed_zeros_and_ties_is_tritons_bit_for_bit(n, desc):
+def test_sort_of_signed_zeros_and_ties_is_tritons_bit_for_bit(backend, n, desc):
+    """Sorted as torch sorts (-0.0 == 0.0), and the sign of each zero the one Triton's network gives it."""
     x = _special(2 * n, nan=False).view(2, n)
-    y = _on_both(sort_1d, (2,), x, (2, n), N=n, DESC=desc)
-    assert torch.equal(y, x.sort(dim=1, descending=desc).values)      # -0.0 == 0.0 here
+    expect = triton_network(x, descending=desc)
+    assert torch.equal(expect, x.sort(dim=1, descending=desc).values)
+    assert not torch.equal(_bits(expect), _bits(x.sort(dim=1, stable=True, descending=desc).values))
+    _assert_bits(_from_sentinel(backend, sort_1d, (2,), x, (2, n), N=n, DESC=desc), expect)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("desc", [False, True], ids=["asc", "desc"])
 @pytest.mark.parametrize("n", [16, 256])
-def test_sort_with_nan_is_tritons_bit_for_bit(n, desc):
-    """Triton's network does not order NaN (no comparison with it is true): whatever it makes of it."""
-    _on_both(sort_1d, (2,), _special(2 * n).view(2, n), (2, n), N=n, DESC=desc)
+def test_sort_with_nan_is_tritons_bit_for_bit(backend, n, desc):
+    """No comparison with NaN is true, so Triton's network copies or drops NaN and leaves the row unsorted;
+    what is defined is the network's result (triton_network), in which each element is one of the row's
+    inputs."""
+    x = _special(2 * n).view(2, n)
+    expect = triton_network(x, descending=desc)
+    y = _from_sentinel(backend, sort_1d, (2,), x, (2, n), N=n, DESC=desc)
+    _assert_bits(y, expect)
+    for r in range(2):
+        assert set(_bits(y[r]).tolist()) <= set(_bits(x[r]).tolist())
 
 
 # -- topk ----------------------------------------------------------------------------------------------------
@@ -125,11 +159,18 @@ def test_topk_2d(backend, rows, n, k, dtype):
     assert torch.equal(y, x.topk(k, dim=1).values * 2)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("n, k", [(64, 8), (256, 2), (32, 32)])
-def test_topk_of_signed_zeros_and_ties_is_tritons_bit_for_bit(n, k):
+def test_topk_of_signed_zeros_and_ties_is_tritons_bit_for_bit(backend, n, k):
+    """torch's k largest (-0.0 == 0.0), the zeros' signs Triton's network's. Which zero the max of -0.0 and
+    0.0 that halves the row keeps is left to maxnumf (either; numpy's reduction in Triton's interpreter
+    picks one or the other by layout), so in these cases no halving meets two zeros: k is n, or no zero is
+    among the k largest."""
     x = _special(n, nan=False).view(1, n)
-    y = _on_both(topk_1d, (1,), x, (1, k), N=n, K=k)
-    assert torch.equal(y, x.topk(k, dim=1).values)
+    expect = triton_network(x, k=k, descending=True)
+    assert k == n or not (expect == 0).any()
+    assert torch.equal(expect, x.topk(k, dim=1).values)
+    _assert_bits(_from_sentinel(backend, topk_1d, (1,), x, (1, k), N=n, K=k), expect)
 
 
 # -- histogram ---------------------------------------------------------------------------------------------

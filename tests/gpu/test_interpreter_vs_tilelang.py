@@ -61,7 +61,9 @@ def _both(kernel, launch):
     for n, t in launch.outputs.items():
         got = gpu[where[n]]
         atol, rtol = tolerance(launch, n, t, got.cpu().float() if got.is_floating_point() else got.cpu())
-        _agree(n, t, got, atol, rtol)
+        # two results, each within the tolerance of the reference, may differ by twice it (fast-math exp and
+        # rsqrt on the GPU, float64 products in the interpreter)
+        _agree(n, t, got, 2 * atol, 2 * rtol)
 
 
 @pytest.mark.parametrize("name, kernel", KERNELS, ids=[n for n, _ in KERNELS])

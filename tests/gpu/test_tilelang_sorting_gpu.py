@@ -1,5 +1,6 @@
 """tl.sort, tl.topk and tl.histogram compiled and run on CUDA on both backends, against torch, and against
-each other bit for bit where torch's order differs from Triton's (NaN, -0.0). TileLang writes them out
+each other and (the sorts) a model of Triton's network bit for bit where torch's order differs from Triton's
+(NaN, -0.0). TileLang writes them out
 (lowering/tilelang/sorting.py: a bitonic network over shared memory with a barrier after each step,
 shared-memory atomics); tests/cpu/test_tilelang_sorting.py runs the same kernels without a GPU.
 
@@ -8,7 +9,8 @@ A histogram's values outside [0, num_bins) are counted as compiled Triton counts
 import pytest
 import torch
 
-from sorting_kernels import histogram_blocks, histogram_loop, sort_1d, sort_2d, topk_1d, topk_2d, triton_counts
+from sorting_kernels import (histogram_blocks, histogram_loop, sort_1d, sort_2d, topk_1d, topk_2d, triton_counts,
+                             triton_network)
 
 BACKENDS = ("triton", "tilelang")
 
@@ -89,8 +91,14 @@ def test_nan_and_signed_zeros_match_compiled_triton_bit_for_bit(n):
                                   (topk_1d, (2, 8), dict(N=n, K=8))):
         out = {}
         for backend in BACKENDS:
-            out[backend] = _poison(out_shape, torch.float32)
+            out[backend] = torch.full(out_shape, 12345.0, device="cuda")      # in no input
             _run(kernel, (2,), x, out[backend], backend=backend, **kw)
+            for r in range(2):                  # whatever the network makes of NaN, an input of the row
+                assert set(out[backend][r].view(torch.int32).tolist()) <= set(x[r].view(torch.int32).tolist())
+        if kernel is sort_1d:                   # the network's result, exactly (no max whose zero is maxnumf's)
+            expect = triton_network(x.cpu(), descending=kw["DESC"]).cuda()
+            for backend in BACKENDS:
+                assert torch.equal(out[backend].view(torch.int32), expect.view(torch.int32)), (backend, kw, out)
         assert torch.equal(out["tilelang"].view(torch.int32), out["triton"].view(torch.int32)), (kernel, kw, out)
 
 

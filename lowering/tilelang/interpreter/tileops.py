@@ -6,7 +6,9 @@ them: whole regions at once, for the whole block. (Element atomics are in memory
   outside are skipped); an index outside a shared or fragment buffer is an error.
 - T.gemm computes C (+)= op(A) @ op(B) in float64 and rounds once to C's dtype: products of bf16, fp16
   and int8 operands are exact, only the final rounding differs from the tensor cores' fp32 sums.
-  fp32 operands are multiplied exactly (the GPU may use tf32).
+  fp32 operands are read as tf32, as the tensor cores read them (TileLang has no fp32 product): the low 13
+  of their 23 mantissa bits dropped, which truncates toward zero (an H200's mma.sync and wgmma fed fp32 bits,
+  as TileLang's code feeds them, with no cvt.rna).
 - T.reduce_max/min ignore NaN as CUDA's fmaxf/fminf do; sums accumulate in float64.
 - T.cumsum (on shared buffers) accumulates floats in float64 and integers in int64, wrapped to the dtype when
   written.
@@ -135,6 +137,11 @@ def _matrix(fr, region: Region, what: str) -> torch.Tensor:
     return v.reshape(region.extents[-2], region.extents[-1])
 
 
+def _tf32(v: torch.Tensor) -> torch.Tensor:
+    """fp32 values as a tf32 product reads them: the low 13 mantissa bits cleared (toward zero)."""
+    return (v.contiguous().view(torch.int32) & ~0x1FFF).view(torch.float32)
+
+
 def gemm(a: Region, b: Region, c: Region, trans_a: bool, trans_b: bool, m: int, n: int, k: int, clear: bool):
     def run(fr):
         _uniform_context(fr, "T.gemm")
@@ -143,6 +150,10 @@ def gemm(a: Region, b: Region, c: Region, trans_a: bool, trans_b: bool, m: int, 
         if x.shape != (m, k) or y.shape != (k, n) or (c.extents[-2], c.extents[-1]) != (m, n):
             raise Unsupported(f"T.gemm of {tuple(x.shape)} by {tuple(y.shape)} into {c.extents} "
                               f"(M={m}, N={n}, K={k})")
+        if dtypes.name(a.info.dtype) == "float32":
+            x = _tf32(x)
+        if dtypes.name(b.info.dtype) == "float32":
+            y = _tf32(y)
         product = x.double() @ y.double()
         if not clear:
             product = _matrix(fr, c, "C").double() + product
