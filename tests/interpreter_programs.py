@@ -462,3 +462,21 @@ def parallel_in_thread_branch(y: T.Tensor((64,), 'float32')):
             for i in T.Parallel(64):
                 y[i] = 1.0
 ''')
+
+# cp.async of 8 fp16 elements (16 bytes) per thread, landing on an mbarrier, `shift` elements into x and `into`
+# elements into s: 16-byte aligned only where both are multiples of 8 (and x's own address is aligned)
+ERRORS["cp_async_alignment"] = Case('''
+@T.prim_func
+def cp_async_alignment(x: T.Tensor((136,), 'float16'), y: T.Tensor((128,), 'float16'), shift: T.int32,
+                       into: T.int32):
+    with T.Kernel(1, threads=16) as bx:
+        s = T.alloc_shared((136,), 'float16')
+        full = T.alloc_barrier(arrive_count=16)
+        tx = T.get_thread_binding()
+        T.ptx_cp_async(T.access_ptr(s[tx * 8 + into], 'w', 8), T.access_ptr(x[tx * 8 + shift], 'r', 8), 8,
+                       tx < 15)
+        T.cp_async_barrier_noinc(full[0])
+        T.barrier_wait(full[0], 0)
+        for i in T.Parallel(128):
+            y[i] = s[i]
+''')

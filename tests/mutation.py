@@ -36,8 +36,8 @@ Never mutated: docstrings and other bare strings, type annotations, imports, `__
 strings inside raise statements, assert messages and message-like calls (error, warn, notes, report,
 print, exception constructors) are free text and take no string-token mutation.
 
-Each worker owns a copy of the source tree (tle/, lowering/, kernels/, tests/, pyproject.toml,
-README.md) in a temporary folder, with its own TLE_CACHE_DIR, TRITON_CACHE_DIR, TILELANG_CACHE_DIR and
+Each worker owns a copy of the source tree (tle/, lowering/, kernels/, tests/, docs/, pyproject.toml,
+setup.py, README.md) in a temporary folder, with its own TLE_CACHE_DIR, TRITON_CACHE_DIR, TILELANG_CACHE_DIR and
 TMPDIR. A mutant is written into the copy, the test command runs there with the copy first on
 PYTHONPATH (checked at start: tle, tle.lowering, tle.kernels and the targets must import from the
 copy), and the pristine file is put back. Bytecode is not written, so a mutant of the same size and
@@ -93,7 +93,8 @@ QUICK = ("tests/cpu/test_access_analysis.py", "tests/cpu/test_access_plans.py",
          "tests/cpu/test_syntax_corpus.py::test_tilelang_interpreter",
          "tests/cpu/test_kernels_interpreter.py::test_tilelang_lowering_matches_reference")
 QUICK_GOLDENS = ("tests/cpu/test_golden.py",)    # under --with-goldens, first: they kill in seconds
-COPIED = ("tle", "lowering", "kernels", "tests", "pyproject.toml", "README.md")
+# what the tests import or read (docs/lowering.md, setup.py among them)
+COPIED = ("tle", "lowering", "kernels", "tests", "docs", "pyproject.toml", "setup.py", "README.md")
 OPERATORS = ("comparison", "off-by-one", "arithmetic", "boolean", "string-token", "dropped-mask", "transpose",
              "known")
 STATUSES = ("killed", "survived", "timeout", "error")

@@ -43,6 +43,8 @@ def row_gather(g: Context, op: Op, threads: int) -> RowGather | None:
     gathered = acc.kind == "gather" and len(off.data) == 1 and off.data[0][1] == (0,)
     if not (gathered or acc.kind == "box") or off.axis_coef(1) != 1:
         return None
+    if not g.arg[acc.param.value.id].aligned16:
+        return None                 # the offsets below are aligned; the tensor's own address must be too
     chunk = _CHUNK_BYTES * 8 // ptr.type.elem.elem.bits
     rows, cols = ptr.type.shape
     coefs = [off.const, off.axis_coef(0), *(c for _, c in off.syms), *(c for *_, c in off.data)]

@@ -520,6 +520,42 @@ def test_device_print_in_the_tilelang_source():
 
 
 @tle.jit
+def printed_fp64(x_ptr, BLOCK: tl.constexpr):
+    x = tl.load(x_ptr + tl.arange(0, BLOCK))
+    tl.device_print("d", x)
+    tl.device_print("hd", x, hex=True)
+
+
+FP64_PRINTED = [1.5, -0.0, 0.0, float("inf"), float("-inf"), float("nan"), 1 / 3, -2.0 ** -1074,
+                2.0 ** 1023, -123.456, 1e-300, 2.0 ** 32 + 0.5, -1.0, 7e15, 0.1, -(2.0 ** -1022)]
+
+
+def test_device_print_of_fp64_in_hex_is_its_64_bits(capfd):
+    """Triton compiles `hex=True` of an fp64 to printf's 0x%016llx of the double: all 64 bits, zero-padded
+    (test_device_print_of_fp64_formats_are_tritons; its interpreter cannot format a float in hex). The
+    TileLang kernel prints those lines in the interpreter of TileLang programs."""
+    x = torch.tensor(FP64_PRINTED, dtype=torch.float64)
+    capfd.readouterr()
+    run_on("tilelang", printed_fp64, (1,), x, BLOCK=16)
+    got = printed_lines(capfd.readouterr().out)
+    bits = [struct.unpack("<Q", struct.pack("<d", v))[0] for v in FP64_PRINTED]
+    head = [f"pid (0, 0, 0) idx ({_pad(k, 16)})" for k in range(16)]
+    assert got == [f"{h} d: {v:f}" for h, v in zip(head, FP64_PRINTED)] + \
+                  [f"{h} hd: 0x{b:016x}" for h, b in zip(head, bits)]
+    assert "hd: 0x3ff8000000000000" in got[16] and "hd: 0x8000000000000000" in got[17]     # 1.5, -0.0
+
+
+@pytest.mark.slow
+def test_device_print_of_fp64_formats_are_tritons():
+    x = torch.tensor(FP64_PRINTED, dtype=torch.float64)
+    src = printed_fp64.lower(x, BLOCK=16, grid=(1,), backend="tilelang").source
+    ours = _format_strings(src, r"'printf', '((?:[^'\\]|\\.)*)'")
+    llir = printed_fp64.lower(x, BLOCK=16, grid=(1,), backend="triton").stage("llir")
+    theirs = {s.replace("\\0A", "\n").replace("\\00", "") for s in re.findall(r'@printfFormat_\d+ = .*c"(.*)"', llir)}
+    assert ours == theirs == {"pid (%u, %u, %u) idx (%2u) d: %f\n", "pid (%u, %u, %u) idx (%2u) hd: 0x%016llx\n"}
+
+
+@tle.jit
 def percent_prefix(x_ptr):
     tl.device_print("100%", tl.load(x_ptr))
 

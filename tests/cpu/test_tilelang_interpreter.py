@@ -6,8 +6,8 @@ import pytest
 import torch
 
 import tle
-from tle.lowering.tilelang.interpreter import (DivisionByZero, OutOfBounds, Program, Race, UninitializedRead,
-                                               Unsupported, load_prim_func)
+from tle.lowering.tilelang.interpreter import (DivisionByZero, Misaligned, OutOfBounds, Program, Race,
+                                               UninitializedRead, Unsupported, load_prim_func)
 from interpreter_programs import PROGRAMS, write_program
 from syntax_corpus import CASES
 from tle.examples import compare_outputs
@@ -106,6 +106,22 @@ def test_a_stage_list_that_reads_before_the_write(program):
 def test_parallel_under_a_thread_dependent_condition_is_not_modelled(program):
     with pytest.raises(Unsupported, match="T.Parallel under a thread-dependent condition"):
         program("parallel_in_thread_branch").run([torch.zeros(64)])
+
+
+def test_a_cp_async_at_a_misaligned_address(program):
+    x = torch.randn(137, dtype=torch.float16)
+    p, y = program("cp_async_alignment"), torch.full((128,), float("nan"), dtype=torch.float16)
+    p.run([x[:136], y, 8, 0])                       # aligned; the last thread's predicate is false: zeros
+    assert torch.equal(y, torch.cat([x[8:128], torch.zeros(8, dtype=torch.float16)]))
+    statement = r"\(`T.ptx_cp_async\(.*\)` in block \(bx=0\)\)$"
+    with pytest.raises(Misaligned, match=r"cp.async of 16 bytes at x\[4\] in thread 0: address 0x[0-9a-f]*8 "
+                                         r"\(byte 8 of global x\) is not a multiple of 16 " + statement):
+        p.run([x[:136], y, 4, 0])
+    with pytest.raises(Misaligned, match=r"at s\[2\] in thread 0: address 0x4 \(byte 4 of shared s\)"):
+        p.run([x[:136], y, 0, 2])
+    # a view one element into its storage: x[0] is at an address that is 2 (mod 16)
+    with pytest.raises(Misaligned, match=r"at x\[0\] in thread 0: address 0x[0-9a-f]*2 \(byte 0 of global x\)"):
+        p.run([x[1:], y, 0, 0])
 
 
 def test_arguments_are_checked(program):

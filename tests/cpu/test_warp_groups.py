@@ -444,3 +444,60 @@ def test_sparse_mla_warp_groups_shared_memory_estimate_is_what_tilelang_asks_for
     estimate = m._warp_groups_shared_bytes(dt, cfg)
     assert estimate <= 227 * 1024
     assert f"((int64_t){estimate})" in low.compiled.kernel.get_host_source()     # the launch's dynamic smem
+
+
+# -- row copies become cp.async only where every address is 16-byte aligned ---------------------------------
+R, C = 64, 16       # rows of 16 fp16 values: two 16-byte chunks
+
+
+@tle.jit
+def _rows_through_shared(x_ptr, idx_ptr, y_ptr, STRIDE: tl.constexpr, OFFSET: tl.constexpr, GATHER: tl.constexpr):
+    """Group 0 copies R rows of x (row r at OFFSET + r * STRIDE; gathered through idx, or in order) into shared
+    memory; group 1 stores them to y, contiguous."""
+    rows = tl.arange(0, R)
+    cols = tl.arange(0, C)
+    for step in range(2):
+        buf = tle.gpu.alloc([R, C], tl.float16)
+        with tle.gpu.warp_group(0):
+            if GATHER:
+                src = tl.load(idx_ptr + step * R + rows)
+            else:
+                src = step * R + rows
+            tle.gpu.copy(x_ptr + OFFSET + src[:, None] * STRIDE + cols[None, :], buf, [R, C])
+        with tle.gpu.warp_group(1):
+            tl.store(y_ptr + (step * R + rows)[:, None] * C + cols[None, :], tle.gpu.local_load(buf))
+
+
+def _copy_rows(stride, offset, gather, lead=0):
+    """(generated source, y, expected y); x starts `lead` elements into its storage."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(lead + offset + 2 * R * stride, generator=g).half()[lead:]
+    idx = torch.randperm(2 * R, generator=g).to(torch.int32)
+    y = torch.full((2 * R, C), float("nan")).half()
+    kw = dict(STRIDE=stride, OFFSET=offset, GATHER=gather, num_warps=8)
+    _rows_through_shared.interpret_tilelang((1,), x, idx, y, **kw)
+    src = _rows_through_shared.lower(x, idx, y, grid=(1,), backend="tilelang", **kw).source
+    rows = idx.long() if gather else torch.arange(2 * R)
+    return src, y, torch.stack([x[offset + r * stride:][:C] for r in rows.tolist()])
+
+
+@needs_tilelang
+@pytest.mark.parametrize("gather", [False, True], ids=["box", "gather"])
+@pytest.mark.parametrize("stride, offset, cp_async", [
+    (24, 8, True),      # 48-byte rows, 16 bytes in
+    (20, 0, False),     # 40-byte rows: every other row starts 8 bytes past a 16-byte boundary
+    (16, 4, False),     # 32-byte rows, 8 bytes in
+])
+def test_row_copies_are_cp_async_only_at_aligned_addresses(tmp_cache, stride, offset, gather, cp_async):
+    """cp.async of 16 bytes faults at an address that is not a multiple of 16 (the interpreter reports it as
+    Misaligned): the column count alone (two chunks a row here) does not make a row copy one."""
+    src, y, want = _copy_rows(stride, offset, gather)
+    assert torch.equal(y, want)
+    assert ("T.ptx_cp_async(" in src) == cp_async
+
+
+@needs_tilelang
+def test_a_row_copy_from_a_misaligned_tensor_is_not_cp_async(tmp_cache):
+    src, y, want = _copy_rows(24, 8, False, lead=1)      # the offsets are aligned, x's own address is not
+    assert torch.equal(y, want)
+    assert "T.ptx_cp_async(" not in src

@@ -12,12 +12,13 @@ launch path does not know it. `tests/gpu` checks it against compiled TileLang on
 from __future__ import annotations
 
 from .errors import (BarrierOverflow, Deadlock, DeviceAssertionFailed, DivisionByZero, InterpreterError,
-                     OutOfBounds, Race, UninitializedRead, Unsupported)
+                     Misaligned, OutOfBounds, Race, UninitializedRead, Unsupported)
 from .memory import Report
 from .program import Program
 
 __all__ = ["Program", "Report", "load_prim_func", "InterpreterError", "OutOfBounds", "UninitializedRead",
-           "Race", "DivisionByZero", "DeviceAssertionFailed", "Unsupported", "Deadlock", "BarrierOverflow"]
+           "Race", "DivisionByZero", "DeviceAssertionFailed", "Unsupported", "Deadlock", "BarrierOverflow",
+           "Misaligned"]
 
 
 def load_prim_func(path: str, name: str):

@@ -36,6 +36,12 @@ class DeviceAssertionFailed(InterpreterError):
     kind = "failed device assertion"
 
 
+class Misaligned(InterpreterError):
+    """A copy of a fixed width (cp.async of 4, 8 or 16 bytes) at an address that is not a multiple of the
+    width: on the GPU the access faults (misaligned address)."""
+    kind = "misaligned address"
+
+
 class Unsupported(InterpreterError):
     """A construct the interpreter does not model: it says so rather than guess."""
     kind = "construct the interpreter does not model"

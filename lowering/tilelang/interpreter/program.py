@@ -27,7 +27,7 @@ import re
 import torch
 
 from . import dtypes, pipeline, roles, tileops
-from .errors import DeviceAssertionFailed, InterpreterError, OutOfBounds, Unsupported
+from .errors import DeviceAssertionFailed, InterpreterError, Misaligned, OutOfBounds, Unsupported
 from .expressions import RETURNING_ATOMICS, ExprCompiler, extern_atomic, is_call_extern, key
 from .printf import printf
 from .memory import GLOBAL, BufferInfo, Memory, ParallelLog, Report, Storage, scope_of
@@ -465,12 +465,16 @@ class Program:
             ends.append((info, [self.expr(i) for i in load.indices]))
         (dst, dst_idx), (src, src_idx) = ends
         pred = self.expr(call.args[3]) if len(call.args) == 4 else None
+        width = n * dtypes.bits(src.dtype) // 8      # TileLang issues cp.async of n elements of the source's dtype
 
         def copy(fr):
             if fr.in_parallel:
                 raise Unsupported("T.ptx_cp_async inside T.Parallel")
             d = [i(fr) for i in dst_idx]
             s_ = [i(fr) for i in src_idx]
+            # both addresses are the instruction's operands, read or not: a false predicate only zero-fills
+            _check_aligned(fr, dst, d, width, "cp.async")
+            _check_aligned(fr, src, s_, width, "cp.async")
             keep = pred(fr) if pred is not None else None
             for k in range(n):      # the elements follow each other along the last axis
                 d_k, s_k = d[:-1] + [d[-1] + k], s_[:-1] + [s_[-1] + k]
@@ -663,6 +667,28 @@ class Program:
         finally:
             torch.set_num_threads(threads)
         return report
+
+
+def _check_aligned(fr: Frame, info: BufferInfo, idx, width: int, what: str):
+    """A `width`-byte access at `info[idx]` must start at a multiple of `width` bytes in every active thread.
+    A global tensor's address is the CPU tensor's own (a misaligned view is caught); shared buffers start
+    16-byte aligned (TileLang's shared-memory planner aligns each buffer to 16 bytes at least)."""
+    st = fr.memory.storage(info)
+    size = dtypes.bits(info.dtype) // 8
+    flat, _ = info.address(idx)
+    addr = (st.data.data_ptr() if st.scope == GLOBAL else 0) + flat * size
+    bad = addr % width != 0
+    if fr.mask is not None:
+        bad = bad & fr.mask
+    if not bad.any():
+        return
+    k = int(torch.nonzero(bad.reshape(-1))[0]) if bad.dim() else None
+
+    def at(v):
+        return int(v.expand(bad.shape).reshape(-1)[k]) if k is not None else int(v)
+    thread = "" if k is None else f" in thread {k + (fr.thread_range[0] if fr.thread_range else 0)}"
+    raise Misaligned(f"{what} of {width} bytes at {info.name}[{', '.join(str(at(i)) for i in idx)}]{thread}: address "
+                     f"{hex(at(addr))} (byte {at(flat) * size} of {st.scope} {st.name}) is not a multiple of {width}")
 
 
 def _choice(what: str, value: str | None, env: str, choices: tuple[str, ...]) -> str:
