@@ -16,5 +16,4 @@ from tle.examples import Launch, example  # noqa: E402,F401
 from tle import gpu, raw  # noqa: E402,F401
 from tle.raw import call, hardware_constraint  # noqa: E402,F401
 from tle.autotune import Config, autotune  # noqa: E402,F401
-
-__version__ = "0.1.0"
+from tle.version import __version__  # noqa: E402,F401

@@ -16,6 +16,7 @@ import re
 import torch
 
 from tle.autotune_config import Config, canonical
+from tle.version import __version__
 from tle.lowering.files import atomic_write, default_cache_dir
 
 
@@ -25,8 +26,7 @@ def cache_folder() -> str:
 
 @functools.lru_cache(maxsize=None)
 def versions() -> dict:
-    import tle          # its own version also from a source tree that pip never installed
-    out = {"tle": tle.__version__}
+    out = {"tle": __version__}         # its own version also from a source tree that pip never installed
     for pkg in ("triton", "tilelang"):
         try:
             out[pkg] = importlib.metadata.version(pkg)
