@@ -1,7 +1,7 @@
 """One backend's lowering rules: per IR op (lowering/ir/ops.py), the function that lowers it, or the reason
 the backend cannot; per attribute of every op, what the backend does with it.
 
-A backend keeps one `Rules` table. Its modules register a rule per op with `@RULES.rule("load")` (a
+A backend keeps one `Rules` table. Its modules register a rule per op with `@RULES.rule(ops.LOAD)` (a
 backend may keep rules of several roles, e.g. TileLang's statements and element expressions), declare
 what they cannot express with `RULES.unsupported(op, reason)`, and say for every attribute whether
 they honor it, drop it (a note the user sees) or refuse it (a lowering error). The reason and the note
@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable
 
 from .errors import UnsupportedConstruct
 from .ir.core import KernelIR, Op
-from .ir.ops import COMMON_ATTRS, OPS
+from .ir.ops import COMMON_ATTRS, OPS, OpDef
 
 HONORED, DROPPED, REFUSED = "honored", "dropped", "refused"
 
@@ -37,87 +37,87 @@ class Rules:
     def __init__(self, backend: str, roles: Iterable[str] = ("lower",)):
         self.backend = backend
         self.roles = tuple(roles)
-        self._rules: dict[str, dict[str, Callable]] = {r: {} for r in self.roles}
-        self._unsupported: dict[str, str] = {}
-        self._rewritten: dict[str, str] = {}
-        self._attrs: dict[tuple[str, str], list[Treatment]] = {}
+        self._rules: dict[str, dict[OpDef, Callable]] = {r: {} for r in self.roles}
+        self._unsupported: dict[OpDef, str] = {}
+        self._rewritten: dict[OpDef, str] = {}
+        self._attrs: dict[tuple[OpDef, str], list[Treatment]] = {}
 
     # -- declaring ------------------------------------------------------------------------------------
-    def rule(self, *ops: str, role: str | None = None):
+    def rule(self, *ops: OpDef, role: str | None = None):
         """Decorator: `fn` lowers each op in `ops` (in `role`, by default the table's first)."""
         role = role or self.roles[0]
-        for name in ops:
-            self._check_op(name)
+        for op in ops:
+            self._check_op(op)
 
         def register(fn):
-            for name in ops:
-                if name in self._rules[role]:
-                    raise ValueError(f"{self.backend}: two {role} rules for op '{name}'")
-                self._rules[role][name] = fn
+            for op in ops:
+                if op in self._rules[role]:
+                    raise ValueError(f"{self.backend}: two {role} rules for op '{op.name}'")
+                self._rules[role][op] = fn
             return fn
         return register
 
-    def unsupported(self, op: str, reason: str):
+    def unsupported(self, op: OpDef, reason: str):
         self._check_op(op)
         self._unsupported[op] = reason
 
-    def rewritten(self, op: str, by: str):
+    def rewritten(self, op: OpDef, by: str):
         """`op` never reaches this backend's rules: the pass `by` rewrites it into other ops first."""
         self._check_op(op)
         self._rewritten[op] = by
 
     def honors_everywhere(self, attr: str, how: str):
         """`attr`, an attribute every op may carry (lowering/ir/ops.py COMMON_ATTRS), is honored on every op."""
-        for op in OPS:
+        for op in OPS.values():
             self.honors(op, attr, how=how)
 
     def drops_everywhere(self, attr: str, why: str):
         """`attr`, an attribute every op may carry, is dropped on every op (one note per kernel lists the lines)."""
-        for op in OPS:
+        for op in OPS.values():
             self.drops(op, attr, why=why)
 
-    def honors(self, op: str, *attrs: str, how: str = ""):
+    def honors(self, op: OpDef, *attrs: str, how: str = ""):
         for a in attrs:
             self._treat(op, a, Treatment(HONORED, how))
 
-    def drops(self, op: str, *attrs: str, why: str, when: Callable[[Any], bool] = _is_set):
+    def drops(self, op: OpDef, *attrs: str, why: str, when: Callable[[Any], bool] = _is_set):
         for a in attrs:
             self._treat(op, a, Treatment(DROPPED, why, when))
 
-    def refuses(self, op: str, *attrs: str, why: str, when: Callable[[Any], bool] = _is_set):
+    def refuses(self, op: OpDef, *attrs: str, why: str, when: Callable[[Any], bool] = _is_set):
         for a in attrs:
             self._treat(op, a, Treatment(REFUSED, why, when))
 
-    def _treat(self, op: str, attr: str, t: Treatment):
+    def _treat(self, op: OpDef, attr: str, t: Treatment):
         self._check_op(op)
-        if attr not in OPS[op].attrs:
-            raise ValueError(f"{self.backend}: op '{op}' has no attribute '{attr}' (lowering/ir/ops.py)")
+        if attr not in op.attrs and attr not in COMMON_ATTRS:
+            raise ValueError(f"{self.backend}: op '{op.name}' has no attribute '{attr}' (lowering/ir/ops.py)")
         self._attrs.setdefault((op, attr), []).append(t)
 
     @staticmethod
-    def _check_op(name: str):
-        if name not in OPS:
-            raise ValueError(f"no IR op '{name}' (lowering/ir/ops.py declares them)")
+    def _check_op(op):
+        if not isinstance(op, OpDef) or OPS.get(op.name) is not op:
+            raise ValueError(f"{op!r} is not an IR op of lowering/ir/ops.py")
 
-    # -- reading --------------------------------------------------------------------------------------
+    # -- reading ----------------------------------------------------------------------------------------
     def get(self, op: Op, role: str | None = None) -> Callable | None:
         """The rule lowering `op` in `role`, or None where it has none in that role. An op declared
         unsupported raises the lowering error with the declared reason, at the op's file:line."""
-        if op.name in self._unsupported:
-            raise UnsupportedConstruct(construct_name(op), self.backend, op.loc, self._unsupported[op.name])
-        if op.name in self._rewritten:
+        if op.defn in self._unsupported:
+            raise UnsupportedConstruct(op.spelling, self.backend, op.loc, self._unsupported[op.defn])
+        if op.defn in self._rewritten:
             raise AssertionError(f"{self.backend}: op '{op.name}' at {op.loc} should have been rewritten by "
-                                 f"{self._rewritten[op.name]} before code generation")
-        return self._rules[role or self.roles[0]].get(op.name)
+                                 f"{self._rewritten[op.defn]} before code generation")
+        return self._rules[role or self.roles[0]].get(op.defn)
 
-    def has_rule(self, op: str) -> bool:
+    def has_rule(self, op: OpDef) -> bool:
         """Whether the backend lowers `op`: with a rule of its own, or by rewriting it into ops it has rules for."""
         return op in self._rewritten or any(op in table for table in self._rules.values())
 
-    def unsupported_reason(self, op: str) -> str | None:
+    def unsupported_reason(self, op: OpDef) -> str | None:
         return self._unsupported.get(op)
 
-    def treatments(self, op: str, attr: str) -> list[Treatment]:
+    def treatments(self, op: OpDef, attr: str) -> list[Treatment]:
         return list(self._attrs.get((op, attr), ()))
 
     # -- applying the attribute table to a kernel --------------------------------------------------------
@@ -131,56 +131,23 @@ class Rules:
             dropped: dict[str, list[str]] = {}
             for attr, value in op.attrs.items():
                 if attr in COMMON_ATTRS:
-                    for t in self._attrs.get((op.name, attr), ()):
+                    for t in self._attrs.get((op.defn, attr), ()):
                         if t.kind == DROPPED and t.applies(value):
                             common.setdefault((attr, t.detail), []).append(op.loc.line)
                     continue
-                for t in self._attrs.get((op.name, attr), ()):
+                for t in self._attrs.get((op.defn, attr), ()):
                     if t.kind == HONORED or not t.applies(value):
                         continue
                     if t.kind == REFUSED:
-                        raise UnsupportedConstruct(f"{construct_name(op)}({attr}={value!r})", self.backend, op.loc,
+                        raise UnsupportedConstruct(f"{op.spelling}({attr}={value!r})", self.backend, op.loc,
                                                    t.detail)
                     dropped.setdefault(t.detail, []).append(f"{attr}={value!r}")
             for why, asked in dropped.items():
-                notes.append(f"line {op.loc.line}: {construct_name(op)}({', '.join(asked)}): {why}")
+                notes.append(f"line {op.loc.line}: {op.spelling}({', '.join(asked)}): {why}")
         for (attr, why), lines in common.items():
             lines = sorted(set(lines))
             notes.append(f"line{'s' if len(lines) > 1 else ''} {', '.join(map(str, lines))}: {attr}: {why}")
         return notes
-
-
-def construct_name(op: Op) -> str:
-    """How the user wrote the op, as far as the IR knows."""
-    a = op.attrs
-    if op.name == "descriptor_atomic":
-        return f"desc.atomic_{a.get('kind', '')}"
-    if op.name in ("load", "store"):
-        return "tle.load" if a.get("is_async") else f"tl.{op.name}"
-    if op.name == "atomic":
-        return f"tl.atomic_{a.get('kind', '')}"
-    if op.name == "atomic_cas":
-        return "tl.atomic_cas"
-    if op.name == "dot":
-        return "tl.dot"
-    if op.name == "hint":
-        return f"tl.{a['kind']}"
-    if op.name == "for":
-        return {"tle.gpu.pipeline": "tle.gpu.pipeline", "tl.range": "tl.range"}.get(a.get("kind"), "for loop")
-    if op.name == "scan":
-        return f"tl.cum{a['kind']}"
-    if op.name == "libdevice":
-        return f"libdevice.{a['fn']}"
-    return _USER_NAMES.get(op.name, f"op '{op.name}'")
-
-
-# how the kernel wrote an op that is one Triton function
-_USER_NAMES = {"sort": "tl.sort", "topk": "tl.topk", "histogram": "tl.histogram", "join": "tl.join",
-               "split": "tl.split", "inline_asm": "tl.inline_asm_elementwise", "print": "tl.device_print",
-               "assert": "tl.device_assert", "reshape": "tl.reshape", "trans": "tl.trans", "while": "while loop",
-               "combine_scan": "tl.associative_scan", "combine_reduce": "tl.reduce",
-               "make_descriptor": "tl.make_tensor_descriptor", "descriptor_load": "desc.load",
-               "descriptor_store": "desc.store"}
 
 
 def attribute_table(tables: list[Rules]) -> str:
@@ -189,14 +156,12 @@ def attribute_table(tables: list[Rules]) -> str:
     head = "| op | attribute | " + " | ".join(t.backend for t in tables) + " |"
     rows = [head, "|---|---|" + "---|" * len(tables)]
     for attr in COMMON_ATTRS:
-        first = next(iter(OPS))
+        first = next(iter(OPS.values()))
         cells = [_cell(t.treatments(first, attr)) for t in tables]
         rows.append(f"| every op | `{attr}` | " + " | ".join(cells) + " |")
     for op, d in OPS.items():
         for attr in d.attrs:
-            if attr in COMMON_ATTRS:
-                continue
-            treated = [t.treatments(op, attr) for t in tables]
+            treated = [t.treatments(d, attr) for t in tables]
             if all(tr and all(x.kind == HONORED for x in tr) for tr in treated):
                 continue
             cells = [_cell(tr) for tr in treated]

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .ir import types as T
+from .ir import types as ir_types
 
 
 @dataclass(frozen=True)
 class ArgSpec:
     name: str
-    type: T.Type                      # ptr<dtype> scalar type for tensors, a scalar type otherwise
+    type: ir_types.Type                      # ptr<dtype> scalar type for tensors, a scalar type otherwise
     shape: tuple[int, ...] | None = None    # tensors
     strides: tuple[int, ...] | None = None  # tensors, in elements
     value: object = None              # scalars, when the backend specializes on them

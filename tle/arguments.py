@@ -19,7 +19,7 @@ import torch
 from tle.errors import LaunchError
 from tle.lowering.errors import LoweringError
 from tle.lowering.frontend import function_source, make_tracer
-from tle.lowering.ir import types as T
+from tle.lowering.ir import types as ir_types
 
 
 @dataclass(frozen=True)
@@ -56,14 +56,15 @@ class StandIn:
     """A well-typed value tried in place of an argument, of one kind ("tensor", "int" or "float"): a runtime
     parameter of IR type `runtime`, or the constexpr `constexpr`."""
     kind: str
-    runtime: T.Type | None = None
+    runtime: ir_types.Type | None = None
     constexpr: object = None
 
 
-_POINTER = StandIn("tensor", runtime=T.scalar(T.PointerType(T.fp32)))
-_INT_POINTER = StandIn("tensor", runtime=T.scalar(T.PointerType(T.i32)))   # for indices loaded through it
-_INT = StandIn("int", runtime=T.scalar(T.i32))
-_FLOAT = StandIn("float", runtime=T.scalar(T.fp32))
+_POINTER = StandIn("tensor", runtime=ir_types.scalar(ir_types.PointerType(ir_types.fp32)))
+# for indices loaded through it
+_INT_POINTER = StandIn("tensor", runtime=ir_types.scalar(ir_types.PointerType(ir_types.i32)))
+_INT = StandIn("int", runtime=ir_types.scalar(ir_types.i32))
+_FLOAT = StandIn("float", runtime=ir_types.scalar(ir_types.fp32))
 _INT_CONSTEXPR = StandIn("int", constexpr=16)      # a power of two: tl.arange and block shapes take it
 _FLOAT_CONSTEXPR = StandIn("float", constexpr=1.0)
 

@@ -20,8 +20,9 @@ from tle.dtypes import from_torch
 from tle.errors import LaunchError
 from tle.lowering.backend import Compiled, triton_debug
 from tle.lowering.frontend import constexpr_params
+from tle.lowering.ir.printer import print_kernel
 from tle.lowering.launch_options import settle_launch_options
-from tle.lowering.ir import types as T
+from tle.lowering.ir import types as ir_types
 from tle.lowering.ir.core import KernelIR
 from tle.lowering.spec import ArgSpec, Spec
 
@@ -58,8 +59,8 @@ def _scalar_kind(kernel: str, name: str, x) -> str:
                       f"a float, a bool or None")
 
 
-def _scalar_type(kernel: str, name: str, x) -> T.Type:
-    return T.scalar(getattr(T, _scalar_kind(kernel, name, x)))
+def _scalar_type(kernel: str, name: str, x) -> ir_types.Type:
+    return ir_types.scalar(getattr(ir_types, _scalar_kind(kernel, name, x)))
 
 
 def check_grid(grid) -> tuple[int, ...]:
@@ -243,7 +244,8 @@ class Kernel:
                 except TypeError as e:
                     raise LaunchError(f"{self.__name__}: argument '{name}': {e}") from None
                 aligned = (v.data_ptr() % 16 == 0) if v.device.type != "meta" else True
-                a = ArgSpec(name, T.scalar(T.PointerType(dt)), tuple(v.shape), tuple(v.stride()), aligned16=aligned)
+                a = ArgSpec(name, ir_types.scalar(ir_types.PointerType(dt)), tuple(v.shape), tuple(v.stride()),
+                            aligned16=aligned)
             else:
                 t = _scalar_type(self.__name__, name, v)
                 spec_it = backend.specializes_ints and t.elem.is_int and not t.elem.is_bool \
@@ -264,7 +266,7 @@ class Kernel:
         settle_launch_options(ir, backend, num_warps, num_stages)
         ir.specialized = {n: v for n, (_, v) in known.items()}
         runtime_spec = Spec(tuple(a for a in spec.args if a.name not in spec.specialized), spec.specialized, spec.grid)
-        ir_text = str(ir)      # the frontend's IR, before any backend rewrites it
+        ir_text = print_kernel(ir)     # the frontend's IR, before any backend rewrites it
         compiled = backend.lower(ir, runtime_spec, cache_dir())
         return Lowered(backend.name, ir, compiled, ir_text)
 

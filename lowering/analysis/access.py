@@ -15,7 +15,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..ir import ops
 from ..ir.core import KernelIR, Op, Param, Value
+from ..ir.ops import BinaryOp, CmpPred, Trait
 from .affine import Affine, AffineAnalysis
 
 
@@ -39,14 +41,16 @@ def root_param(v: Value, params_by_id: dict[int, Param]) -> Param | None:
         op = v.defining_op
         if op is None:
             return None
-        if op.name in ("addptr", "splat", "broadcast", "expand_dims", "trans", "hint"):
-            v = op.operands[0]
+        if op.defn is ops.ADDPTR:
+            v = op.operand("ptr")
+        elif op.has(Trait.LAYOUT):
+            v = op.operand("x")
         else:
             return None
 
 
 def classify(op: Op, aff: AffineAnalysis, params_by_id) -> Access:
-    ptr = op.operands[0]
+    ptr = op.operand("ptr")
     param = root_param(ptr, params_by_id)
     off = aff.of(ptr)
     if param is None:
@@ -72,7 +76,7 @@ def classify_accesses(k: KernelIR, known: dict[int, int] | None = None) -> dict[
     params = {p.value.id: p for p in k.params}
     out = {}
     for op in k.walk():
-        if op.name in ("load", "store", "atomic", "atomic_cas", "copy_in", "copy_out"):
+        if op.has(Trait.MEMORY):
             out[id(op)] = classify(op, aff, params)
     return out
 
@@ -86,30 +90,30 @@ def mask_conjuncts(mask: Value | None, aff: AffineAnalysis) -> list[Affine] | No
     op = mask.defining_op
     if op is None:
         return None
-    if op.name == "binary" and op.attrs["op"] == "and":
-        a, b = mask_conjuncts(op.operands[0], aff), mask_conjuncts(op.operands[1], aff)
+    if op.defn is ops.BINARY and op.attrs["op"] is BinaryOp.AND:
+        a, b = mask_conjuncts(op.operand("lhs"), aff), mask_conjuncts(op.operand("rhs"), aff)
         return None if a is None or b is None else a + b
-    if op.name in ("broadcast", "splat"):
-        return mask_conjuncts(op.operands[0], aff)
-    if op.name == "expand_dims":
-        inner = mask_conjuncts(op.operands[0], aff)
+    if op.defn in (ops.BROADCAST, ops.SPLAT):
+        return mask_conjuncts(op.operand("x"), aff)
+    if op.defn is ops.EXPAND_DIMS:
+        inner = mask_conjuncts(op.operand("x"), aff)
         ax = op.attrs["axis"]
         return None if inner is None else [c.map_axes(lambda i: i + 1 if i >= ax else i) for c in inner]
-    if op.name == "cmp":
-        lhs, rhs = aff.of(op.operands[0]), aff.of(op.operands[1])
+    if op.defn is ops.CMP:
+        lhs, rhs = aff.of(op.operand("lhs")), aff.of(op.operand("rhs"))
         if lhs is None or rhs is None:
             return None
         pred = op.attrs["pred"]
-        if pred == "lt":
+        if pred is CmpPred.LT:
             return [lhs - rhs]
-        if pred == "le":
+        if pred is CmpPred.LE:
             return [lhs - rhs - Affine(1)]
-        if pred == "gt":
+        if pred is CmpPred.GT:
             return [rhs - lhs]
-        if pred == "ge":
+        if pred is CmpPred.GE:
             return [rhs - lhs - Affine(1)]
         return None
-    if op.name == "const" and op.attrs["value"]:
+    if op.defn is ops.CONST and op.attrs["value"]:
         return []
     return None
 

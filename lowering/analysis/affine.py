@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..ir import ops
 from ..ir.core import KernelIR, Value
+from ..ir.ops import BinaryOp, UnaryOp
 
 
 @dataclass(frozen=True)
@@ -107,55 +109,55 @@ class AffineAnalysis:
             if v.type.is_pointer:
                 return Affine()             # a pointer parameter is its own base: offset 0
             return self._sym(v) if v.type.elem.is_int else None
-        n = op.name
+        defn = op.defn
         if not v.type.is_pointer and not v.type.elem.is_int:
             return None
         a = op.attrs
-        if n == "const":
+        if defn is ops.CONST:
             return _const(a["value"])
-        if n == "arange":
+        if defn is ops.ARANGE:
             return Affine(a["start"], (), ((0, 1),))
-        if n in ("program_id", "num_programs"):
+        if defn in (ops.PROGRAM_ID, ops.NUM_PROGRAMS):
             return self._sym(v)
-        if n in ("splat", "hint"):
-            return self.of(op.operands[0])
-        if n == "broadcast":
-            return self.of(op.operands[0])
-        if n == "expand_dims":
-            x = self.of(op.operands[0])
+        if defn in (ops.SPLAT, ops.HINT):
+            return self.of(op.operand("x"))
+        if defn is ops.BROADCAST:
+            return self.of(op.operand("x"))
+        if defn is ops.EXPAND_DIMS:
+            x = self.of(op.operand("x"))
             ax = a["axis"]
             return None if x is None else x.map_axes(lambda i: i + 1 if i >= ax else i)
-        if n == "trans":
-            x = self.of(op.operands[0])
+        if defn is ops.TRANS:
+            x = self.of(op.operand("x"))
             perm = a["perm"]
             inv = {old: new for new, old in enumerate(perm)}
             return None if x is None else x.map_axes(lambda i: inv[i])
-        if n == "cast":
-            return self.of(op.operands[0]) if op.operands[0].type.elem.is_int else None
-        if n == "addptr":
-            p, o = self.of(op.operands[0]), self.of(op.operands[1])
+        if defn is ops.CAST:
+            return self.of(op.operand("x")) if op.operand("x").type.elem.is_int else None
+        if defn is ops.ADDPTR:
+            p, o = self.of(op.operand("ptr")), self.of(op.operand("offset"))
             return None if p is None or o is None else p + o
-        if n == "binary":
-            x, y = self.of(op.operands[0]), self.of(op.operands[1])
+        if defn is ops.BINARY:
+            x, y = self.of(op.operand("lhs")), self.of(op.operand("rhs"))
             kind = a["op"]
             if x is not None and y is not None:
-                if kind == "add":
+                if kind is BinaryOp.ADD:
                     return x + y
-                if kind == "sub":
+                if kind is BinaryOp.SUB:
                     return x - y
-                if kind == "mul":
+                if kind is BinaryOp.MUL:
                     if x.is_const:
                         return y.scale(x.const)
                     if y.is_const:
                         return x.scale(y.const)
-                if x.is_const and y.is_const and kind in ("div", "rem") and y.const != 0:
+                if x.is_const and y.is_const and kind in (BinaryOp.DIV, BinaryOp.REM) and y.const != 0:
                     q = abs(x.const) // abs(y.const) * (1 if (x.const >= 0) == (y.const > 0) else -1)
-                    return _const(q if kind == "div" else x.const - q * y.const)
+                    return _const(q if kind is BinaryOp.DIV else x.const - q * y.const)
             return self._sym(v)             # opaque scalar, or None for a tile
-        if n == "unary" and a["op"] == "neg":
-            x = self.of(op.operands[0])
+        if defn is ops.UNARY and a["op"] is UnaryOp.NEG:
+            x = self.of(op.operand("x"))
             return None if x is None else x.scale(-1)
-        if n == "load":
+        if defn is ops.LOAD:
             if v.type.is_scalar:
                 return self._sym(v)
             return Affine(0, (), (), ((v.id, tuple(range(v.type.rank)), 1),))

@@ -20,7 +20,8 @@ from dataclasses import dataclass, replace
 import triton.language as tl
 
 from ..errors import LoweringError
-from ..ir import types as T
+from ..ir import types as ir_types
+from ..ir.ops import BinaryOp, CmpPred
 from . import semantics as S
 from .semantics import TV, as_tv, is_num
 
@@ -44,13 +45,13 @@ class BlockPtr:
                                                                          other.shape + other.strides))
 
     @property
-    def elem(self) -> T.DType:
+    def elem(self) -> ir_types.DType:
         return self.base.dtype.elem
 
 
 def window_offsets(tr, values, what, construct="tl.make_block_ptr") -> tuple:
     """32-bit offsets, as Triton takes them, sign-extended to the 64 bits the block pointer keeps."""
-    return tuple(S.cast(o, T.i64) for o in _scalars(tr, values, T.i32, what, construct))
+    return tuple(S.cast(o, ir_types.i64) for o in _scalars(tr, values, ir_types.i32, what, construct))
 
 
 def _scalars(tr, values, dtype, what, construct="tl.make_block_ptr") -> tuple:
@@ -78,7 +79,7 @@ def make_block_ptr(tr, base, shape, strides, offsets, block_shape, order):
         raise LoweringError(f"tl.make_block_ptr: block_shape {list(block_shape)} must be powers of two", tr.b.loc)
     if sorted(int(o) for o in order) != list(range(rank)):
         raise LoweringError(f"tl.make_block_ptr: order {list(order)} is not a permutation of the axes", tr.b.loc)
-    return BlockPtr(base, _scalars(tr, shape, T.i64, "shape"), _scalars(tr, strides, T.i64, "strides"),
+    return BlockPtr(base, _scalars(tr, shape, ir_types.i64, "shape"), _scalars(tr, strides, ir_types.i64, "strides"),
                     window_offsets(tr, offsets, "offsets"), block_shape, tuple(int(o) for o in order))
 
 
@@ -89,7 +90,7 @@ def advance(tr, base, offsets):
         raise LoweringError(f"tl.advance: {len(offsets)} offsets for a block pointer of rank {len(base.offsets)}",
                             tr.b.loc)
     step = window_offsets(tr, offsets, "advance offsets", "tl.advance")
-    return base.with_offsets(S.binary("add", o, d) for o, d in zip(base.offsets, step))
+    return base.with_offsets(S.binary(BinaryOp.ADD, o, d) for o, d in zip(base.offsets, step))
 
 
 def _check_axes(tr, bp: BlockPtr, boundary_check) -> tuple[int, ...]:
@@ -107,18 +108,18 @@ def pointers_and_mask(tr, bp: BlockPtr, boundary_check):
     checked = _check_axes(tr, bp, boundary_check)
     offset, mask = None, None
     for d, (size, off) in enumerate(zip(bp.block_shape, bp.offsets)):
-        idx = S.binary("add", off, S.cast(TV(tr.b.arange(0, size), tr.b), T.i64))   # i64 indices along d
+        idx = S.binary(BinaryOp.ADD, off, S.cast(TV(tr.b.arange(0, size), tr.b), ir_types.i64))   # i64 indices along d
         for _ in range(d):
             idx = TV(tr.b.expand_dims(idx.v, 0), tr.b)
         for _ in range(rank - 1 - d):
             idx = TV(tr.b.expand_dims(idx.v, idx.type.rank), tr.b)
-        term = S.binary("mul", idx, bp.strides[d])
-        offset = term if offset is None else S.binary("add", offset, term)
+        term = S.binary(BinaryOp.MUL, idx, bp.strides[d])
+        offset = term if offset is None else S.binary(BinaryOp.ADD, offset, term)
         if d in checked:
-            inside = S.bitwise("and", S.compare("ge", idx, 0), S.compare("lt", idx, bp.shape[d]))
-            mask = inside if mask is None else S.bitwise("and", mask, inside)
+            inside = S.bitwise(BinaryOp.AND, S.compare(CmpPred.GE, idx, 0), S.compare(CmpPred.LT, idx, bp.shape[d]))
+            mask = inside if mask is None else S.bitwise(BinaryOp.AND, mask, inside)
     offset = S.broadcast_to(offset, bp.block_shape)
-    pointers = S.binary("add", bp.base, offset)
+    pointers = S.binary(BinaryOp.ADD, bp.base, offset)
     return pointers, (S.broadcast_to(mask, bp.block_shape) if mask is not None else None)
 
 

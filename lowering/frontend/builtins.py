@@ -8,10 +8,13 @@ from __future__ import annotations
 import triton.language as tl
 
 from ..errors import LoweringError
-from ..ir import types as T
+from ..ir import ops
+from ..ir import types as ir_types
+from ..ir.ops import (AtomicKind, BinaryOp, CmpPred, HintKind, InputPrecision, MemScope, MemSem, ReduceKind,
+                      ScanKind, UnaryOp)
 from . import block_ptr, tensor_desc
-from .combine import trace_combine
 from . import semantics as S
+from .combine import trace_combine
 from .semantics import TV, as_tv, is_num, to_dtype
 
 BUILTINS: dict = {}
@@ -121,8 +124,8 @@ def _hint(kind):
 
 
 # promises about the values (alignment, contiguity): kept for Triton, which uses them to vectorize
-BUILTINS[tl.multiple_of] = _hint("multiple_of")
-BUILTINS[tl.max_contiguous] = _hint("max_contiguous")
+BUILTINS[tl.multiple_of] = _hint(HintKind.MULTIPLE_OF)
+BUILTINS[tl.max_contiguous] = _hint(HintKind.MAX_CONTIGUOUS)
 
 
 BUILTINS[tl.make_block_ptr] = block_ptr.make_block_ptr
@@ -138,7 +141,7 @@ def mask_and_pointer(tr, pointer, mask):
     if mask is not None:
         mask = as_tv(tr.b, mask)
         if not mask.dtype.is_bool:
-            mask = S.compare("ne", mask, 0)
+            mask = S.compare(CmpPred.NE, mask, 0)
         pointer, mask = S.broadcast_pair(pointer, mask)
     return pointer, mask
 
@@ -205,8 +208,8 @@ def store(tr, pointer, value, mask=None, boundary_check=(), cache_modifier="", e
                {"cache_modifier": cache_modifier or "", "eviction_policy": eviction_policy or ""})
 
 
-_SEMS = ("", "acq_rel", "acquire", "release", "relaxed")
-_SCOPES = ("", "gpu", "cta", "sys")
+_SEMS = tuple(MemSem)            # the default ("") first
+_SCOPES = tuple(MemScope)
 
 
 def _atomic_attrs(tr, kind, sem, scope) -> dict:
@@ -215,7 +218,7 @@ def _atomic_attrs(tr, kind, sem, scope) -> dict:
         raise LoweringError(f"tl.atomic_{kind}: sem must be one of {list(_SEMS[1:])}, got {sem!r}", tr.b.loc)
     if scope not in _SCOPES:
         raise LoweringError(f"tl.atomic_{kind}: scope must be one of {list(_SCOPES[1:])}, got {scope!r}", tr.b.loc)
-    return {"sem": sem, "scope": scope}
+    return {"sem": MemSem(sem), "scope": MemScope(scope)}
 
 
 def _atomic_operand(tr, pointer, val):
@@ -227,7 +230,7 @@ def _atomic(kind):
     def impl(tr, pointer, val, mask=None, sem=None, scope=None):
         pointer, mask = mask_and_pointer(tr, pointer, mask)
         elem = pointer.dtype.elem
-        if kind in ("and", "or", "xor") and not elem.is_int:
+        if kind in (AtomicKind.AND, AtomicKind.OR, AtomicKind.XOR) and not elem.is_int:
             raise LoweringError(f"tl.atomic_{kind} takes integer memory, got {elem}", tr.b.loc)
         if elem.is_fp8:
             raise LoweringError(f"tl.atomic_{kind} on {elem} memory: Triton's atomics take no fp8", tr.b.loc)
@@ -237,7 +240,7 @@ def _atomic(kind):
     return impl
 
 
-for _kind in ("add", "max", "min", "and", "or", "xor", "xchg"):
+for _kind in AtomicKind:
     BUILTINS[getattr(tl, f"atomic_{_kind}")] = _atomic(_kind)
 
 
@@ -261,10 +264,11 @@ def _math(op, fp32_only=False):
     return impl
 
 
-for _name in ("exp", "exp2", "log", "log2", "sqrt", "sin", "cos", "floor", "ceil"):
-    BUILTINS[getattr(tl, _name)] = _math(_name)
-BUILTINS[tl.rsqrt] = _math("rsqrt")
-BUILTINS[tl.erf] = _math("erf")
+for _op in (UnaryOp.EXP, UnaryOp.EXP2, UnaryOp.LOG, UnaryOp.LOG2, UnaryOp.SQRT, UnaryOp.SIN, UnaryOp.COS,
+            UnaryOp.FLOOR, UnaryOp.CEIL):
+    BUILTINS[getattr(tl, _op.value)] = _math(_op)
+BUILTINS[tl.rsqrt] = _math(UnaryOp.RSQRT)
+BUILTINS[tl.erf] = _math(UnaryOp.ERF)
 
 
 # CUDA libdevice (tl.extra.cuda.libdevice, or tl.extra.libdevice): float functions by arity
@@ -315,13 +319,13 @@ def umulhi(tr, x, y):
         raise LoweringError(f"tl.umulhi takes two 32- or 64-bit integer operands of one dtype, got {x.dtype} and "
                             f"{y.dtype}", tr.b.loc)
     x, y = S.broadcast_pair(x, y)
-    return TV(tr.b.binary("umulhi", x.v, y.v), tr.b)
+    return TV(tr.b.binary(BinaryOp.UMULHI, x.v, y.v), tr.b)
 
 
 @builtin(tl.clamp)
 def clamp(tr, x, min, max, propagate_nan=tl.PropagateNan.NONE):
     _no_nan_propagation(tr, propagate_nan, "tl.clamp")
-    return S.minmax("minimum", S.minmax("maximum", x, min), max)
+    return S.minmax(BinaryOp.MINIMUM, S.minmax(BinaryOp.MAXIMUM, x, min), max)
 
 
 def _no_nan_propagation(tr, propagate_nan, what):
@@ -336,7 +340,7 @@ def sigmoid(tr, x):
     if not x.dtype.is_float:
         raise LoweringError(f"tl.sigmoid expects a float tile, got {x.dtype}", tr.b.loc)
     S.refuse_fp8_compute(x.dtype, "tl.sigmoid", tr.b.loc)
-    return TV(tr.b.unary("sigmoid", x.v), tr.b)
+    return TV(tr.b.unary(UnaryOp.SIGMOID, x.v), tr.b)
 
 
 @builtin(tl.abs)
@@ -344,19 +348,19 @@ def abs_(tr, x):
     x = as_tv(tr.b, x)
     if x.dtype.is_bool or x.dtype.kind == "uint":
         return x
-    return TV(tr.b.unary("abs", x.v), tr.b)
+    return TV(tr.b.unary(UnaryOp.ABS, x.v), tr.b)
 
 
 @builtin(tl.maximum)
 def maximum(tr, x, y, propagate_nan=None):
     _no_nan_propagation(tr, propagate_nan, "tl.maximum")
-    return S.minmax("maximum", x, y)
+    return S.minmax(BinaryOp.MAXIMUM, x, y)
 
 
 @builtin(tl.minimum)
 def minimum(tr, x, y, propagate_nan=None):
     _no_nan_propagation(tr, propagate_nan, "tl.minimum")
-    return S.minmax("minimum", x, y)
+    return S.minmax(BinaryOp.MINIMUM, x, y)
 
 
 @builtin(tl.where)
@@ -458,7 +462,7 @@ def _reduce(tr, kind, x, axis, keep_dims):
     S.refuse_fp8_compute(x.dtype, f"tl.{kind}", tr.b.loc)
     if axis is None:
         if x.type.rank != 1:
-            if kind in ("argmax", "argmin"):
+            if kind in (ReduceKind.ARGMAX, ReduceKind.ARGMIN):
                 raise LoweringError(f"tl.{kind} over all axes of a rank-{x.type.rank} tile", tr.b.loc)
             while x.type.rank > 1:
                 x = TV(tr.b.reduce(kind, x.v, x.type.rank - 1, False), tr.b)
@@ -471,13 +475,13 @@ def sum_(tr, input, axis=None, keep_dims=False, dtype=None):
     if dtype is not None:
         input = S.cast(input, dtype)
     elif input.dtype.is_int and input.dtype.bits < 32:
-        input = S.cast(input, T.i32 if input.dtype.is_signed or input.dtype.is_bool else T.u32)
-    return _reduce(tr, "sum", input, axis, keep_dims)
+        input = S.cast(input, ir_types.i32 if input.dtype.is_signed or input.dtype.is_bool else ir_types.u32)
+    return _reduce(tr, ReduceKind.SUM, input, axis, keep_dims)
 
 
 def _promote_small(x: TV) -> TV:
     if x.dtype.bits < 32:
-        return S.cast(x, T.fp32 if x.dtype.is_float else T.i32)
+        return S.cast(x, ir_types.fp32 if x.dtype.is_float else ir_types.i32)
     return x
 
 
@@ -485,38 +489,40 @@ def _promote_small(x: TV) -> TV:
 def max_(tr, input, axis=None, return_indices=False, return_indices_tie_break_left=True, keep_dims=False):
     input = _promote_small(as_tv(tr.b, input))
     if return_indices:
-        return (_reduce(tr, "max", input, axis, keep_dims), _reduce(tr, "argmax", input, axis, keep_dims))
-    return _reduce(tr, "max", input, axis, keep_dims)
+        return (_reduce(tr, ReduceKind.MAX, input, axis, keep_dims),
+                _reduce(tr, ReduceKind.ARGMAX, input, axis, keep_dims))
+    return _reduce(tr, ReduceKind.MAX, input, axis, keep_dims)
 
 
 @builtin(tl.min)
 def min_(tr, input, axis=None, return_indices=False, return_indices_tie_break_left=True, keep_dims=False):
     input = _promote_small(as_tv(tr.b, input))
     if return_indices:
-        return (_reduce(tr, "min", input, axis, keep_dims), _reduce(tr, "argmin", input, axis, keep_dims))
-    return _reduce(tr, "min", input, axis, keep_dims)
+        return (_reduce(tr, ReduceKind.MIN, input, axis, keep_dims),
+                _reduce(tr, ReduceKind.ARGMIN, input, axis, keep_dims))
+    return _reduce(tr, ReduceKind.MIN, input, axis, keep_dims)
 
 
 @builtin(tl.argmax)
 def argmax(tr, input, axis, tie_break_left=True, keep_dims=False):
-    return _reduce(tr, "argmax", _promote_small(as_tv(tr.b, input)), axis, keep_dims)
+    return _reduce(tr, ReduceKind.ARGMAX, _promote_small(as_tv(tr.b, input)), axis, keep_dims)
 
 
 @builtin(tl.argmin)
 def argmin(tr, input, axis, tie_break_left=True, keep_dims=False):
-    return _reduce(tr, "argmin", _promote_small(as_tv(tr.b, input)), axis, keep_dims)
+    return _reduce(tr, ReduceKind.ARGMIN, _promote_small(as_tv(tr.b, input)), axis, keep_dims)
 
 
 # -- scans, sorting, counting -------------------------------------------------------------------------
 def _scan(kind):
     def impl(tr, input, axis=0, reverse=False, dtype=None):
         x = as_tv(tr.b, input)
-        if x.dtype == T.bf16:                           # Triton scans bf16 in fp32
-            x = S.cast(x, T.fp32)
+        if x.dtype == ir_types.bf16:                           # Triton scans bf16 in fp32
+            x = S.cast(x, ir_types.fp32)
         if dtype is not None:
             x = S.cast(x, dtype)
-        elif kind == "sum" and x.dtype.is_int and x.dtype.bits < 32:      # as tl.sum does (not tl.cumprod)
-            x = S.cast(x, T.i32 if x.dtype.is_signed or x.dtype.is_bool else T.u32)
+        elif kind is ScanKind.SUM and x.dtype.is_int and x.dtype.bits < 32:      # as tl.sum does (not tl.cumprod)
+            x = S.cast(x, ir_types.i32 if x.dtype.is_signed or x.dtype.is_bool else ir_types.u32)
         if x.type.is_scalar:
             raise LoweringError(f"tl.cum{kind} of a scalar", tr.b.loc)
         S.refuse_fp8_compute(x.dtype, f"tl.cum{kind}", tr.b.loc)
@@ -524,8 +530,8 @@ def _scan(kind):
     return impl
 
 
-BUILTINS[tl.cumsum] = _scan("sum")
-BUILTINS[tl.cumprod] = _scan("prod")
+BUILTINS[tl.cumsum] = _scan(ScanKind.SUM)
+BUILTINS[tl.cumprod] = _scan(ScanKind.PROD)
 
 
 def _combine_inputs(tr, input, what: str) -> tuple[list[TV], bool]:
@@ -544,7 +550,7 @@ def associative_scan(tr, input, axis, combine_fn, reverse=False):
     tiles, single = _combine_inputs(tr, input, "tl.associative_scan")
     axis = _axis(tr, tiles[0], axis)
     region, name = trace_combine(tr, combine_fn, [t.dtype for t in tiles], "tl.associative_scan")
-    op = tr.b.combine("combine_scan", [t.v for t in tiles], [t.type for t in tiles], region,
+    op = tr.b.combine(ops.COMBINE_SCAN, [t.v for t in tiles], [t.type for t in tiles], region,
                       {"axis": axis, "reverse": bool(reverse), "fn": name})
     results = tuple(TV(r, tr.b) for r in op.results)
     return results[0] if single else results
@@ -564,7 +570,7 @@ def reduce_with(tr, input, axis, combine_fn, keep_dims=False):
     else:
         del shape[red_axis]
     region, name = trace_combine(tr, combine_fn, [t.dtype for t in tiles], "tl.reduce")
-    op = tr.b.combine("combine_reduce", [t.v for t in tiles], [T.Type(tuple(shape), t.dtype) for t in tiles],
+    op = tr.b.combine(ops.COMBINE_REDUCE, [t.v for t in tiles], [ir_types.Type(tuple(shape), t.dtype) for t in tiles],
                       region, {"axis": red_axis, "keep_dims": keep, "fn": name})
     results = tuple(TV(r, tr.b) for r in op.results)
     if keep_dims and axis is None:      # every axis kept, with extent 1
@@ -604,7 +610,7 @@ def histogram(tr, input, num_bins, mask=None):
     num_bins = _int(tr, num_bins, "tl.histogram num_bins")
     if mask is not None:
         mask = as_tv(tr.b, mask)
-        mask = S.broadcast_to(mask if mask.dtype.is_bool else S.compare("ne", mask, 0), x.type.shape)
+        mask = S.broadcast_to(mask if mask.dtype.is_bool else S.compare(CmpPred.NE, mask, 0), x.type.shape)
     return TV(tr.b.histogram(x.v, mask.v if mask is not None else None, num_bins), tr.b)
 
 
@@ -615,7 +621,7 @@ def inline_asm_elementwise(tr, asm, constraints, args, dtype, is_pure, pack):
         raise LoweringError("tl.inline_asm_elementwise with several results is not supported", tr.b.loc)
     tiles = S.broadcast_all([as_tv(tr.b, a) for a in args])
     shape = tiles[0].type.shape if tiles else ()
-    result = T.Type(tuple(shape), to_dtype(dtype))
+    result = ir_types.Type(tuple(shape), to_dtype(dtype))
     attrs = {"asm": str(asm), "constraints": str(constraints), "is_pure": bool(is_pure), "pack": _int(tr, pack, "pack")}
     return TV(tr.b.inline_asm([t.v for t in tiles], result, attrs), tr.b)
 
@@ -632,9 +638,9 @@ def device_assert(tr, cond, msg="", mask=None):
             raise LoweringError(f"tl.device_assert on a constant false condition: {msg}", tr.b.loc)
         return
     if not cond.dtype.is_bool:
-        cond = S.compare("ne", cond, 0)
+        cond = S.compare(CmpPred.NE, cond, 0)
     if mask is not None:      # asserted where the mask holds
-        cond = S.bitwise("or", cond, S.compare("eq", as_tv(tr.b, mask), 0))
+        cond = S.bitwise(BinaryOp.OR, cond, S.compare(CmpPred.EQ, as_tv(tr.b, mask), 0))
     tr.b.assert_(cond.v, str(msg))
 
 
@@ -658,7 +664,7 @@ def dot(tr, input, other, acc=None, input_precision=None, allow_tf32=None, max_n
                             f"got {m}x{k} @ {k}x{n}", tr.b.loc)
     out = to_dtype(out_dtype)
     if a.dtype.is_int:
-        out = T.i32
+        out = ir_types.i32
     if acc is None:
         acc = full(tr, (m, n), 0, out)
     else:
@@ -666,12 +672,13 @@ def dot(tr, input, other, acc=None, input_precision=None, allow_tf32=None, max_n
         if acc.type.shape != (m, n):
             raise LoweringError(f"tl.dot accumulator shape {acc.type.shape} != {(m, n)}", tr.b.loc)
         out = acc.dtype
-    if fp8 and out not in (T.fp16, T.fp32):
+    if fp8 and out not in (ir_types.fp16, ir_types.fp32):
         raise LoweringError(f"tl.dot of fp8 operands accumulates in fp32 or fp16, got {out}", tr.b.loc)
     if input_precision is None and allow_tf32 is not None:
-        input_precision = "tf32" if allow_tf32 else "ieee"
+        input_precision = InputPrecision.TF32 if allow_tf32 else InputPrecision.IEEE
     # input_precision applies to fp32 operands only (Triton ignores it for the others)
-    attrs = {"input_precision": (input_precision or "tf32") if a.dtype == T.fp32 else "",
+    fp32 = a.dtype == ir_types.fp32
+    attrs = {"input_precision": (input_precision or InputPrecision.TF32) if fp32 else InputPrecision.NONE,
              "max_num_imprecise_acc": _imprecise_accumulation(tr, max_num_imprecise_acc, fp8, k)}
     return TV(tr.b.dot(a.v, b.v, acc.v, out, attrs), tr.b)
 

@@ -11,19 +11,18 @@ from __future__ import annotations
 import inspect
 
 from ..errors import LoweringError
-from ..ir import types as T
+from ..ir import types as ir_types
 from ..ir.core import Block, Loc, Op
-from ..ir.ops import OPS, PURE
-from ..rules import construct_name
+from ..ir.ops import Trait, with_trait
 from .semantics import TV
 
-# ops a combine function may hold besides pure ones: structured control flow on scalars
-_CONTROL = ("for", "if", "while", "yield")
-# pure ops that are still not scalar arithmetic: tle.gpu buffers
-_NOT_ARITHMETIC = ("alloc", "local_load")
+# the ops a combine function may hold: scalar arithmetic (element-wise ops) and structured control flow, on
+# scalars; any other op, pure or not (a reduction, a tle.gpu buffer), is refused
+_ARITHMETIC = with_trait(Trait.ELEMENTWISE)
+_CONTROL = with_trait(Trait.LOOP) | with_trait(Trait.BRANCH) | with_trait(Trait.TERMINATOR)
 
 
-def trace_combine(tr, combine_fn, elems: list[T.DType], what: str) -> tuple[Block, str]:
+def trace_combine(tr, combine_fn, elems: list[ir_types.DType], what: str) -> tuple[Block, str]:
     """The region computing `combine_fn` on two groups of scalars of dtypes `elems`, and the function's
     name. `what`: the construct as the kernel wrote it, for errors."""
     from .tracer import unwrap_jit          # the tracer imports the builtins, which import this module
@@ -36,7 +35,7 @@ def trace_combine(tr, combine_fn, elems: list[T.DType], what: str) -> tuple[Bloc
         raise LoweringError(f"{what} of {len(elems)} tile(s) calls its combine function '{fn.__name__}' with "
                             f"{2 * len(elems)} scalars; it takes {len(params)} parameters", tr.b.loc)
     call = tr.b.loc
-    region = tr.b.new_block([T.scalar(e) for e in elems] * 2, params)
+    region = tr.b.new_block([ir_types.scalar(e) for e in elems] * 2, params)
     with tr.b.insert_into(region):
         returned = tr.call(combine_fn, [TV(a, tr.b) for a in region.args], {})
         tr.b.yield_([v.v for v in _combined_group(returned, elems, what, fn.__name__, call)])
@@ -44,7 +43,7 @@ def trace_combine(tr, combine_fn, elems: list[T.DType], what: str) -> tuple[Bloc
     return region, fn.__name__
 
 
-def _combined_group(returned, elems: list[T.DType], what: str, name: str, call: Loc) -> list[TV]:
+def _combined_group(returned, elems: list[ir_types.DType], what: str, name: str, call: Loc) -> list[TV]:
     """The scalars the combine function returned: one per input, each of its input's dtype (Triton's
     region verifier demands the same)."""
     values = list(returned) if isinstance(returned, (tuple, list)) else [returned]
@@ -64,11 +63,11 @@ def _require_pure_scalar_code(region: Block, what: str, name: str, call: Loc):
         if not _pure_scalar(op):
             kind = "makes a tile" if any(not r.type.is_scalar for r in op.results) else "has an effect"
             raise LoweringError(f"{what} (at {call}): its combine function '{name}' must be pure scalar code, and "
-                                f"{construct_name(op)} {kind} (the combine function is evaluated as often and in "
+                                f"{op.spelling} {kind} (the combine function is evaluated as often and in "
                                 f"whatever order the backend's scan or reduction needs)", op.loc)
 
 
 def _pure_scalar(op: Op) -> bool:
-    if op.name not in _CONTROL and (PURE not in OPS[op.name].traits or op.name in _NOT_ARITHMETIC):
+    if op.defn not in _ARITHMETIC and op.defn not in _CONTROL:
         return False
     return all(r.type.is_scalar for r in op.results)

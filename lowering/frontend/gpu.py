@@ -10,12 +10,13 @@ error that says to read it with `tle.gpu.local_load`.
 from __future__ import annotations
 
 from ..errors import LoweringError
+from ..ir.ops import LoopKind, Storage
 from . import semantics as S
 from .builtins import mask_and_pointer
 from .semantics import TV, as_tv, constexpr_value as _plain, is_num, to_dtype
 
 # storage kinds the IR has; each backend's rule table says what it does with the alloc's scope
-SPACES = {"smem": "shared memory"}
+SPACES = {Storage.SMEM: "shared memory"}
 
 
 class Buffer(TV):
@@ -78,7 +79,7 @@ def alloc(tr, shape, dtype, layout=None, scope=None):
     except Exception:
         raise LoweringError(f"tle.gpu.alloc: dtype must be a Triton dtype (tl.float16, ...), got {dtype!r}",
                             tr.b.loc) from None
-    space = "smem" if scope is None else _space_name(scope)
+    space = Storage.SMEM if scope is None else _space_name(scope)
     if space not in SPACES:
         which = ", ".join(f"{name} ({what})" for name, what in SPACES.items())
         raise LoweringError(f"tle.gpu.alloc: storage kind '{space}' is not supported by any backend "
@@ -88,7 +89,7 @@ def alloc(tr, shape, dtype, layout=None, scope=None):
         raise LoweringError(f"tle.gpu.alloc: layout={layout!r} is not supported; pass layout=None (each backend "
                             f"chooses the buffer's layout: TileLang swizzles shared buffers for T.gemm, Triton "
                             f"keeps the tile in registers)", tr.b.loc, construct="tle.gpu.alloc layout")
-    return Buffer(tr.b.alloc(shape, elem, space, None), tr.b)
+    return Buffer(tr.b.alloc(shape, elem, Storage(space), None), tr.b)
 
 
 def _buffer(tr, x, what) -> Buffer:
@@ -185,7 +186,7 @@ def pipeline_attrs(tr, args, kwargs) -> tuple[list, dict]:
                             f"num_stages=; got {sorted(kwargs)}", tr.b.loc)
     if not 1 <= len(args) <= 3:
         raise LoweringError(f"tle.gpu.pipeline takes 1 to 3 positional arguments, got {len(args)}", tr.b.loc)
-    attrs = {"kind": "tle.gpu.pipeline"}
+    attrs = {"kind": LoopKind.PIPELINE}
     if stages is not None:
         if isinstance(stages, TV) or isinstance(stages, bool) or not isinstance(stages, int) or stages < 0:
             raise LoweringError(f"tle.gpu.pipeline: num_stages must be a constexpr int >= 0, got {stages!r}",

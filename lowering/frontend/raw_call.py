@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 from ..errors import LoweringError
+from ..ir import ops
 from ..ir.core import DEFAULT_NUM_WARPS
 from ..raw.body import DTYPES, check_constraints
 from ..raw.callee import RawCallee
@@ -179,7 +180,7 @@ def warps_for_calls(kernel, launch_num_warps: int | None) -> int:
 
 def _agreed_call(kernel):
     """The kernel's first raw_call op (None without one), once every other asks for as many threads."""
-    calls = [op for op in kernel.walk() if op.name == "raw_call"]
+    calls = [op for op in kernel.walk() if op.defn is ops.RAW_CALL]
     for op in calls[1:]:
         if _thread_count(op) != _thread_count(calls[0]):
             first = calls[0]

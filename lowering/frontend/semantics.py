@@ -11,9 +11,10 @@ import numbers
 import triton.language as tl
 
 from ..errors import LoweringError
-from ..ir import types as T
+from ..ir import types as ir_types
 from ..ir.builder import Builder
 from ..ir.core import Value
+from ..ir.ops import BinaryOp, CmpPred, UnaryOp
 
 
 class TV:
@@ -57,41 +58,41 @@ class TV:
         raise LoweringError("a tile cannot be iterated in Python", self.b.loc)
 
     # -- operators --------------------------------------------------------------------------------
-    def __add__(self, o): return binary("add", self, o)
-    def __radd__(self, o): return binary("add", o, self)
-    def __sub__(self, o): return binary("sub", self, o)
-    def __rsub__(self, o): return binary("sub", o, self)
-    def __mul__(self, o): return binary("mul", self, o)
-    def __rmul__(self, o): return binary("mul", o, self)
+    def __add__(self, o): return binary(BinaryOp.ADD, self, o)
+    def __radd__(self, o): return binary(BinaryOp.ADD, o, self)
+    def __sub__(self, o): return binary(BinaryOp.SUB, self, o)
+    def __rsub__(self, o): return binary(BinaryOp.SUB, o, self)
+    def __mul__(self, o): return binary(BinaryOp.MUL, self, o)
+    def __rmul__(self, o): return binary(BinaryOp.MUL, o, self)
     def __truediv__(self, o): return truediv(self, o)
     def __rtruediv__(self, o): return truediv(o, self)
     def __floordiv__(self, o): return floordiv(self, o)
     def __rfloordiv__(self, o): return floordiv(o, self)
     def __mod__(self, o): return mod(self, o)
     def __rmod__(self, o): return mod(o, self)
-    def __and__(self, o): return bitwise("and", self, o)
-    def __rand__(self, o): return bitwise("and", o, self)
-    def __or__(self, o): return bitwise("or", self, o)
-    def __ror__(self, o): return bitwise("or", o, self)
-    def __xor__(self, o): return bitwise("xor", self, o)
-    def __rxor__(self, o): return bitwise("xor", o, self)
-    def __lshift__(self, o): return bitwise("shl", self, o)
-    def __rlshift__(self, o): return bitwise("shl", o, self)
-    def __rshift__(self, o): return bitwise("shr", self, o)
-    def __rrshift__(self, o): return bitwise("shr", o, self)
-    def __lt__(self, o): return compare("lt", self, o)
-    def __le__(self, o): return compare("le", self, o)
-    def __gt__(self, o): return compare("gt", self, o)
-    def __ge__(self, o): return compare("ge", self, o)
-    def __eq__(self, o): return compare("eq", self, o)
-    def __ne__(self, o): return compare("ne", self, o)
+    def __and__(self, o): return bitwise(BinaryOp.AND, self, o)
+    def __rand__(self, o): return bitwise(BinaryOp.AND, o, self)
+    def __or__(self, o): return bitwise(BinaryOp.OR, self, o)
+    def __ror__(self, o): return bitwise(BinaryOp.OR, o, self)
+    def __xor__(self, o): return bitwise(BinaryOp.XOR, self, o)
+    def __rxor__(self, o): return bitwise(BinaryOp.XOR, o, self)
+    def __lshift__(self, o): return bitwise(BinaryOp.SHL, self, o)
+    def __rlshift__(self, o): return bitwise(BinaryOp.SHL, o, self)
+    def __rshift__(self, o): return bitwise(BinaryOp.SHR, self, o)
+    def __rrshift__(self, o): return bitwise(BinaryOp.SHR, o, self)
+    def __lt__(self, o): return compare(CmpPred.LT, self, o)
+    def __le__(self, o): return compare(CmpPred.LE, self, o)
+    def __gt__(self, o): return compare(CmpPred.GT, self, o)
+    def __ge__(self, o): return compare(CmpPred.GE, self, o)
+    def __eq__(self, o): return compare(CmpPred.EQ, self, o)
+    def __ne__(self, o): return compare(CmpPred.NE, self, o)
     __hash__ = object.__hash__
 
     def __neg__(self):
         if self.dtype.is_bool:
             raise LoweringError("negation of a boolean tile", self.b.loc)
         refuse_fp8_compute(self.dtype, "negation", self.b.loc)
-        return self._wrap(self.b.unary("neg", self.v))
+        return self._wrap(self.b.unary(UnaryOp.NEG, self.v))
 
     def __pos__(self):
         return self
@@ -99,7 +100,7 @@ class TV:
     def __invert__(self):
         if not self.dtype.is_int:
             raise LoweringError(f"~ needs an integer or boolean value, got {self.dtype}", self.b.loc)
-        return self._wrap(self.b.unary("invert", self.v))
+        return self._wrap(self.b.unary(UnaryOp.INVERT, self.v))
 
     def __getitem__(self, idx):
         return subscript(self, idx)
@@ -124,71 +125,72 @@ def is_num(x) -> bool:
     return isinstance(x, numbers.Number) and not isinstance(x, TV)
 
 
-def to_dtype(x) -> T.DType:
+def to_dtype(x) -> ir_types.DType:
     """Our DType from ours, Triton's (tl.float32), torch's, or a name."""
-    if isinstance(x, T.DType):
+    if isinstance(x, ir_types.DType):
         return x
     name = getattr(x, "name", None)
     if isinstance(x, str):
         name = x
     if name is None:
         if type(x).__name__ == "dtype" and type(x).__module__ == "torch":
-            dtype = T.dtype_from_torch_name(str(x))
+            dtype = ir_types.dtype_from_torch_name(str(x))
             if dtype is None:
                 raise TypeError(f"torch dtype {x} is not supported by tle")
             return dtype
         raise TypeError(f"not a dtype: {x!r}")
     try:
-        return T.dtype_from_name(name)
+        return ir_types.dtype_from_name(name)
     except KeyError:
         raise TypeError(f"dtype {name} is not supported by tle (its fp8 types are tl.float8e4nv and "
                         f"tl.float8e5)") from None
 
 
-def num_dtype(x) -> T.DType:
+def num_dtype(x) -> ir_types.DType:
     """The dtype Triton gives a Python number used as an operand."""
     if isinstance(x, bool):
-        return T.i1
+        return ir_types.i1
     if isinstance(x, int):
         if -2**31 <= x < 2**31:
-            return T.i32
+            return ir_types.i32
         if 2**31 <= x < 2**32:           # as Triton types it: a uint32 keeps a uint32 tile's type
-            return T.u32
+            return ir_types.u32
         if -2**63 <= x < 2**63:
-            return T.i64
-        return T.u64
-    return T.fp32
+            return ir_types.i64
+        return ir_types.u64
+    return ir_types.fp32
 
 
 _KIND_RANK = {"bool": 0, "uint": 1, "int": 2, "float": 3}
 
 
-def computation_type(a: T.DType, a_num: bool, b: T.DType, b_num: bool, div_or_mod: bool) -> T.DType:
+def computation_type(a: ir_types.DType, a_num: bool, b: ir_types.DType, b_num: bool,
+                     div_or_mod: bool) -> ir_types.DType:
     """Triton's implicit type of a binary operation (python numbers don't promote tensors of their
     own kind or above; half types compute / and % in fp32)."""
     if a_num != b_num:
         s, t = (a, b) if a_num else (b, a)
         if _KIND_RANK[s.kind] <= _KIND_RANK[t.kind]:
             if div_or_mod and t.name in ("fp16", "bf16"):
-                return T.fp32
+                return ir_types.fp32
             return t
     if "fp64" in (a.name, b.name):
-        return T.fp64
+        return ir_types.fp64
     if "fp32" in (a.name, b.name):
-        return T.fp32
+        return ir_types.fp32
     if "fp16" in (a.name, b.name):
-        return T.fp32 if div_or_mod else T.fp16
+        return ir_types.fp32 if div_or_mod else ir_types.fp16
     if a.name == "bf16" and b.name == "bf16":
-        return T.fp32 if div_or_mod else T.bf16
+        return ir_types.fp32 if div_or_mod else ir_types.bf16
     if "bf16" in (a.name, b.name):
-        return T.fp32
+        return ir_types.fp32
     if a.is_fp8 and b.is_fp8:                 # one fp8 kind stays fp8; two kinds meet in fp16
-        return a if a == b else T.fp16
+        return a if a == b else ir_types.fp16
     if a.is_fp8 or b.is_fp8:
         raise TypeError(f"cannot combine {a} and {b}: Triton combines fp8 values only with other floats")
     if div_or_mod and a.is_int and b.is_int and a.is_signed != b.is_signed and not (a.is_bool or b.is_bool):
         raise TypeError(f"cannot use /, // or % with {a} and {b}: they differ in signedness")
-    return T.promote(a, b)
+    return ir_types.promote(a, b)
 
 
 def _builder(*xs) -> Builder:
@@ -198,7 +200,7 @@ def _builder(*xs) -> Builder:
     raise AssertionError("no traced value among operands")
 
 
-def const(b: Builder, x, dtype: T.DType) -> TV:
+def const(b: Builder, x, dtype: ir_types.DType) -> TV:
     if dtype.is_int and not dtype.is_bool and isinstance(x, numbers.Number):
         lo, hi = (-(2 ** (dtype.bits - 1)), 2 ** (dtype.bits - 1) - 1) if dtype.is_signed else (0, 2 ** dtype.bits - 1)
         if isinstance(x, float):
@@ -208,7 +210,7 @@ def const(b: Builder, x, dtype: T.DType) -> TV:
     return TV(b.const(x, dtype), b)
 
 
-def as_tv(b: Builder, x, dtype: T.DType | None = None) -> TV:
+def as_tv(b: Builder, x, dtype: ir_types.DType | None = None) -> TV:
     if isinstance(x, TV):
         return x
     if is_num(x):
@@ -235,7 +237,7 @@ def cast(x, dtype, bitcast=False, fp_downcast_rounding=None) -> TV:
     return TV(x.b.cast(x.v, dtype, bitcast), x.b)
 
 
-def _fp8_cast(x: TV, dtype: T.DType) -> TV:
+def _fp8_cast(x: TV, dtype: ir_types.DType) -> TV:
     """A conversion to or from fp8. Triton converts fp8 only to and from floats, and its GPU code only
     between fp8 and fp16, bf16 or fp32: fp8 to the other fp8 kind or to fp64 goes through fp32 (exact), and
     fp64 to fp8, which would round twice that way, is refused."""
@@ -243,15 +245,15 @@ def _fp8_cast(x: TV, dtype: T.DType) -> TV:
     if not (src.is_float and dtype.is_float):
         raise LoweringError(f"cannot convert {src} to {dtype}: Triton converts fp8 only to and from floats "
                             f"(convert through tl.float32)", x.b.loc)
-    if src == T.fp64:
+    if src == ir_types.fp64:
         raise LoweringError(f"cannot convert fp64 to {dtype}: Triton cannot compile it for the GPU, and going "
                             f"through fp32 rounds twice (write .to(tl.float32).to(...) if that is meant)", x.b.loc)
-    if (src.is_fp8 and dtype.is_fp8) or dtype == T.fp64:
-        x = TV(x.b.cast(x.v, T.fp32), x.b)
+    if (src.is_fp8 and dtype.is_fp8) or dtype == ir_types.fp64:
+        x = TV(x.b.cast(x.v, ir_types.fp32), x.b)
     return TV(x.b.cast(x.v, dtype), x.b)
 
 
-def refuse_fp8_compute(dtype: T.DType, what: str, loc):
+def refuse_fp8_compute(dtype: ir_types.DType, what: str, loc):
     """Triton computes on fp8 values in fp8 (x + y, x * 2.0, tl.sum(x)), which no GPU instruction does:
     Triton fails to compile it. tle says so at the construct instead."""
     if dtype.is_fp8:
@@ -273,7 +275,7 @@ def broadcast_to(x: TV, shape) -> TV:
 
 def broadcast_pair(a: TV, b_: TV) -> tuple[TV, TV]:
     try:
-        shape = T.broadcast_shapes(a.type.shape, b_.type.shape)
+        shape = ir_types.broadcast_shapes(a.type.shape, b_.type.shape)
     except ValueError as e:
         raise LoweringError(str(e), a.b.loc)
     return broadcast_to(a, shape), broadcast_to(b_, shape)
@@ -283,13 +285,13 @@ def broadcast_all(xs: list[TV]) -> list[TV]:
     shape = ()
     try:
         for x in xs:
-            shape = T.broadcast_shapes(shape, x.type.shape)
+            shape = ir_types.broadcast_shapes(shape, x.type.shape)
     except ValueError as e:
         raise LoweringError(str(e), xs[0].b.loc)
     return [broadcast_to(x, shape) for x in xs]
 
 
-def _operand_dtype(b: Builder, x) -> T.DType:
+def _operand_dtype(b: Builder, x) -> ir_types.DType:
     if is_num(x):
         return num_dtype(x)
     if isinstance(x, TV):
@@ -303,7 +305,7 @@ def _operands(x, y, div_or_mod=False, computes: str = "") -> tuple[TV, TV]:
     computation, which fp8 operands cannot be (tl.where only selects: no name)."""
     b = _builder(x, y)
     xd, yd = _operand_dtype(b, x), _operand_dtype(b, y)
-    if isinstance(xd, T.PointerType) or isinstance(yd, T.PointerType):
+    if isinstance(xd, ir_types.PointerType) or isinstance(yd, ir_types.PointerType):
         raise LoweringError("invalid operation on pointers", b.loc)
     try:
         ct = computation_type(xd, is_num(x), yd, is_num(y), div_or_mod)
@@ -316,25 +318,25 @@ def _operands(x, y, div_or_mod=False, computes: str = "") -> tuple[TV, TV]:
     return broadcast_pair(x, y)
 
 
-def binary(op: str, x, y) -> TV:
+def binary(op: BinaryOp, x, y) -> TV:
     b = _builder(x, y)
     xp = isinstance(x, TV) and x.type.is_pointer
     yp = isinstance(y, TV) and y.type.is_pointer
     if xp or yp:
-        if op == "add" or (op == "sub" and xp and not yp):
+        if op is BinaryOp.ADD or (op is BinaryOp.SUB and xp and not yp):
             ptr, off = (x, y) if xp else (y, x)
             if yp and xp:
                 raise LoweringError("adding two pointers", b.loc)
             off = as_tv(b, off)
             if not off.dtype.is_int:
                 raise LoweringError(f"pointer offset must be an integer, got {off.dtype}", b.loc)
-            if op == "sub":
-                off = TV(b.unary("neg", off.v), b)
+            if op is BinaryOp.SUB:
+                off = TV(b.unary(UnaryOp.NEG, off.v), b)
             ptr, off = broadcast_pair(ptr, off)
             return TV(b.addptr(ptr.v, off.v), b)
         raise LoweringError(f"operation '{op}' on pointers is not supported", b.loc)
     x, y = _operands(x, y, computes=f"arithmetic '{op}'")
-    if op in ("add", "sub", "mul") and x.dtype.is_bool:
+    if op in (BinaryOp.ADD, BinaryOp.SUB, BinaryOp.MUL) and x.dtype.is_bool:
         raise LoweringError(f"arithmetic '{op}' on booleans", b.loc)
     return TV(b.binary(op, x.v, y.v), b)
 
@@ -344,10 +346,10 @@ def truediv(x, y) -> TV:
     xd = num_dtype(x) if is_num(x) else x.dtype
     yd = num_dtype(y) if is_num(y) else y.dtype
     if xd.is_int and yd.is_int:
-        x = float(x) if is_num(x) else cast(x, T.fp32)
-        y = float(y) if is_num(y) else cast(y, T.fp32)
+        x = float(x) if is_num(x) else cast(x, ir_types.fp32)
+        y = float(y) if is_num(y) else cast(y, ir_types.fp32)
     x, y = _operands(x, y, div_or_mod=True, computes="division '/'")
-    return TV(b.binary("fdiv", x.v, y.v), b)
+    return TV(b.binary(BinaryOp.FDIV, x.v, y.v), b)
 
 
 def floordiv(x, y) -> TV:
@@ -355,16 +357,16 @@ def floordiv(x, y) -> TV:
     x, y = _operands(x, y, div_or_mod=True, computes="division '//'")
     if not x.dtype.is_int:
         raise LoweringError(f"// needs integers, got {x.dtype} (Triton semantics)", b.loc)
-    return TV(b.binary("div", x.v, y.v), b)   # truncating, like Triton and C
+    return TV(b.binary(BinaryOp.DIV, x.v, y.v), b)   # truncating, like Triton and C
 
 
 def mod(x, y) -> TV:
     b = _builder(x, y)
     x, y = _operands(x, y, div_or_mod=True, computes="remainder '%'")
-    return TV(b.binary("rem", x.v, y.v), b)   # remainder with the dividend's sign
+    return TV(b.binary(BinaryOp.REM, x.v, y.v), b)   # remainder with the dividend's sign
 
 
-def bitwise(op: str, x, y) -> TV:
+def bitwise(op: BinaryOp, x, y) -> TV:
     b = _builder(x, y)
     x, y = _operands(x, y, computes=f"bitwise '{op}'")
     if not x.dtype.is_int:
@@ -372,13 +374,13 @@ def bitwise(op: str, x, y) -> TV:
     return TV(b.binary(op, x.v, y.v), b)
 
 
-def compare(pred: str, x, y) -> TV:
+def compare(pred: CmpPred, x, y) -> TV:
     b = _builder(x, y)
     x, y = _operands(x, y, computes=f"comparison '{pred}'")
     return TV(b.cmp(pred, x.v, y.v), b)
 
 
-def minmax(op: str, x, y) -> TV:
+def minmax(op: BinaryOp, x, y) -> TV:
     b = _builder(x, y)
     x, y = _operands(x, y, computes=f"tl.{op}")
     return TV(b.binary(op, x.v, y.v), b)
@@ -388,12 +390,12 @@ def where(cond, x, y) -> TV:
     b = _builder(cond, x, y)
     cond = as_tv(b, cond)
     if not cond.dtype.is_bool:
-        cond = compare("ne", cond, 0)
+        cond = compare(CmpPred.NE, cond, 0)
     if is_num(x) and is_num(y):
         x = as_tv(b, x)
     if isinstance(x, TV) or isinstance(y, TV):
         x, y = _operands(x, y)
-    shape = T.broadcast_shapes(cond.type.shape, x.type.shape)
+    shape = ir_types.broadcast_shapes(cond.type.shape, x.type.shape)
     cond, x, y = broadcast_to(cond, shape), broadcast_to(x, shape), broadcast_to(y, shape)
     return TV(b.where(cond.v, x.v, y.v), b)
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import LoweringError
-from ..ir import types as T
+from ..ir import ops
+from ..ir import types as ir_types
+from ..ir.ops import AtomicKind
 from .block_ptr import _scalars
 from .semantics import TV, as_tv, broadcast_to, cast, is_num
 
@@ -39,7 +41,7 @@ class TensorDescriptor:
         if len(offsets) != len(self.block_shape):
             raise LoweringError(f"{what}: {len(offsets)} offsets for a descriptor of rank {len(self.block_shape)}",
                                 self.tr.b.loc)
-        return [o.v for o in _scalars(self.tr, offsets, T.i32, "offsets", what)]
+        return [o.v for o in _scalars(self.tr, offsets, ir_types.i32, "offsets", what)]
 
     def _block(self, value, what) -> TV:
         """The value stored: cast to the descriptor's dtype and broadcast to its block."""
@@ -66,7 +68,7 @@ class TensorDescriptor:
         if self.dtype.name not in _ATOMIC_ADD_DTYPES:
             raise LoweringError(f"desc.atomic_add on {self.dtype} memory: Triton's descriptor reductions add "
                                 f"{', '.join(_ATOMIC_ADD_DTYPES)}", self.tr.b.loc)
-        self.tr.b.descriptor_atomic("add", self.desc.v, self._block(value, "desc.atomic_add").v, offsets)
+        self.tr.b.descriptor_atomic(AtomicKind.ADD, self.desc.v, self._block(value, "desc.atomic_add").v, offsets)
 
 
 def make_tensor_descriptor(tr, base, shape, strides, block_shape, padding_option="zero"):
@@ -89,7 +91,7 @@ def make_tensor_descriptor(tr, base, shape, strides, block_shape, padding_option
         raise LoweringError(f"{_NAME}: the last axis of block_shape must span at least 16 bytes, got "
                             f"{block_shape[-1]} x {elem.bits // 8} = {row_bytes}", loc)
     last = getattr(strides[-1], "value", strides[-1])
-    if isinstance(last, TV) and last.v.defining_op is not None and last.v.defining_op.name == "const":
+    if isinstance(last, TV) and last.v.defining_op is not None and last.v.defining_op.defn is ops.CONST:
         last = last.v.defining_op.attrs["value"]          # an argument compiled in as a constant
     if is_num(last) and last != 1:
         raise LoweringError(f"{_NAME}: the last axis must be contiguous (stride 1), got stride {last}", loc)
@@ -98,7 +100,7 @@ def make_tensor_descriptor(tr, base, shape, strides, block_shape, padding_option
         raise LoweringError(f"{_NAME}: padding_option must be 'zero' or 'nan', got {padding_option!r}", loc)
     if padding == "nan" and not elem.is_float:
         raise LoweringError(f"{_NAME}: padding_option='nan' on an integer tensor", loc)
-    shape = _scalars(tr, shape, T.i32, "shape", _NAME)            # Triton's types: i32 extents, i64 strides
-    strides = _scalars(tr, strides, T.i64, "strides", _NAME)
+    shape = _scalars(tr, shape, ir_types.i32, "shape", _NAME)            # Triton's types: i32 extents, i64 strides
+    strides = _scalars(tr, strides, ir_types.i64, "strides", _NAME)
     desc = tr.b.make_descriptor(base.v, [x.v for x in shape], [x.v for x in strides], block_shape, padding)
     return TensorDescriptor(tr, TV(desc, tr.b))

@@ -18,9 +18,10 @@ import triton
 import triton.language as tl
 
 from ..errors import LoweringError
-from ..ir import types as T
+from ..ir import types as ir_types
 from ..ir.builder import Builder
 from ..ir.core import KernelIR, Loc, Param
+from ..ir.ops import BinaryOp, CmpPred, LoopKind
 from . import semantics as S
 from .block_ptr import BlockPtr
 from .builtins import BUILTINS, TENSOR_METHODS, tle_load
@@ -346,7 +347,7 @@ class Tracer:
         if not cond.type.is_scalar:
             raise self._err(f"a while condition must be a scalar, not a {cond.type} tile (reduce it first)", st)
         if not cond.dtype.is_bool:
-            cond = S.compare("ne", cond, 0)
+            cond = S.compare(CmpPred.NE, cond, 0)
         self._loc(st)
         self.b.yield_([cond.v])
 
@@ -418,7 +419,7 @@ class Tracer:
         if not cond.type.is_scalar:
             raise self._err("`if` on a tile condition: use tl.where for element-wise selection", st)
         if not cond.dtype.is_bool:
-            cond = S.compare("ne", cond, 0)
+            cond = S.compare(CmpPred.NE, cond, 0)
         then_env, else_env = dict(env), dict(env)
         then_blk, else_blk = self.b.new_block([]), self.b.new_block([])
         outer = _tiles_in(env)
@@ -474,7 +475,7 @@ class Tracer:
     def _unify(self, name, a, c, blk_a, blk_c, node):
         """Make the two branch values of `name` one IR type (numbers become constants of the other's type)."""
         if is_num(a) and is_num(c):
-            dt = S.num_dtype(a) if S.num_dtype(a) == S.num_dtype(c) else T.fp32
+            dt = S.num_dtype(a) if S.num_dtype(a) == S.num_dtype(c) else ir_types.fp32
             with self.b.insert_into(blk_a):
                 a = S.const(self.b, a, dt)
             with self.b.insert_into(blk_c):
@@ -505,7 +506,7 @@ class Tracer:
             args, attrs = TLE_RANGES[fn](self, args, kwargs)
             self._dynamic_for(st, env, args, attrs)
         elif fn is py_builtins.range or fn is tl.range:
-            attrs = {"kind": "tl.range" if fn is tl.range else "range"}
+            attrs = {"kind": LoopKind.TL_RANGE if fn is tl.range else LoopKind.RANGE}
             if fn is tl.range:
                 for key in ("num_stages", "loop_unroll_factor", "warp_specialize", "flatten",
                             "disallow_acc_multi_buffer", "disable_licm"):
@@ -517,7 +518,8 @@ class Tracer:
                 raise self._err(f"unsupported loop arguments {sorted(kwargs)}", st)
             self._dynamic_for(st, env, args, attrs)
         else:
-            raise self._err(f"kernels loop over range(), tl.range(), tl.static_range() or tle.gpu.pipeline(), not {fn!r}", st)
+            raise self._err(f"kernels loop over range(), tl.range(), tl.static_range() or tle.gpu.pipeline(), "
+                            f"not {fn!r}", st)
 
     def _static_for(self, st, env, args, kwargs):
         if any(isinstance(a, TV) for a in args):
@@ -541,12 +543,12 @@ class Tracer:
         # Triton's loops assume; a constexpr one may be negative
         if not isinstance(step, TV) and step == 0:
             raise self._err("a loop step of 0", st)
-        ivt = T.i32
+        ivt = ir_types.i32
         for x in (lo, hi, step):
             if isinstance(x, TV):
                 if not x.type.is_scalar or not x.dtype.is_int:
                     raise self._err(f"loop bounds and step must be integer scalars, got {x.type}", st)
-                ivt = T.promote(ivt, x.dtype)
+                ivt = ir_types.promote(ivt, x.dtype)
         lo_v, hi_v, st_v = (S.cast(as_tv(self.b, x, ivt), ivt) for x in (lo, hi, step))
         assigned = [n for n in _assigned_names(st.body) if n != st.target.id]
         # a block pointer the body advances is carried as its offsets, under names of their own
@@ -564,7 +566,7 @@ class Tracer:
         outer = _tiles_in(env)
         updated: list[TV] = []    # tiles from before the loop that the body updates in place (tle.call)
         for _attempt in range(3 + len(outer)):
-            body = self.b.new_block([T.scalar(ivt)] + [types[n] for n in carried] + [tv.type for tv in updated],
+            body = self.b.new_block([ir_types.scalar(ivt)] + [types[n] for n in carried] + [tv.type for tv in updated],
                                     [st.target.id] + carried + [tv.v.name for tv in updated])
             benv = dict(env)
             benv[st.target.id] = TV(body.args[0], self.b)
@@ -705,7 +707,7 @@ class Tracer:
         self._loc(node)
         if isinstance(node.op, ast.Not):
             if isinstance(x, TV):
-                return S.compare("eq", x, 0) if not x.dtype.is_bool else ~x
+                return S.compare(CmpPred.EQ, x, 0) if not x.dtype.is_bool else ~x
             return not x
         return {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Invert: operator.invert}[type(node.op)](x)
 
@@ -716,16 +718,16 @@ class Tracer:
             right = self._eval(comp, env)
             self._loc(node)
             r = _CMPOPS[type(op)](left, right)
-            result = r if result is None else self._logical("and", result, r)
+            result = r if result is None else self._logical(BinaryOp.AND, result, r)
             left = right
         return result
 
     def _ex_BoolOp(self, node, env):
-        kind = "and" if isinstance(node.op, ast.And) else "or"
+        kind = BinaryOp.AND if isinstance(node.op, ast.And) else BinaryOp.OR
         result = self._eval(node.values[0], env)
         for v in node.values[1:]:
             if not isinstance(result, TV):     # Python short-circuit on constexprs
-                if (kind == "and" and not result) or (kind == "or" and result):
+                if (kind is BinaryOp.AND and not result) or (kind is BinaryOp.OR and result):
                     return result
                 result = self._eval(v, env)
                 continue
@@ -734,12 +736,12 @@ class Tracer:
 
     def _logical(self, kind, a, b):
         if not isinstance(a, TV) and not isinstance(b, TV):
-            return (a and b) if kind == "and" else (a or b)
+            return (a and b) if kind is BinaryOp.AND else (a or b)
         tv = a if isinstance(a, TV) else b
         a = as_tv(tv.b, a)
         b = as_tv(tv.b, b)
-        a = a if a.dtype.is_bool else S.compare("ne", a, 0)
-        b = b if b.dtype.is_bool else S.compare("ne", b, 0)
+        a = a if a.dtype.is_bool else S.compare(CmpPred.NE, a, 0)
+        b = b if b.dtype.is_bool else S.compare(CmpPred.NE, b, 0)
         return S.bitwise(kind, a, b)
 
     def _ex_IfExp(self, node, env):

@@ -7,17 +7,11 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-from . import types as T
+from . import ops
+from . import types as ir_types
 from .core import Block, IdGen, Loc, Op, UNKNOWN_LOC, Value
+from .ops import BinaryOp, CmpPred, OpDef, ReduceKind, UnaryOp
 from .types import Type
-
-UNARY_FLOAT_ONLY = {"exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sigmoid", "erf", "sin", "cos",
-                    "floor", "ceil"}
-UNARY_OPS = UNARY_FLOAT_ONLY | {"neg", "abs", "invert", "not"}
-BINARY_OPS = {"add", "sub", "mul", "fdiv", "div", "rem", "and", "or", "xor", "shl", "shr",
-              "maximum", "minimum", "umulhi"}
-CMP_PREDS = {"lt", "le", "gt", "ge", "eq", "ne"}
-REDUCE_KINDS = {"sum", "max", "min", "argmax", "argmin"}
 
 
 class Builder:
@@ -44,10 +38,11 @@ class Builder:
         names = names or [None] * len(arg_types)
         return Block([self.ids.value(t, None, n) for t, n in zip(arg_types, names)])
 
-    def _op(self, name, operands, result_types, attrs=None, regions=None) -> Op:
+    def _op(self, defn: OpDef, operands, result_types, attrs=None, regions=None) -> Op:
+        """A new op at the insertion point; its operand count and attributes are checked against `defn`."""
         if self.stamp:
             attrs = {**(attrs or {}), **self.stamp}
-        op = Op(name, operands, result_types, attrs, regions, self.loc, new_value=self.ids.value)
+        op = Op(defn, operands, result_types, attrs, regions, self.loc, new_value=self.ids.value)
         self.block.append(op)
         return op
 
@@ -55,28 +50,28 @@ class Builder:
         return self._op(*a, **k).result
 
     # -- leaves -----------------------------------------------------------------------------------
-    def const(self, value, dtype: T.DType) -> Value:
+    def const(self, value, dtype: ir_types.DType) -> Value:
         if dtype.is_float:
             value = float(value)
         elif dtype.is_bool:
             value = bool(value)
         else:
             value = int(value)
-        return self._one("const", [], [T.scalar(dtype)], {"value": value})
+        return self._one(ops.CONST, [], [ir_types.scalar(dtype)], {"value": value})
 
     def program_id(self, axis: int) -> Value:
-        return self._one("program_id", [], [T.scalar(T.i32)], {"axis": axis})
+        return self._one(ops.PROGRAM_ID, [], [ir_types.scalar(ir_types.i32)], {"axis": axis})
 
     def num_programs(self, axis: int) -> Value:
-        return self._one("num_programs", [], [T.scalar(T.i32)], {"axis": axis})
+        return self._one(ops.NUM_PROGRAMS, [], [ir_types.scalar(ir_types.i32)], {"axis": axis})
 
     def arange(self, start: int, end: int) -> Value:
-        return self._one("arange", [], [T.tile([end - start], T.i32)], {"start": start, "end": end})
+        return self._one(ops.ARANGE, [], [ir_types.tile([end - start], ir_types.i32)], {"start": start, "end": end})
 
     # -- shape ops --------------------------------------------------------------------------------
     def splat(self, x: Value, shape) -> Value:
         assert x.type.is_scalar
-        return self._one("splat", [x], [T.tile(shape, x.type.elem)], {"shape": tuple(shape)})
+        return self._one(ops.SPLAT, [x], [ir_types.tile(shape, x.type.elem)], {"shape": tuple(shape)})
 
     def broadcast(self, x: Value, shape) -> Value:
         shape = tuple(shape)
@@ -84,168 +79,165 @@ class Builder:
             return x
         if x.type.is_scalar:
             return self.splat(x, shape)
-        return self._one("broadcast", [x], [T.tile(shape, x.type.elem)], {"shape": shape})
+        return self._one(ops.BROADCAST, [x], [ir_types.tile(shape, x.type.elem)], {"shape": shape})
 
     def expand_dims(self, x: Value, axis: int) -> Value:
         shape = list(x.type.shape)
         shape.insert(axis, 1)
-        return self._one("expand_dims", [x], [T.tile(shape, x.type.elem)], {"axis": axis})
+        return self._one(ops.EXPAND_DIMS, [x], [ir_types.tile(shape, x.type.elem)], {"axis": axis})
 
     def reshape(self, x: Value, shape) -> Value:
-        return self._one("reshape", [x], [T.tile(shape, x.type.elem)], {"shape": tuple(shape)})
+        return self._one(ops.RESHAPE, [x], [ir_types.tile(shape, x.type.elem)], {"shape": tuple(shape)})
 
     def join(self, a: Value, b: Value) -> Value:
-        return self._one("join", [a, b], [T.tile(tuple(a.type.shape) + (2,), a.type.elem)])
+        return self._one(ops.JOIN, [a, b], [ir_types.tile(tuple(a.type.shape) + (2,), a.type.elem)])
 
     def split(self, x: Value, half: int) -> Value:
         shape = x.type.shape[:-1]
-        return self._one("split", [x], [T.tile(shape, x.type.elem) if shape else T.scalar(x.type.elem)],
+        return self._one(ops.SPLIT, [x], [ir_types.tile(shape, x.type.elem) if shape else ir_types.scalar(x.type.elem)],
                          {"half": half})
 
     def trans(self, x: Value, perm) -> Value:
         shape = [x.type.shape[p] for p in perm]
-        return self._one("trans", [x], [T.tile(shape, x.type.elem)], {"perm": tuple(perm)})
+        return self._one(ops.TRANS, [x], [ir_types.tile(shape, x.type.elem)], {"perm": tuple(perm)})
 
     # -- element-wise -----------------------------------------------------------------------------
-    def binary(self, op: str, a: Value, b: Value) -> Value:
-        assert op in BINARY_OPS, op
+    def binary(self, op: BinaryOp | str, a: Value, b: Value) -> Value:
         assert a.type == b.type or (a.type.is_pointer is False and a.type.shape == b.type.shape), (a.type, b.type)
-        return self._one("binary", [a, b], [a.type], {"op": op})
+        return self._one(ops.BINARY, [a, b], [a.type], {"op": op})
 
-    def cmp(self, pred: str, a: Value, b: Value) -> Value:
-        assert pred in CMP_PREDS
-        return self._one("cmp", [a, b], [a.type.with_elem(T.i1)], {"pred": pred})
+    def cmp(self, pred: CmpPred | str, a: Value, b: Value) -> Value:
+        return self._one(ops.CMP, [a, b], [a.type.with_elem(ir_types.i1)], {"pred": pred})
 
-    def unary(self, op: str, x: Value) -> Value:
-        assert op in UNARY_OPS, op
-        return self._one("unary", [x], [x.type], {"op": op})
+    def unary(self, op: UnaryOp | str, x: Value) -> Value:
+        return self._one(ops.UNARY, [x], [x.type], {"op": op})
 
     def libdevice(self, fn: str, args: list[Value]) -> Value:
-        return self._one("libdevice", list(args), [args[0].type], {"fn": fn})
+        return self._one(ops.LIBDEVICE, list(args), [args[0].type], {"fn": fn})
 
-    def cast(self, x: Value, dtype: T.DType, bitcast: bool = False) -> Value:
+    def cast(self, x: Value, dtype: ir_types.DType, bitcast: bool = False) -> Value:
         if x.type.elem == dtype:
             return x
         attrs = {"dtype": dtype}
         if bitcast:
             attrs["bitcast"] = True
-        return self._one("cast", [x], [x.type.with_elem(dtype)], attrs)
+        return self._one(ops.CAST, [x], [x.type.with_elem(dtype)], attrs)
 
     def where(self, cond: Value, x: Value, y: Value) -> Value:
-        return self._one("where", [cond, x, y], [x.type])
+        return self._one(ops.WHERE, [cond, x, y], [x.type])
 
     def hint(self, kind: str, x: Value, values: tuple[int, ...]) -> Value:
-        return self._one("hint", [x], [x.type], {"kind": kind, "values": tuple(values)})
+        return self._one(ops.HINT, [x], [x.type], {"kind": kind, "values": tuple(values)})
 
     def addptr(self, ptr: Value, offset: Value) -> Value:
-        return self._one("addptr", [ptr, offset], [ptr.type.with_shape(offset.type.shape)])
+        return self._one(ops.ADDPTR, [ptr, offset], [ptr.type.with_shape(offset.type.shape)])
 
     # -- memory -----------------------------------------------------------------------------------
     def load(self, ptr: Value, mask: Value | None, other: Value | None, hints: dict) -> Value:
         result = ptr.type.with_elem(ptr.type.elem.elem)
-        return self._one("load", [ptr, mask, other], [result], hints)
+        return self._one(ops.LOAD, [ptr, mask, other], [result], hints)
 
     def store(self, ptr: Value, value: Value, mask: Value | None, hints: dict) -> Op:
-        return self._op("store", [ptr, value, mask], [], hints)
+        return self._op(ops.STORE, [ptr, value, mask], [], hints)
 
     def atomic(self, kind: str, ptr: Value, value: Value, mask: Value | None, attrs: dict) -> Value:
-        return self._one("atomic", [ptr, value, mask], [value.type], {"kind": kind, **attrs})
+        return self._one(ops.ATOMIC, [ptr, value, mask], [value.type], {"kind": kind, **attrs})
 
     def atomic_cas(self, ptr: Value, cmp: Value, value: Value, attrs: dict) -> Value:
-        return self._one("atomic_cas", [ptr, cmp, value], [value.type], dict(attrs))
+        return self._one(ops.ATOMIC_CAS, [ptr, cmp, value], [value.type], dict(attrs))
 
     # -- tensor descriptors -----------------------------------------------------------------------
     def make_descriptor(self, base: Value, shape: list[Value], strides: list[Value], block_shape, padding: str):
-        desc = T.DescriptorType(base.type.elem.elem, tuple(block_shape), padding)
-        return self._one("make_descriptor", [base, *shape, *strides], [T.scalar(desc)])
+        desc = ir_types.DescriptorType(base.type.elem.elem, tuple(block_shape), padding)
+        return self._one(ops.MAKE_DESCRIPTOR, [base, *shape, *strides], [ir_types.scalar(desc)])
 
     def descriptor_load(self, desc: Value, offsets: list[Value]) -> Value:
         d = desc.type.elem
-        return self._one("descriptor_load", [desc, *offsets], [T.tile(d.block_shape, d.elem)])
+        return self._one(ops.DESCRIPTOR_LOAD, [desc, *offsets], [ir_types.tile(d.block_shape, d.elem)])
 
     def descriptor_store(self, desc: Value, value: Value, offsets: list[Value]) -> Op:
-        return self._op("descriptor_store", [desc, value, *offsets], [])
+        return self._op(ops.DESCRIPTOR_STORE, [desc, value, *offsets], [])
 
     def descriptor_atomic(self, kind: str, desc: Value, value: Value, offsets: list[Value]) -> Op:
-        return self._op("descriptor_atomic", [desc, value, *offsets], [], {"kind": kind})
+        return self._op(ops.DESCRIPTOR_ATOMIC, [desc, value, *offsets], [], {"kind": kind})
 
     # -- tle.gpu buffers --------------------------------------------------------------------------
-    def alloc(self, shape, elem: T.DType, space: str, layout) -> Value:
-        return self._one("alloc", [], [T.buffer(shape, elem, space)], {"scope": space, "layout": layout})
+    def alloc(self, shape, elem: ir_types.DType, space: str, layout) -> Value:
+        return self._one(ops.ALLOC, [], [ir_types.buffer(shape, elem, space)], {"scope": space, "layout": layout})
 
     def local_load(self, buf: Value) -> Value:
-        return self._one("local_load", [buf], [T.tile(buf.type.shape, buf.type.elem)])
+        return self._one(ops.LOCAL_LOAD, [buf], [ir_types.tile(buf.type.shape, buf.type.elem)])
 
     def local_store(self, buf: Value, value: Value) -> Value:
-        return self._one("local_store", [buf, value], [buf.type])
+        return self._one(ops.LOCAL_STORE, [buf, value], [buf.type])
 
     def copy_in(self, ptr: Value, mask: Value | None, other: Value | None, buf: Value) -> Value:
-        return self._one("copy_in", [ptr, mask, other, buf], [buf.type])
+        return self._one(ops.COPY_IN, [ptr, mask, other, buf], [buf.type])
 
     def copy_out(self, ptr: Value, buf: Value, mask: Value | None) -> Op:
-        return self._op("copy_out", [ptr, buf, mask], [])
+        return self._op(ops.COPY_OUT, [ptr, buf, mask], [])
 
     # -- reductions and matrix products ----------------------------------------------------------
-    def reduce(self, kind: str, x: Value, axis: int, keep_dims: bool = False) -> Value:
-        assert kind in REDUCE_KINDS
+    def reduce(self, kind: ReduceKind | str, x: Value, axis: int, keep_dims: bool = False) -> Value:
+        kind = ReduceKind(kind)
         shape = list(x.type.shape)
         if keep_dims:
             shape[axis] = 1
         else:
             del shape[axis]
-        elem = T.i32 if kind in ("argmax", "argmin") else x.type.elem
-        return self._one("reduce", [x], [Type(tuple(shape), elem)],
+        elem = ir_types.i32 if kind in (ReduceKind.ARGMAX, ReduceKind.ARGMIN) else x.type.elem
+        return self._one(ops.REDUCE, [x], [Type(tuple(shape), elem)],
                          {"kind": kind, "axis": axis, "keep_dims": keep_dims})
 
     def scan(self, kind: str, x: Value, axis: int, reverse: bool) -> Value:
-        return self._one("scan", [x], [x.type], {"kind": kind, "axis": axis, "reverse": reverse})
+        return self._one(ops.SCAN, [x], [x.type], {"kind": kind, "axis": axis, "reverse": reverse})
 
-    def combine(self, name: str, inputs: list[Value], result_types: list[Type], combine: Block, attrs: dict) -> Op:
+    def combine(self, defn: OpDef, inputs: list[Value], result_types: list[Type], combine: Block, attrs: dict) -> Op:
         """combine_scan / combine_reduce of the tiles `inputs` with the traced combine function `combine`."""
-        return self._op(name, list(inputs), result_types, dict(attrs), [combine])
+        return self._op(defn, list(inputs), result_types, dict(attrs), [combine])
 
     def sort(self, x: Value, axis: int, descending: bool) -> Value:
-        return self._one("sort", [x], [x.type], {"axis": axis, "descending": descending})
+        return self._one(ops.SORT, [x], [x.type], {"axis": axis, "descending": descending})
 
     def topk(self, x: Value, k: int, axis: int) -> Value:
         shape = list(x.type.shape)
         shape[axis] = k
-        return self._one("topk", [x], [T.tile(shape, x.type.elem)], {"k": k, "axis": axis})
+        return self._one(ops.TOPK, [x], [ir_types.tile(shape, x.type.elem)], {"k": k, "axis": axis})
 
     def histogram(self, x: Value, mask: Value | None, num_bins: int) -> Value:
-        return self._one("histogram", [x, mask], [T.tile([num_bins], T.i32)], {"num_bins": num_bins})
+        return self._one(ops.HISTOGRAM, [x, mask], [ir_types.tile([num_bins], ir_types.i32)], {"num_bins": num_bins})
 
     def inline_asm(self, args: list[Value], result: Type, attrs: dict) -> Value:
-        return self._one("inline_asm", list(args), [result], dict(attrs))
+        return self._one(ops.INLINE_ASM, list(args), [result], dict(attrs))
 
     def print_(self, prefix: str, args: list[Value], hex: bool) -> Op:
-        return self._op("print", list(args), [], {"prefix": prefix, "hex": hex})
+        return self._op(ops.PRINT, list(args), [], {"prefix": prefix, "hex": hex})
 
     def assert_(self, cond: Value, msg: str) -> Op:
-        return self._op("assert", [cond], [], {"msg": msg})
+        return self._op(ops.ASSERT, [cond], [], {"msg": msg})
 
-    def dot(self, a: Value, b: Value, acc: Value, out_dtype: T.DType, attrs: dict) -> Value:
+    def dot(self, a: Value, b: Value, acc: Value, out_dtype: ir_types.DType, attrs: dict) -> Value:
         shape = (a.type.shape[0], b.type.shape[1])
-        return self._one("dot", [a, b, acc], [T.tile(shape, out_dtype)], {"out_dtype": out_dtype, **attrs})
+        return self._one(ops.DOT, [a, b, acc], [ir_types.tile(shape, out_dtype)], {"out_dtype": out_dtype, **attrs})
 
     # -- raw functions ----------------------------------------------------------------------------
     def raw_call(self, fn, args: list[Value], outputs, threads, layout) -> Op:
         """tle.call of raw function `fn` on the tiles `args`; one result per written argument (`outputs`:
         their indices), of that argument's type. `layout`: per argument, a dict or None."""
         outputs = tuple(outputs)
-        return self._op("raw_call", list(args), [args[k].type for k in outputs],
+        return self._op(ops.RAW_CALL, list(args), [args[k].type for k in outputs],
                         {"fn": fn, "threads": tuple(threads), "layout": tuple(layout), "outputs": outputs})
 
     # -- control flow -----------------------------------------------------------------------------
     def for_op(self, lower: Value, upper: Value, step: Value, inits: list[Value], body: Block,
                attrs: dict) -> Op:
-        return self._op("for", [lower, upper, step, *inits], [v.type for v in inits], attrs, [body])
+        return self._op(ops.FOR, [lower, upper, step, *inits], [v.type for v in inits], attrs, [body])
 
     def while_op(self, inits: list[Value], before: Block, body: Block) -> Op:
-        return self._op("while", list(inits), [v.type for v in inits], {}, [before, body])
+        return self._op(ops.WHILE, list(inits), [v.type for v in inits], {}, [before, body])
 
     def if_op(self, cond: Value, then_block: Block, else_block: Block, result_types: list[Type]) -> Op:
-        return self._op("if", [cond], result_types, {}, [then_block, else_block])
+        return self._op(ops.IF, [cond], result_types, {}, [then_block, else_block])
 
     def yield_(self, values: list[Value]) -> Op:
-        return self._op("yield", values, [])
+        return self._op(ops.YIELD, values, [])

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from .ops import BUFFER_WRITE, OPS, with_trait
+from .ops import OpDef, Trait
 from .types import Type
 
 
@@ -44,19 +44,52 @@ class Value:
         return f"%{self.name or ''}{self.id}"
 
 
-# Operand names of each op, in order (None: variadic). The ops themselves are declared in ops.py.
-OPERANDS: dict[str, tuple[str, ...] | None] = {name: d.operands for name, d in OPS.items()}
-BUFFER_WRITES = tuple(sorted(with_trait(BUFFER_WRITE)))
+class Attributes(dict):
+    """An op's attributes, checked against its declaration (lowering/ir/ops.py) wherever they are written: an
+    attribute the op does not declare, or a value of another type, is a ValueError; a Word's text becomes
+    the Word."""
+
+    __slots__ = ("defn",)
+
+    def __init__(self, defn: OpDef, values=None):
+        super().__init__()
+        self.defn = defn
+        self.update(values or {})
+
+    def __setitem__(self, name, value):
+        super().__setitem__(name, self.defn.check_attr(name, value))
+
+    def update(self, *args, **kwargs):
+        for name, value in dict(*args, **kwargs).items():
+            self[name] = value
+
+    def setdefault(self, name, default=None):
+        if name not in self:
+            self[name] = default
+        return self[name]
+
+    def __ior__(self, other):
+        self.update(other)
+        return self
+
+    def copy(self) -> dict:
+        return dict(self)
 
 
 class Op:
-    __slots__ = ("name", "operands", "results", "attrs", "regions", "loc", "parent")
+    """One operation: its definition in the op table (`defn`, with `name` its text), operands (read them by
+    name: `op.operand("mask")`, `op.operand_group("inits")`), results, checked attributes and regions."""
 
-    def __init__(self, name: str, operands: list, result_types: list[Type], attrs: dict | None = None,
+    __slots__ = ("defn", "operands", "results", "_attrs", "regions", "loc", "parent")
+
+    def __init__(self, defn: OpDef, operands: list, result_types: list[Type], attrs: dict | None = None,
                  regions: list["Block"] | None = None, loc: Loc = UNKNOWN_LOC, new_value=None):
-        self.name = name
+        if not isinstance(defn, OpDef):
+            raise TypeError(f"an Op is made from its definition in lowering/ir/ops.py (ops.LOAD, ...), not {defn!r}")
+        self.defn = defn
         self.operands: list[Value | None] = list(operands)
-        self.attrs: dict[str, Any] = dict(attrs or {})
+        self.defn.operand_slots(len(self.operands))          # the count the op declares
+        self._attrs = Attributes(self.defn, attrs)
         self.regions: list[Block] = list(regions or [])
         self.loc = loc
         self.parent: Block | None = None
@@ -65,13 +98,55 @@ class Op:
             r.parent_op = self
 
     @property
+    def name(self) -> str:
+        return self.defn.name
+
+    @property
+    def attrs(self) -> Attributes:
+        return self._attrs
+
+    @attrs.setter
+    def attrs(self, values: dict):
+        self._attrs = Attributes(self.defn, values)
+
+    def has(self, trait: Trait) -> bool:
+        return trait in self.defn.traits
+
+    def become(self, defn: OpDef, operands: list, attrs: dict):
+        """Turn this op into another one in place (constant folding), its results and users unchanged."""
+        defn.operand_slots(len(operands))
+        self.defn, self.operands, self._attrs = defn, list(operands), Attributes(defn, attrs)
+
+    @property
+    def spelling(self) -> str:
+        """How the kernel wrote the op ("tl.load", "tl.atomic_add", ...)."""
+        return self.defn.spelling(self.attrs)
+
+    @property
     def result(self) -> Value:
         assert len(self.results) == 1, f"{self.name} has {len(self.results)} results"
         return self.results[0]
 
     def operand(self, name: str) -> Value | None:
-        names = OPERANDS.get(self.name)
-        return self.operands[names.index(name)]
+        """The operand the op's declaration calls `name` (None: an optional one not given)."""
+        at = self.defn.operand_slots(len(self.operands))[name]
+        if isinstance(at, slice):
+            raise ValueError(f"operand '{name}' of op '{self.name}' is a group: use operand_group")
+        return self.operands[at]
+
+    def set_operand(self, name: str, value: Value | None):
+        """Replace the operand the op's declaration calls `name`."""
+        at = self.defn.operand_slots(len(self.operands))[name]
+        if isinstance(at, slice):
+            raise ValueError(f"operand '{name}' of op '{self.name}' is a group")
+        self.operands[at] = value
+
+    def operand_group(self, name: str) -> list[Value]:
+        """The operands of the variadic group `name` ("*name" in the declaration)."""
+        at = self.defn.operand_slots(len(self.operands))[name]
+        if not isinstance(at, slice):
+            raise ValueError(f"operand '{name}' of op '{self.name}' is not a group: use operand")
+        return self.operands[at]
 
     # for-op accessors
     @property
@@ -99,7 +174,7 @@ class Block:
 
     @property
     def terminator(self) -> Op | None:
-        return self.ops[-1] if self.ops and self.ops[-1].name == "yield" else None
+        return self.ops[-1] if self.ops and self.ops[-1].has(Trait.TERMINATOR) else None
 
     def walk(self) -> Iterator[Op]:
         """All ops in this block and nested regions, in program order (pre-order)."""
@@ -160,10 +235,6 @@ class KernelIR:
 
     def walk(self) -> Iterator[Op]:
         return self.body.walk()
-
-    def __str__(self) -> str:
-        from .printer import print_kernel
-        return print_kernel(self)
 
 
 class IdGen:

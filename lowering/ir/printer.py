@@ -5,6 +5,7 @@ form is deterministic, so golden tests can compare it.
 """
 from __future__ import annotations
 
+from . import ops
 from .core import Block, KernelIR, Op, Value
 
 
@@ -63,8 +64,9 @@ def _print_block(block: Block, namer: _Namer, indent: int, out: list[str]):
 
 def _print_op(op: Op, namer: _Namer, indent: int, pad: str, out: list[str]):
     loc = f"  # line {op.loc.line}" if op.loc.line else ""
-    if op.name == "for":
-        lo, hi, st, *inits = op.operands
+    if op.defn is ops.FOR:
+        lo, hi, st = op.operand("lower"), op.operand("upper"), op.operand("step")
+        inits = op.operand_group("inits")
         iv, *carried = op.body.args
         head = f"{pad}"
         if op.results:
@@ -77,41 +79,41 @@ def _print_op(op: Op, namer: _Namer, indent: int, pad: str, out: list[str]):
         _print_block(op.body, namer, indent + 1, out)
         out.append(pad + "}")
         return
-    if op.name == "while":
+    if op.defn is ops.WHILE:
         before, body = op.regions
         head = pad + (", ".join(namer.define(r) for r in op.results) + " = " if op.results else "")
-        pairs = ", ".join(f"{namer.define(c)} = {namer(i)}" for c, i in zip(before.args, op.operands))
+        pairs = ", ".join(f"{namer.define(c)} = {namer(i)}" for c, i in zip(before.args, op.operand_group("inits")))
         out.append(f"{head}while ({pairs}) {{{loc}")
         _print_block(before, namer, indent + 1, out)
         out.append(f"{pad}}} do ({', '.join(namer.define(a) for a in body.args)}) {{")
         _print_block(body, namer, indent + 1, out)
         out.append(pad + "}")
         return
-    if op.name == "if":
+    if op.defn is ops.IF:
         head = pad
         if op.results:
             head += ", ".join(namer.define(r) for r in op.results) + " = "
-        out.append(f"{head}if {namer(op.operands[0])} {{{loc}")
+        out.append(f"{head}if {namer(op.operand('cond'))} {{{loc}")
         _print_block(op.regions[0], namer, indent + 1, out)
         out.append(pad + "} else {")
         _print_block(op.regions[1], namer, indent + 1, out)
         out.append(pad + "}")
         return
-    if op.name == "raw_call":
+    if op.defn is ops.RAW_CALL:
         out.append(pad + _raw_call(op, namer) + loc)
         return
-    if op.name in ("combine_scan", "combine_reduce"):
+    if op.defn in (ops.COMBINE_SCAN, ops.COMBINE_REDUCE):
         _print_combine(op, namer, indent, pad, loc, out)
         return
     args = []
-    from .core import OPERANDS
-    names = OPERANDS.get(op.name)
+    names = {at: name for name, at in op.defn.operand_slots(len(op.operands)).items() if isinstance(at, int)}
     for i, v in enumerate(op.operands):
         if v is None:
             continue
-        if names and i > 0 and names[i] in ("mask", "other", "acc"):
-            args.append(f"{names[i]}={namer(v)}")
-        elif op.name == "copy_in" and names[i] == "buf":
+        name = names.get(i)
+        if i > 0 and name in ("mask", "other", "acc"):
+            args.append(f"{name}={namer(v)}")
+        elif op.defn is ops.COPY_IN and name == "buf":
             args.append(f"into={namer(v)}")
         else:
             args.append(namer(v))

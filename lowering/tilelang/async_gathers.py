@@ -33,12 +33,12 @@ class RowGather:
     rows_mask: tuple    # the mask's conjuncts that depend on the rows (the others are provably true)
 
 
-def row_gather(g: Context, op: Op, threads: int) -> RowGather | None:
+def row_gather(gen: Context, op: Op, threads: int) -> RowGather | None:
     """How `op` (a copy_in) is issued as cp.async by `threads` threads, or None where it cannot be."""
-    ptr, mask, other = op.operands[:3]
+    ptr, mask, other = op.operand("ptr"), op.operand("mask"), op.operand("other")
     if ptr.type.rank != 2 or (other is not None and not is_zero(other)):
         return None
-    acc = g.access(op)
+    acc = gen.access(op)
     off = acc.offset
     gathered = acc.kind == "gather" and len(off.data) == 1 and off.data[0][1] == (0,)
     if not (gathered or acc.kind == "box") or off.axis_coef(1) != 1:
@@ -55,50 +55,50 @@ def row_gather(g: Context, op: Op, threads: int) -> RowGather | None:
     row_threads = next((t for t in (8, 4, 2, 1) if per_row % t == 0 and threads % t == 0), 1)
     if rows % (threads // row_threads):
         return None
-    rows_mask = [] if mask is None else conditions_on(g, mask, 2, {0})
+    rows_mask = [] if mask is None else conditions_on(gen, mask, 2, {0})
     if rows_mask is None:
         return None
     return RowGather(chunk, row_threads, rows // (threads // row_threads), per_row // row_threads, tuple(rows_mask))
 
 
-def emit_row_gather(g: Context, op: Op, plan: RowGather, buf: Buffer, thread: str, threads: int, indent: int):
+def emit_row_gather(gen: Context, op: Op, plan: RowGather, buf: Buffer, thread: str, threads: int, indent: int):
     """`thread`: the thread's index within its group. A thread copies chunks of `rows_each` rows; in a gather
     it reads the rows' indices first, all at once (one memory latency, not one per row), then issues the
     copies. The threads of a row copy consecutive chunks."""
-    ptr = op.operands[0]
-    acc = g.access(op)
-    param = g.ids[acc.param.value]
+    ptr = op.operand("ptr")
+    acc = gen.access(op)
+    param = gen.ids[acc.param.value]
     rows_at_once = threads // plan.row_threads
 
     def row_of(r: str) -> str:
-        row = g.ids.fresh("row")
-        g.let(row, f"{r} * {rows_at_once} + {thread} // {plan.row_threads}", indent + 1, reads=(thread,))
+        row = gen.ids.fresh("row")
+        gen.let(row, f"{r} * {rows_at_once} + {thread} // {plan.row_threads}", indent + 1, reads=(thread,))
         return row
     substitutes = {}
     if acc.offset.data:
-        ids = g.values_by_id()[acc.offset.data[0][0]]
-        rids = g.ids.fresh("rids")
-        g.emit(f"{rids} = T.alloc_local(({plan.rows_each},), {tl_dtype(ids.type.elem)!r})", indent)
-        r = g.ids.fresh("r")
-        g.emit(f"for {r} in T.unroll({plan.rows_each}):", indent)
+        ids = gen.values_by_id()[acc.offset.data[0][0]]
+        rids = gen.ids.fresh("rids")
+        gen.emit(f"{rids} = T.alloc_local(({plan.rows_each},), {tl_dtype(ids.type.elem)!r})", indent)
+        r = gen.ids.fresh("r")
+        gen.emit(f"for {r} in T.unroll({plan.rows_each}):", indent)
         first = row_of(r)
-        g.emit(f"{rids}[{r}] = {g.elem(ids, [first])}", indent + 1, reads=(first,))
-    r, c = g.ids.fresh("r"), g.ids.fresh("c")
+        gen.emit(f"{rids}[{r}] = {gen.elem(ids, [first])}", indent + 1, reads=(first,))
+    r, c = gen.ids.fresh("r"), gen.ids.fresh("c")
     if acc.offset.data:
         substitutes = {ids.id: lambda _ix: f"{rids}[{r}]"}
-    g.emit(f"for {r} in T.unroll({plan.rows_each}):", indent)
+    gen.emit(f"for {r} in T.unroll({plan.rows_each}):", indent)
     row = row_of(r)
-    g.emit(f"for {c} in T.unroll({plan.chunks_each}):", indent + 1)
-    col = g.ids.fresh("col")
-    g.let(col, f"({c} * {plan.row_threads} + {thread} % {plan.row_threads}) * {plan.chunk}", indent + 2,
-          reads=(thread,))
+    gen.emit(f"for {c} in T.unroll({plan.chunks_each}):", indent + 1)
+    col = gen.ids.fresh("col")
+    gen.let(col, f"({c} * {plan.row_threads} + {thread} % {plan.row_threads}) * {plan.chunk}", indent + 2,
+            reads=(thread,))
     idx = [row, col]
-    saved, g.substitutes = g.substitutes, substitutes
+    saved, gen.substitutes = gen.substitutes, substitutes
     try:
-        src = f"{param}[{g.offset(ptr, idx)}]"
-        pred = " & ".join(g.elem(m, idx) for m in plan.rows_mask)
+        src = f"{param}[{gen.offset(ptr, idx)}]"
+        pred = " & ".join(gen.elem(m, idx) for m in plan.rows_mask)
     finally:
-        g.substitutes = saved
+        gen.substitutes = saved
     call = (f"T.ptx_cp_async(T.access_ptr({buf.at([row, col])}, 'w', {plan.chunk}), "
             f"T.access_ptr({src}, 'r', {plan.chunk}), {plan.chunk}" + (f", {pred})" if pred else ")"))
-    g.emit(call, indent + 2, reads=(row, col))
+    gen.emit(call, indent + 2, reads=(row, col))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 from ..errors import LoweringError
+from ..ir import ops
 from ..ir.core import KernelIR
 
 MAX_THREADS_PER_BLOCK = 1024
@@ -23,7 +24,7 @@ def check_block_size(cuda_source: str, ir: KernelIR) -> None:
         return
     threads, num_warps = int(found.group(1)), ir.num_warps
     asked = 32 * num_warps
-    loop = next((op for op in ir.walk() if op.name == "for" and op.attrs.get("async_stages")), None)
+    loop = next((op for op in ir.walk() if op.defn is ops.FOR and op.attrs.get("async_stages")), None)
     what = f"the pipelined loop at line {loop.loc.line}" if loop is not None else "a pipelined loop"
     extra = threads - asked
     fits = max(1, (MAX_THREADS_PER_BLOCK - extra) // 32)

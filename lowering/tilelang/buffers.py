@@ -4,65 +4,64 @@ fragment; `local_store` writes a tile into it. (The copies between a buffer and 
 memory.py.)"""
 from __future__ import annotations
 
-from ..ir.core import BUFFER_WRITES, Op
-from ..ir.ops import ELEMENTWISE, with_trait
+from ..ir import ops
+from ..ir.core import Op
+from ..ir.ops import Trait
 from .context import Buffer, Context
 from .rules import RULES
 from .syntax import loop_indices, mentions
 from .values import nested
 from .versions import root
 
-_ELEMENTWISE = with_trait(ELEMENTWISE)
 
-
-@RULES.rule("alloc", role="statement")
-def alloc(g: Context, op: Op, indent: int):
+@RULES.rule(ops.ALLOC, role="statement")
+def alloc(gen: Context, op: Op, indent: int):
     v = op.result
     # each warp group writes its own copy of the loop: the groups share its buffers, and a buffer handed from one
     # group to others inside the loop has a version per pipeline stage (warp_groups.py), in a leading axis
-    versions, version = (1, None) if g.warp_group is None else g.warp_plan.versions_of(v, g.warp_step)
-    name = g.warp_allocs.get(id(op))
+    versions, version = (1, None) if gen.warp_group is None else gen.warp_plan.versions_of(v, gen.warp_step)
+    name = gen.warp_allocs.get(id(op))
     if name is None:
-        name = g.alloc(v.name or "buf", ((versions,) if versions > 1 else ()) + v.type.shape, v.type.elem, "shared")
-        g.report.append((op.loc.line, "tle.gpu.alloc", "buffer", f"T.alloc_shared {name}" +
-                         (f", {versions} versions" if versions > 1 else "")))
-        if g.warp_group is not None:
-            g.warp_allocs[id(op)] = name
-    g.buffers[v.id] = Buffer(name, v.type.shape, v.type.elem, "shared", g.k.body, version=version)
+        name = gen.alloc(v.name or "buf", ((versions,) if versions > 1 else ()) + v.type.shape, v.type.elem, "shared")
+        gen.report.append((op.loc.line, "tle.gpu.alloc", "buffer", f"T.alloc_shared {name}" +
+                           (f", {versions} versions" if versions > 1 else "")))
+        if gen.warp_group is not None:
+            gen.warp_allocs[id(op)] = name
+    gen.buffers[v.id] = Buffer(name, v.type.shape, v.type.elem, "shared", gen.k.body, version=version)
 
 
-@RULES.rule("local_load", role="statement")
-def local_load(g: Context, op: Op, indent: int):
+@RULES.rule(ops.LOCAL_LOAD, role="statement")
+def local_load(gen: Context, op: Op, indent: int):
     v = op.result
-    buf = g.buffers[op.operands[0].id]
-    if read_before_next_write(g, op):
-        g.buffers[v.id] = buf
+    buf = gen.buffers[op.operand("buf").id]
+    if read_before_next_write(gen, op):
+        gen.buffers[v.id] = buf
         how = f"reads {buf.name} in place"
     else:       # the buffer is written again while this tile is still in use: keep a copy
-        name = g.alloc(v.name or buf.name + "_tile", v.type.shape, v.type.elem, "fragment")
-        g.emit(f"T.copy({buf.region()}, {name})", indent)
-        g.buffers[v.id] = g.fragment(name, v)
+        name = gen.alloc(v.name or buf.name + "_tile", v.type.shape, v.type.elem, "fragment")
+        gen.emit(f"T.copy({buf.region()}, {name})", indent)
+        gen.buffers[v.id] = gen.fragment(name, v)
         how = f"T.copy {buf.name} into a fragment (the buffer is written again while the tile is in use)"
-    g.report.append((op.loc.line, "tle.gpu.local_load", "buffer", how))
+    gen.report.append((op.loc.line, "tle.gpu.local_load", "buffer", how))
 
 
-def read_before_next_write(g: Context, op: Op) -> bool:
+def read_before_next_write(gen: Context, op: Op) -> bool:
     """Are all reads of `op`'s tile (through the element-wise ops written inline at their use) in
     its block, before the next op there that writes the same buffer?"""
     blk = op.parent
-    alloc_value = root(op.operands[0])
+    alloc_value = root(op.operand("buf"))
     pos = blk.ops.index(op)
     limit = len(blk.ops)
     for i in range(pos + 1, len(blk.ops)):
         o = blk.ops[i]
-        if any(w.name in BUFFER_WRITES and root(w.results[0]) is alloc_value for w in [o, *nested(o)]) or \
-                (o.name in ("for", "if") and any(r.type.is_buffer and root(r) is alloc_value for r in o.results)):
+        if any(w.has(Trait.BUFFER_WRITE) and root(w.results[0]) is alloc_value for w in [o, *nested(o)]) or \
+                (o.defn in (ops.FOR, ops.IF) and any(r.type.is_buffer and root(r) is alloc_value for r in o.results)):
             limit = i
             break
     pending, seen = [op.result], set()
     while pending:
         v = pending.pop()
-        for u in g.users.get(v.id, []):
+        for u in gen.users.get(v.id, []):
             if id(u) in seen:
                 continue
             seen.add(id(u))
@@ -73,31 +72,31 @@ def read_before_next_write(g: Context, op: Op) -> bool:
                 top = top.parent.parent_op
             if blk.ops.index(top) >= limit:
                 return False
-            if u.name in _ELEMENTWISE and u.results and u.results[0].id not in g.buffers:
+            if u.has(Trait.ELEMENTWISE) and u.results and u.results[0].id not in gen.buffers:
                 pending.append(u.results[0])
     return True
 
 
-@RULES.rule("local_store", role="statement")
-def local_store(g: Context, op: Op, indent: int):
-    bv, val = op.operands
-    buf = g.buffers[bv.id]
-    g.buffers[op.result.id] = buf
-    src = g.buffers.get(val.id)
+@RULES.rule(ops.LOCAL_STORE, role="statement")
+def local_store(gen: Context, op: Op, indent: int):
+    bv, val = op.operand("buf"), op.operand("value")
+    buf = gen.buffers[bv.id]
+    gen.buffers[op.result.id] = buf
+    src = gen.buffers.get(val.id)
     if src is buf:
         how = "nothing to do (the tile is the buffer's own contents)"
-    elif src is not None and g.visible(src) and src.perm is None and src.dtype == buf.dtype:
-        g.emit(f"T.copy({src.region()}, {buf.region()})", indent)
+    elif src is not None and gen.visible(src) and src.perm is None and src.dtype == buf.dtype:
+        gen.emit(f"T.copy({src.region()}, {buf.region()})", indent)
         how = f"T.copy from a {src.scope} buffer"
     else:
         idx = loop_indices(len(buf.shape))
-        if mentions(g.elem(val, idx), buf.name):
+        if mentions(gen.elem(val, idx), buf.name):
             # the new contents read the buffer itself: compute them aside first
-            tmp = g.alloc(buf.name + "_next", buf.shape, buf.dtype, "fragment")
-            g.fill(tmp, val, indent)
-            g.emit(f"T.copy({tmp}, {buf.region()})", indent)
+            tmp = gen.alloc(buf.name + "_next", buf.shape, buf.dtype, "fragment")
+            gen.fill(tmp, val, indent)
+            gen.emit(f"T.copy({tmp}, {buf.region()})", indent)
             how = "T.Parallel into a fragment, then T.copy (the value reads the buffer)"
         else:
-            g.fill(buf, val, indent)
+            gen.fill(buf, val, indent)
             how = "T.Parallel into the buffer"
-    g.report.append((op.loc.line, "tle.gpu.local_store", "buffer", how))
+    gen.report.append((op.loc.line, "tle.gpu.local_store", "buffer", how))

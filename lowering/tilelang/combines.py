@@ -31,8 +31,10 @@ from __future__ import annotations
 
 import re
 
-from ..ir import types as T
+from ..ir import ops
+from ..ir import types as ir_types
 from ..ir.core import Op, Value
+from ..ir.ops import BinaryOp, ReduceKind, ScanKind, Trait
 from .context import Buffer, Context
 from .reductions import _reduce
 from .rules import RULES
@@ -40,55 +42,56 @@ from .syntax import element, loop_indices, parallel_header
 
 
 # -- the rules -------------------------------------------------------------------------------------------
-@RULES.rule("scan", role="statement")
-def scan(g: Context, op: Op, indent: int):
+@RULES.rule(ops.SCAN, role="statement")
+def scan(gen: Context, op: Op, indent: int):
     """tl.cumsum: T.cumsum (1-D and 2-D tiles), else a log-step scan of `+`; tl.cumprod: a log-step scan
     of `*`."""
-    x, v = op.operands[0], op.result
+    x, v = op.operand("x"), op.result
     kind = op.attrs["kind"]
-    if kind == "sum" and x.type.rank <= 2:
-        _cumsum(g, op, x, v, indent)
+    if kind is ScanKind.SUM and x.type.rank <= 2:
+        _cumsum(gen, op, x, v, indent)
         return
-    _scan(g, op, [x], [v], _Operator("+" if kind == "sum" else "*"), indent)
+    _scan(gen, op, [x], [v], _Operator("+" if kind is ScanKind.SUM else "*"), indent)
 
 
-@RULES.rule("combine_scan", role="statement")
-def combine_scan(g: Context, op: Op, indent: int):
+@RULES.rule(ops.COMBINE_SCAN, role="statement")
+def combine_scan(gen: Context, op: Op, indent: int):
     """tl.associative_scan: T.cumsum where the combine function is a plain sum of one 1-D or 2-D tile,
     else a log-step scan of the combine function."""
-    if _combine_kind(op) == "sum" and op.operands[0].type.rank <= 2:
-        _cumsum(g, op, op.operands[0], op.result, indent)
+    inputs = op.operand_group("inputs")
+    if _combine_kind(op) is ReduceKind.SUM and inputs[0].type.rank <= 2:
+        _cumsum(gen, op, inputs[0], op.result, indent)
         return
-    _scan(g, op, op.operands, op.results, _Region(g, op, "tl.associative_scan"), indent)
+    _scan(gen, op, inputs, op.results, _Region(gen, op, "tl.associative_scan"), indent)
 
 
-@RULES.rule("combine_reduce", role="statement")
-def combine_reduce(g: Context, op: Op, indent: int):
+@RULES.rule(ops.COMBINE_REDUCE, role="statement")
+def combine_reduce(gen: Context, op: Op, indent: int):
     """tl.reduce: T.reduce_sum/max/min where the combine function is one of those of one tile, else a
     tree of the combine function."""
     kind = _combine_kind(op)
     if kind is not None:
-        _reduce(g, op.operands[0], op.result, kind, op.attrs["axis"], op.attrs["keep_dims"], indent)
+        _reduce(gen, op.operand_group("inputs")[0], op.result, kind, op.attrs["axis"], op.attrs["keep_dims"], indent)
         return
-    _tree(g, op, _Region(g, op, "tl.reduce"), indent)
+    _tree(gen, op, _Region(gen, op, "tl.reduce"), indent)
 
 
 # -- T.cumsum ------------------------------------------------------------------------------------------------
-def _cumsum(g: Context, op: Op, x: Value, v: Value, indent: int):
+def _cumsum(gen: Context, op: Op, x: Value, v: Value, indent: int):
     """`v` = the inclusive prefix sums of `x` along the op's axis: `x` is copied into a shared buffer, which
     T.cumsum scans in place (TileLang's scan works on shared memory; given a fragment, it makes this copy
     itself)."""
-    name = g.alloc(v.name or "cumsum", x.type.shape, x.type.elem, "shared")
-    g.fill(name, x, indent)
-    g.emit(f"T.cumsum({name}, dim={op.attrs['axis']}, reverse={bool(op.attrs['reverse'])})", indent)
-    g.buffers[v.id] = Buffer(name, x.type.shape, x.type.elem, "shared", g.blocks[-1])
+    name = gen.alloc(v.name or "cumsum", x.type.shape, x.type.elem, "shared")
+    gen.fill(name, x, indent)
+    gen.emit(f"T.cumsum({name}, dim={op.attrs['axis']}, reverse={bool(op.attrs['reverse'])})", indent)
+    gen.buffers[v.id] = Buffer(name, x.type.shape, x.type.elem, "shared", gen.blocks[-1])
 
 
 _SUM_DTYPES = "(floats, or integers of 32 or 64 bits)"
-_KINDS = {"add": "sum", "maximum": "max", "minimum": "min"}
+_KINDS = {BinaryOp.ADD: ReduceKind.SUM, BinaryOp.MAXIMUM: ReduceKind.MAX, BinaryOp.MINIMUM: ReduceKind.MIN}
 
 
-def _combine_kind(op: Op) -> str | None:
+def _combine_kind(op: Op) -> ReduceKind | None:
     """'sum', 'max' or 'min' where the combine function of a one-tile combine op is `a + b`,
     `tl.maximum(a, b)` or `tl.minimum(a, b)` of its two arguments, on a dtype where TileLang's own scan or
     reduction is known to give Triton's result: float sums (in another order, as tl.sum's), integer sums of
@@ -96,17 +99,17 @@ def _combine_kind(op: Op) -> str | None:
     and max/min of integers or of fp32, where T.reduce_max/min ignore NaN as tl.maximum/minimum do
     (fmaxf / fminf). None: the general path."""
     region = op.regions[0]
-    body = [o for o in region.ops if o.name != "yield"]
-    if len(op.operands) != 1 or len(body) != 1 or body[0].name != "binary":
+    body = [o for o in region.ops if o.defn is not ops.YIELD]
+    if len(op.operands) != 1 or len(body) != 1 or body[0].defn is not ops.BINARY:
         return None
     combine = body[0]
     a, b = region.args
     if {id(v) for v in combine.operands} != {id(a), id(b)} or region.terminator.operands != [combine.result]:
         return None
     kind, elem = _KINDS.get(combine.attrs["op"]), a.type.elem
-    if kind == "sum" and (elem.is_float or (elem.is_int and elem.bits >= 32)):
+    if kind is ReduceKind.SUM and (elem.is_float or (elem.is_int and elem.bits >= 32)):
         return kind
-    if kind in ("max", "min") and (elem == T.fp32 or (elem.is_int and not elem.is_bool)):
+    if kind in (ReduceKind.MAX, ReduceKind.MIN) and (elem == ir_types.fp32 or (elem.is_int and not elem.is_bool)):
         return kind
     return None
 
@@ -118,57 +121,57 @@ class _Operator:
     def __init__(self, symbol: str):
         self.symbol = symbol
 
-    def group(self, g: Context, lefts: list[str], rights: list[str], indent: int) -> list[str]:
+    def group(self, gen: Context, lefts: list[str], rights: list[str], indent: int) -> list[str]:
         return [f"({lefts[0]} {self.symbol} {rights[0]})"]
 
 
 class _Region:
     """The kernel's combine function, the op's region, written through the expression rules."""
 
-    def __init__(self, g: Context, op: Op, construct: str):
+    def __init__(self, gen: Context, op: Op, construct: str):
         self.region = op.regions[0]
         for o in self.region.walk():
-            if o.name in ("for", "while"):
-                g.error(construct, op, f"its combine function '{op.attrs['fn']}' has a loop (line {o.loc.line}); "
-                                       f"the TileLang lowering writes a combine function as expressions, with "
-                                       f"no loops")
+            if o.has(Trait.LOOP):
+                gen.error(construct, op, f"its combine function '{op.attrs['fn']}' has a loop (line {o.loc.line}); "
+                                         f"the TileLang lowering writes a combine function as expressions, with "
+                                         f"no loops")
         # the values of the function's own body used more than once: each is a let, computed once
         uses: dict[int, int] = {}
         for o in self.region.walk():
             for v in o.operands:
                 if v is not None:
                     uses[v.id] = uses.get(v.id, 0) + 1
-        self.lets = [r for o in self.region.ops if o.name not in ("const", "yield")
+        self.lets = [r for o in self.region.ops if o.defn not in (ops.CONST, ops.YIELD)
                      for r in o.results if uses.get(r.id, 0) > 1]
-        self.branches = [o for o in self.region.walk() if o.name == "if"]
+        self.branches = [o for o in self.region.walk() if o.defn is ops.IF]
 
-    def group(self, g: Context, lefts: list[str], rights: list[str], indent: int) -> list[str]:
+    def group(self, gen: Context, lefts: list[str], rights: list[str], indent: int) -> list[str]:
         """The expressions of the combined group, for the element reads `lefts` and `rights`; the lets
         it needs are emitted at `indent` first."""
         region = self.region
-        saved = g.substitutes
-        g.substitutes = dict(saved)
+        saved = gen.substitutes
+        gen.substitutes = dict(saved)
         for a, read in zip(region.args, lefts + rights):
-            g.substitutes[a.id] = lambda idx, read=read: read
+            gen.substitutes[a.id] = lambda idx, read=read: read
         for o in self.branches:
             for i in range(len(o.results)):
-                g.substitutes[o.results[i].id] = lambda idx, o=o, i=i: _select(g, o, i)
+                gen.substitutes[o.results[i].id] = lambda idx, o=o, i=i: _select(gen, o, i)
         try:
             for v in self.lets:
-                name = g.ids.fresh(_let_name(v))
-                g.let(name, g.elem(v, []), indent)
-                g.scalars[v.id] = name
-            return [g.elem(y, []) for y in region.terminator.operands]
+                name = gen.ids.fresh(_let_name(v))
+                gen.let(name, gen.elem(v, []), indent)
+                gen.scalars[v.id] = name
+            return [gen.elem(y, []) for y in region.terminator.operands]
         finally:
-            g.substitutes = saved
+            gen.substitutes = saved
             for v in self.lets:
-                g.scalars.pop(v.id, None)
+                gen.scalars.pop(v.id, None)
 
 
-def _select(g: Context, op: Op, i: int) -> str:
+def _select(gen: Context, op: Op, i: int) -> str:
     """Result `i` of a runtime `if` of the combine function: both branches are pure, so a select."""
     then, other = (blk.terminator.operands[i] for blk in op.regions)
-    return f"T.if_then_else({g.elem(op.operands[0], [])}, {g.elem(then, [])}, {g.elem(other, [])})"
+    return f"T.if_then_else({gen.elem(op.operand('cond'), [])}, {gen.elem(then, [])}, {gen.elem(other, [])})"
 
 
 def _let_name(v: Value) -> str:
@@ -178,7 +181,7 @@ def _let_name(v: Value) -> str:
 
 
 # -- the log-step scan ---------------------------------------------------------------------------------------
-def _scan(g: Context, op: Op, xs: list[Value], vs: list[Value], combine, indent: int):
+def _scan(gen: Context, op: Op, xs: list[Value], vs: list[Value], combine, indent: int):
     """`vs` = the inclusive scans of the tiles `xs` (one shape) along the op's axis with `combine`."""
     axis, reverse = op.attrs["axis"], bool(op.attrs["reverse"])
     shape = tuple(xs[0].type.shape)
@@ -190,107 +193,107 @@ def _scan(g: Context, op: Op, xs: list[Value], vs: list[Value], combine, indent:
     # copy of it; then two buffers in turn, the last one named after the result
     chains, copies = [], []
     for x, v in zip(xs, vs):
-        start = _own_shared(g, x) if steps else None
+        start = _own_shared(gen, x) if steps else None
         count = len(steps) + (start is None)         # buffers written: the copy, if any, and one per step
-        base = v.name if v.name and v.name != "_" else "cumprod" if op.name == "scan" else "scan"
-        last = g.alloc(base, shape, x.type.elem, "shared")
-        other = g.alloc(base + "_tmp", shape, x.type.elem, "shared") if count > 1 else None
+        base = v.name if v.name and v.name != "_" else "cumprod" if op.defn is ops.SCAN else "scan"
+        last = gen.alloc(base, shape, x.type.elem, "shared")
+        other = gen.alloc(base + "_tmp", shape, x.type.elem, "shared") if count > 1 else None
         names = [(last if (count - 1 - j) % 2 == 0 else other) for j in range(count)]
         if start is None:
             copies.append((names[0], x))
         chains.append(([start.name] if start is not None else []) + names)
     idx = loop_indices(len(shape))
     if copies:          # the tiles without a shared buffer, copied into one (one loop for all)
-        g.emit(parallel_header(idx, shape), indent)
+        gen.emit(parallel_header(idx, shape), indent)
         for name, x in copies:
-            g.emit(f"{element(name, idx)} = {g.elem(x, idx)}", indent + 1)
+            gen.emit(f"{element(name, idx)} = {gen.elem(x, idx)}", indent + 1)
     i = idx[axis]
     for s, d in enumerate(steps):
         src, dst = [c[s] for c in chains], [c[s + 1] for c in chains]
         # one loop over the whole tile: element i takes element i - d (from the end: i + d) as its left
         # operand where there is one; the d elements without a partner are final already, copied as they are
         partner = idx[:axis] + [f"{i} + {d}" if reverse else f"{i} - {d}"] + idx[axis + 1:]
-        g.emit(parallel_header(idx, shape), indent)
-        g.emit(f"if {i} < {n - d}:" if reverse else f"if {i} >= {d}:", indent + 1)
-        group = combine.group(g, [element(b, partner) for b in src], [element(b, idx) for b in src], indent + 2)
+        gen.emit(parallel_header(idx, shape), indent)
+        gen.emit(f"if {i} < {n - d}:" if reverse else f"if {i} >= {d}:", indent + 1)
+        group = combine.group(gen, [element(b, partner) for b in src], [element(b, idx) for b in src], indent + 2)
         for b, e in zip(dst, group):
-            g.emit(f"{element(b, idx)} = {e}", indent + 2)
-        g.out.clause("else:", indent + 1)
+            gen.emit(f"{element(b, idx)} = {e}", indent + 2)
+        gen.out.clause("else:", indent + 1)
         for a, b in zip(src, dst):
-            g.emit(f"{element(b, idx)} = {element(a, idx)}", indent + 2)
+            gen.emit(f"{element(b, idx)} = {element(a, idx)}", indent + 2)
     for c, x, v in zip(chains, xs, vs):
-        g.buffers[v.id] = Buffer(c[-1], shape, x.type.elem, "shared", g.blocks[-1])
+        gen.buffers[v.id] = Buffer(c[-1], shape, x.type.elem, "shared", gen.blocks[-1])
 
 
 # -- the tree reduction ----------------------------------------------------------------------------------------
-def _tree(g: Context, op: Op, combine, indent: int):
+def _tree(gen: Context, op: Op, combine, indent: int):
     """The results of `op` = its tiles reduced along its axis, neighbours combined level by level (tile
     extents are powers of two: the frontend checks it, as Triton does)."""
-    xs, vs = op.operands, op.results
+    xs, vs = op.operand_group("inputs"), op.results
     axis = op.attrs["axis"]
     shape = tuple(xs[0].type.shape)
     out_shape = _without(shape, axis) or (1,)
-    src = _in_shared(g, xs, indent)
+    src = _in_shared(gen, xs, indent)
     bases = [v.name if v.name and v.name != "_" else "reduced" for v in vs]
     m = shape[axis]
     while True:
         final = m <= 2
         if final:       # the last level writes the result, which has no axis
-            dst = [g.alloc(b, out_shape, x.type.elem, "shared") for b, x in zip(bases, xs)]
+            dst = [gen.alloc(b, out_shape, x.type.elem, "shared") for b, x in zip(bases, xs)]
             loop = out_shape
             idx = loop_indices(len(loop))
             pair = idx[:axis] + ["0"] + idx[axis:] if len(shape) > 1 else ["0"]
         else:
             loop = _with(shape, axis, m // 2)
-            dst = [g.alloc(f"{b}_{m // 2}", loop, x.type.elem, "shared") for b, x in zip(bases, xs)]
+            dst = [gen.alloc(f"{b}_{m // 2}", loop, x.type.elem, "shared") for b, x in zip(bases, xs)]
             idx = loop_indices(len(loop))
             pair = idx[:axis] + [f"2 * {idx[axis]}"] + idx[axis + 1:]
-        g.emit(parallel_header(idx, loop), indent)
+        gen.emit(parallel_header(idx, loop), indent)
         if m == 1:      # an axis of one element: the element itself
             group = [element(b, pair) for b in src]
         else:
             right = pair[:axis] + [_plus_one(pair[axis])] + pair[axis + 1:]
-            group = combine.group(g, [element(b, pair) for b in src], [element(b, right) for b in src], indent + 1)
+            group = combine.group(gen, [element(b, pair) for b in src], [element(b, right) for b in src], indent + 1)
         for b, e in zip(dst, group):
-            g.emit(f"{element(b, idx)} = {e}", indent + 1)
+            gen.emit(f"{element(b, idx)} = {e}", indent + 1)
         if final:
             break
         src, m = dst, m // 2
     for name, x, v in zip(dst, xs, vs):
-        g.buffers[v.id] = Buffer(name, out_shape, x.type.elem, "shared", g.blocks[-1])
+        gen.buffers[v.id] = Buffer(name, out_shape, x.type.elem, "shared", gen.blocks[-1])
         if op.attrs["keep_dims"]:
-            g.keepdims[v.id] = axis      # same data with a unit axis: element access drops it
+            gen.keepdims[v.id] = axis      # same data with a unit axis: element access drops it
 
 
-def _own_shared(g: Context, x: Value) -> Buffer | None:
+def _own_shared(gen: Context, x: Value) -> Buffer | None:
     """The shared buffer holding tile `x` as it is (visible here, its dtype, axes in order, no kept unit
     axis), which a scan or a tree can read in place of a copy; None where there is none."""
-    b = g.buffers.get(x.id)
-    if b is not None and b.scope == "shared" and b.perm is None and g.visible(b) and b.dtype == x.type.elem \
-            and x.id not in g.keepdims:
+    b = gen.buffers.get(x.id)
+    if b is not None and b.scope == "shared" and b.perm is None and gen.visible(b) and b.dtype == x.type.elem \
+            and x.id not in gen.keepdims:
         return b
     return None
 
 
-def _in_shared(g: Context, xs: list[Value], indent: int) -> list[str]:
+def _in_shared(gen: Context, xs: list[Value], indent: int) -> list[str]:
     """A shared buffer holding each tile: its own, else a copy (one loop copies all that need one)."""
     names, copies = [], []
     for x in xs:
-        own = _own_shared(g, x)
+        own = _own_shared(gen, x)
         if own is not None:
             names.append(own.name)
             continue
-        name = g.alloc(x.name or "t", x.type.shape, x.type.elem, "shared")
+        name = gen.alloc(x.name or "t", x.type.shape, x.type.elem, "shared")
         names.append(name)
         copies.append((name, x))
     if copies:
         idx = loop_indices(xs[0].type.rank)
-        g.emit(parallel_header(idx, xs[0].type.shape), indent)
+        gen.emit(parallel_header(idx, xs[0].type.shape), indent)
         for name, x in copies:
-            g.emit(f"{element(name, idx)} = {g.elem(x, idx)}", indent + 1)
+            gen.emit(f"{element(name, idx)} = {gen.elem(x, idx)}", indent + 1)
         for name, x in copies:
-            if x.id not in g.buffers or not g.visible(g.buffers[x.id]):
-                g.buffers[x.id] = Buffer(name, x.type.shape, x.type.elem, "shared", g.blocks[-1])
+            if x.id not in gen.buffers or not gen.visible(gen.buffers[x.id]):
+                gen.buffers[x.id] = Buffer(name, x.type.shape, x.type.elem, "shared", gen.blocks[-1])
     return names
 
 

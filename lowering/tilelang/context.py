@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from ..analysis.access import Access, classify
 from ..analysis.affine import AffineAnalysis
 from ..errors import UnsupportedConstruct
-from ..ir import types as T
+from ..ir import ops
+from ..ir import types as ir_types
 from ..ir.core import Block, KernelIR, Op, Value
-from ..ir.ops import LAYOUT, with_trait
+from ..ir.ops import Trait
 from ..ir.uses import Identifiers, users
 from ..spec import Spec
 from .emission import Emission, Stmt
@@ -22,14 +23,13 @@ from .rules import RULES
 from .syntax import GRID_VARS, PY_BUILTINS, loop_indices, operand_index, parallel_header, tl_dtype
 
 BACKEND = "tilelang"
-LAYOUT_OPS = with_trait(LAYOUT)
 
 
 @dataclass
 class Buffer:
     name: str
     shape: tuple[int, ...]
-    dtype: T.DType
+    dtype: ir_types.DType
     scope: str            # "fragment" | "shared"
     block: Block          # where it was filled (its contents are valid there and in nested blocks)
     perm: tuple | None = None   # stored with its axes permuted: buffer axis i is the tile's axis perm[i]
@@ -53,12 +53,12 @@ class Context:
         self.grid = tuple(grid)
         self.ids = Identifiers(reserved={"T", "tilelang", "tvm", *GRID_VARS, *PY_BUILTINS})
         self.users = users(k)
-        self.splits = [o for o in k.walk() if o.name == "split"]     # expressions.py: what they read
+        self.splits = [o for o in k.walk() if o.defn is ops.SPLIT]     # expressions.py: what they read
         # Triton's debug mode, when the kernel is lowered: tl.device_assert is checked only then (debug.py)
         self.debug = debug
         self.imports_tvm = False               # the module needs `import tvm` (tvm.ir.Op.get of a TileLang op)
         # does any atomic's returned value reach the kernel (then a block can acquire what another released)
-        self.reads_atomic_results = any(o.name in ("atomic", "atomic_cas") and self.users.get(o.result.id)
+        self.reads_atomic_results = any(o.defn in (ops.ATOMIC, ops.ATOMIC_CAS) and self.users.get(o.result.id)
                                         for o in k.walk())
         self.aff = AffineAnalysis(k)
         self.params = {p.value.id: p for p in k.params}
@@ -93,7 +93,7 @@ class Context:
         self.warp_thread: str | None = None    # the thread's index within its group
 
     # -- naming, allocation, emission ---------------------------------------------------------------------
-    def alloc(self, base: str, shape, dtype: T.DType, scope: str, static: bool = False) -> str:
+    def alloc(self, base: str, shape, dtype: ir_types.DType, scope: str, static: bool = False) -> str:
         """A fresh buffer; `static`: a shared buffer of its own (scope 'shared'), outside the one dynamic
         buffer TileLang merges its other shared buffers into."""
         name = self.ids.fresh(base)
@@ -176,12 +176,12 @@ class Context:
         if op is None:
             raise UnsupportedConstruct("a pointer carried through a loop or branch", BACKEND, None,
                                        "write the pointer as base + offsets computed from the loop counter")
-        if op.name == "addptr":
-            base = self.offset(op.operands[0], idx)
-            off = self.elem(op.operands[1], idx)
+        if op.defn is ops.ADDPTR:
+            base = self.offset(op.operand("ptr"), idx)
+            off = self.elem(op.operand("offset"), idx)
             return off if base == "0" else f"({base} + {off})"
-        if op.name in LAYOUT_OPS:
-            return self.offset(op.operands[0], operand_index(op, idx))
+        if op.has(Trait.LAYOUT):
+            return self.offset(op.operand("x"), operand_index(op, idx))
         self.error(f"pointer produced by '{op.name}'", op)
 
     def forget(self, ops: list[Op]):
@@ -198,7 +198,7 @@ class Context:
     def visible(self, b: Buffer) -> bool:
         return b.block in self.blocks
 
-    def buffer_of(self, v: Value, indent: int, scope: str = "fragment", dtype: T.DType | None = None,
+    def buffer_of(self, v: Value, indent: int, scope: str = "fragment", dtype: ir_types.DType | None = None,
                   allow_perm: bool = False) -> Buffer:
         """A buffer holding `v` (filled here if it has none visible, or of another scope/dtype)."""
         dtype = dtype or v.type.elem
@@ -221,7 +221,7 @@ class Context:
             self.copies[(v.id, scope, dtype)] = nb
         return nb
 
-    def fill(self, name, v: Value, indent: int, dtype: T.DType | None = None):
+    def fill(self, name, v: Value, indent: int, dtype: ir_types.DType | None = None):
         """`for i.. in T.Parallel(shape): name[i..] = v[i..]`; `name` a buffer's name, or a Buffer."""
         shape = v.type.shape or (1,)
         idx = loop_indices(len(shape))
@@ -246,7 +246,7 @@ class Context:
         """Users of `v`, looking through layout-only ops (trans, cast) to the ops that consume them."""
         out = []
         for u in self.users.get(v.id, []):
-            if u.name in ("trans",) and u.results:
+            if u.defn is ops.TRANS and u.results:
                 out.extend(self.value_users(u.result))
             else:
                 out.append(u)
@@ -266,7 +266,7 @@ class Context:
         """Is `op` inside a loop emitted as T.Pipelined (the innermost loop around it)?"""
         blk = op.parent
         while blk is not None and blk.parent_op is not None:
-            if blk.parent_op.name in ("for", "while"):       # a while loop is never pipelined
+            if blk.parent_op.has(Trait.LOOP):       # a while loop is never pipelined
                 return id(blk.parent_op) in self.pipelined
             blk = blk.parent_op.parent
         return False
@@ -274,4 +274,4 @@ class Context:
     def in_static_pipelined_body(self, op: Op) -> bool:
         """Is `op` a top-level statement of a T.Pipelined loop with a constant trip count?"""
         loop = op.parent.parent_op if op.parent is not None else None
-        return loop is not None and loop.name == "for" and id(loop) in self.static_pipelined
+        return loop is not None and loop.defn is ops.FOR and id(loop) in self.static_pipelined

@@ -25,7 +25,8 @@ from __future__ import annotations
 import math
 import os
 
-from ..ir import types as T
+from ..ir import ops
+from ..ir import types as ir_types
 from ..ir.core import Op, Value
 from .context import Context
 from .rules import RULES
@@ -34,40 +35,40 @@ from .syntax import GRID_VARS, element, loop_indices, parallel_header
 _ASSERT = 'T.call_intrin("void", tvm.ir.Op.get("tl.device_assert_with_msg"), {cond}, {msg})'
 
 
-@RULES.rule("assert", role="statement")
-def device_assert(g: Context, op: Op, indent: int):
-    if not g.debug:
+@RULES.rule(ops.ASSERT, role="statement")
+def device_assert(gen: Context, op: Op, indent: int):
+    if not gen.debug:
         return
-    cond = op.operands[0]
-    g.imports_tvm = True
-    msg = f"{op.attrs['msg']} (at {os.path.basename(op.loc.file)}:{op.loc.line} in {g.k.name})"
+    cond = op.operand("cond")
+    gen.imports_tvm = True
+    msg = f"{op.attrs['msg']} (at {os.path.basename(op.loc.file)}:{op.loc.line} in {gen.k.name})"
     if cond.type.is_scalar:
-        g.emit(_ASSERT.format(cond=g.scalar(cond), msg=repr(msg)), indent)
+        gen.emit(_ASSERT.format(cond=gen.scalar(cond), msg=repr(msg)), indent)
         return
     shape = cond.type.shape
     idx = loop_indices(len(shape))
-    g.emit(parallel_header(idx, shape), indent)
-    g.emit(_ASSERT.format(cond=g.elem(cond, idx), msg=repr(msg)), indent + 1)
+    gen.emit(parallel_header(idx, shape), indent)
+    gen.emit(_ASSERT.format(cond=gen.elem(cond, idx), msg=repr(msg)), indent + 1)
 
 
-@RULES.rule("print", role="statement")
-def device_print(g: Context, op: Op, indent: int):
+@RULES.rule(ops.PRINT, role="statement")
+def device_print(gen: Context, op: Op, indent: int):
     prefix = triton_prefix(op.attrs["prefix"], bool(op.operands))
-    pid = [GRID_VARS[a] if a < len(g.grid) else "0" for a in range(3)]
+    pid = [GRID_VARS[a] if a < len(gen.grid) else "0" for a in range(3)]
     head = "pid (%u, %u, %u)"
     if not op.operands:                       # the prefix alone, from every thread
-        g.emit(_printf(f"{head}{prefix}\n", pid), indent)
+        gen.emit(_printf(f"{head}{prefix}\n", pid), indent)
         return
     for n, v in enumerate(op.operands):
         operand = f"(operand {n}) " if len(op.operands) > 1 else ""
-        spec, widen = value_format(g, v, op)
+        spec, widen = value_format(gen, v, op)
         if v.type.is_scalar:
-            g.emit(_printf(f"{head} idx (){prefix}{operand}{spec}\n", pid + [widen(g.scalar(v))]), indent)
+            gen.emit(_printf(f"{head} idx (){prefix}{operand}{spec}\n", pid + [widen(gen.scalar(v))]), indent)
             continue
         shape = v.type.shape
         fmt = f"{head} idx ({', '.join(f'%{index_width(d)}u' for d in shape)}){prefix}{operand}{spec}\n"
-        buf = g.buffer_of(v, indent, "shared")
-        _each_element_once(g, shape, lambda idx: _printf(fmt, pid + idx + [widen(element(buf.name, idx))]),
+        buf = gen.buffer_of(v, indent, "shared")
+        _each_element_once(gen, shape, lambda idx: _printf(fmt, pid + idx + [widen(element(buf.name, idx))]),
                            indent)
 
 
@@ -88,12 +89,12 @@ def index_width(extent: int) -> int:
     return math.ceil(math.log10(extent)) if extent > 0 else 0
 
 
-def value_format(g: Context, v: Value, op: Op):
+def value_format(gen: Context, v: Value, op: Op):
     """(printf conversion, function writing the argument printf is given for an element's TIR expression), as
     Triton formats and widens a value of v's dtype."""
     d, hex = v.type.elem, op.attrs["hex"]
-    if not isinstance(d, T.DType):
-        g.error("tl.device_print of a pointer", op, "a TileLang kernel's tensors are buffers, not pointers")
+    if not isinstance(d, ir_types.DType):
+        gen.error("tl.device_print of a pointer", op, "a TileLang kernel's tensors are buffers, not pointers")
     if d.is_float and not d.is_fp8:
         if d.bits == 64:
             return ("0x%016llx", lambda e: f"T.reinterpret({e}, 'uint64')") if hex else ("%f", lambda e: e)
@@ -118,26 +119,26 @@ def _printf(fmt: str, args: list[str]) -> str:
     return f"T.call_extern('int32', 'printf', {fmt!r}, {', '.join(args)})"
 
 
-def _each_element_once(g: Context, shape, statement, indent: int):
+def _each_element_once(gen: Context, shape, statement, indent: int):
     """`statement(idx)` for every element of a tile of `shape`, each on one thread: element e (row-major) on
     thread e % threads, in step e // threads."""
-    threads = 32 * g.k.num_warps
+    threads = 32 * gen.k.num_warps
     count = math.prod(shape)
     steps = -(-count // threads)
     t = "T.get_thread_binding()"
     if steps > 1:
-        step = g.ids.fresh("step")
-        g.emit(f"for {step} in T.serial({steps}):", indent)
+        step = gen.ids.fresh("step")
+        gen.emit(f"for {step} in T.serial({steps}):", indent)
         indent += 1
         flat = f"({step} * {threads} + {t})"
     else:
         flat = t
     if count % threads:
-        g.emit(f"if {flat} < {count}:", indent)
+        gen.emit(f"if {flat} < {count}:", indent)
         indent += 1
     idx, inner = [], 1
     for d in reversed(shape):
         e = flat if inner == 1 else f"{flat} // {inner}"
         idx.append(e if inner * d == count else f"{e} % {d}")
         inner *= d
-    g.emit(statement(idx[::-1]), indent)
+    gen.emit(statement(idx[::-1]), indent)

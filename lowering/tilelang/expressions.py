@@ -3,60 +3,63 @@ statement rule they share, which decides whether a value is written inline at it
 scalar let, or materialized in a fragment."""
 from __future__ import annotations
 
-from ..ir import types as T
+from ..ir import ops
+from ..ir import types as ir_types
 from ..ir.core import Op, Value
-from ..ir.ops import ELEMENTWISE, LAYOUT, with_trait
+from ..ir.ops import BinaryOp, CmpPred, Trait, UnaryOp, ops_of, with_trait
 from .context import Buffer, Context
 from .rules import RULES
 from .syntax import GRID_VARS, literal, operand_index, reindex, tl_dtype
 
-ELEMENTWISE_OPS = with_trait(ELEMENTWISE)
-_BIN = {"add": "+", "sub": "-", "mul": "*", "and": "&", "or": "|", "xor": "^", "shl": "<<", "shr": ">>"}
-_CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
-_MATH = {"exp": "T.exp", "exp2": "T.exp2", "log": "T.log", "log2": "T.log2", "sqrt": "T.sqrt",
-         "rsqrt": "T.rsqrt", "sigmoid": "T.sigmoid", "abs": "T.abs", "erf": "T.erf", "sin": "T.sin",
-         "cos": "T.cos", "floor": "T.floor", "ceil": "T.ceil"}
-_EXPENSIVE = {"exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sigmoid", "erf", "sin", "cos", "fdiv", "div", "rem",
-              "umulhi"}
+ELEMENTWISE_OPS = with_trait(Trait.ELEMENTWISE)
+_BIN = {BinaryOp.ADD: "+", BinaryOp.SUB: "-", BinaryOp.MUL: "*", BinaryOp.AND: "&", BinaryOp.OR: "|",
+        BinaryOp.XOR: "^", BinaryOp.SHL: "<<", BinaryOp.SHR: ">>"}
+_CMP = {CmpPred.LT: "<", CmpPred.LE: "<=", CmpPred.GT: ">", CmpPred.GE: ">=", CmpPred.EQ: "==", CmpPred.NE: "!="}
+_MATH = {UnaryOp.EXP: "T.exp", UnaryOp.EXP2: "T.exp2", UnaryOp.LOG: "T.log", UnaryOp.LOG2: "T.log2",
+         UnaryOp.SQRT: "T.sqrt", UnaryOp.RSQRT: "T.rsqrt", UnaryOp.SIGMOID: "T.sigmoid", UnaryOp.ABS: "T.abs",
+         UnaryOp.ERF: "T.erf", UnaryOp.SIN: "T.sin", UnaryOp.COS: "T.cos", UnaryOp.FLOOR: "T.floor",
+         UnaryOp.CEIL: "T.ceil"}
+_EXPENSIVE = {UnaryOp.EXP, UnaryOp.EXP2, UnaryOp.LOG, UnaryOp.LOG2, UnaryOp.SQRT, UnaryOp.RSQRT, UnaryOp.SIGMOID,
+              UnaryOp.ERF, UnaryOp.SIN, UnaryOp.COS, BinaryOp.FDIV, BinaryOp.DIV, BinaryOp.REM, BinaryOp.UMULHI}
 # ops that only name or re-index a value: recomputing them costs nothing
-_FREE = with_trait(LAYOUT) | {"const", "program_id", "num_programs", "arange", "reshape"}
+_FREE = with_trait(Trait.LAYOUT) | with_trait(Trait.SOURCE) | ops_of(ops.RESHAPE)
 _LOG2E = 1.4426950408889634
 _LN2 = 0.6931471805599453
 
 
 # -- the statement rule -----------------------------------------------------------------------------------
 @RULES.rule(*sorted(ELEMENTWISE_OPS), role="statement")
-def inline_or_materialize(g: Context, op: Op, indent: int):
+def inline_or_materialize(gen: Context, op: Op, indent: int):
     v = op.result
-    if op.name == "split":
-        stage_split_operand(g, op, indent)
+    if op.defn is ops.SPLIT:
+        stage_split_operand(gen, op, indent)
     if v.type.is_scalar:
-        if binds_let(g, op):
-            name = g.ids.define(v)
-            g.let(name, g.render(op, []), indent)
-            g.scalars[v.id] = name
+        if binds_let(gen, op):
+            name = gen.ids.define(v)
+            gen.let(name, gen.render(op, []), indent)
+            gen.scalars[v.id] = name
         return
-    if materializes(g, op, held=lambda u: u.id in g.buffers or u.id in g.scalars):
-        g.buffer_of(v, indent, "shared" if read_by_split(g, v) else "fragment")
+    if materializes(gen, op, held=lambda u: u.id in gen.buffers or u.id in gen.scalars):
+        gen.buffer_of(v, indent, "shared" if read_by_split(gen, v) else "fragment")
 
 
-def binds_let(g: Context, op: Op) -> bool:
+def binds_let(gen: Context, op: Op) -> bool:
     """Is scalar `op` bound to a let: named in the source, used twice, or used in another block?
     (Pointers and constants are always written inline.)"""
     v = op.result
-    if v.type.is_pointer or op.name == "const":
+    if v.type.is_pointer or op.defn is ops.CONST:
         return False
-    us = g.users.get(v.id, [])
+    us = gen.users.get(v.id, [])
     return bool(v.name) or len(us) > 1 or any(u.parent is not op.parent for u in us)
 
 
-def materializes(g: Context, op: Op, held) -> bool:
+def materializes(gen: Context, op: Op, held) -> bool:
     """Is tile `op` materialized in a fragment: costly to recompute, and used more than once or inside a
     block it is not in? `held(value)`: whether a value already lives in a buffer or a scalar."""
     v = op.result
     if v.type.is_pointer or v.type.elem.is_bool:
         return False
-    us = g.users.get(v.id, [])
+    us = gen.users.get(v.id, [])
     nested = any(u.parent is not op.parent for u in us)
     return cost(v, held) >= 4 and (len(us) > 1 or nested)
 
@@ -66,35 +69,35 @@ def cost(v: Value, held) -> int:
     if held(v):
         return 0
     op = v.defining_op
-    if op is None or op.name not in ELEMENTWISE_OPS:
+    if op is None or not op.has(Trait.ELEMENTWISE):
         return 0
-    expensive = op.name == "libdevice" or op.attrs.get("op") in _EXPENSIVE
-    c = 0 if op.name in _FREE or _widens_int(op) else 4 if expensive else 1
+    expensive = op.defn is ops.LIBDEVICE or op.attrs.get("op") in _EXPENSIVE
+    c = 0 if op.defn in _FREE or _widens_int(op) else 4 if expensive else 1
     return c + sum(cost(o, held) for o in op.operands if o is not None)
 
 
 def _widens_int(op: Op) -> bool:
     """A scalar's or an arange's integer cast to a wider integer (a block pointer's 64-bit indices): a sign
     extension of a value that is free itself, so free."""
-    if op.name != "cast":
+    if op.defn is not ops.CAST:
         return False
-    x = op.operands[0]
+    x = op.operand("x")
     src, dst = x.type.elem, op.result.type.elem
     widens = src.is_int and dst.is_int and not src.is_bool and src.bits <= dst.bits
-    return widens and (x.type.is_scalar or (x.defining_op is not None and x.defining_op.name == "arange"))
+    return widens and (x.type.is_scalar or (x.defining_op is not None and x.defining_op.defn is ops.ARANGE))
 
 
 # -- tl.split: where the tile it halves is read from ------------------------------------------------------
 # TileLang places a T.Parallel loop's iterations by inverting the index at which it reads a fragment: a read
 # of one element of every pair (`x[i0 * 2 + 1]`, `x[i0, 1]`) has no inverse, so the tile a split reads
 # lives in shared memory, which any thread may read at any index.
-def split_reads(g: Context, op: Op, ahead=None) -> list[Value]:
+def split_reads(gen: Context, op: Op, ahead=None) -> list[Value]:
     """The tiles whose elements split `op` reads at an index that its half fixes (through the element-wise
     ops written inline, down to values held in a buffer): a join on that axis or a broadcast of it reads
     its operands at the split's own index, and a reshape mixes the half into every axis. `ahead(value)`,
     asked before the ops between are emitted: whether a value counts as held, to tell which of those ops
     will be materialized (and read in place of what they compute from)."""
-    x = op.operands[0]
+    x = op.operand("x")
     out, seen = [], set()
     todo = [(x, x.type.rank - 1)]          # (value, the axis the half indexes; None: mixed by a reshape)
     while todo:
@@ -104,10 +107,10 @@ def split_reads(g: Context, op: Op, ahead=None) -> list[Value]:
         seen.add((v.id, axis))
         out.append(v)
         d = v.defining_op
-        held = v.id in g.scalars or (v.id in g.buffers and g.visible(g.buffers[v.id]))
-        if held or d is None or d.name not in ELEMENTWISE_OPS or (d.name == "split" and _staged(g, d)):
+        held = v.id in gen.scalars or (v.id in gen.buffers and gen.visible(gen.buffers[v.id]))
+        if held or d is None or not d.has(Trait.ELEMENTWISE) or (d.defn is ops.SPLIT and _staged(gen, d)):
             continue
-        if ahead is not None and not ahead(v) and materializes(g, d, held=ahead):
+        if ahead is not None and not ahead(v) and materializes(gen, d, held=ahead):
             continue
         todo.extend((o, a) for o, a in _half_axis(d, axis) if o is not None)
     return out
@@ -116,150 +119,150 @@ def split_reads(g: Context, op: Op, ahead=None) -> list[Value]:
 def _half_axis(op: Op, axis: int | None) -> list[tuple[Value, int | None]]:
     """The operands of `op` whose index the half still fixes, with the axis it fixes there."""
     rank = op.result.type.rank
-    if op.name == "reshape":
-        return [(op.operands[0], None)]
-    if op.name == "splat":
+    if op.defn is ops.RESHAPE:
+        return [(op.operand("x"), None)]
+    if op.defn is ops.SPLAT:
         return []
     if axis is None:
         return [(o, None) for o in op.operands]
-    if op.name == "join":
+    if op.defn is ops.JOIN:
         return [] if axis == rank - 1 else [(o, axis) for o in op.operands]
-    if op.name == "broadcast":
-        src = op.operands[0].type.shape
+    if op.defn is ops.BROADCAST:
+        src = op.operand("x").type.shape
         off = rank - len(src)
-        return [] if axis < off or src[axis - off] == 1 else [(op.operands[0], axis - off)]
-    if op.name == "expand_dims":
+        return [] if axis < off or src[axis - off] == 1 else [(op.operand("x"), axis - off)]
+    if op.defn is ops.EXPAND_DIMS:
         ax = op.attrs["axis"]
-        return [] if axis == ax else [(op.operands[0], axis - (axis > ax))]
-    if op.name == "trans":
-        return [(op.operands[0], op.attrs["perm"][axis])]
+        return [] if axis == ax else [(op.operand("x"), axis - (axis > ax))]
+    if op.defn is ops.TRANS:
+        return [(op.operand("x"), op.attrs["perm"][axis])]
     return [(o, axis) for o in op.operands]     # element-wise, hint, split: the same index
 
 
-def read_by_split(g: Context, v: Value) -> bool:
+def read_by_split(gen: Context, v: Value) -> bool:
     """Does a split read tile `v` at an index that its half fixes (so `v` belongs in shared memory)?"""
-    ahead = lambda u: u.id == v.id or u.id in g.buffers or u.id in g.scalars     # noqa: E731
-    return any(v.id == r.id for o in g.splits for r in split_reads(g, o, ahead))
+    ahead = lambda u: u.id == v.id or u.id in gen.buffers or u.id in gen.scalars     # noqa: E731
+    return any(v.id == r.id for o in gen.splits for r in split_reads(gen, o, ahead))
 
 
-def stage_split_operand(g: Context, op: Op, indent: int):
+def stage_split_operand(gen: Context, op: Op, indent: int):
     """Copy the tile split `op` halves to shared memory when it would read a fragment at the half's index
     (a tile held in a fragment before the split was seen: a carried tile, a reduction's result)."""
-    x = op.operands[0]
-    held = [g.buffers[v.id] for v in split_reads(g, op) if v.id in g.buffers]
-    if not any(b.scope == "fragment" and g.visible(b) for b in held) or _staged(g, op):
+    x = op.operand("x")
+    held = [gen.buffers[v.id] for v in split_reads(gen, op) if v.id in gen.buffers]
+    if not any(b.scope == "fragment" and gen.visible(b) for b in held) or _staged(gen, op):
         return
-    b = g.buffers.get(x.id)
-    if b is None or not g.visible(b) or b.perm is not None or x.id in g.keepdims:
-        g.buffer_of(x, indent, "shared")
+    b = gen.buffers.get(x.id)
+    if b is None or not gen.visible(b) or b.perm is not None or x.id in gen.keepdims:
+        gen.buffer_of(x, indent, "shared")
         return
-    name = g.alloc((x.name or "t") + "_shared", x.type.shape, x.type.elem, "shared")
-    g.emit(f"T.copy({b.region()}, {name})", indent)
-    g.copies[(x.id, "shared", x.type.elem)] = Buffer(name, x.type.shape, x.type.elem, "shared", g.blocks[-1])
+    name = gen.alloc((x.name or "t") + "_shared", x.type.shape, x.type.elem, "shared")
+    gen.emit(f"T.copy({b.region()}, {name})", indent)
+    gen.copies[(x.id, "shared", x.type.elem)] = Buffer(name, x.type.shape, x.type.elem, "shared", gen.blocks[-1])
 
 
-def _staged(g: Context, op: Op) -> Buffer | None:
+def _staged(gen: Context, op: Op) -> Buffer | None:
     """The shared copy stage_split_operand made of the tile split `op` halves, where it is visible."""
-    x = op.operands[0]
-    b = g.copies.get((x.id, "shared", x.type.elem))
-    return b if b is not None and g.visible(b) else None
+    x = op.operand("x")
+    b = gen.copies.get((x.id, "shared", x.type.elem))
+    return b if b is not None and gen.visible(b) else None
 
 
 # -- expression rules -------------------------------------------------------------------------------------
-@RULES.rule("const", role="expression")
-def const(g: Context, op: Op, idx: list[str]) -> str:
+@RULES.rule(ops.CONST, role="expression")
+def const(gen: Context, op: Op, idx: list[str]) -> str:
     return literal(op.attrs["value"], op.result.type.elem)
 
 
-@RULES.rule("program_id", role="expression")
-def program_id(g: Context, op: Op, idx: list[str]) -> str:
+@RULES.rule(ops.PROGRAM_ID, role="expression")
+def program_id(gen: Context, op: Op, idx: list[str]) -> str:
     return GRID_VARS[op.attrs["axis"]]
 
 
-@RULES.rule("num_programs", role="expression")
-def num_programs(g: Context, op: Op, idx: list[str]) -> str:
+@RULES.rule(ops.NUM_PROGRAMS, role="expression")
+def num_programs(gen: Context, op: Op, idx: list[str]) -> str:
     axis = op.attrs["axis"]
-    return str(g.grid[axis] if axis < len(g.grid) else 1)
+    return str(gen.grid[axis] if axis < len(gen.grid) else 1)
 
 
-@RULES.rule("arange", role="expression")
-def arange(g: Context, op: Op, idx: list[str]) -> str:
+@RULES.rule(ops.ARANGE, role="expression")
+def arange(gen: Context, op: Op, idx: list[str]) -> str:
     start = op.attrs["start"]
     return idx[0] if start == 0 else f"({idx[0]} + {start})"
 
 
-@RULES.rule(*sorted(with_trait(LAYOUT)), role="expression")
-def relayout(g: Context, op: Op, idx: list[str]) -> str:
-    return g.elem(op.operands[0], operand_index(op, idx))
+@RULES.rule(*sorted(with_trait(Trait.LAYOUT)), role="expression")
+def relayout(gen: Context, op: Op, idx: list[str]) -> str:
+    return gen.elem(op.operand("x"), operand_index(op, idx))
 
 
-@RULES.rule("reshape", role="expression")
-def reshape(g: Context, op: Op, idx: list[str]) -> str:
-    x = op.operands[0]
-    return g.elem(x, reindex(idx, op.result.type.shape, x.type.shape))
+@RULES.rule(ops.RESHAPE, role="expression")
+def reshape(gen: Context, op: Op, idx: list[str]) -> str:
+    x = op.operand("x")
+    return gen.elem(x, reindex(idx, op.result.type.shape, x.type.shape))
 
 
-@RULES.rule("join", role="expression")
-def join(g: Context, op: Op, idx: list[str]) -> str:
-    a, b = op.operands
+@RULES.rule(ops.JOIN, role="expression")
+def join(gen: Context, op: Op, idx: list[str]) -> str:
+    a, b = op.operand("a"), op.operand("b")
     rest = idx[:-1]
-    return f"T.if_then_else({idx[-1]} == 0, {g.elem(a, rest)}, {g.elem(b, rest)})"
+    return f"T.if_then_else({idx[-1]} == 0, {gen.elem(a, rest)}, {gen.elem(b, rest)})"
 
 
-@RULES.rule("split", role="expression")
-def split(g: Context, op: Op, idx: list[str]) -> str:
+@RULES.rule(ops.SPLIT, role="expression")
+def split(gen: Context, op: Op, idx: list[str]) -> str:
     at = list(idx) + [str(op.attrs["half"])]
-    staged = _staged(g, op)
-    return staged.at(at) if staged is not None else g.elem(op.operands[0], at)
+    staged = _staged(gen, op)
+    return staged.at(at) if staged is not None else gen.elem(op.operand("x"), at)
 
 
-@RULES.rule("binary", role="expression")
-def binary(g: Context, op: Op, idx: list[str]) -> str:
-    lhs, rhs = op.operands
-    x, y = g.elem(lhs, idx), g.elem(rhs, idx)
+@RULES.rule(ops.BINARY, role="expression")
+def binary(gen: Context, op: Op, idx: list[str]) -> str:
+    lhs, rhs = op.operand("lhs"), op.operand("rhs")
+    x, y = gen.elem(lhs, idx), gen.elem(rhs, idx)
     k = op.attrs["op"]
     if k in _BIN:
         return f"({x} {_BIN[k]} {y})"
-    if k == "fdiv":
+    if k is BinaryOp.FDIV:
         return f"({x} / {y})"
-    if k == "div":
+    if k is BinaryOp.DIV:
         return f"T.truncdiv({x}, {y})"    # Triton's integer division truncates, like C
-    if k == "rem":
+    if k is BinaryOp.REM:
         return f"T.truncmod({x}, {y})" if lhs.type.elem.is_int else f"T.fmod({x}, {y})"
-    if k == "umulhi":     # the high half of the unsigned double-width product
+    if k is BinaryOp.UMULHI:     # the high half of the unsigned double-width product
         bits = lhs.type.elem.bits
         wide, narrow = ("uint64", "uint32") if bits == 32 else (None, None)
         if wide is None:
-            g.error("tl.umulhi of 64-bit integers", op, "TIR has no 128-bit product to take the high half of")
+            gen.error("tl.umulhi of 64-bit integers", op, "TIR has no 128-bit product to take the high half of")
         return (f"T.reinterpret(T.Cast({narrow!r}, (T.Cast({wide!r}, T.reinterpret({x}, {narrow!r})) * "
                 f"T.Cast({wide!r}, T.reinterpret({y}, {narrow!r}))) >> T.uint64(32)), {tl_dtype(lhs.type.elem)!r})")
-    if k == "maximum":
+    if k is BinaryOp.MAXIMUM:
         return f"T.max({x}, {y})"
-    if k == "minimum":
+    if k is BinaryOp.MINIMUM:
         return f"T.min({x}, {y})"
-    g.error(f"binary op '{k}'", op)
+    gen.error(f"binary op '{k}'", op)
 
 
-@RULES.rule("cmp", role="expression")
-def cmp(g: Context, op: Op, idx: list[str]) -> str:
-    lhs, rhs = op.operands
-    return f"({g.elem(lhs, idx)} {_CMP[op.attrs['pred']]} {g.elem(rhs, idx)})"
+@RULES.rule(ops.CMP, role="expression")
+def cmp(gen: Context, op: Op, idx: list[str]) -> str:
+    lhs, rhs = op.operand("lhs"), op.operand("rhs")
+    return f"({gen.elem(lhs, idx)} {_CMP[op.attrs['pred']]} {gen.elem(rhs, idx)})"
 
 
-@RULES.rule("unary", role="expression")
-def unary(g: Context, op: Op, idx: list[str]) -> str:
+@RULES.rule(ops.UNARY, role="expression")
+def unary(gen: Context, op: Op, idx: list[str]) -> str:
     k = op.attrs["op"]
-    operand = op.operands[0]
-    x = g.elem(operand, idx)
-    if k == "neg":
+    operand = op.operand("x")
+    x = gen.elem(operand, idx)
+    if k is UnaryOp.NEG:
         return f"(-{x})"
-    if k in ("invert", "not"):
+    if k in (UnaryOp.INVERT, UnaryOp.NOT):
         return f"T.Not({x})" if operand.type.elem.is_bool else f"(~{x})"
-    if k == "abs" and operand.type.elem.is_fp8:        # TIR has no fp8 abs: clear the sign bit
+    if k is UnaryOp.ABS and operand.type.elem.is_fp8:        # TIR has no fp8 abs: clear the sign bit
         return f"T.reinterpret(T.reinterpret({x}, 'uint8') & T.uint8(127), {tl_dtype(operand.type.elem)!r})"
-    if k == "exp" and operand.type.elem == T.fp32:     # as Triton lowers tl.exp: 2^(x*log2(e))
+    if k is UnaryOp.EXP and operand.type.elem == ir_types.fp32:     # as Triton lowers tl.exp: 2^(x*log2(e))
         return f"T.exp2({x} * {_LOG2E})"
-    if k == "log" and operand.type.elem == T.fp32:     # as Triton lowers tl.log: log2(x)*ln(2)
+    if k is UnaryOp.LOG and operand.type.elem == ir_types.fp32:     # as Triton lowers tl.log: log2(x)*ln(2)
         return f"(T.log2({x}) * {_LN2})"
     return f"{_MATH[k]}({x})"
 
@@ -272,26 +275,26 @@ LIBDEVICE = {name: f"T.{name}" for name in (
 LIBDEVICE["rint"] = "T.nearbyint"        # both round half to even
 
 
-@RULES.rule("libdevice", role="expression")
-def libdevice(g: Context, op: Op, idx: list[str]) -> str:
+@RULES.rule(ops.LIBDEVICE, role="expression")
+def libdevice(gen: Context, op: Op, idx: list[str]) -> str:
     fn = LIBDEVICE.get(op.attrs["fn"])
     if fn is None:
-        g.error(f"libdevice.{op.attrs['fn']}", op, "TIR has no intrinsic computing this CUDA function")
-    return f"{fn}({', '.join(g.elem(v, idx) for v in op.operands)})"
+        gen.error(f"libdevice.{op.attrs['fn']}", op, "TIR has no intrinsic computing this CUDA function")
+    return f"{fn}({', '.join(gen.elem(v, idx) for v in op.operands)})"
 
 
-@RULES.rule("cast", role="expression")
-def cast(g: Context, op: Op, idx: list[str]) -> str:
+@RULES.rule(ops.CAST, role="expression")
+def cast(gen: Context, op: Op, idx: list[str]) -> str:
     fn = "T.reinterpret" if op.attrs.get("bitcast") else "T.cast"
-    return f"{fn}({g.elem(op.operands[0], idx)}, {tl_dtype(op.attrs['dtype'])!r})"
+    return f"{fn}({gen.elem(op.operand('x'), idx)}, {tl_dtype(op.attrs['dtype'])!r})"
 
 
-@RULES.rule("where", role="expression")
-def where(g: Context, op: Op, idx: list[str]) -> str:
-    cond, x, y = op.operands
-    return f"T.if_then_else({g.elem(cond, idx)}, {g.elem(x, idx)}, {g.elem(y, idx)})"
+@RULES.rule(ops.WHERE, role="expression")
+def where(gen: Context, op: Op, idx: list[str]) -> str:
+    cond, x, y = op.operand("cond"), op.operand("x"), op.operand("y")
+    return f"T.if_then_else({gen.elem(cond, idx)}, {gen.elem(x, idx)}, {gen.elem(y, idx)})"
 
 
-@RULES.rule("addptr", role="expression")
-def addptr(g: Context, op: Op, idx: list[str]) -> str:
-    return g.offset(op.result, idx)
+@RULES.rule(ops.ADDPTR, role="expression")
+def addptr(gen: Context, op: Op, idx: list[str]) -> str:
+    return gen.offset(op.result, idx)

@@ -4,83 +4,82 @@ keeps it an asynchronous copy."""
 from __future__ import annotations
 
 from ..analysis.access import Access, mask_always_true
+from ..ir import ops
 from ..ir.core import Op, Value
-from ..ir.ops import ELEMENTWISE, with_trait
+from ..ir.ops import BinaryOp, Trait
 from .context import Context
 from .values import is_zero
 
-_ELEMENTWISE = with_trait(ELEMENTWISE)
 
-
-def index_loads(g: Context) -> set[int]:
+def index_loads(gen: Context) -> set[int]:
     """Loads of 1-D index tiles (values that other accesses gather through) that are read again at
     each use rather than held in a fragment: a fragment's layout follows the first loop that
     writes it, and every gather indexing it from another layout would then run on the few threads
     that own each element. Only when nothing in the kernel writes the indexed argument."""
-    written = {id(g.access(o).param) for o in g.k.walk() if o.name in ("store", "atomic", "copy_out")}
+    written = {id(gen.access(o).param) for o in gen.k.walk() if o.defn in (ops.STORE, ops.ATOMIC, ops.COPY_OUT)}
     gathered = set()
-    for o in g.k.walk():
-        if o.name in ("load", "store", "atomic", "copy_in", "copy_out"):
-            a = g.access(o)
+    for o in gen.k.walk():
+        if o.defn in (ops.LOAD, ops.STORE, ops.ATOMIC, ops.COPY_IN, ops.COPY_OUT):
+            a = gen.access(o)
             if a.offset is not None:
                 gathered.update(vid for vid, _, _ in a.offset.data)
     out = set()
-    for o in g.k.walk():
-        if o.name == "load" and o.result.id in gathered and o.result.type.rank == 1 and \
-                not o.attrs.get("is_async") and id(g.access(o).param) not in written and \
-                all(u.name in _ELEMENTWISE or u.name in ("load", "store", "copy_in", "copy_out")
-                    for u in g.users.get(o.result.id, [])):
+    for o in gen.k.walk():
+        if o.defn is ops.LOAD and o.result.id in gathered and o.result.type.rank == 1 and \
+                not o.attrs.get("is_async") and id(gen.access(o).param) not in written and \
+                all(u.has(Trait.ELEMENTWISE) or u.defn in (ops.LOAD, ops.STORE, ops.COPY_IN, ops.COPY_OUT)
+                    for u in gen.users.get(o.result.id, [])):
             out.add(o.result.id)
     return out
 
 
-def stays_synchronous(g: Context, load_op: Op) -> bool:
+def stays_synchronous(gen: Context, load_op: Op) -> bool:
     """Does TileLang keep this read of global memory into shared synchronous inside T.Pipelined? It
     issues a plain or zero-filled copy as cp.async, and its software pipeline does not wait for one
     before a statement of the same stage: an index tile read that way and then gathered through in
     its own stage would be read before it lands. A masked read whose `other` is not zero stays a
     plain read."""
-    ptr, mask, other = load_op.operands[:3]
+    ptr, mask, other = load_op.operand("ptr"), load_op.operand("mask"), load_op.operand("other")
     return mask is not None and other is not None and not is_zero(other) and \
-        not mask_always_true(mask, ptr.type.shape, g.aff)
+        not mask_always_true(mask, ptr.type.shape, gen.aff)
 
 
-def zero_filled_rows(g: Context, op: Op, acc: Access, idx: list[str]) -> dict | None:
+def zero_filled_rows(gen: Context, op: Op, acc: Access, idx: list[str]) -> dict | None:
     """For a gather `x[rows[j], ...]` masked by a condition on the gathered rows only (other
     conjuncts provably true) with zero for `other`: substitute for `rows` an index that points
     past the argument where the mask is false. TileLang predicates every out-of-bounds global read
     to zero, so the result is the masked load's, while the copy keeps the plain form that its
     pipeliner issues as cp.async. None where this does not apply."""
-    mask = op.operands[1]
+    mask = op.operand("mask")
     if acc.offset is None or len(acc.offset.data) != 1:
         return None
     vid, axes, coef = acc.offset.data[0]
     if coef <= 0 or len(axes) != 1:
         return None
-    extent = g.arg[acc.param.value.id].extent
+    extent = gen.arg[acc.param.value.id].extent
     out_row = -(-2 * extent // coef)        # row * coef >= 2 * extent: past the end from any base
     if out_row * coef + extent >= 2 ** 31:
         return None
-    row_terms = conditions_on(g, mask, op.operands[0].type.rank, set(axes))
+    row_terms = conditions_on(gen, mask, op.operand("ptr").type.rank, set(axes))
     if not row_terms:
         return None
-    rows = g.values_by_id().get(vid)
+    rows = gen.values_by_id().get(vid)
     if rows is None:
         return None
-    cond = " & ".join(g.elem(t, idx) for t in row_terms)
+    cond = " & ".join(gen.elem(t, idx) for t in row_terms)
     return {vid: lambda ix, rows=rows, cond=cond: (
-        f"T.if_then_else({cond}, {_without_substitutes(g, rows, ix)}, {out_row})")}
+        f"T.if_then_else({cond}, {_without_substitutes(gen, rows, ix)}, {out_row})")}
 
 
-def _without_substitutes(g: Context, v: Value, idx: list[str]) -> str:
-    saved, g.substitutes = g.substitutes, {}
+def _without_substitutes(gen: Context, v: Value, idx: list[str]) -> str:
+    saved, gen.substitutes = gen.substitutes, {}
     try:
-        return g.elem(v, idx)
+        return gen.elem(v, idx)
     finally:
-        g.substitutes = saved
+        gen.substitutes = saved
 
 
-def conditions_on(g: Context, mask: Value, rank: int, axes: set[int]) -> list[Value] | None:
+def conditions_on(gen: Context, mask: Value, rank: int, axes: set[int]) -> list[Value] | None:
     """The conjuncts of `mask` (broadcast to `rank`) that vary along `axes` only, where every other conjunct is
     provably true; None where one is not, or where a conjunct's axes are unknown."""
     terms = []
@@ -90,7 +89,7 @@ def conditions_on(g: Context, mask: Value, rank: int, axes: set[int]) -> list[Va
             return None
         if used <= axes:
             terms.append(leaf)
-        elif not mask_always_true(leaf, leaf.type.shape, g.aff):
+        elif not mask_always_true(leaf, leaf.type.shape, gen.aff):
             return None
     return terms
 
@@ -98,16 +97,16 @@ def conditions_on(g: Context, mask: Value, rank: int, axes: set[int]) -> list[Va
 def _conjuncts(mask: Value) -> list[Value]:
     """The leaves of an `a & b & ...` tree of boolean tiles."""
     op = mask.defining_op
-    if op is not None and op.name == "binary" and op.attrs["op"] == "and":
-        return _conjuncts(op.operands[0]) + _conjuncts(op.operands[1])
+    if op is not None and op.defn is ops.BINARY and op.attrs["op"] is BinaryOp.AND:
+        return _conjuncts(op.operand("lhs")) + _conjuncts(op.operand("rhs"))
     return [mask]
 
 
 def _axes_used(v: Value, rank: int) -> set[int] | None:
     """The axes of a broadcast-to-`rank` tile that `v` varies along (None if unknown)."""
     op = v.defining_op
-    if op is not None and op.name in ("broadcast", "splat"):
-        src = op.operands[0]
+    if op is not None and op.defn in (ops.BROADCAST, ops.SPLAT):
+        src = op.operand("x")
         inner = _axes_used(src, src.type.rank) if src.type.rank else set()
         if inner is None:
             return None

@@ -4,63 +4,64 @@ from __future__ import annotations
 
 import math
 
+from ..ir import ops
 from ..ir.core import Op
 from .context import BACKEND, Buffer, Context
 from .raw_render import render_tilelang_rows
 from .rules import RULES
 
 
-@RULES.rule("raw_call", role="statement")
-def raw_call(g: Context, op: Op, indent: int):
+@RULES.rule(ops.RAW_CALL, role="statement")
+def raw_call(gen: Context, op: Op, indent: int):
     """The copies of the written arguments are the call's results (their other positions keep the
     argument's value). Its threads are the kernel's own; TileLang's thread synchronization pass puts the
     barriers between the copies and the thread-level code."""
     fn, threads, outputs = op.attrs["fn"], tuple(op.attrs["threads"]), tuple(op.attrs["outputs"])
     body = fn.body()
     body.check(BACKEND)
-    count, kernel_threads = _thread_count(threads), 32 * g.k.num_warps
+    count, kernel_threads = _thread_count(threads), 32 * gen.k.num_warps
     if count != kernel_threads:     # the frontend settles num_warps so that they agree; IR built otherwise may not
-        g.error(f"tle.call({fn.name}) with hardware threads {threads}", op,
-                f"on TileLang the raw function's threads are the kernel's threads, and the kernel runs "
-                f"{kernel_threads} (32 * num_warps={g.k.num_warps}), not {count}")
+        gen.error(f"tle.call({fn.name}) with hardware threads {threads}", op,
+                  f"on TileLang the raw function's threads are the kernel's threads, and the kernel runs "
+                f"{kernel_threads} (32 * num_warps={gen.k.num_warps}), not {count}")
     for k, v in enumerate(op.operands):
         if not v.type.shape:
-            g.error(f"tle.call({fn.name}) on a rank-0 tile ('{fn.params[k]}')", op, "pass tiles of rank 1 or more")
+            gen.error(f"tle.call({fn.name}) on a rank-0 tile ('{fn.params[k]}')", op, "pass tiles of rank 1 or more")
     names = []
     for k, v in enumerate(op.operands):
         if k in outputs:               # a fresh copy: the function writes it, the argument stays as it was
             r = op.results[outputs.index(k)]
-            name = g.alloc(r.name or fn.params[k], v.type.shape, v.type.elem, "shared")
-            g.fill(name, v, indent)
+            name = gen.alloc(r.name or fn.params[k], v.type.shape, v.type.elem, "shared")
+            gen.fill(name, v, indent)
         else:
-            name = g.buffer_of(v, indent, "shared").name
+            name = gen.buffer_of(v, indent, "shared").name
         names.append(name)
-    tid = g.ids.fresh("tid")
-    g.let(tid, "T.get_thread_binding(0)", indent)
+    tid = gen.ids.fresh("tid")
+    gen.let(tid, "T.get_thread_binding(0)", indent)
     thread_vars = [tid]
     if len(threads) > 1:               # axis x varies fastest over the kernel's flat thread index
         thread_vars = []
         for axis, expr in enumerate(_thread_axes(tid, threads)):
-            name = g.ids.fresh(f"{tid}_{'xyz'[axis]}")
-            g.let(name, expr, indent, reads=(tid,))
+            name = gen.ids.fresh(f"{tid}_{'xyz'[axis]}")
+            gen.let(name, expr, indent, reads=(tid,))
             thread_vars.append(name)
-    prefix = g.ids.fresh(fn.name) + "_"
+    prefix = gen.ids.fresh(fn.name) + "_"
     rendered = render_tilelang_rows(body, names, thread_vars=thread_vars, block_dims=list(threads), indent=indent,
                                     prefix=prefix)
-    g.ids.used.update(rendered.defined)
+    gen.ids.used.update(rendered.defined)
     for row, (level, text) in enumerate(rendered.rows):
         if row in rendered.clauses:
-            g.out.clause(text, level)
+            gen.out.clause(text, level)
         else:       # the rows read the thread variables (lets of this call) the body asks for
-            g.emit(text, level, reads=rendered.threads_read if row == 0 else ())
+            gen.emit(text, level, reads=rendered.threads_read if row == 0 else ())
     for k, r in zip(outputs, op.results):
-        g.buffers[r.id] = Buffer(names[k], tuple(r.type.shape), r.type.elem, "shared", g.blocks[-1])
-    g.report.append((op.loc.line, "tle.call", "raw", "thread-level code on shared buffers"))
+        gen.buffers[r.id] = Buffer(names[k], tuple(r.type.shape), r.type.elem, "shared", gen.blocks[-1])
+    gen.report.append((op.loc.line, "tle.call", "raw", "thread-level code on shared buffers"))
     for k, spec in enumerate(op.attrs.get("layout") or ()):
         order = spec.get("order") if spec else None
         if order is not None and tuple(order) != _row_major(len(order)):
-            g.notes.append(f"line {op.loc.line}: tle.call({fn.name}): the order {list(order)} of "
-                           f"'{fn.params[k]}' is a layout hint; TileLang infers shared layouts itself")
+            gen.notes.append(f"line {op.loc.line}: tle.call({fn.name}): the order {list(order)} of "
+                             f"'{fn.params[k]}' is a layout hint; TileLang infers shared layouts itself")
 
 
 def _thread_count(threads) -> int:

@@ -20,13 +20,15 @@ transposed. A tile passed through the branches of an `if` (masks applied to some
 computed element-wise."""
 from __future__ import annotations
 
+from ..ir import ops
 from ..ir.core import Op, Value
+from ..ir.ops import Trait, ops_of, with_trait
 
 # ops whose result element i is an expression of their same-shaped operands' elements i: a fragment keeps its
 # layout through them
-SAME_LAYOUT = frozenset({"binary", "unary", "cast", "where", "libdevice", "hint", "cmp"})
+SAME_LAYOUT = with_trait(Trait.MAP) - ops_of(ops.ADDPTR)
 # operands that bring no layout of their own into such an expression
-FREE = frozenset({"broadcast", "splat", "const", "expand_dims", "arange", "reduce"})
+FREE = ops_of(ops.BROADCAST, ops.SPLAT, ops.CONST, ops.EXPAND_DIMS, ops.ARANGE, ops.REDUCE)
 ROWS_PER_WARP = 16
 
 
@@ -37,7 +39,7 @@ class RowProducts:
         """`warps_of(op)`: the warps that run `op` (the kernel's, or its warp group's)."""
         self.users = users
         self.warps_of = warps_of
-        self.dots = [o for o in kernel.walk() if o.name == "dot"]
+        self.dots = [o for o in kernel.walk() if o.defn is ops.DOT]
         self._family = {id(d): id(d) for d in self.dots}
         for d in self.dots:
             for e in self._accumulated_by(d):
@@ -81,7 +83,7 @@ class RowProducts:
 
     def _accumulated_by(self, d: Op) -> list[Op]:
         """The products whose accumulator is `d`'s result, through same-layout element-wise updates."""
-        return [u for u, v in self._uses(d.result) if u.name == "dot" and len(u.operands) > 2 and u.operands[2] is v]
+        return [u for u, v in self._uses(d.result) if u.defn is ops.DOT and u.operand("acc") is v]
 
     def _uses(self, start: Value):
         """(op, the value it reads) for each use of `start` and of what same-layout element-wise ops make of it
@@ -93,7 +95,7 @@ class RowProducts:
                 continue
             seen.add(v.id)
             for u in self.users.get(v.id, []):
-                if u.name in SAME_LAYOUT and u.results and u.result.type.shape == v.type.shape:
+                if u.defn in SAME_LAYOUT and u.results and u.result.type.shape == v.type.shape:
                     todo.append(u.result)
                 elif _branch_results(u, v):
                     todo.extend(_branch_results(u, v))
@@ -107,13 +109,13 @@ class RowProducts:
 
     def _feeds_rows(self, d: Op) -> bool:
         """Is `d`'s result, element-wise, reduced along its rows or the A operand of a product?"""
-        return any((u.name == "reduce" and u.attrs["axis"] == len(v.type.shape) - 1) or
-                   (u.name == "dot" and u.operands[0] is v) for u, v in self._uses(d.result))
+        return any((u.defn is ops.REDUCE and u.attrs["axis"] == len(v.type.shape) - 1) or
+                   (u.defn is ops.DOT and u.operand("a") is v) for u, v in self._uses(d.result))
 
     def _register_sources(self, d: Op) -> list[Op] | None:
         """The products `d`'s A operand is computed from element-wise, or None where it is not such a value
         (a load, a transpose, a value of another layout)."""
-        a = d.operands[0]
+        a = d.operand("a")
         shape = a.type.shape
         found, seen, todo = [], set(), [a]
         while todo:
@@ -126,14 +128,14 @@ class RowProducts:
                 if op is None and v.type.shape == shape:
                     return None               # a loop-carried tile: its layout is not known here
                 continue
-            if op.name == "dot":
+            if op.defn is ops.DOT:
                 found.append(op)
-            elif op.name in SAME_LAYOUT:
+            elif op.defn in SAME_LAYOUT:
                 todo.extend(op.operands)
-            elif op.name == "if":
+            elif op.defn is ops.IF:
                 i = op.results.index(v)
                 todo.extend(blk.terminator.operands[i] for blk in op.regions if blk.terminator is not None)
-            elif op.name not in FREE:
+            elif op.defn not in FREE:
                 return None
         return found or None
 
@@ -154,6 +156,6 @@ def _branch_results(u: Op, v: Value) -> list[Value]:
     element-wise op."""
     block = getattr(u, "parent", None)
     owner = block.parent_op if block is not None else None
-    if u.name != "yield" or owner is None or owner.name != "if":
+    if u.defn is not ops.YIELD or owner is None or owner.defn is not ops.IF:
         return []
     return [r for x, r in zip(u.operands, owner.results) if x is v and r.type.shape == v.type.shape]

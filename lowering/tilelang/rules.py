@@ -7,154 +7,156 @@ every op, whether TileLang honors it, drops it with a note (`RULES.check_attribu
 refuses it (a lowering error naming the attribute and the kernel's line)."""
 from __future__ import annotations
 
-from ..ir.ops import CACHE_HINTS
+from ..ir import ops
+from ..ir.ops import CACHE_HINTS, InputPrecision, MemScope, Storage
 from ..rules import Rules
 
 RULES = Rules("tilelang", roles=("statement", "expression"))
 
 # -- element-wise ops --------------------------------------------------------------------------------------
-RULES.honors("const", "value", how="a TIR literal of the result's dtype")
-RULES.honors("program_id", "axis", how="the T.Kernel block index bx, by or bz")
-RULES.honors("num_programs", "axis", how="the grid's extent, a constant (TileLang compiles per grid)")
-RULES.honors("arange", "start", "end", how="the T.Parallel index plus start, over end - start elements")
-RULES.honors("splat", "shape", how="every element reads the scalar")
-RULES.honors("broadcast", "shape", how="unit axes read index 0")
-RULES.honors("expand_dims", "axis", how="the unit axis is left out of the operand's index")
-RULES.honors("reshape", "shape", how="the element's row-major flat index, split over the operand's shape")
-RULES.honors("trans", "perm", how="the index is permuted")
-RULES.honors("split", "half", how="the operand's element at that index of its last axis")
-RULES.drops("hint", "kind", "values", why="hint dropped, TileLang derives alignment and contiguity from the "
-                                          "index expressions itself")
-RULES.honors("binary", "op", how="TIR operators; div and rem truncate like C (T.truncdiv, T.truncmod, T.fmod), "
-                                 "maximum and minimum are T.max and T.min")
-RULES.honors("cmp", "pred", how="TIR comparisons")
-RULES.honors("unary", "op", how="TIR operators and T.* math; fp32 exp and log as Triton computes them (exp2, log2)")
-RULES.honors("cast", "dtype", how="T.cast to the TIR dtype")
-RULES.honors("cast", "bitcast", how="T.reinterpret")
-RULES.honors("libdevice", "fn", how="the TIR intrinsic of the same CUDA function (T.tanh, T.pow, ...); a function "
-                                    "TIR has none for is a lowering error naming it")
+RULES.honors(ops.CONST, "value", how="a TIR literal of the result's dtype")
+RULES.honors(ops.PROGRAM_ID, "axis", how="the T.Kernel block index bx, by or bz")
+RULES.honors(ops.NUM_PROGRAMS, "axis", how="the grid's extent, a constant (TileLang compiles per grid)")
+RULES.honors(ops.ARANGE, "start", "end", how="the T.Parallel index plus start, over end - start elements")
+RULES.honors(ops.SPLAT, "shape", how="every element reads the scalar")
+RULES.honors(ops.BROADCAST, "shape", how="unit axes read index 0")
+RULES.honors(ops.EXPAND_DIMS, "axis", how="the unit axis is left out of the operand's index")
+RULES.honors(ops.RESHAPE, "shape", how="the element's row-major flat index, split over the operand's shape")
+RULES.honors(ops.TRANS, "perm", how="the index is permuted")
+RULES.honors(ops.SPLIT, "half", how="the operand's element at that index of its last axis")
+RULES.drops(ops.HINT, "kind", "values", why="hint dropped, TileLang derives alignment and contiguity from the "
+                                            "index expressions itself")
+RULES.honors(ops.BINARY, "op", how="TIR operators; div and rem truncate like C (T.truncdiv, T.truncmod, T.fmod), "
+                                   "maximum and minimum are T.max and T.min")
+RULES.honors(ops.CMP, "pred", how="TIR comparisons")
+RULES.honors(ops.UNARY, "op", how="TIR operators and T.* math; fp32 exp and log as Triton computes them (exp2, log2)")
+RULES.honors(ops.CAST, "dtype", how="T.cast to the TIR dtype")
+RULES.honors(ops.CAST, "bitcast", how="T.reinterpret")
+RULES.honors(ops.LIBDEVICE, "fn", how="the TIR intrinsic of the same CUDA function (T.tanh, T.pow, ...); a function "
+                                      "TIR has none for is a lowering error naming it")
 
 # -- global memory -----------------------------------------------------------------------------------------
-for _op in ("load", "store"):
+for _op in (ops.LOAD, ops.STORE):
     RULES.drops(_op, *CACHE_HINTS, why="hint dropped, TileLang's loads and stores into registers take no cache hints")
-RULES.refuses("load", "volatile", why="TileLang's reads cannot be made volatile (its language has no volatile load)")
-RULES.honors("load", "is_async", how="a pipelined is_async load is a stage-0 copy of its T.Pipelined loop; the "
-                                     "access report says how each one was issued")
-RULES.honors("load", "async", how="'pipelined': a stage-0 copy of the loop's T.Pipelined; 'plain: ...': a plain read")
-RULES.honors("load", "async_stages", how="the num_stages of the T.Pipelined loop the load is a stage of")
-RULES.honors("atomic", "kind", how="T.atomic_add, T.atomic_max, T.atomic_min or T.atomic_or per element; and, xor, "
-                                  "xchg (and an or whose value is read) are device functions the kernel brings "
-                                  "with T.import_source (cuda::atomic_ref fetch_and, fetch_xor, exchange, fetch_or: "
-                                  "one atom instruction each, as Triton's), called through T.call_extern on the "
-                                  "element's address; the value an atomic returns goes into a shared buffer (a "
-                                  "fragment would repeat the atomic in each thread holding a copy of the element; "
-                                  "a scalar atomic: one element every thread reads), 0 where the mask is false")
-RULES.honors("atomic_cas", "sem", how="the cuda::memory_order template argument of tle_atomic_cas, a device "
-                                      "function the kernel brings (cuda::atomic_ref compare_exchange_strong; a "
-                                      "16-bit element: PTX atom.cas.b16) called through T.call_extern per element, "
-                                      "its previous value in a shared buffer; an empty sem as for tl.atomic_*")
-RULES.honors("atomic_cas", "scope", how="device-scoped, as for tl.atomic_*: 'gpu', and 'cta'")
-RULES.refuses("atomic_cas", "scope", why="TileLang's atomics are device-scoped; a system-scope atomic (seen by the "
-                                         "host or other GPUs) cannot be expressed", when=lambda v: v == "sys")
+RULES.refuses(ops.LOAD, "volatile", why="TileLang's reads cannot be made volatile (its language has no volatile load)")
+RULES.honors(ops.LOAD, "is_async", how="a pipelined is_async load is a stage-0 copy of its T.Pipelined loop; the "
+                                       "access report says how each one was issued")
+RULES.honors(ops.LOAD, "async", how="'pipelined': a stage-0 copy of the loop's T.Pipelined; 'plain: ...': a plain read")
+RULES.honors(ops.LOAD, "async_stages", how="the num_stages of the T.Pipelined loop the load is a stage of")
+RULES.honors(ops.ATOMIC, "kind", how="T.atomic_add, T.atomic_max, T.atomic_min or T.atomic_or per element; and, xor, "
+                                    "xchg (and an or whose value is read) are device functions the kernel brings "
+                                    "with T.import_source (cuda::atomic_ref fetch_and, fetch_xor, exchange, fetch_or: "
+                                    "one atom instruction each, as Triton's), called through T.call_extern on the "
+                                    "element's address; the value an atomic returns goes into a shared buffer (a "
+                                    "fragment would repeat the atomic in each thread holding a copy of the element; "
+                                    "a scalar atomic: one element every thread reads), 0 where the mask is false")
+RULES.honors(ops.ATOMIC_CAS, "sem", how="the cuda::memory_order template argument of tle_atomic_cas, a device "
+                                        "function the kernel brings (cuda::atomic_ref compare_exchange_strong; a "
+                                        "16-bit element: PTX atom.cas.b16) called through T.call_extern per element, "
+                                        "its previous value in a shared buffer; an empty sem as for tl.atomic_*")
+RULES.honors(ops.ATOMIC_CAS, "scope", how="device-scoped, as for tl.atomic_*: 'gpu', and 'cta'")
+RULES.refuses(ops.ATOMIC_CAS, "scope", why="TileLang's atomics are device-scoped; a system-scope atomic (seen by the "
+                                           "host or other GPUs) cannot be expressed", when=lambda v: v is MemScope.SYS)
 # Triton's atomics default to acq_rel, TileLang's (an empty memory_order) to relaxed. The difference shows only
 # where one block acquires what another released, which in a kernel needs a value an atomic returns: such a
 # kernel gets acq_rel written out on every atomic that names no sem, any other keeps TileLang's default.
 # TileLang's AtomicAdd without return_prev drops the memory order of 32- and 64-bit values (a plain
 # atomicAdd); an add with an order is issued as T.atomic_add(return_prev=True), whose AtomicAddRet keeps it.
-RULES.honors("atomic", "sem", how="passed as T.atomic_*(memory_order=sem), or as the cuda::memory_order template "
-                                  "argument of a device function; an empty sem is acq_rel, Triton's default, in a "
-                                  "kernel that uses a value an atomic returns, else TileLang's relaxed order, which "
-                                  "no block of such a kernel can tell apart (none acquires); an add with an order "
-                                  "is issued with return_prev=True, the form that keeps it")
-RULES.honors("atomic", "scope", how="TileLang's atomics are device-scoped: 'gpu', and 'cta' (a device-scoped "
-                                    "atomic is atomic within the block too)")
-RULES.refuses("atomic", "scope", why="TileLang's atomics are device-scoped; a system-scope atomic (seen by the host "
-                                     "or other GPUs) cannot be expressed", when=lambda v: v == "sys")
+RULES.honors(ops.ATOMIC, "sem", how="passed as T.atomic_*(memory_order=sem), or as the cuda::memory_order template "
+                                    "argument of a device function; an empty sem is acq_rel, Triton's default, in a "
+                                    "kernel that uses a value an atomic returns, else TileLang's relaxed order, which "
+                                    "no block of such a kernel can tell apart (none acquires); an add with an order "
+                                    "is issued with return_prev=True, the form that keeps it")
+RULES.honors(ops.ATOMIC, "scope", how="TileLang's atomics are device-scoped: 'gpu', and 'cta' (a device-scoped "
+                                      "atomic is atomic within the block too)")
+RULES.refuses(ops.ATOMIC, "scope", why="TileLang's atomics are device-scoped; a system-scope atomic (seen by the host "
+                                       "or other GPUs) cannot be expressed", when=lambda v: v is MemScope.SYS)
 
 # -- reductions and products -------------------------------------------------------------------------------
-RULES.honors("reduce", "kind", how="T.reduce_sum/max/min; argmax/argmin: the extreme, then the least index holding it")
-RULES.honors("reduce", "axis", how="the dim= of T.reduce_*")
-RULES.honors("reduce", "keep_dims", how="the result's unit axis is left out of its fragment's index")
-RULES.honors("dot", "out_dtype", how="the dtype of T.gemm's fragment accumulator")
-RULES.honors("dot", "input_precision", how="T.gemm computes fp32 operands in TF32, as 'tf32' asks")
-RULES.refuses("dot", "input_precision", why="T.gemm computes fp32 operands in TF32; it has no IEEE fp32 product "
-                                            "(use input_precision='tf32', or the Triton backend)",
-              when=lambda v: v in ("ieee", "tf32x3"))
-RULES.refuses("dot", "max_num_imprecise_acc", why="T.gemm cannot be told how many fp8 products to accumulate "
-                                                  "before promoting the sum")
-RULES.honors("scan", "kind", how="'sum': T.cumsum (inclusive, as tl.cumsum) of 1-D and 2-D tiles; 'prod', and sums "
-                                "of more axes: a log-step inclusive scan of * (+) over two shared buffers in turn")
-RULES.honors("scan", "axis", "reverse", how="the dim= and reverse= of T.cumsum; the log-step scan's axis, and "
-                                            "the side it combines from (from the end: the left operand is the "
-                                            "later part, as Triton's flip-scan-flip)")
-RULES.honors("combine_reduce", "axis", "keep_dims", how="as for tl.sum/max/min where the combine function is a plain "
-                                                      "sum, max or min (T.reduce_*); any other: a tree combining "
-                                                      "neighbours in order along the axis in shared memory, the "
-                                                      "result stored without the axis")
-RULES.honors("combine_scan", "axis", "reverse", how="the dim= and reverse= of T.cumsum where the combine function is "
-                                                   "a plain sum; any other: a log-step inclusive scan along the "
-                                                   "axis in shared memory, from the end when reverse")
-for _op in ("combine_reduce", "combine_scan"):
+RULES.honors(ops.REDUCE, "kind", how="T.reduce_sum/max/min; argmax/argmin: the extreme, then the least index "
+                                     "holding it")
+RULES.honors(ops.REDUCE, "axis", how="the dim= of T.reduce_*")
+RULES.honors(ops.REDUCE, "keep_dims", how="the result's unit axis is left out of its fragment's index")
+RULES.honors(ops.DOT, "out_dtype", how="the dtype of T.gemm's fragment accumulator")
+RULES.honors(ops.DOT, "input_precision", how="T.gemm computes fp32 operands in TF32, as 'tf32' asks")
+RULES.refuses(ops.DOT, "input_precision", why="T.gemm computes fp32 operands in TF32; it has no IEEE fp32 product "
+                                              "(use input_precision='tf32', or the Triton backend)",
+              when=lambda v: v in (InputPrecision.IEEE, InputPrecision.TF32X3))
+RULES.refuses(ops.DOT, "max_num_imprecise_acc", why="T.gemm cannot be told how many fp8 products to accumulate "
+                                                    "before promoting the sum")
+RULES.honors(ops.SCAN, "kind", how="'sum': T.cumsum (inclusive, as tl.cumsum) of 1-D and 2-D tiles; 'prod', and sums "
+                                  "of more axes: a log-step inclusive scan of * (+) over two shared buffers in turn")
+RULES.honors(ops.SCAN, "axis", "reverse", how="the dim= and reverse= of T.cumsum; the log-step scan's axis, and "
+                                              "the side it combines from (from the end: the left operand is the "
+                                              "later part, as Triton's flip-scan-flip)")
+RULES.honors(ops.COMBINE_REDUCE, "axis", "keep_dims", how="as for tl.sum/max/min where the combine function is a plain "
+                                                        "sum, max or min (T.reduce_*); any other: a tree combining "
+                                                        "neighbours in order along the axis in shared memory, the "
+                                                        "result stored without the axis")
+RULES.honors(ops.COMBINE_SCAN, "axis", "reverse", how="the dim= and reverse= of T.cumsum where the combine function is "
+                                                     "a plain sum; any other: a log-step inclusive scan along the "
+                                                     "axis in shared memory, from the end when reverse")
+for _op in (ops.COMBINE_REDUCE, ops.COMBINE_SCAN):
     RULES.honors(_op, "fn", how="names the combine function; its traced body is written as TIR expressions in the "
                                 "scan's or reduction's loops (or picks T.cumsum / T.reduce_* where it is a plain "
                                 "sum, max or min)")
 
 # -- sorting and counting, written out in TileLang (sorting.py) -------------------------------------------
-RULES.honors("sort", "axis", how="the last axis, the only one Triton sorts: a bitonic network over it, each row "
-                                 "of the tile on its own")
-RULES.honors("sort", "descending", how="the direction of the network's last merge, as in Triton's sort_impl")
-RULES.honors("topk", "k", how="runs of k sorted, then halved by keeping the larger of pairs of runs until k "
-                              "remain, largest first (Triton's sort_impl)")
-RULES.honors("topk", "axis", how="the last axis, the only one Triton selects along")
-RULES.honors("histogram", "num_bins", how="a zeroed shared int32 buffer of num_bins counts, T.atomic_add per "
-                                          "element into the bin of its low log2(max(num_bins, 32)) bits where that "
-                                          "bin is below num_bins, as compiled Triton counts (no range check)")
+RULES.honors(ops.SORT, "axis", how="the last axis, the only one Triton sorts: a bitonic network over it, each row "
+                                   "of the tile on its own")
+RULES.honors(ops.SORT, "descending", how="the direction of the network's last merge, as in Triton's sort_impl")
+RULES.honors(ops.TOPK, "k", how="runs of k sorted, then halved by keeping the larger of pairs of runs until k "
+                                "remain, largest first (Triton's sort_impl)")
+RULES.honors(ops.TOPK, "axis", how="the last axis, the only one Triton selects along")
+RULES.honors(ops.HISTOGRAM, "num_bins", how="a zeroed shared int32 buffer of num_bins counts, T.atomic_add per "
+                                            "element into the bin of its low log2(max(num_bins, 32)) bits where that "
+                                            "bin is below num_bins, as compiled Triton counts (no range check)")
 
 # -- tensor descriptors: each access becomes the masked block window it stands for (T.copy where it can) -----
-for _op in ("make_descriptor", "descriptor_load", "descriptor_store", "descriptor_atomic"):
+for _op in (ops.MAKE_DESCRIPTOR, ops.DESCRIPTOR_LOAD, ops.DESCRIPTOR_STORE, ops.DESCRIPTOR_ATOMIC):
     RULES.rewritten(_op, by="transforms.expand_descriptors")
-RULES.honors("descriptor_atomic", "kind", how="tl.atomic_<kind> over the window, masked to the tensor")
+RULES.honors(ops.DESCRIPTOR_ATOMIC, "kind", how="tl.atomic_<kind> over the window, masked to the tensor")
 
 # -- what TileLang has no counterpart for -----------------------------------------------------------------
-RULES.unsupported("inline_asm", "TileLang kernels are not written in PTX: tl.inline_asm_elementwise has no faithful "
-                                "lowering there")
+RULES.unsupported(ops.INLINE_ASM, "TileLang kernels are not written in PTX: tl.inline_asm_elementwise has no faithful "
+                                  "lowering there")
 
 # -- debugging -------------------------------------------------------------------------------------------
-RULES.honors("print", "prefix", how="written into the printf format of Triton's line (pid (x, y, z) idx (i, j)"
-                                    " prefix: value), spaced and ended with ': ' as Triton does; a tile prints each "
-                                    "element once (from a shared copy, one thread per element; Triton prints an "
-                                    "element once per thread holding a copy), a scalar once per thread (as Triton); "
-                                    "lines reach stdout in the GPU's order")
-RULES.refuses("print", "prefix", why="Triton writes the prefix into printf's format string, where a '%' reads an "
-                                     "argument that is not there", when=lambda v: "%" in v)
-RULES.honors("print", "hex", how="Triton's 0x%0<n>x of the value as printf is given it: integers widened to 32 "
-                                 "bits, 16- and 32-bit floats widened to double (the low 32 bits of it printed), "
-                                 "fp64 its bits")
-RULES.honors("assert", "msg", how="the message of TileLang's tl.device_assert_with_msg builtin (with the kernel's "
-                                  "file:line), on every element of the condition; written only when Triton's debug "
-                                  "mode (TRITON_DEBUG) is on as the kernel is lowered, as Triton keeps it only then")
+RULES.honors(ops.PRINT, "prefix", how="written into the printf format of Triton's line (pid (x, y, z) idx (i, j)"
+                                      " prefix: value), spaced and ended with ': ' as Triton does; a tile prints each "
+                                      "element once (from a shared copy, one thread per element; Triton prints an "
+                                      "element once per thread holding a copy), a scalar once per thread (as Triton); "
+                                      "lines reach stdout in the GPU's order")
+RULES.refuses(ops.PRINT, "prefix", why="Triton writes the prefix into printf's format string, where a '%' reads an "
+                                       "argument that is not there", when=lambda v: "%" in v)
+RULES.honors(ops.PRINT, "hex", how="Triton's 0x%0<n>x of the value as printf is given it: integers widened to 32 "
+                                   "bits, 16- and 32-bit floats widened to double (the low 32 bits of it printed), "
+                                   "fp64 its bits")
+RULES.honors(ops.ASSERT, "msg", how="the message of TileLang's tl.device_assert_with_msg builtin (with the kernel's "
+                                    "file:line), on every element of the condition; written only when Triton's debug "
+                                    "mode (TRITON_DEBUG) is on as the kernel is lowered, as Triton keeps it only then")
 
 # -- control flow ------------------------------------------------------------------------------------------
-RULES.honors("for", "kind", how="T.serial, or T.Pipelined where the loop is pipelined")
-RULES.honors("for", "num_stages", how="T.Pipelined(num_stages=...) from 2 stages on, else T.serial")
-RULES.drops("for", "loop_unroll_factor", "warp_specialize", "flatten", "disallow_acc_multi_buffer", "disable_licm",
+RULES.honors(ops.FOR, "kind", how="T.serial, or T.Pipelined where the loop is pipelined")
+RULES.honors(ops.FOR, "num_stages", how="T.Pipelined(num_stages=...) from 2 stages on, else T.serial")
+RULES.drops(ops.FOR, "loop_unroll_factor", "warp_specialize", "flatten", "disallow_acc_multi_buffer", "disable_licm",
             why="hint dropped, TileLang's T.serial and T.Pipelined loops take no such hint")
-RULES.honors("for", "async_stages", how="the num_stages of the loop's T.Pipelined, for its is_async loads")
-RULES.honors("for", "async_raised_from", how="pipeline_async_loads says in the notes which num_stages it raised")
+RULES.honors(ops.FOR, "async_stages", how="the num_stages of the loop's T.Pipelined, for its is_async loads")
+RULES.honors(ops.FOR, "async_raised_from", how="pipeline_async_loads says in the notes which num_stages it raised")
 
 # -- tle.call ----------------------------------------------------------------------------------------------
-RULES.honors("raw_call", "fn", how="its body, rendered as thread-level TIR on shared copies of the argument tiles")
-RULES.honors("raw_call", "threads", how="the kernel's own threads (their count must be 32 * num_warps), split "
-                                        "per axis from T.get_thread_binding")
-RULES.honors("raw_call", "outputs", how="each written argument gets a fresh shared copy, the call's result")
-RULES.honors("raw_call", "layout", how="TileLang infers shared layouts itself; a non-row-major order is reported "
-                                       "in the notes as a hint")
+RULES.honors(ops.RAW_CALL, "fn", how="its body, rendered as thread-level TIR on shared copies of the argument tiles")
+RULES.honors(ops.RAW_CALL, "threads", how="the kernel's own threads (their count must be 32 * num_warps), split "
+                                          "per axis from T.get_thread_binding")
+RULES.honors(ops.RAW_CALL, "outputs", how="each written argument gets a fresh shared copy, the call's result")
+RULES.honors(ops.RAW_CALL, "layout", how="TileLang infers shared layouts itself; a non-row-major order is reported "
+                                         "in the notes as a hint")
 
 # -- tle.gpu buffers ---------------------------------------------------------------------------------------
-RULES.honors("alloc", "scope", how="'smem': T.alloc_shared")
-RULES.refuses("alloc", "scope", why="TileLang keeps tle.gpu buffers in shared memory only",
-              when=lambda v: v != "smem")
-RULES.drops("alloc", "layout", why="layout hint dropped, TileLang chooses shared layouts itself")
+RULES.honors(ops.ALLOC, "scope", how="'smem': T.alloc_shared")
+RULES.refuses(ops.ALLOC, "scope", why="TileLang keeps tle.gpu buffers in shared memory only",
+              when=lambda v: v is not Storage.SMEM)
+RULES.drops(ops.ALLOC, "layout", why="layout hint dropped, TileLang chooses shared layouts itself")
 RULES.honors_everywhere("warp_group", how="the op runs in its warp group's branch of the block (threads 128*k to "
                                           "128*k+127), which synchronizes with the others through mbarriers "
                                           "(warp_groups.py)")

@@ -30,8 +30,10 @@ from __future__ import annotations
 
 import re
 
-from ..ir import types as T
+from ..ir import ops
+from ..ir import types as ir_types
 from ..ir.core import Op
+from ..ir.ops import Trait
 from .context import Buffer, Context
 from .rules import RULES
 from .syntax import element, loop_indices, parallel_header, tl_dtype
@@ -39,14 +41,14 @@ from .syntax import element, loop_indices, parallel_header, tl_dtype
 BARRIER = "T.sync_threads()"
 
 
-@RULES.rule("sort", role="statement")
-def sort(g: Context, op: Op, indent: int):
-    _bitonic(g, op, "tl.sort", None, bool(op.attrs["descending"]), indent)
+@RULES.rule(ops.SORT, role="statement")
+def sort(gen: Context, op: Op, indent: int):
+    _bitonic(gen, op, "tl.sort", None, bool(op.attrs["descending"]), indent)
 
 
-@RULES.rule("topk", role="statement")
-def topk(g: Context, op: Op, indent: int):
-    _bitonic(g, op, "tl.topk", op.attrs["k"], True, indent)
+@RULES.rule(ops.TOPK, role="statement")
+def topk(gen: Context, op: Op, indent: int):
+    _bitonic(gen, op, "tl.topk", op.attrs["k"], True, indent)
 
 
 def _log2(n: int) -> int | None:
@@ -71,15 +73,15 @@ def network(log_n: int, log_k: int, descending: bool) -> list[tuple]:
     return steps
 
 
-def _bitonic(g: Context, op: Op, construct: str, k: int | None, descending: bool, indent: int):
-    x, v = op.operands[0], op.result
-    _check_placement(g, op, construct)
+def _bitonic(gen: Context, op: Op, construct: str, k: int | None, descending: bool, indent: int):
+    x, v = op.operand("x"), op.result
+    _check_placement(gen, op, construct)
     shape = tuple(x.type.shape)
     n = shape[-1]
     log_n = _log2(n)
     log_k = log_n if k is None else _log2(k)
     if log_n is None or log_k is None or log_k > log_n:
-        g.error(construct, op, f"the sorted axis ({n}) and k must be powers of two, k no larger than the axis")
+        gen.error(construct, op, f"the sorted axis ({n}) and k must be powers of two, k no larger than the axis")
     elem = x.type.elem
     out_shape = shape[:-1] + (1 << log_k,)
     steps = network(log_n, log_k, descending)
@@ -87,16 +89,16 @@ def _bitonic(g: Context, op: Op, construct: str, k: int | None, descending: bool
     # a pair of buffers the steps write in turn; the last step writes the result: one of the pair when it
     # has the tile's shape (the pair ordered so that it is the one named after the value), else its own
     if out_shape == shape:
-        out = g.alloc(base, shape, elem, "shared")
-        other = g.alloc(base + "_swap", shape, elem, "shared") if steps else out
+        out = gen.alloc(base, shape, elem, "shared")
+        other = gen.alloc(base + "_swap", shape, elem, "shared") if steps else out
         pair = [out, other] if len(steps) % 2 == 0 else [other, out]
     else:
-        pair = [g.alloc(base + "_a", shape, elem, "shared"), g.alloc(base + "_b", shape, elem, "shared")]
-        out = g.alloc(base, out_shape, elem, "shared")
+        pair = [gen.alloc(base + "_a", shape, elem, "shared"), gen.alloc(base + "_b", shape, elem, "shared")]
+        out = gen.alloc(base, out_shape, elem, "shared")
     if _in_loop(op):            # the previous iteration's readers of the pair are done
-        g.emit(BARRIER, indent)
-    g.fill(pair[0], x, indent)
-    g.emit(BARRIER, indent)
+        gen.emit(BARRIER, indent)
+    gen.fill(pair[0], x, indent)
+    gen.emit(BARRIER, indent)
     idx = loop_indices(len(shape))
     rows, i = idx[:-1], idx[-1]
     length, cur = n, 0
@@ -109,8 +111,8 @@ def _bitonic(g: Context, op: Op, construct: str, k: int | None, descending: bool
             first = f"{i} // {run} * {2 * run} + {i} % {run}" if run > 1 else f"{i} * 2"
             a, b = element(src, rows + [first]), element(src, rows + [f"{first} + {run}"])
             note = f"the {'larger' if descending else 'smaller'} of elements {first} and {first} + {run}"
-            g.emit(parallel_header(idx, shape[:-1] + (length,)) + f"  # {note}", indent)
-            g.emit(f"{element(dst, rows + [i])} = {'T.max' if descending else 'T.min'}({a}, {b})", indent + 1)
+            gen.emit(parallel_header(idx, shape[:-1] + (length,)) + f"  # {note}", indent)
+            gen.emit(f"{element(dst, rows + [i])} = {'T.max' if descending else 'T.min'}({a}, {b})", indent + 1)
         else:
             _, stage, bit, flip = step
             d = 1 << bit
@@ -118,21 +120,21 @@ def _bitonic(g: Context, op: Op, construct: str, k: int | None, descending: bool
             # the element keeps the larger of the two when it is the upper one of its pair in an ascending
             # run or the lower one in a descending run (Triton's `flip ^ right`)
             if flip == "alternate":
-                order = "alternately ascending and descending"
-                larger = f"(({i} & {1 << stage}) == 0) != (({i} & {d}) == 0)"
+                  order = "alternately ascending and descending"
+                  larger = f"(({i} & {1 << stage}) == 0) != (({i} & {d}) == 0)"
             else:
-                order = "descending" if flip else "ascending"
-                larger = f"({i} & {d}) {'==' if flip else '!='} 0"
+                  order = "descending" if flip else "ascending"
+                  larger = f"({i} & {d}) {'==' if flip else '!='} 0"
             note = f"runs of {1 << stage}, {order}: element {i} against {i} ^ {d}"
-            g.emit(parallel_header(idx, shape[:-1] + (length,)) + f"  # {note}", indent)
-            g.emit(f"{element(dst, rows + [i])} = T.if_then_else(({_key(x_, elem)} > {_key(y_, elem)}) != ({larger}), "
-                   f"{y_}, {x_})", indent + 1)
-        g.emit(BARRIER, indent)
+            gen.emit(parallel_header(idx, shape[:-1] + (length,)) + f"  # {note}", indent)
+            gen.emit(f"{element(dst, rows + [i])} = T.if_then_else(({_key(x_, elem)} > {_key(y_, elem)}) "
+                     f"!= ({larger}), {y_}, {x_})", indent + 1)
+        gen.emit(BARRIER, indent)
         cur = 1 - cur
-    g.buffers[v.id] = Buffer(out, out_shape, elem, "shared", g.blocks[-1])
+    gen.buffers[v.id] = Buffer(out, out_shape, elem, "shared", gen.blocks[-1])
 
 
-def _key(e: str, elem: T.DType) -> str:
+def _key(e: str, elem: ir_types.DType) -> str:
     """How an element is compared: fp8 through fp32 (CUDA has no fp8 comparison), booleans as integers."""
     if elem.is_fp8:
         return f"T.cast({e}, 'float32')"
@@ -144,7 +146,7 @@ def _key(e: str, elem: T.DType) -> str:
 def _enclosing_loops(op: Op):
     blk = op.parent
     while blk is not None and blk.parent_op is not None:
-        if blk.parent_op.name in ("for", "while"):
+        if blk.parent_op.has(Trait.LOOP):
             yield blk.parent_op
         blk = blk.parent_op.parent
 
@@ -153,49 +155,49 @@ def _in_loop(op: Op) -> bool:
     return next(_enclosing_loops(op), None) is not None
 
 
-def _check_placement(g: Context, op: Op, construct: str):
-    if any(id(loop) in g.pipelined for loop in _enclosing_loops(op)):
-        g.error(construct + " in a pipelined loop", op,
-                "its steps are separated by block-wide barriers, which TileLang's producer and consumer warps "
-                "of a pipelined loop do not all reach; compute it outside the loop or drop num_stages")
+def _check_placement(gen: Context, op: Op, construct: str):
+    if any(id(loop) in gen.pipelined for loop in _enclosing_loops(op)):
+        gen.error(construct + " in a pipelined loop", op,
+                  "its steps are separated by block-wide barriers, which TileLang's producer and consumer warps "
+                  "of a pipelined loop do not all reach; compute it outside the loop or drop num_stages")
 
 
-@RULES.rule("histogram", role="statement")
-def histogram(g: Context, op: Op, indent: int):
-    x, mask = op.operands
+@RULES.rule(ops.HISTOGRAM, role="statement")
+def histogram(gen: Context, op: Op, indent: int):
+    x, mask = op.operand("x"), op.operand("mask")
     v = op.result
-    _check_placement(g, op, "tl.histogram")
+    _check_placement(gen, op, "tl.histogram")
     bins = op.attrs["num_bins"]
     (n,) = x.type.shape
     elem = x.type.elem
     base = v.name or "hist"
-    hist = g.alloc(base, (bins,), T.i32, "shared")
-    slot = g.alloc(base + "_bin", (n,), T.i32, "shared")
+    hist = gen.alloc(base, (bins,), ir_types.i32, "shared")
+    slot = gen.alloc(base + "_bin", (n,), ir_types.i32, "shared")
     (i,) = loop_indices(1)
     if _in_loop(op):            # the previous iteration's readers of the counts are done
-        g.emit(BARRIER, indent)
-    g.emit(f"T.clear({hist})", indent)
-    g.emit(parallel_header([i], (n,)) + "  # the bin of each element, -1 where it is not counted", indent)
-    value = g.elem(x, [i])
+        gen.emit(BARRIER, indent)
+    gen.emit(f"T.clear({hist})", indent)
+    gen.emit(parallel_header([i], (n,)) + "  # the bin of each element, -1 where it is not counted", indent)
+    value = gen.elem(x, [i])
     if elem.bits < 32:           # compared and used as an index in int32 (num_bins may not fit the dtype)
-        value = f"T.cast({value}, {tl_dtype(T.i32)!r})"
+        value = f"T.cast({value}, {tl_dtype(ir_types.i32)!r})"
     if not re.fullmatch(r"[\w.]+(\[[^\[\]]*\])?", value):     # an expression: computed once, in a let
-        name = g.ids.fresh(base + "_value")
-        g.let(name, value, indent + 1)
-        value = g.out.read(name)
+        name = gen.ids.fresh(base + "_value")
+        gen.let(name, value, indent + 1)
+        value = gen.out.read(name)
     # compiled Triton's bin: the value's low bits (the bins padded to 32, one per lane of a warp); the bins
     # past num_bins are dropped
-    low = f"T.cast({value}, {tl_dtype(T.i32)!r})" if elem.bits > 32 or elem == T.u32 else value
+    low = f"T.cast({value}, {tl_dtype(ir_types.i32)!r})" if elem.bits > 32 or elem == ir_types.u32 else value
     bin_ = f"({low} & {max(bins, 32) - 1})"
     counted = f"({bin_} < {bins})" if bins < 32 else None
     if mask is not None:
-        counted = g.elem(mask, [i]) + (f" & {counted}" if counted else "")
+        counted = gen.elem(mask, [i]) + (f" & {counted}" if counted else "")
     written = f"T.if_then_else({counted}, {bin_}, -1)" if counted else bin_
-    g.emit(f"{slot}[{i}] = {written}", indent + 1)
-    g.emit(BARRIER, indent)
+    gen.emit(f"{slot}[{i}] = {written}", indent + 1)
+    gen.emit(BARRIER, indent)
     # a loop reading shared memory only: each element on one thread, so each is counted once
-    g.emit(parallel_header([i], (n,)), indent)
-    g.emit(f"if {slot}[{i}] >= 0:", indent + 1)
-    g.emit(f"T.atomic_add({hist}[{slot}[{i}]], 1)", indent + 2)
-    g.emit(BARRIER, indent)
-    g.buffers[v.id] = Buffer(hist, (bins,), T.i32, "shared", g.blocks[-1])
+    gen.emit(parallel_header([i], (n,)), indent)
+    gen.emit(f"if {slot}[{i}] >= 0:", indent + 1)
+    gen.emit(f"T.atomic_add({hist}[{slot}[{i}]], 1)", indent + 2)
+    gen.emit(BARRIER, indent)
+    gen.buffers[v.id] = Buffer(hist, (bins,), ir_types.i32, "shared", gen.blocks[-1])

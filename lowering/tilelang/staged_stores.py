@@ -15,28 +15,31 @@ from __future__ import annotations
 
 from math import prod
 
+from ..ir import ops
 from ..ir.core import Op, Value
+from ..ir.ops import Trait
 from .context import Buffer, Context
 from .row_products import SAME_LAYOUT
 
 # below this many elements a tile's direct store is a handful of instructions per thread
 MIN_STAGED_ELEMENTS = 64 * 64
-LOOPS = ("for", "while")
 
 
-def stages_through_shared(g: Context, op: Op, src: Buffer, param_value: Value) -> bool:
+def stages_through_shared(gen: Context, op: Op, src: Buffer, param_value: Value) -> bool:
     """Does the box store `op` of fragment `src` go through a shared buffer?"""
-    shape = op.operands[1].type.shape
-    if op.name != "store" or src.scope != "fragment" or src.perm is not None or len(shape) < 2:
+    if op.defn is not ops.STORE:
         return False
-    bits = op.operands[0].type.elem.elem.bits
+    shape = op.operand("value").type.shape
+    if src.scope != "fragment" or src.perm is not None or len(shape) < 2:
+        return False
+    bits = op.operand("ptr").type.elem.elem.bits
     if prod(shape) < MIN_STAGED_ELEMENTS or bits < 8 or shape[-1] * bits // 8 % 16:
         return False
-    if not g.arg[param_value.id].aligned16:
+    if not gen.arg[param_value.id].aligned16:
         return False                # a bulk store's global address is 16-byte aligned
-    if g.warp_group is not None or any(b.parent_op is not None and b.parent_op.name in LOOPS for b in g.blocks):
+    if gen.warp_group is not None or any(b.parent_op is not None and b.parent_op.has(Trait.LOOP) for b in gen.blocks):
         return False
-    return from_product(op.operands[1])
+    return from_product(op.operand("value"))
 
 
 def from_product(v: Value) -> bool:
@@ -52,11 +55,11 @@ def from_product(v: Value) -> bool:
         op = v.defining_op
         if op is None:
             continue
-        if op.name == "dot":
+        if op.defn is ops.DOT:
             return True
-        if op.name in SAME_LAYOUT:
+        if op.defn in SAME_LAYOUT:
             todo.extend(op.operands)
-        elif op.name in ("for", "if"):
+        elif op.defn in (ops.FOR, ops.IF):
             i = op.results.index(v)
             todo.extend(blk.terminator.operands[i] for blk in op.regions if blk.terminator is not None)
     return False

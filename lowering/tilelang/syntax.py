@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import re
 
-from ..ir import types as T
+from ..ir import ops
+from ..ir import types as ir_types
 from ..ir.core import Op
 
 TL_DTYPE = {"i1": "bool", "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64", "u8": "uint8",
@@ -17,16 +18,16 @@ GRID_VARS = ("bx", "by", "bz")
 PY_BUILTINS = {"sum", "max", "min", "abs", "range", "len", "int", "float", "bool", "pow", "round", "all", "any"}
 
 
-def tl_dtype(d: T.DType) -> str:
+def tl_dtype(d: ir_types.DType) -> str:
     return TL_DTYPE[d.name]
 
 
-def literal(value, dtype: T.DType) -> str:
+def literal(value, dtype: ir_types.DType) -> str:
     name = tl_dtype(dtype)
     if dtype.is_bool:
         return "True" if value else "False"
     if dtype.is_fp8:      # an fp32 constant converted, as Triton makes it (saturating: e4m3 has no infinity)
-        return f"T.cast({literal(value, T.fp32)}, {name!r})"
+        return f"T.cast({literal(value, ir_types.fp32)}, {name!r})"
     if dtype.is_float:
         if value in (float("inf"), float("-inf")):
             return f"{'-' if value < 0 else ''}T.infinity({name!r})"
@@ -55,15 +56,15 @@ def operand_index(op: Op, idx: list[str]) -> list[str]:
     """For a layout op (splat, broadcast, expand_dims, trans, hint): the index into its operand that element
     `idx` of its result reads."""
     a = op.attrs
-    if op.name == "splat":
+    if op.defn is ops.SPLAT:
         return []
-    if op.name == "hint":
+    if op.defn is ops.HINT:
         return idx
-    if op.name == "broadcast":
-        src = op.operands[0].type.shape
+    if op.defn is ops.BROADCAST:
+        src = op.operand("x").type.shape
         off = len(idx) - len(src)
         return [("0" if s == 1 else idx[off + i]) for i, s in enumerate(src)]
-    if op.name == "expand_dims":
+    if op.defn is ops.EXPAND_DIMS:
         return idx[:a["axis"]] + idx[a["axis"] + 1:]
     src = [None] * len(a["perm"])          # trans: result axis i is operand axis perm[i]
     for i, p in enumerate(a["perm"]):

@@ -2,6 +2,7 @@
 of one tle.gpu.alloc in its one shared allocation. These find the allocation a version descends from."""
 from __future__ import annotations
 
+from ..ir import ops
 from ..ir.core import Op, Value
 from .context import Buffer, Context
 
@@ -13,26 +14,26 @@ def root(v: Value) -> Value:
         if op is None:                                   # a loop's carried version: its init
             blk = v.owner
             loop = blk.parent_op
-            v = loop.operands[3 + blk.args.index(v) - 1]
-        elif op.name == "alloc":
+            v = loop.operand_group("inits")[blk.args.index(v) - 1]
+        elif op.defn is ops.ALLOC:
             return v
-        elif op.name == "copy_in":
-            v = op.operands[3]
-        elif op.name == "local_store":
-            v = op.operands[0]
-        elif op.name == "for":
-            v = op.operands[3 + op.results.index(v)]
-        elif op.name == "if":
+        elif op.defn is ops.COPY_IN:
+            v = op.operand("buf")
+        elif op.defn is ops.LOCAL_STORE:
+            v = op.operand("buf")
+        elif op.defn is ops.FOR:
+            v = op.operand_group("inits")[op.results.index(v)]
+        elif op.defn is ops.IF:
             v = op.regions[0].terminator.operands[op.results.index(v)]
         else:
             raise AssertionError(f"buffer version from '{op.name}'")
 
 
-def same_buffer(g: Context, versions: list[Value], op: Op, what: str) -> Buffer:
+def same_buffer(gen: Context, versions: list[Value], op: Op, what: str) -> Buffer:
     """The one shared allocation that all `versions` are versions of."""
     roots = {id(root(v)) for v in versions}
     if len(roots) != 1:
-        g.error(f"{what} that stands for different allocations on different paths", op,
-                "TileLang keeps each tle.gpu.alloc in one shared buffer; write the same buffer on every "
-                "path (swap buffers by index, not by rebinding names)")
-    return g.buffers[root(versions[0]).id]
+        gen.error(f"{what} that stands for different allocations on different paths", op,
+                  "TileLang keeps each tle.gpu.alloc in one shared buffer; write the same buffer on every "
+                  "path (swap buffers by index, not by rebinding names)")
+    return gen.buffers[root(versions[0]).id]

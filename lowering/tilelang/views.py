@@ -10,59 +10,59 @@ from .context import Context
 from .syntax import contiguous_strides, tl_dtype
 
 
-def view(g: Context, param_value: Value) -> str:
+def view(gen: Context, param_value: Value) -> str:
     """The name of argument `param_value` seen with its tensor's shape and strides."""
-    p = g.params[param_value.id]
-    if p.name in g.views:
-        return g.views[p.name]
-    a = g.arg[param_value.id]
-    name = g.ids.fresh(p.name + "_v")
+    p = gen.params[param_value.id]
+    if p.name in gen.views:
+        return gen.views[p.name]
+    a = gen.arg[param_value.id]
+    name = gen.ids.fresh(p.name + "_v")
     dt = tl_dtype(a.type.elem.elem)
     contiguous = contiguous_strides(a.shape) == tuple(a.strides)
     if contiguous and len(a.shape) == 1:
-        g.views[p.name] = g.ids[param_value]      # the flat buffer is already this view
-        return g.views[p.name]
+        gen.views[p.name] = gen.ids[param_value]      # the flat buffer is already this view
+        return gen.views[p.name]
     # T.StridedTensor rather than T.view: T.view checks sizes in bits with an int32 and overflows
     # on tensors of 2^31 bits or more
-    g.view_lines.append(f"{name} = T.StridedTensor({tuple(a.shape)!r}, {tuple(a.strides)!r}, {dt!r}, "
-                        f"data={g.ids[param_value]}.data)")
-    g.views[p.name] = name
+    gen.view_lines.append(f"{name} = T.StridedTensor({tuple(a.shape)!r}, {tuple(a.strides)!r}, {dt!r}, "
+                        f"data={gen.ids[param_value]}.data)")
+    gen.views[p.name] = name
     return name
 
 
-def box(g: Context, op: Op, acc: Access, mask: Value | None) -> BoxPlan | None:
+def box(gen: Context, op: Op, acc: Access, mask: Value | None) -> BoxPlan | None:
     """The box region access `op` covers of its argument, or None (the reason is left in acc.reason)."""
     if acc.kind != "box" or acc.param is None:
         return None
-    a = g.arg[acc.param.value.id]
-    plan, why = plan_box(acc, mask, op.operands[0].type.shape, a.shape, a.strides, g.aff)
+    a = gen.arg[acc.param.value.id]
+    plan, why = plan_box(acc, mask, op.operand("ptr").type.shape, a.shape, a.strides, gen.aff)
     if plan is None:
         acc.reason = why
     return plan
 
 
-def region(g: Context, param_value: Value, plan: BoxPlan) -> str:
+def region(gen: Context, param_value: Value, plan: BoxPlan) -> str:
     """The region of argument `param_value`'s view that `plan` covers."""
-    shape = g.arg[param_value.id].shape
+    shape = gen.arg[param_value.id].shape
     parts = []
     for d, extent in zip(plan.dims, shape):
         used: list[Value] = []
-        s = affine_expr(g, d.start, used)
+        s = affine_expr(gen, d.start, used)
         if any(v.type.elem.bits == 64 for v in used) and extent < 2**31:
             # 64-bit offsets (a block pointer's) into an int32-sized dimension: TileLang's copy refuses a mix
             # of 64- and 32-bit indices, and the box starts inside the dimension
             s = f"T.cast({s}, 'int32')"
         parts.append(s if d.axis is None else f"{s}:{s} + {d.extent}" if s != "0" else f"0:{d.extent}")
-    return f"{view(g, param_value)}[{', '.join(parts)}]"
+    return f"{view(gen, param_value)}[{', '.join(parts)}]"
 
 
-def affine_expr(g: Context, f: Affine, used: list | None = None) -> str:
+def affine_expr(gen: Context, f: Affine, used: list | None = None) -> str:
     """Render a scalar affine form, preferring the kernel's own named scalars (pid_m * 64) over
     the program ids and quotients they were computed from. `used` collects the values it names."""
     used = [] if used is None else used
     named = []
-    for vid, name in g.scalars.items():
-        form = g.aff.memo.get(vid)
+    for vid, name in gen.scalars.items():
+        form = gen.aff.memo.get(vid)
         if form is not None and form.syms and form.is_scalar_form and not (len(form.syms) == 1 and
                                                                           form.syms[0][1] == 1 and not form.const):
             named.append((name, form, vid))
@@ -79,15 +79,15 @@ def affine_expr(g: Context, f: Affine, used: list | None = None) -> str:
         rest = f - form.scale(k)
         if all(s not in dict(rest.syms) for s, _ in form.syms) and \
                 len(rest.syms) < len(f.syms):
-            g.out.read(name)
-            used.append(g.aff.values[vid])
+            gen.out.read(name)
+            used.append(gen.aff.values[vid])
             prefix.append(name if k == 1 else f"{name} * {k}")
             f = rest
     terms = list(prefix)
     for sym, c in f.syms:
-        v = g.aff.symbols[sym]
+        v = gen.aff.symbols[sym]
         used.append(v)
-        e = g.scalar(v)
+        e = gen.scalar(v)
         terms.append(e if c == 1 else f"{e} * {c}")
     if f.const or not terms:
         terms.append(str(f.const))

@@ -20,16 +20,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..ir.core import BUFFER_WRITES, Block, KernelIR, Op, Value
-from ..ir.ops import ELEMENTWISE, with_trait
+from ..ir import ops
+from ..ir.core import Block, KernelIR, Op, Value
+from ..ir.ops import Trait, with_trait
 from ..ir.uses import users as all_users
 from .values import nested
 from .versions import root
 
 GROUP_THREADS = 128
-_RECOMPUTABLE = with_trait(ELEMENTWISE)
-_EFFECTS = {"load", "store", "atomic", "atomic_cas", "descriptor_load", "descriptor_store", "descriptor_atomic",
-            "print", "assert", "raw_call", "inline_asm", "copy_in", "copy_out", "local_store"}
+_RECOMPUTABLE = with_trait(Trait.ELEMENTWISE)
 _REGISTER_FILE = 65536      # 32-bit registers per SM, shared by the block's threads
 
 
@@ -115,10 +114,10 @@ class Plan:
     def default_registers(self) -> int:
         return _REGISTER_FILE // (GROUP_THREADS * len(self.groups)) // 8 * 8
 
-    def _assign(self, ops: list[Op]):
-        """runs_in for `ops` and everything nested, walking each block backwards so that a pure op knows the
-        groups of the ops that read it."""
-        for op in reversed(ops):
+    def _assign(self, block_ops: list[Op]):
+        """runs_in for `block_ops` and everything nested, walking each block backwards so that a pure op knows
+        the groups of the ops that read it."""
+        for op in reversed(block_ops):
             for blk in op.regions:
                 self._assign(blk.ops)
             g = self._group(op)
@@ -126,33 +125,33 @@ class Plan:
                 groups = {g}
             elif op.regions:
                 groups = set().union(*(self.runs_in.get(id(o), frozenset()) for blk in op.regions for o in blk.ops))
-                if len(groups) > 1 and op.name == "for":
+                if len(groups) > 1 and op.defn is ops.FOR:
                     self.loops[id(op)] = op
-                elif len(groups) > 1 and op.name != "if":
+                elif len(groups) > 1 and op.defn is not ops.IF:
                     raise WarpGroupError(f"a {op.name} loop holding several warp groups' code", op,
                                          "only a for loop (tle.gpu.pipeline, range, tl.range) can")
-            elif op.name == "alloc":         # every group names the buffer; it is allocated once
+            elif op.defn is ops.ALLOC:       # every group names the buffer; it is allocated once
                 groups = set(self.groups)
-            elif op.name == "yield":
+            elif op.defn is ops.YIELD:
                 continue                     # a terminator goes wherever its parent goes (below)
             else:
                 groups = set()
                 for r in op.results:
                     for u in self.users.get(r.id, []):
                         groups |= self._user_groups(u)
-                if op.name in _EFFECTS and len(groups) != 1:
+                if op.defn.has_effect and len(groups) != 1:
                     raise WarpGroupError(f"'{op.name}' outside every tle.gpu.warp_group block", op,
                                          "once a kernel's warp groups start, put each load, store or buffer write "
                                          "inside a `with tle.gpu.warp_group(k):` block, or before the first one")
             self.runs_in[id(op)] = frozenset(groups)
-        for op in ops:         # a block's terminator goes wherever its parent goes
+        for op in block_ops:   # a block's terminator goes wherever its parent goes
             for blk in op.regions:
                 t = blk.terminator
                 if t is not None and self._group(t) is None:
                     self.runs_in[id(t)] = self.runs_in[id(op)]
 
     def _user_groups(self, u: Op) -> set[int]:
-        if u.name == "yield":
+        if u.defn is ops.YIELD:
             parent = u.parent.parent_op
             return set(self.runs_in.get(id(parent), ())) if parent is not None else set()
         return set(self.runs_in.get(id(u), ()))
@@ -167,7 +166,7 @@ class Plan:
         if c.type.is_buffer:
             return True
         readers = [u for u in [*self.users.get(c.id, []), *self.users.get(loop.results[k].id, [])]
-                   if not (u.name == "yield" and u.parent is loop.body)]      # not the loop passing it on
+                   if not (u.defn is ops.YIELD and u.parent is loop.body)]      # not the loop passing it on
         producer = loop.body.terminator.operands[k].defining_op
         return any(group in self._user_groups(u) for u in readers) or \
             (producer is not None and self.runs(producer, group))
@@ -181,14 +180,14 @@ class Plan:
         for op in self.k.walk():
             for g in self.runs_in.get(id(op), ()):
                 for k, v in enumerate(op.operands):
-                    if v is None or (op.name == "yield" and id(op.parent.parent_op) in self.loops
+                    if v is None or (op.defn is ops.YIELD and id(op.parent.parent_op) in self.loops
                                      and not self.carries(op.parent.parent_op, k, g)):
                         continue        # a group's copy of the loop writes only the values it carries
                     self._readable(v, g, op, prologue)
 
     def _readable(self, v: Value, g: int, reader: Op, prologue: set[int]):
         d = v.defining_op
-        if d is None or v.type.is_buffer or (v.type.is_pointer and d.name != "addptr"):
+        if d is None or v.type.is_buffer or (v.type.is_pointer and d.defn is not ops.ADDPTR):
             return
         where = None
         if id(d) in prologue:
@@ -199,7 +198,7 @@ class Plan:
             return
         if v.type.is_scalar and id(d) in prologue:
             return
-        if d.name in _RECOMPUTABLE:
+        if d.defn in _RECOMPUTABLE:
             if id(d) in prologue:
                 self.recompute.add(v.id)
             for o in d.operands:
@@ -213,16 +212,16 @@ class Plan:
     # -- hand-offs -----------------------------------------------------------------------------------------
     def _find_hand_offs(self):
         for blk in [self.k.body] + [loop.body for loop in self.loops.values()]:
-            ops = self.section if blk is self.k.body else blk.ops
-            offs = self._hand_offs_at(blk, ops)
+            level_ops = self.section if blk is self.k.body else blk.ops
+            offs = self._hand_offs_at(blk, level_ops)
             if offs:
                 self.hand_offs[id(blk)] = offs
 
-    def _hand_offs_at(self, blk: Block, ops: list[Op]) -> list[HandOff]:
+    def _hand_offs_at(self, blk: Block, level_ops: list[Op]) -> list[HandOff]:
         accesses: dict[int, dict[int, list[tuple[int, bool]]]] = {}    # alloc id -> group -> [(position, write)]
         allocs: dict[int, Value] = {}
-        for pos, top in enumerate(ops):
-            if top.name == "for" and id(top) in self.loops:
+        for pos, top in enumerate(level_ops):
+            if top.defn is ops.FOR and id(top) in self.loops:
                 continue            # a nested group loop's hand-offs are its own
             for o in [top, *nested(top)]:
                 for alloc, write in self._buffer_accesses(o):
@@ -230,7 +229,7 @@ class Plan:
                     for g in self.runs_in.get(id(o), ()):
                         accesses.setdefault(alloc.id, {}).setdefault(g, []).append((pos, write))
                         if not write:
-                            for last in self._in_place_uses(o, blk, ops):
+                            for last in self._in_place_uses(o, blk, level_ops):
                                 accesses[alloc.id][g].append((last, False))
         out = []
         for aid, per_group in accesses.items():
@@ -253,7 +252,7 @@ class Plan:
             for r in readers:
                 if h.first[r] < min(p for p, wr in per_group[w] if wr):
                     raise WarpGroupError(f"tle.gpu buffer '{alloc.name or 'buf'}' read by warp group {r} before "
-                                         f"warp group {w} writes it", ops[h.first[r]],
+                                         f"warp group {w} writes it", level_ops[h.first[r]],
                                          "in each step the readers see what the writer wrote in that step: write "
                                          "it first in program order")
             if blk is self.k.body and any(self._inside_loop_write(alloc)):
@@ -308,7 +307,7 @@ class Plan:
     @staticmethod
     def writes(h: HandOff) -> list[Op]:
         """The ops at `h`'s level (or nested in them) that write its buffer."""
-        return [o for o in h.level.walk() if o.name in BUFFER_WRITES and root(o.results[0]) is h.alloc]
+        return [o for o in h.level.walk() if o.has(Trait.BUFFER_WRITE) and root(o.results[0]) is h.alloc]
 
     def hand_off_written_by(self, op: Op) -> HandOff | None:
         """The loop-level hand-off whose buffer `op` writes, if any."""
@@ -322,11 +321,11 @@ class Plan:
         """The product that accumulates onto `op`'s result, where `op` is a product whose result nothing else
         reads and that product follows it in the same block: a warp group issues `op` asynchronously, and its
         operands are read until the chain's last product waits for it."""
-        if op.name != "dot":
+        if op.defn is not ops.DOT:
             return None
         us = self.users.get(op.result.id, [])
-        if len(us) != 1 or us[0].name != "dot" or us[0].operands[2] is not op.result or us[0].parent is not op.parent \
-                or us[0].operands[0] is op.result or us[0].operands[1] is op.result:
+        if len(us) != 1 or us[0].defn is not ops.DOT or us[0].operand("acc") is not op.result \
+                or us[0].parent is not op.parent or us[0].operand("a") is op.result or us[0].operand("b") is op.result:
             return None
         return us[0]
 
@@ -338,22 +337,21 @@ class Plan:
     def _inside_loop_write(self, alloc: Value):
         for loop in self.loops.values():
             for o in nested(loop):
-                if o.name in BUFFER_WRITES and root(o.results[0]) is alloc:
+                if o.has(Trait.BUFFER_WRITE) and root(o.results[0]) is alloc:
                     yield o
 
     @staticmethod
     def _buffer_accesses(o: Op):
         """(allocation, is_write) for each buffer op `o` accesses itself."""
-        if o.name in BUFFER_WRITES:
+        if o.has(Trait.BUFFER_WRITE):
             yield root(o.results[0]), True
-        elif o.name in ("local_load", "copy_out"):
-            buf = o.operands[0] if o.name == "local_load" else o.operands[1]
-            yield root(buf), False
+        elif o.defn in (ops.LOCAL_LOAD, ops.COPY_OUT):
+            yield root(o.operand("buf")), False
 
-    def _in_place_uses(self, o: Op, blk: Block, ops: list[Op]):
-        """Positions (in `ops`) of the ops reading a local_load's tile where it may be read in place: its users,
-        through element-wise ops written inline at their use."""
-        if o.name != "local_load":
+    def _in_place_uses(self, o: Op, blk: Block, level_ops: list[Op]):
+        """Positions (in `level_ops`) of the ops reading a local_load's tile where it may be read in place: its
+        users, through element-wise ops written inline at their use."""
+        if o.defn is not ops.LOCAL_LOAD:
             return
         pending, seen = [o.result], set()
         while pending:
@@ -365,7 +363,7 @@ class Plan:
                 top = self.chain_end(u)      # an asynchronous product reads its operands until the chain's end
                 while top.parent is not blk and top.parent is not None and top.parent.parent_op is not None:
                     top = top.parent.parent_op
-                if top in ops:
-                    yield ops.index(top)
-                if u.name in _RECOMPUTABLE and u.results:
+                if top in level_ops:
+                    yield level_ops.index(top)
+                if u.defn in _RECOMPUTABLE and u.results:
                     pending.append(u.results[0])

@@ -7,17 +7,24 @@ register tile out of Triton's loop state, and the IR says what the program means
 """
 from __future__ import annotations
 
+from ..ir import ops
 from ..ir.core import KernelIR, Op, Value
+from ..ir.ops import Trait
 
-# ops that replace a buffer's whole contents, and the position of the buffer among their operands
-_OVERWRITES = {"copy_in": 3, "local_store": 0}
+
+def _overwrites(op: Op, v: Value) -> bool:
+    """Whether `op` uses `v` only as the buffer it writes (operand "buf" of a buffer write), which replaces the
+    buffer's whole contents."""
+    if not op.has(Trait.BUFFER_WRITE):
+        return False
+    buf = op.defn.operand_slots(len(op.operands))["buf"]
+    return all(o is not v or i == buf for i, o in enumerate(op.operands))
 
 
 def _only_overwritten(v: Value, body) -> bool:
     for op in body.walk():
-        for i, o in enumerate(op.operands):
-            if o is v and _OVERWRITES.get(op.name) != i:
-                return False
+        if any(o is v for o in op.operands) and not _overwrites(op, v):
+            return False
     return True
 
 
@@ -27,7 +34,8 @@ def _used(k: KernelIR, v: Value) -> bool:
 
 def _drop_in(k: KernelIR, loop: Op) -> bool:
     body = loop.body
-    lo, hi, step, *inits = loop.operands
+    lo, hi, step = loop.operand("lower"), loop.operand("upper"), loop.operand("step")
+    inits = loop.operand_group("inits")
     iv, *carried = body.args
     y = body.terminator
     keep = []
@@ -51,6 +59,6 @@ def drop_overwritten_buffer_carries(k: KernelIR) -> KernelIR:
     changed = True
     while changed:
         changed = False
-        for loop in reversed([op for op in k.walk() if op.name == "for"]):   # inner loops first
+        for loop in reversed([op for op in k.walk() if op.defn is ops.FOR]):   # inner loops first
             changed |= _drop_in(k, loop)
     return k

@@ -15,11 +15,13 @@ import triton.language as tl
 from ..frontend import builtins
 from ..frontend.block_ptr import BlockPtr, pointers_and_mask, window_offsets
 from ..frontend.semantics import TV
-from ..ir import types as T
+from ..ir import ops
+from ..ir import types as ir_types
 from ..ir.builder import Builder
 from ..ir.core import Block, KernelIR, Op, Value
+from ..ir.ops import Trait
 
-_ACCESSES = ("descriptor_load", "descriptor_store", "descriptor_atomic")
+# the ops that access memory through a tensor descriptor (operand "desc")
 
 
 def _next_id(k: KernelIR) -> int:
@@ -32,11 +34,11 @@ def _next_id(k: KernelIR) -> int:
 
 def _window(b: Builder, op: Op, offsets: list[Value]) -> BlockPtr:
     """The block pointer (row-major, 64-bit extents) at `offsets` over the tensor of `op`'s descriptor."""
-    desc = op.operands[0]
+    desc = op.operand("desc")
     block_shape, rank = desc.type.elem.block_shape, len(desc.type.elem.block_shape)
     make = desc.defining_op
-    base, shape, strides = make.operands[0], make.operands[1:1 + rank], make.operands[1 + rank:]
-    return BlockPtr(TV(base, b), tuple(TV(b.cast(s, T.i64), b) for s in shape), tuple(TV(s, b) for s in strides),
+    base, shape, strides = make.operand("base"), make.operand_group("shape"), make.operand_group("strides")
+    return BlockPtr(TV(base, b), tuple(TV(b.cast(s, ir_types.i64), b) for s in shape), tuple(TV(s, b) for s in strides),
                     window_offsets(SimpleNamespace(b=b), [TV(o, b) for o in offsets], "offsets",
                                    "tl.make_tensor_descriptor"),
                     block_shape, tuple(range(rank - 1, -1, -1)))
@@ -45,13 +47,14 @@ def _window(b: Builder, op: Op, offsets: list[Value]) -> BlockPtr:
 def _expand(b: Builder, op: Op) -> Value | None:
     """Write the window access of `op` at the builder; its result value, if it has one."""
     tr = SimpleNamespace(b=b)
-    every_axis = tuple(range(len(op.operands[0].type.elem.block_shape)))
-    if op.name == "descriptor_load":
-        bp = _window(b, op, op.operands[1:])
-        return builtins.load(tr, bp, boundary_check=every_axis, padding_option=op.operands[0].type.elem.padding).v
-    value, offsets = TV(op.operands[1], b), op.operands[2:]
+    desc_type = op.operand("desc").type.elem
+    every_axis = tuple(range(len(desc_type.block_shape)))
+    if op.defn is ops.DESCRIPTOR_LOAD:
+        bp = _window(b, op, op.operand_group("offsets"))
+        return builtins.load(tr, bp, boundary_check=every_axis, padding_option=desc_type.padding).v
+    value, offsets = TV(op.operand("value"), b), op.operand_group("offsets")
     bp = _window(b, op, offsets)
-    if op.name == "descriptor_store":
+    if op.defn is ops.DESCRIPTOR_STORE:
         builtins.store(tr, bp, value, boundary_check=every_axis)
         return None
     pointers, mask = pointers_and_mask(tr, bp, every_axis)
@@ -62,7 +65,7 @@ def _expand(b: Builder, op: Op) -> Value | None:
 def expand_descriptors(k: KernelIR) -> KernelIR:
     """In place: each descriptor access becomes its window's ops (its result keeps its value, so its uses
     stand); the make_descriptor ops, used by nothing then, are removed."""
-    accesses = [op for op in k.walk() if op.name in _ACCESSES]
+    accesses = [op for op in k.walk() if op.has(Trait.DESCRIPTOR)]
     if not accesses:
         return k
     b = Builder()
@@ -81,6 +84,6 @@ def expand_descriptors(k: KernelIR) -> KernelIR:
         block.ops[at:at + 1] = scratch.ops
         for new in scratch.ops:
             new.parent = block
-    for op in [op for op in k.walk() if op.name == "make_descriptor"]:
+    for op in [op for op in k.walk() if op.defn is ops.MAKE_DESCRIPTOR]:
         op.parent.ops.remove(op)
     return k

@@ -6,24 +6,27 @@ IR as it stands (TileLang: `T.gemm` into a second fragment, then an element-wise
 accumulator registers) runs this pass first, to compute what Triton computes the way Triton computes it."""
 from __future__ import annotations
 
+from ..ir import ops
 from ..ir.core import Block, KernelIR, Op, Value
+from ..ir.ops import BinaryOp, Trait
 from ..ir.uses import users
 
 
 def _is_zero(v: Value) -> bool:
     op = v.defining_op
-    while op is not None and op.name in ("splat", "broadcast"):
-        op = op.operands[0].defining_op
-    return op is not None and op.name == "const" and op.attrs["value"] == 0
+    while op is not None and op.has(Trait.STRETCH):
+        op = op.operand("x").defining_op
+    return op is not None and op.defn is ops.CONST and op.attrs["value"] == 0
 
 
 def _foldable(add: Op, uses) -> tuple[Op, Value] | None:
     """(the dot, the value to accumulate into) where `add` adds a dot only it reads to a tile of its type."""
-    if add.name != "binary" or add.attrs["op"] != "add":
+    if add.defn is not ops.BINARY or add.attrs["op"] is not BinaryOp.ADD:
         return None
-    for i in (0, 1):
-        dot, acc = add.operands[i].defining_op, add.operands[1 - i]
-        if dot is None or dot.name != "dot" or dot.parent is not add.parent or not _is_zero(dot.operands[2]):
+    lhs, rhs = add.operand("lhs"), add.operand("rhs")
+    for product, acc in ((lhs, rhs), (rhs, lhs)):
+        dot = product.defining_op
+        if dot is None or dot.defn is not ops.DOT or dot.parent is not add.parent or not _is_zero(dot.operand("acc")):
             continue
         if uses.get(dot.result.id) == [add] and acc.type == dot.result.type == add.result.type:
             return dot, acc
@@ -43,7 +46,7 @@ def fold_dot_accumulators(k: KernelIR) -> KernelIR:
         block: Block = add.parent
         block.ops.remove(dot)
         block.ops[block.ops.index(add)] = dot
-        dot.operands[2] = acc
+        dot.set_operand("acc", acc)
         dot.result.name = add.result.name or dot.result.name
         renamed[add.result.id] = dot.result
     if renamed:

@@ -12,11 +12,16 @@ at the end of each branch).
 """
 from __future__ import annotations
 
-from ..ir import types as T
+from ..ir import ops
+from ..ir import types as ir_types
 from ..ir.core import Block, KernelIR, Op, Value
+from ..ir.ops import BinaryOp, CmpPred, Trait, ops_of, with_trait
 from .induction import _Emitter, _defined_inside, _is_const, _replace_uses
 
-_FLIP = {"ge": "le", "gt": "lt"}
+_FLIP = {CmpPred.GE: CmpPred.LE, CmpPred.GT: CmpPred.LT}
+# the memory writes that may not stand in the loop body beside the branch: they would go on after the guard turns
+# false
+_WRITES = ops_of(ops.STORE, ops.ATOMIC, ops.ATOMIC_CAS)
 
 
 def _scaled_iv(v: Value, iv: Value) -> int | None:
@@ -24,12 +29,12 @@ def _scaled_iv(v: Value, iv: Value) -> int | None:
     if v is iv:
         return 1
     op = v.defining_op
-    if op is None or op.name != "binary" or op.attrs["op"] != "mul":
+    if op is None or op.defn is not ops.BINARY or op.attrs["op"] is not BinaryOp.MUL:
         return None
-    a, b = op.operands
-    if a is iv and b.defining_op is not None and b.defining_op.name == "const":
+    a, b = op.operand("lhs"), op.operand("rhs")
+    if a is iv and b.defining_op is not None and b.defining_op.defn is ops.CONST:
         c = b.defining_op.attrs["value"]
-    elif b is iv and a.defining_op is not None and a.defining_op.name == "const":
+    elif b is iv and a.defining_op is not None and a.defining_op.defn is ops.CONST:
         c = a.defining_op.attrs["value"]
     else:
         return None
@@ -39,30 +44,31 @@ def _scaled_iv(v: Value, iv: Value) -> int | None:
 def _guard(cond: Value, iv: Value, body: Block):
     """(c, X, strict) for a guard `iv * c <= X` (strict: `<`), else None."""
     op = cond.defining_op
-    if op is None or op.name != "cmp" or not cond.type.is_scalar:
+    if op is None or op.defn is not ops.CMP or not cond.type.is_scalar:
         return None
-    pred, (lhs, rhs) = op.attrs["pred"], op.operands
+    pred, lhs, rhs = op.attrs["pred"], op.operand("lhs"), op.operand("rhs")
     if pred in _FLIP:
         pred, lhs, rhs = _FLIP[pred], rhs, lhs
-    if pred not in ("le", "lt"):
+    if pred not in (CmpPred.LE, CmpPred.LT):
         return None
     c = _scaled_iv(lhs, iv)
     if c is None or _defined_inside(rhs, body) or not rhs.type.elem.is_int or rhs.type.elem.bits > 32:
         return None
-    return c, rhs, pred == "lt"
+    return c, rhs, pred is CmpPred.LT
 
 
 def match_guard(loop: Op):
     """(the guarding if, c, X, strict) when `loop` has the guarded form described above, else None."""
     body = loop.body
-    lo, hi, step, *inits = loop.operands
+    lo, step = loop.operand("lower"), loop.operand("step")
     iv, *carried = body.args
-    if not (_is_const(lo, 0) or (lo.defining_op is not None and lo.defining_op.name == "const"
+    if not (_is_const(lo, 0) or (lo.defining_op is not None and lo.defining_op.defn is ops.CONST
                                   and lo.defining_op.attrs["value"] >= 0)):
         return None
-    if not (step.defining_op is not None and step.defining_op.name == "const" and step.defining_op.attrs["value"] > 0):
+    if not (step.defining_op is not None and step.defining_op.defn is ops.CONST
+            and step.defining_op.attrs["value"] > 0):
         return None
-    ifs = [o for o in body.ops if o.name == "if"]
+    ifs = [o for o in body.ops if o.defn is ops.IF]
     y = body.terminator
     if len(ifs) != 1 or y is None or any(o.regions for o in body.ops if o is not ifs[0]):
         return None
@@ -71,12 +77,12 @@ def match_guard(loop: Op):
     if len(body.ops) < 2 or body.ops[-2] is not guard or list(y.operands) != list(guard.results):
         return None
     then_blk, else_blk = guard.regions
-    if any(o.name != "yield" for o in else_blk.ops) or \
+    if any(o.defn is not ops.YIELD for o in else_blk.ops) or \
             list(else_blk.terminator.operands if else_blk.terminator else []) != list(carried):
         return None
-    if any(o.name in ("store", "atomic", "atomic_cas") for o in body.ops if o is not guard):
+    if any(o.defn in _WRITES for o in body.ops if o is not guard):
         return None
-    g = _guard(guard.operands[0], iv, body)
+    g = _guard(guard.operand("cond"), iv, body)
     if g is None:
         return None
     return (guard, *g)
@@ -88,32 +94,33 @@ def _rewrite(loop: Op, em: _Emitter) -> bool:
         return False
     guard, c, x, strict = m
     body = loop.body
-    lo, hi, step, *inits = loop.operands
+    lo, hi, step = loop.operand("lower"), loop.operand("upper"), loop.operand("step")
+    inits = loop.operand_group("inits")
     iv, *carried = body.args
     then_blk = guard.regions[0]
     loc = guard.loc
-    i32 = T.scalar(T.i32)
+    i32 = ir_types.scalar(ir_types.i32)
     pre: list[Op] = []
 
-    def emit(name, operands, attrs, type=i32):
-        op = em.op(name, operands, type, attrs, loc)
+    def emit(defn, operands, attrs, type=i32):
+        op = em.op(defn, operands, type, attrs, loc)
         pre.append(op)
         return op.result
 
     def const(v):
-        return emit("const", [], {"value": v})
+        return emit(ops.CONST, [], {"value": v})
 
-    if x.type.elem != T.i32:
-        x = emit("cast", [x], {"dtype": T.i32})
+    if x.type.elem != ir_types.i32:
+        x = emit(ops.CAST, [x], {"dtype": ir_types.i32})
     if strict:
-        x = emit("binary", [x, const(1)], {"op": "sub"})
+        x = emit(ops.BINARY, [x, const(1)], {"op": BinaryOp.SUB})
     # the first iteration where the guard is false: floor(X / c) + 1, or 0 when X < 0
-    x = emit("binary", [x, const(-1)], {"op": "maximum"})
-    stop = emit("binary", [emit("binary", [x, const(c)], {"op": "add"}), const(c)], {"op": "div"})
+    x = emit(ops.BINARY, [x, const(-1)], {"op": BinaryOp.MAXIMUM})
+    stop = emit(ops.BINARY, [emit(ops.BINARY, [x, const(c)], {"op": BinaryOp.ADD}), const(c)], {"op": BinaryOp.DIV})
     stop.name = "stop"
-    if hi.type.elem != T.i32:
-        hi = emit("cast", [hi], {"dtype": T.i32})
-    new_hi = emit("binary", [hi, stop], {"op": "minimum"})
+    if hi.type.elem != ir_types.i32:
+        hi = emit(ops.CAST, [hi], {"dtype": ir_types.i32})
+    new_hi = emit(ops.BINARY, [hi, stop], {"op": BinaryOp.MINIMUM})
     outer = loop.parent
     at = outer.ops.index(loop)
     for p in pre:
@@ -129,14 +136,14 @@ def _rewrite(loop: Op, em: _Emitter) -> bool:
     body.ops[idx:idx + 1] = moved
     for r, v in zip(guard.results, then_y.operands if then_y else []):
         _replace_uses(body, r, v)
-    _drop_unused(body, guard.operands[0])
+    _drop_unused(body, guard.operand("cond"))
     return True
 
 
 def _drop_unused(body: Block, v: Value):
     """Remove the now-unused pure op defining v (and its now-unused operands) from the body."""
     op = v.defining_op
-    if op is None or op.parent is not body or op.regions or op.name in ("load", "store", "atomic", "atomic_cas"):
+    if op is None or op.parent is not body or op.regions or op.defn.has_effect:
         return
     if any(v in o.operands for o in body.walk()):
         return
@@ -149,21 +156,24 @@ def _drop_unused(body: Block, v: Value):
 def bound_guarded_loops(k: KernelIR) -> KernelIR:
     """In place; returns the kernel for chaining."""
     em = _Emitter(k)
-    for loop in [op for op in k.walk() if op.name == "for"]:
+    for loop in [op for op in k.walk() if op.defn is ops.FOR]:
         _rewrite(loop, em)
     return k
 
 
-_HOISTABLE = {"const", "program_id", "num_programs", "arange", "splat", "broadcast", "expand_dims", "binary",
-              "cmp", "unary", "cast", "where", "addptr", "trans", "reshape", "load", "copy_in"}
-_READS = ("load", "copy_in")
+# the reads that move in front of the branch, masked by the guard: through a pointer tile, with a mask (tl.load,
+# tle.gpu.copy into a buffer)
+_READS = with_trait(Trait.READS) & with_trait(Trait.MEMORY)
+# what may move with them: the element-wise ops of their addresses and masks (join, split, libdevice and hint stay
+# in the branch)
+_HOISTABLE = (with_trait(Trait.ELEMENTWISE) - ops_of(ops.JOIN, ops.SPLIT, ops.LIBDEVICE, ops.HINT)) | _READS
 
 
 def _copy_hoistable(op: Op, loop: Op, guard: Op, k: KernelIR) -> bool:
     """A tle.gpu.copy at the head of the branch may move in front of it when the version it overwrites
     comes from outside the branch and nothing can see the buffer once the guard is false: the loop's
     final version of it is not read after the loop (later iterations only take the else branch)."""
-    buf = op.operands[3]
+    buf = op.operand("buf")
     if _defined_inside(buf, guard.regions[0]):
         return False
     body = loop.body
@@ -181,28 +191,29 @@ def hoist_guarded_loads(k: KernelIR) -> KernelIR:
     them ahead while the branch keeps only computation. For backends that cannot pipeline a loop of
     dynamic length (see bound_guarded_loops for the alternative)."""
     em = _Emitter(k)
-    for loop in [op for op in k.walk() if op.name == "for"]:
+    for loop in [op for op in k.walk() if op.defn is ops.FOR]:
         m = match_guard(loop)
         if m is None:
             continue
         guard = m[0]
         then_blk = guard.regions[0]
-        cond = guard.operands[0]
+        cond = guard.operand("cond")
         moved = []
         for o in then_blk.ops:
-            if o.name == "yield" or o.name not in _HOISTABLE or o.regions or \
-                    (o.name == "copy_in" and not _copy_hoistable(o, loop, guard, k)):
+            if o.defn is ops.YIELD or o.defn not in _HOISTABLE or o.regions or \
+                    (o.defn is ops.COPY_IN and not _copy_hoistable(o, loop, guard, k)):
                 break
             moved.append(o)
         # keep only the loads and copies and what they need
         need, keep = set(), []
         for o in reversed(moved):
-            if o.name in _READS or any(r.id in need for r in o.results):
+            if o.defn in _READS or any(r.id in need for r in o.results):
                 keep.append(o)
                 # (a copy's buffer operand is the version it overwrites, defined outside the branch)
-                need.update(v.id for v in o.operands[:3 if o.name == "copy_in" else None] if v is not None)
+                overwritten = o.operand("buf") if o.has(Trait.BUFFER_WRITE) else None
+                need.update(v.id for v in o.operands if v is not None and v is not overwritten)
         keep.reverse()
-        if not any(o.name in _READS for o in keep):
+        if not any(o.defn in _READS for o in keep):
             continue
         body = loop.body
         at = body.ops.index(guard)
@@ -211,27 +222,27 @@ def hoist_guarded_loads(k: KernelIR) -> KernelIR:
             then_blk.ops.remove(o)
             o.parent = body
             new_ops.append(o)
-            if o.name == "copy_in":
+            if o.defn is ops.COPY_IN:
                 # the else branch now hands on the copied version (unseen: see _copy_hoistable)
                 else_y = guard.regions[1].terminator
                 if else_y is not None:
-                    else_y.operands = [o.result if v is o.operands[3] else v for v in else_y.operands]
-            if o.name in _READS:
-                mask = o.operands[1]
-                shape = o.operands[0].type.shape
+                    buf = o.operand("buf")
+                    else_y.operands = [o.result if v is buf else v for v in else_y.operands]
+            if o.defn in _READS:
+                mask = o.operand("mask")
+                shape = o.operand("ptr").type.shape
                 g = cond
                 if shape:
-                    sp = em.op("splat", [cond], cond.type.with_shape(shape), {"shape": shape}, o.loc)
+                    sp = em.op(ops.SPLAT, [cond], cond.type.with_shape(shape), {"shape": shape}, o.loc)
                     sp.parent = body
                     new_ops.insert(len(new_ops) - 1, sp)
                     g = sp.result
                 if mask is None:
-                    o.operands[1] = g
+                    o.set_operand("mask", g)
                 else:
-                    a = em.op("binary", [mask, g], mask.type, {"op": "and"}, o.loc)
+                    a = em.op(ops.BINARY, [mask, g], mask.type, {"op": BinaryOp.AND}, o.loc)
                     a.parent = body
                     new_ops.insert(len(new_ops) - 1, a)
-                    o.operands[1] = a.result
-                o.attrs["guarded"] = True
+                    o.set_operand("mask", a.result)
         body.ops[at:at] = new_ops
     return k

@@ -6,8 +6,10 @@ analysis can see a box where the program walks a pointer tile through memory.
 """
 from __future__ import annotations
 
-from ..ir import types as T
+from ..ir import ops
+from ..ir import types as ir_types
 from ..ir.core import Block, KernelIR, Op, Value
+from ..ir.ops import BinaryOp, OpDef, Trait, ops_of, with_trait
 
 
 class _Emitter:
@@ -21,8 +23,8 @@ class _Emitter:
         self.next_id += 1
         return v
 
-    def op(self, name, operands, result_type, attrs, loc) -> Op:
-        return Op(name, operands, [result_type] if result_type else [], attrs, None, loc, new_value=self.value)
+    def op(self, defn: OpDef, operands, result_type, attrs, loc) -> Op:
+        return Op(defn, operands, [result_type] if result_type else [], attrs, None, loc, new_value=self.value)
 
 
 def _defined_inside(v: Value, region: Block) -> bool:
@@ -39,8 +41,9 @@ def _defined_inside(v: Value, region: Block) -> bool:
     return False
 
 
-_PURE = {"const", "program_id", "num_programs", "arange", "splat", "broadcast", "expand_dims", "binary",
-         "cmp", "unary", "cast", "trans", "reshape"}
+# the ops a loop-invariant step may be computed with (they move out of the loop with it): the element-wise ops of
+# index arithmetic; where, addptr, join, split, libdevice and hint stay in the loop
+_PURE = with_trait(Trait.ELEMENTWISE) - ops_of(ops.WHERE, ops.ADDPTR, ops.JOIN, ops.SPLIT, ops.LIBDEVICE, ops.HINT)
 
 
 def _hoistable(v: Value, body: Block) -> bool:
@@ -48,7 +51,7 @@ def _hoistable(v: Value, body: Block) -> bool:
     if not _defined_inside(v, body):
         return True
     op = v.defining_op
-    if op is None or op.parent is not body or op.name not in _PURE:
+    if op is None or op.parent is not body or op.defn not in _PURE:
         return False
     return all(o is None or _hoistable(o, body) for o in op.operands)
 
@@ -71,10 +74,10 @@ def _step_of(carried: Value, out: Value, body: Block) -> Value | None:
     op = out.defining_op
     if op is None or op.parent is not body:
         return None
-    if op.name == "addptr" and op.operands[0] is carried:
-        inc = op.operands[1]
-    elif op.name == "binary" and op.attrs["op"] == "add" and carried in op.operands:
-        inc = op.operands[1] if op.operands[0] is carried else op.operands[0]
+    if op.defn is ops.ADDPTR and op.operand("ptr") is carried:
+        inc = op.operand("offset")
+    elif op.defn is ops.BINARY and op.attrs["op"] is BinaryOp.ADD and carried in op.operands:
+        inc = op.operand("rhs") if op.operand("lhs") is carried else op.operand("lhs")
     else:
         return None
     if not _hoistable(inc, body):
@@ -90,7 +93,8 @@ def _replace_uses(block: Block, old: Value, new: Value):
 
 def _rewrite_for(k: KernelIR, loop: Op, em: _Emitter):
     body = loop.body
-    lo, hi, step, *inits = loop.operands
+    lo, hi, step = loop.operand("lower"), loop.operand("upper"), loop.operand("step")
+    inits = loop.operand_group("inits")
     iv, *carried = body.args
     y = body.terminator
     keep = []
@@ -108,27 +112,27 @@ def _rewrite_for(k: KernelIR, loop: Op, em: _Emitter):
         if counter is None:
             counter = iv
             if not _is_const(lo, 0):
-                d = em.op("binary", [counter, lo], iv.type, {"op": "sub"}, loc)
+                d = em.op(ops.BINARY, [counter, lo], iv.type, {"op": BinaryOp.SUB}, loc)
                 prologue.append(d)
                 counter = d.result
             if not _is_const(step, 1):
-                d = em.op("binary", [counter, step], iv.type, {"op": "div"}, loc)
+                d = em.op(ops.BINARY, [counter, step], iv.type, {"op": BinaryOp.DIV}, loc)
                 prologue.append(d)
                 counter = d.result
         n = counter
         if n.type.elem != inc.type.elem:
-            d = em.op("cast", [n], T.scalar(inc.type.elem), {"dtype": inc.type.elem}, loc)
+            d = em.op(ops.CAST, [n], ir_types.scalar(inc.type.elem), {"dtype": inc.type.elem}, loc)
             prologue.append(d)
             n = d.result
         if inc.type.shape:
-            d = em.op("splat", [n], inc.type.with_elem(n.type.elem), {"shape": inc.type.shape}, loc)
+            d = em.op(ops.SPLAT, [n], inc.type.with_elem(n.type.elem), {"shape": inc.type.shape}, loc)
             prologue.append(d)
             n = d.result
-        mul = em.op("binary", [n, inc], inc.type, {"op": "mul"}, loc)
+        mul = em.op(ops.BINARY, [n, inc], inc.type, {"op": BinaryOp.MUL}, loc)
         prologue.append(mul)
-        name = "addptr" if c.type.is_pointer else "binary"
-        attrs = {} if c.type.is_pointer else {"op": "add"}
-        cur = em.op(name, [init, mul.result], c.type, attrs, loc)
+        defn = ops.ADDPTR if c.type.is_pointer else ops.BINARY
+        attrs = {} if c.type.is_pointer else {"op": BinaryOp.ADD}
+        cur = em.op(defn, [init, mul.result], c.type, attrs, loc)
         cur.result.name = c.name
         prologue.append(cur)
         _replace_uses(body, c, cur.result)
@@ -144,7 +148,7 @@ def _rewrite_for(k: KernelIR, loop: Op, em: _Emitter):
 
 
 def _is_const(v: Value, value) -> bool:
-    return v.defining_op is not None and v.defining_op.name == "const" and v.defining_op.attrs["value"] == value
+    return v.defining_op is not None and v.defining_op.defn is ops.CONST and v.defining_op.attrs["value"] == value
 
 
 def _used_after(k: KernelIR, v: Value) -> bool:
@@ -154,7 +158,7 @@ def _used_after(k: KernelIR, v: Value) -> bool:
 def rewrite_inductions(k: KernelIR) -> KernelIR:
     """In place; returns the kernel for chaining."""
     em = _Emitter(k)
-    loops = [op for op in k.walk() if op.name == "for"]
+    loops = [op for op in k.walk() if op.defn is ops.FOR]
     for loop in loops:
         _rewrite_for(k, loop, em)
     return k

@@ -16,9 +16,11 @@ from triton.runtime import _allocation, driver as _triton_driver
 from .. import backend as api
 from ..errors import LoweringError
 from ..files import load_module, write_once
+from ..ir import ops
 from ..ir.core import KernelIR
-from ..transforms import bound_guarded_loops, drop_overwritten_buffer_carries, pipeline_async_loads
+from ..ir.ops import LoopKind, Trait
 from ..spec import Spec
+from ..transforms import bound_guarded_loops, drop_overwritten_buffer_carries, pipeline_async_loads
 from . import interpreter_fix
 from .codegen import generate
 from .rules import RULES
@@ -85,7 +87,7 @@ class TritonCompiled(api.Compiled):
                                     and a.type.elem.is_int and not a.type.elem.is_bool)
         self._kernels: dict = {}                # (device, int classes) -> Triton's CompiledKernel
         # a kernel making descriptors on the device needs scratch memory from an allocator (not in the interpreter)
-        self._needs_scratch = not self.interpreted and any(op.name == "make_descriptor" for op in ir.walk())
+        self._needs_scratch = not self.interpreted and any(op.defn is ops.MAKE_DESCRIPTOR for op in ir.walk())
 
     @property
     def fn(self):
@@ -153,13 +155,11 @@ class TritonCompiled(api.Compiled):
 
 
 # tle.gpu buffers are register tiles on stock Triton, which has no explicit shared memory
-_BUFFER_SITES = {"alloc": "a register tile (stock Triton has no explicit shared memory; it stages through "
-                          "shared memory itself)",
-                 "local_load": "the register tile itself", "local_store": "the tile becomes the buffer's value"}
+_BUFFER_SITES = {ops.ALLOC: "a register tile (stock Triton has no explicit shared memory; it stages through "
+                            "shared memory itself)",
+                 ops.LOCAL_LOAD: "the register tile itself", ops.LOCAL_STORE: "the tile becomes the buffer's value"}
 
 
-_DESCRIPTOR_SITES = {"descriptor_load": "desc.load", "descriptor_store": "desc.store",
-                     "descriptor_atomic": "desc.atomic_add"}
 
 
 def _access_report(ir: KernelIR):
@@ -167,26 +167,26 @@ def _access_report(ir: KernelIR):
     from ..analysis import classify_accesses
     out = []
     for a in classify_accesses(ir).values():
-        if a.op.name in ("copy_in", "copy_out"):
+        if a.op.defn in (ops.COPY_IN, ops.COPY_OUT):
             out.append((a.line, "tle.gpu.copy", a.kind, "tl.load into the buffer's register tile"
-                        if a.op.name == "copy_in" else "tl.store of the buffer's register tile"))
+                        if a.op.defn is ops.COPY_IN else "tl.store of the buffer's register tile"))
             continue
-        how = {"load": "tl.load", "store": "tl.store", "atomic_cas": "tl.atomic_cas"}.get(
-            a.op.name, f"tl.atomic_{a.op.attrs.get('kind')}")
-        if a.op.name == "load" and a.op.attrs.get("is_async"):
+        how = {ops.LOAD: "tl.load", ops.STORE: "tl.store", ops.ATOMIC_CAS: "tl.atomic_cas"}.get(
+            a.op.defn, f"tl.atomic_{a.op.attrs.get('kind')}")
+        if a.op.defn is ops.LOAD and a.op.attrs.get("is_async"):
             how += f", is_async: {how_issued(a.op)}"
         if a.reason and a.kind in ("general", "strided"):
             how += f" ({a.reason}, with integer arguments unknown until launch)"
         out.append((a.line, a.op.name, a.kind, how))
     for op in ir.walk():
-        if op.name == "raw_call":
+        if op.defn is ops.RAW_CALL:
             out.append((op.loc.line, "tle.call", "raw", "element-wise: inlined as tile code"))
-        elif op.name in _BUFFER_SITES:
-            out.append((op.loc.line, f"tle.gpu.{op.name}", "buffer", _BUFFER_SITES[op.name]))
-        elif op.name in _DESCRIPTOR_SITES:
-            out.append((op.loc.line, _DESCRIPTOR_SITES[op.name], "descriptor",
+        elif op.defn in _BUFFER_SITES:
+            out.append((op.loc.line, f"tle.gpu.{op.name}", "buffer", _BUFFER_SITES[op.defn]))
+        elif op.has(Trait.DESCRIPTOR):
+            out.append((op.loc.line, op.spelling, "descriptor",
                         "a tensor-descriptor access, as written (TMA on Hopper)"))
-        elif op.name == "for" and op.attrs.get("kind") == "tle.gpu.pipeline":
+        elif op.defn is ops.FOR and op.attrs.get("kind") is LoopKind.PIPELINE:
             stages = op.attrs.get("num_stages")
             out.append((op.loc.line, "tle.gpu.pipeline", "loop", "tl.range" + (
                 f"(num_stages={stages}): Triton's software pipelining" if stages is not None else

@@ -9,8 +9,9 @@ import os
 from functools import reduce
 
 from ..errors import UnsupportedConstruct
+from ..ir import ops
 from ..ir.core import Block, KernelIR, Op, Value
-from ..ir.ops import ELEMENTWISE, with_trait
+from ..ir.ops import Trait, UnaryOp, ops_of, with_trait
 from ..ir.types import broadcast_shapes
 from ..ir.uses import Identifiers, users
 from . import combine, expressions, statements  # noqa: F401 (they register their rules)
@@ -19,8 +20,11 @@ from .syntax import BIN, PREC, full, literal
 
 BACKEND = "triton"
 # values written inline where they are used (when used once, or unnamed)
-_INLINE = with_trait(ELEMENTWISE) | {"local_load"}
-_IMPLICIT_BROADCAST_USERS = {"binary", "cmp", "where", "addptr"}
+_INLINE = with_trait(Trait.ELEMENTWISE) | ops_of(ops.LOCAL_LOAD)
+# ops whose Triton spelling (an operator, tl.where) broadcasts its operands itself
+_IMPLICIT_BROADCAST_USERS = ops_of(ops.BINARY, ops.CMP, ops.WHERE, ops.ADDPTR)
+# ops that only stretch their operand to a shape, which those users (and tl.load's `other`) do themselves
+_STRETCHES = with_trait(Trait.STRETCH)
 
 
 class TritonCodegen:
@@ -48,38 +52,38 @@ class TritonCodegen:
 
     # -- which values become expressions instead of statements ------------------------------------
     def inline(self, op: Op) -> bool:
-        if op.name == "alloc":
+        if op.defn is ops.ALLOC:
             return True
-        if op.name not in _INLINE or len(op.results) != 1:
+        if op.defn not in _INLINE or len(op.results) != 1:
             return False
         v = op.result
         us = self.users.get(v.id, [])
-        if op.name == "const":
+        if op.defn is ops.CONST:
             return True
         if self.implicitly_broadcast(op):
             return True
-        if v.name and op.name not in ("expand_dims",):
+        if v.name and op.defn is not ops.EXPAND_DIMS:
             return False
         return len(us) == 1 and us[0].parent is op.parent
 
     def implicitly_broadcast(self, op: Op) -> bool:
         """A splat/broadcast whose every user broadcasts its operands itself in Triton, to the same shape."""
         us = self.users.get(op.result.id, [])
-        if op.name not in ("splat", "broadcast") or not us or any(u.name not in _IMPLICIT_BROADCAST_USERS for u in us):
+        if op.defn not in _STRETCHES or not us or any(u.defn not in _IMPLICIT_BROADCAST_USERS for u in us):
             return False
         # written without it, the user's shape is the broadcast of what its operands render as: a scalar beside
         # scalars stays a scalar (`0.0 - float('inf')`; a loop-carried variable would change type in Triton),
         # and `tl.where(keep, 0.0, ...)` of a [1, N] mask would be [1, N], not the splat's [M, N]
-        src = op.operands[0].type.shape
+        src = op.operand("x").type.shape
         return all(reduce(broadcast_shapes, [self._rendered_shape(o) for o in u.operands if o is not op.result], src)
                    == op.result.type.shape for u in us)
 
     def _rendered_shape(self, v: Value) -> tuple[int, ...]:
         """The shape `v` renders as at least: a splat or broadcast it may drop counts as its operand."""
         d = v.defining_op
-        if v in self.ids or d is None or d.name not in ("splat", "broadcast"):
+        if v in self.ids or d is None or d.defn not in _STRETCHES:
             return v.type.shape
-        return d.operands[0].type.shape
+        return d.operand("x").type.shape
 
     def expr(self, v: Value) -> str:
         if v in self.ids:
@@ -93,18 +97,18 @@ class TritonCodegen:
         if v in self.ids:
             return 100
         op = v.defining_op
-        if op.name == "binary" and op.attrs["op"] in BIN:
+        if op.defn is ops.BINARY and op.attrs["op"] in BIN:
             return PREC[BIN[op.attrs["op"]]]
-        if op.name == "cmp":
+        if op.defn is ops.CMP:
             return PREC["<"]
-        if op.name == "addptr":
+        if op.defn is ops.ADDPTR:
             return PREC["+"]
-        if op.name == "unary" and op.attrs["op"] in ("neg", "invert", "not"):
+        if op.defn is ops.UNARY and op.attrs["op"] in (UnaryOp.NEG, UnaryOp.INVERT, UnaryOp.NOT):
             return PREC["unary"]
-        if op.name == "const" and isinstance(op.attrs["value"], (int, float)) and op.attrs["value"] < 0:
+        if op.defn is ops.CONST and isinstance(op.attrs["value"], (int, float)) and op.attrs["value"] < 0:
             return PREC["unary"]
         if self.implicitly_broadcast(op):
-            return self.prec(op.operands[0])
+            return self.prec(op.operand("x"))
         return 100
 
     def paren(self, v: Value, need: int = 100, right: bool = False) -> str:
@@ -129,10 +133,10 @@ class TritonCodegen:
     def other(self, v: Value) -> str:
         """tl.load casts `other` to the pointee type, so a constant can be written as a plain literal."""
         op = v.defining_op
-        while op is not None and op.name in ("splat", "broadcast") and v not in self.ids:
-            v = op.operands[0]
+        while op is not None and op.defn in _STRETCHES and v not in self.ids:
+            v = op.operand("x")
             op = v.defining_op
-        if op is not None and op.name == "const" and v not in self.ids:
+        if op is not None and op.defn is ops.CONST and v not in self.ids:
             return literal(op.attrs["value"], v.type.elem)
         return self.expr(v)
 
@@ -142,11 +146,11 @@ class TritonCodegen:
         if not us:
             return False
         for u in us:
-            if u.name not in ("binary", "cmp", "where"):
+            if u.defn not in (ops.BINARY, ops.CMP, ops.WHERE):
                 return False
             others = [o for o in u.operands if o is not None and o is not op.result and
                       o.type.elem == op.result.type.elem]
-            if not others or all((o.defining_op is not None and o.defining_op.name == "const") for o in others):
+            if not others or all((o.defining_op is not None and o.defining_op.defn is ops.CONST) for o in others):
                 return False
         return True
 
@@ -166,7 +170,7 @@ class TritonCodegen:
         """A value assigned to a loop-carried or branch-merged variable: constants are typed, so the
         variable is a tensor on every path (Triton's interpreter keeps bare literals as Python ints)."""
         op = v.defining_op
-        if v not in self.ids and op is not None and op.name == "const" and v.type.is_scalar:
+        if v not in self.ids and op is not None and op.defn is ops.CONST and v.type.is_scalar:
             return full([], op.attrs["value"], v.type.elem)
         return self.expr(v)
 
@@ -183,7 +187,8 @@ class TritonCodegen:
         """Can the body's new value of a carried variable be assigned to the variable itself? Yes when it
         is a statement of the body's own block that comes after every use of the old value."""
         d = out.defining_op
-        if d is None or d.parent is not body or out in self.ids or d.name in ("for", "while", "if") or self.inline(d):
+        if d is None or d.parent is not body or out in self.ids or d.has(Trait.LOOP) or d.has(Trait.BRANCH) or \
+                self.inline(d):
             return False
         if [u for u in self.users.get(out.id, []) if u is not body.terminator]:
             return False

@@ -2,28 +2,31 @@
 precedence, literals and constant tiles."""
 from __future__ import annotations
 
-from ..ir import types as T
+from ..ir import types as ir_types
+from ..ir.ops import BinaryOp, CmpPred, UnaryOp
 
 TL_DTYPE = {"i1": "tl.int1", "i8": "tl.int8", "i16": "tl.int16", "i32": "tl.int32", "i64": "tl.int64",
             "u8": "tl.uint8", "u16": "tl.uint16", "u32": "tl.uint32", "u64": "tl.uint64",
             "fp16": "tl.float16", "bf16": "tl.bfloat16", "fp32": "tl.float32", "fp64": "tl.float64",
             "fp8e4nv": "tl.float8e4nv", "fp8e5": "tl.float8e5"}
-BIN = {"add": "+", "sub": "-", "mul": "*", "fdiv": "/", "div": "//", "rem": "%", "and": "&", "or": "|",
-       "xor": "^", "shl": "<<", "shr": ">>"}
-CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
-MATH = {"exp": "tl.exp", "exp2": "tl.exp2", "log": "tl.log", "log2": "tl.log2", "sqrt": "tl.sqrt",
-        "rsqrt": "tl.rsqrt", "sigmoid": "tl.sigmoid", "abs": "tl.abs", "erf": "tl.erf", "sin": "tl.sin",
-        "cos": "tl.cos", "floor": "tl.floor", "ceil": "tl.ceil"}
+BIN = {BinaryOp.ADD: "+", BinaryOp.SUB: "-", BinaryOp.MUL: "*", BinaryOp.FDIV: "/", BinaryOp.DIV: "//",
+       BinaryOp.REM: "%", BinaryOp.AND: "&", BinaryOp.OR: "|", BinaryOp.XOR: "^", BinaryOp.SHL: "<<",
+       BinaryOp.SHR: ">>"}
+CMP = {CmpPred.LT: "<", CmpPred.LE: "<=", CmpPred.GT: ">", CmpPred.GE: ">=", CmpPred.EQ: "==", CmpPred.NE: "!="}
+MATH = {UnaryOp.EXP: "tl.exp", UnaryOp.EXP2: "tl.exp2", UnaryOp.LOG: "tl.log", UnaryOp.LOG2: "tl.log2",
+        UnaryOp.SQRT: "tl.sqrt", UnaryOp.RSQRT: "tl.rsqrt", UnaryOp.SIGMOID: "tl.sigmoid", UnaryOp.ABS: "tl.abs",
+        UnaryOp.ERF: "tl.erf", UnaryOp.SIN: "tl.sin", UnaryOp.COS: "tl.cos", UnaryOp.FLOOR: "tl.floor",
+        UnaryOp.CEIL: "tl.ceil"}
 # Python precedence of an operator (higher binds tighter)
 PREC = {"|": 1, "^": 2, "&": 3, "<<": 4, ">>": 4, "+": 5, "-": 5, "*": 6, "/": 6, "//": 6, "%": 6,
         "unary": 7, "<": 0.5, "<=": 0.5, ">": 0.5, ">=": 0.5, "==": 0.5, "!=": 0.5}
 
 
-def tl_dtype(d: T.DType) -> str:
+def tl_dtype(d: ir_types.DType) -> str:
     return TL_DTYPE[d.name]
 
 
-def literal(value, dtype: T.DType) -> str:
+def literal(value, dtype: ir_types.DType) -> str:
     if dtype.is_bool:
         return "True" if value else "False"
     if dtype.is_float:
@@ -35,7 +38,7 @@ def literal(value, dtype: T.DType) -> str:
     return repr(int(value))
 
 
-def full(shape: list, value, dtype: T.DType) -> str:
+def full(shape: list, value, dtype: ir_types.DType) -> str:
     """A constant tile. bf16 and fp8 constants are made in fp32 and converted (the same value after
     rounding): Triton's interpreter cannot build bf16 constants, and Triton none of fp8 but zero."""
     if dtype.name == "bf16" or dtype.is_fp8:

@@ -9,6 +9,7 @@ import triton.language as tl
 import tle
 from tle.lowering.analysis import Affine, AffineAnalysis, classify_accesses
 from tle.lowering.analysis.access import classify, mask_always_true, mask_conjuncts, plan_box
+from tle.lowering.ir import ops
 
 
 def ir_of(kernel, *args, **constexprs):
@@ -20,8 +21,9 @@ def meta(*shape, dtype=torch.float32):
     return torch.empty(*shape, dtype=dtype, device="meta")
 
 
-def ops_named(k, name):
-    return [op for op in k.walk() if op.name == name]
+def ops_of_kind(k, defn):
+    """The kernel's `defn` ops (ops.LOAD, ...), in program order."""
+    return [op for op in k.walk() if op.defn is defn]
 
 
 def analysis(k, **known):
@@ -72,11 +74,11 @@ def offsets(x_ptr, y_ptr, a, b, BLOCK: tl.constexpr):
 def test_constant_offsets_add_up():
     k = ir_of(offsets, meta(64), meta(4096), 7, 2, BLOCK=16)
     aff = analysis(k)
-    (load,) = ops_named(k, "load")
-    assert aff.of(load.operands[0]) == Affine(10, (), ((0, 1),))   # 3 + 2 + 5, then the arange's index
-    (store,) = ops_named(k, "store")
+    (load,) = ops_of_kind(k, ops.LOAD)
+    assert aff.of(load.operand("ptr")) == Affine(10, (), ((0, 1),))   # 3 + 2 + 5, then the arange's index
+    (store,) = ops_of_kind(k, ops.STORE)
     # a and b unknown: their quotient and remainder are opaque symbols
-    form = aff.of(store.operands[0])
+    form = aff.of(store.operand("ptr"))
     assert form.axes == ((0, -2),) and form.const == -4 and len(form.syms) == 2
 
 
@@ -85,16 +87,16 @@ def test_constant_offsets_add_up():
 def test_integer_division_of_known_values_truncates(a, b):
     """Triton's // and % on integers truncate toward zero (C semantics), unlike Python's."""
     k = ir_of(offsets, meta(64), meta(4096), a, b, BLOCK=16)
-    (store,) = ops_named(k, "store")
+    (store,) = ops_of_kind(k, ops.STORE)
     q = int(a / b)
     r = a - q * b
-    assert analysis(k, a=a, b=b).of(store.operands[0]) == Affine(1000 * q + 100 * r - 4, (), ((0, -2),))
+    assert analysis(k, a=a, b=b).of(store.operand("ptr")) == Affine(1000 * q + 100 * r - 4, (), ((0, -2),))
 
 
 def test_division_by_a_known_zero_is_not_folded():
     k = ir_of(offsets, meta(64), meta(4096), 7, 0, BLOCK=16)
-    (store,) = ops_named(k, "store")
-    form = analysis(k, a=7, b=0).of(store.operands[0])
+    (store,) = ops_of_kind(k, ops.STORE)
+    form = analysis(k, a=7, b=0).of(store.operand("ptr"))
     assert form.axes == ((0, -2),) and form.const == -4 and len(form.syms) == 2   # left as symbols
 
 
@@ -112,19 +114,19 @@ def shapes(x_ptr, y_ptr, z_ptr, w_ptr, n, BM: tl.constexpr, BN: tl.constexpr):
 def test_forms_through_shape_ops_casts_and_negation():
     k = ir_of(shapes, meta(4096), meta(4096), meta(4096), meta(64, dtype=torch.int32), 9, BM=8, BN=16)
     aff = analysis(k)
-    load_x, load_w = ops_named(k, "load")
-    st_y, st_z, st_w = ops_named(k, "store")
-    assert aff.of(load_x.operands[0]) == Affine(0, (), ((0, 64), (1, 1)))
-    assert aff.of(st_y.operands[0]) == Affine(0, (), ((0, 1), (1, 64)))      # axes swapped by tl.trans
-    assert aff.of(load_w.operands[0]) == Affine(0, (), ((0, 1),))
-    z = aff.of(st_z.operands[0])
+    load_x, load_w = ops_of_kind(k, ops.LOAD)
+    st_y, st_z, st_w = ops_of_kind(k, ops.STORE)
+    assert aff.of(load_x.operand("ptr")) == Affine(0, (), ((0, 64), (1, 1)))
+    assert aff.of(st_y.operand("ptr")) == Affine(0, (), ((0, 1), (1, 64)))      # axes swapped by tl.trans
+    assert aff.of(load_w.operand("ptr")) == Affine(0, (), ((0, 1),))
+    z = aff.of(st_z.operand("ptr"))
     assert z.axes == ((0, -1),) and z.syms == sym(k, "n").syms
     assert z.data == ((load_w.results[0].id, (0,), 3),)
-    assert aff.of(st_w.operands[0]) is None
-    accesses = {(a.param.name, a.op.name): a.kind for a in classify_accesses(k).values()}
-    assert accesses == {("x_ptr", "load"): "box", ("y_ptr", "store"): "strided", ("w_ptr", "load"): "box",
-                        ("z_ptr", "store"): "gather", ("w_ptr", "store"): "general"}
-    known = analysis(k, n=9).of(st_z.operands[0])
+    assert aff.of(st_w.operand("ptr")) is None
+    accesses = {(a.param.name, a.op.defn): a.kind for a in classify_accesses(k).values()}
+    assert accesses == {("x_ptr", ops.LOAD): "box", ("y_ptr", ops.STORE): "strided", ("w_ptr", ops.LOAD): "box",
+                        ("z_ptr", ops.STORE): "gather", ("w_ptr", ops.STORE): "general"}
+    known = analysis(k, n=9).of(st_z.operand("ptr"))
     assert known.const == 9 and not known.syms
 
 
@@ -137,9 +139,9 @@ def strides(x_ptr, y_ptr, BLOCK: tl.constexpr):
 
 def test_access_kinds_by_innermost_stride():
     k = ir_of(strides, meta(64), meta(64), BLOCK=16)
-    by_op = {a.op.name: a for a in classify_accesses(k).values()}
-    assert by_op["load"].kind == "strided" and "broadcast" in by_op["load"].reason
-    assert by_op["store"].kind == "strided" and "stride 2" in by_op["store"].reason
+    by_op = {a.op.defn: a for a in classify_accesses(k).values()}
+    assert by_op[ops.LOAD].kind == "strided" and "broadcast" in by_op[ops.LOAD].reason
+    assert by_op[ops.STORE].kind == "strided" and "stride 2" in by_op[ops.STORE].reason
 
 
 # -- masks as bounds --------------------------------------------------------------------------------
@@ -159,8 +161,8 @@ def masks(x_ptr, n, BM: tl.constexpr, BN: tl.constexpr, LT: tl.constexpr, LE: tl
 
 def mask_forms(**bounds):
     k = ir_of(masks, meta(4096), 5, BM=8, BN=16, **bounds)
-    stores = ops_named(k, "store")
-    return k, analysis(k), [s.operands[2] if len(s.operands) > 2 else None for s in stores], (8, 16)
+    stores = ops_of_kind(k, ops.STORE)
+    return k, analysis(k), [s.operand("mask") for s in stores], (8, 16)
 
 
 def test_masks_read_as_bounds():
@@ -209,8 +211,8 @@ def box_2d(x_ptr, y_ptr, M, N, ROW: tl.constexpr, COL: tl.constexpr, BM: tl.cons
 def plan_of(k, op, tensor, known):
     aff = analysis(k, **known)
     acc = classify(op, aff, {p.value.id: p for p in k.params})
-    mask = op.operands[1] if op.name == "load" else (op.operands[2] if len(op.operands) > 2 else None)
-    return plan_box(acc, mask, op.operands[0].type.shape, tuple(tensor.shape), tuple(tensor.stride()), aff)
+    shape = op.operand("ptr").type.shape
+    return plan_box(acc, op.operand("mask"), shape, tuple(tensor.shape), tuple(tensor.stride()), aff)
 
 
 def starts(plan):
@@ -221,8 +223,8 @@ def test_box_plan_of_an_offset_masked_tile():
     M, N = 40, 48
     x = meta(M, N)
     k = ir_of(box_2d, x, meta(64, 16), M, N, ROW=3, COL=5, BM=8, BN=16, ROW_LIMIT=4)
-    pid = ops_named(k, "program_id")[0].results[0]
-    load = ops_named(k, "load")[0]
+    pid = ops_of_kind(k, ops.PROGRAM_ID)[0].results[0]
+    load = ops_of_kind(k, ops.LOAD)[0]
     plan, why = plan_of(k, load, x, dict(M=M, N=N))
     assert why == ""
     assert starts(plan) == [(Affine(3, ((pid.id, 8),)), 8, 0), (Affine(5), 16, 1)]
@@ -232,7 +234,7 @@ def test_box_plan_refuses_two_different_bounds_on_one_axis():
     M, N = 40, 16
     y = meta(64, 16)
     k = ir_of(box_2d, meta(M, N), y, M, N, ROW=0, COL=0, BM=8, BN=16, ROW_LIMIT=4)
-    _, tighter, same = ops_named(k, "store")
+    _, tighter, same = ops_of_kind(k, ops.STORE)
     plan, why = plan_of(k, tighter, y, dict(M=M, N=N))
     assert plan is None and why == "two different bounds on tile axis 0"
     plan, why = plan_of(k, same, y, dict(M=64, N=N))                   # the same bound twice is one bound
@@ -243,7 +245,7 @@ def test_box_plan_mask_must_match_the_tensor_edge():
     M, N = 40, 48
     x = meta(M, N)
     k = ir_of(box_2d, x, meta(64, 16), M, N, ROW=3, COL=5, BM=8, BN=16, ROW_LIMIT=4)
-    load = ops_named(k, "load")[0]
+    load = ops_of_kind(k, ops.LOAD)[0]
     # the mask says rows < M - 3 from row 3: the tensor edge; a longer tensor breaks that
     plan, why = plan_of(k, load, meta(M + 1, N), dict(M=M, N=N))
     assert plan is None and why
@@ -269,7 +271,7 @@ def test_box_plan_takes_a_lower_bound_of_zero(low, row, expect):
     x = meta(M, N)
     k = ir_of(lower_bounded, x, meta(M, N), M, N, 7 if row is None else row, LOW=low, BM=8, BN=16)
     known = dict(M=M, N=N) if row is None else dict(M=M, N=N, ROW=row)
-    plan, why = plan_of(k, ops_named(k, "load")[0], x, known)
+    plan, why = plan_of(k, ops_of_kind(k, ops.LOAD)[0], x, known)
     assert why == expect
     if not expect:
         start = sym(k, "ROW") if row is None else Affine(row)
@@ -294,7 +296,7 @@ def flat_box(x_ptr, y_ptr, START, BLOCK: tl.constexpr):
 def test_box_plan_splits_a_constant_base(shape, start, expect):
     x = meta(*shape)
     k = ir_of(flat_box, x, meta(16), start, BLOCK=16)
-    plan, why = plan_of(k, ops_named(k, "load")[0], x, dict(START=start))
+    plan, why = plan_of(k, ops_of_kind(k, ops.LOAD)[0], x, dict(START=start))
     if isinstance(expect, str):
         assert plan is None and expect in why
     else:
@@ -304,7 +306,7 @@ def test_box_plan_splits_a_constant_base(shape, start, expect):
 def test_box_plan_over_a_broadcast_dimension():
     x = meta(16).expand(4, 16)                                 # strides (0, 1): every row is the same memory
     k = ir_of(flat_box, x, meta(16), 0, BLOCK=16)
-    plan, why = plan_of(k, ops_named(k, "load")[0], x, dict(START=0))
+    plan, why = plan_of(k, ops_of_kind(k, ops.LOAD)[0], x, dict(START=0))
     assert why == "" and starts(plan) == [(Affine(0), 1, None), (Affine(0), 16, 0)]
 
 
@@ -318,7 +320,7 @@ def flat_rows(x_ptr, y_ptr, BLOCK: tl.constexpr):
 def test_box_plan_over_a_dimension_of_two():
     x = meta(2, 16)
     k = ir_of(flat_rows, x, meta(2, 16), BLOCK=16)
-    plan, why = plan_of(k, ops_named(k, "load")[0], x, {})
+    plan, why = plan_of(k, ops_of_kind(k, ops.LOAD)[0], x, {})
     assert why == "" and starts(plan) == [(Affine(0), 2, 0), (Affine(0), 16, 1)]
 
 
@@ -335,8 +337,8 @@ def batched_box(x_ptr, y_ptr, BLOCK: tl.constexpr, ROWS: tl.constexpr):
 def test_box_plan_splits_program_ids_over_dims():
     x = meta(5, 7, 16)
     k = ir_of(batched_box, x, meta(16), BLOCK=16, ROWS=7)
-    b, r = [op.results[0].id for op in ops_named(k, "program_id")]
-    plus, minus, odd = ops_named(k, "load")
+    b, r = [op.results[0].id for op in ops_of_kind(k, ops.PROGRAM_ID)]
+    plus, minus, odd = ops_of_kind(k, ops.LOAD)
     plan, why = plan_of(k, plus, x, {})
     assert why == "" and starts(plan) == [(Affine(0, ((b, 1),)), 1, None), (Affine(0, ((r, 1),)), 1, None),
                                           (Affine(0), 16, 0)]
@@ -348,6 +350,6 @@ def test_box_plan_splits_program_ids_over_dims():
 
 def test_box_plan_reasons_for_other_kinds():
     k = ir_of(strides, meta(64), meta(64), BLOCK=16)
-    load = ops_named(k, "load")[0]
+    load = ops_of_kind(k, ops.LOAD)[0]
     plan, why = plan_of(k, load, meta(64), {})
     assert plan is None and "broadcast" in why

@@ -10,6 +10,7 @@ import triton.language as tl
 import tle
 from tle.examples import default_tolerance
 from tle.lowering.analysis import classify_accesses
+from tle.lowering.ir import ops
 
 
 def lower_and_run(kernel, grid, *args, **kw):
@@ -451,9 +452,9 @@ def test_gather_through_loaded_indices():
     out = torch.full((n, D), float("nan"))
     # D is a constexpr: with a runtime row stride the offsets would not be affine (coefficients are ints)
     lowered = lower_and_run(embedding, (triton.cdiv(n, 16),), table, idx, out, n, D=D, BN=16, BD=32)
-    kinds = {(a.param.name if a.param else None, a.op.name): a.kind
+    kinds = {(a.param.name if a.param else None, a.op.defn): a.kind
              for a in classify_accesses(lowered.kernel).values()}
-    assert kinds == {("idx_ptr", "load"): "box", ("table_ptr", "load"): "gather", ("out_ptr", "store"): "box"}
+    assert kinds == {("idx_ptr", ops.LOAD): "box", ("table_ptr", ops.LOAD): "gather", ("out_ptr", ops.STORE): "box"}
     assert_close(out, table[idx.long()])
 
 
@@ -478,7 +479,7 @@ def test_atomic_add_scatter_and_scalar():
     counts = torch.zeros(bins, dtype=torch.int32)
     lowered = lower_and_run(histogram, (triton.cdiv(n, 128),), idx, counts, n, BLOCK=128)
     assert has_op(lowered.ir, "atomic.add")
-    assert [a.kind for a in classify_accesses(lowered.kernel).values() if a.op.name == "atomic"] == ["gather"]
+    assert [a.kind for a in classify_accesses(lowered.kernel).values() if a.op.defn is ops.ATOMIC] == ["gather"]
     assert_close(counts, torch.bincount(idx.long(), minlength=bins))
 
     x = torch.randn(n)

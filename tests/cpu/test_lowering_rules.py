@@ -7,56 +7,60 @@ import triton.language as tl
 import tle
 from tle.lowering.backend import backend_names, get_backend
 from tle.lowering.errors import UnsupportedConstruct
+from tle.lowering.ir import ops
 from tle.lowering.ir.core import Loc, Op
-from tle.lowering.ir.ops import OPS
+from tle.lowering.ir.ops import OPS, InputPrecision, OpDef
 from tle.lowering.rules import DROPPED, HONORED, REFUSED, Rules
 
 BACKENDS = backend_names()
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("op", sorted(OPS))
+@pytest.mark.parametrize("op", sorted(OPS.values()), ids=lambda d: d.name)
 def test_every_op_has_a_rule_or_a_reason(backend, op):
     rules = get_backend(backend).rules
     reason = rules.unsupported_reason(op)
-    assert rules.has_rule(op) or reason, f"{backend}: op '{op}' has no lowering rule and no declared reason"
-    assert not (rules.has_rule(op) and reason), f"{backend}: op '{op}' has a rule and is declared unsupported"
+    assert rules.has_rule(op) or reason, f"{backend}: op '{op.name}' has no lowering rule and no declared reason"
+    assert not (rules.has_rule(op) and reason), f"{backend}: op '{op.name}' has a rule and is declared unsupported"
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("op, attr", sorted((o, a) for o, d in OPS.items() for a in d.attrs))
+@pytest.mark.parametrize("op, attr", [pytest.param(d, a, id=f"{d.name}-{a}")
+                                      for d in sorted(OPS.values()) for a in sorted(d.attrs)])
 def test_every_attribute_has_a_treatment(backend, op, attr):
     rules = get_backend(backend).rules
     if rules.unsupported_reason(op):
         return          # the op itself is an error there, with its reason
     treatments = rules.treatments(op, attr)
-    assert treatments, f"{backend}: {op}.{attr} is neither honored, dropped nor refused"
+    assert treatments, f"{backend}: {op.name}.{attr} is neither honored, dropped nor refused"
     for t in treatments:
         assert t.kind in (HONORED, DROPPED, REFUSED)
-        assert t.kind == HONORED or t.detail, f"{backend}: {op}.{attr} is {t.kind} without saying why"
+        assert t.kind == HONORED or t.detail, f"{backend}: {op.name}.{attr} is {t.kind} without saying why"
 
 
-def test_tables_reject_names_the_ir_does_not_have():
+def test_tables_reject_ops_and_attributes_the_ir_does_not_have():
     rules = Rules("test")
-    with pytest.raises(ValueError, match="no IR op 'frobnicate'"):
-        rules.rule("frobnicate")
+    with pytest.raises(ValueError, match="is not an IR op of lowering/ir/ops.py"):
+        rules.rule(OpDef("frobnicate", ()))
     with pytest.raises(ValueError, match="op 'load' has no attribute 'colour'"):
-        rules.drops("load", "colour", why="no")
-    rules.rule("load")(lambda g, op: "x")
+        rules.drops(ops.LOAD, "colour", why="no")
+    rules.rule(ops.LOAD)(lambda g, op: "x")
     with pytest.raises(ValueError, match="two lower rules for op 'load'"):
-        rules.rule("load")(lambda g, op: "y")
+        rules.rule(ops.LOAD)(lambda g, op: "y")
 
 
-def _op(name, **attrs):
-    return Op(name, [], [], attrs, loc=Loc("kernel.py", 12))
+def _op(defn, **attrs):
+    """A `defn` op at kernel.py:12, its operands absent (None) and its variadic groups empty."""
+    operands = [None for name in defn.operands if not name.startswith("*")]
+    return Op(defn, operands, [], attrs, loc=Loc("kernel.py", 12))
 
 
 def test_an_unsupported_op_is_an_error_with_its_declared_reason():
     rules = Rules("test")
-    rules.unsupported("dot", "no matrix units here")
+    rules.unsupported(ops.DOT, "no matrix units here")
     with pytest.raises(UnsupportedConstruct, match=r"kernel.py:12: \[test\] backend 'test' cannot express "
                                                    r"tl.dot: no matrix units here"):
-        rules.get(_op("dot"))
+        rules.get(_op(ops.DOT))
 
 
 class _Kernel:
@@ -69,16 +73,16 @@ class _Kernel:
 
 def test_dropped_and_refused_attributes():
     rules = Rules("test")
-    rules.drops("load", "cache_modifier", "eviction_policy", why="hint dropped here")
-    rules.honors("load", "volatile")
-    rules.refuses("dot", "input_precision", why="products are TF32 here", when=lambda v: v == "ieee")
-    notes = rules.check_attributes(_Kernel(_op("load", cache_modifier=".cg", eviction_policy="evict_last",
-                                                volatile=True), _op("load", cache_modifier=""),
-                                           _op("dot", input_precision="tf32")))
+    rules.drops(ops.LOAD, "cache_modifier", "eviction_policy", why="hint dropped here")
+    rules.honors(ops.LOAD, "volatile")
+    rules.refuses(ops.DOT, "input_precision", why="products are TF32 here", when=lambda v: v is InputPrecision.IEEE)
+    notes = rules.check_attributes(_Kernel(_op(ops.LOAD, cache_modifier=".cg", eviction_policy="evict_last",
+                                                volatile=True), _op(ops.LOAD, cache_modifier=""),
+                                           _op(ops.DOT, input_precision=InputPrecision.TF32)))
     assert notes == ["line 12: tl.load(cache_modifier='.cg', eviction_policy='evict_last'): hint dropped here"]
     with pytest.raises(UnsupportedConstruct, match=r"kernel.py:12: .*tl.dot\(input_precision='ieee'\): "
                                                    r"products are TF32 here"):
-        rules.check_attributes(_Kernel(_op("dot", input_precision="ieee")))
+        rules.check_attributes(_Kernel(_op(ops.DOT, input_precision=InputPrecision.IEEE)))
 
 
 @tle.jit
@@ -145,7 +149,7 @@ def test_tilelang_refuses_a_volatile_load():
 
 def test_an_op_another_pass_rewrites_counts_as_lowered_and_never_reaches_the_rules():
     rules = Rules("test")
-    rules.rewritten("descriptor_load", by="transforms.expand_descriptors")
-    assert rules.has_rule("descriptor_load") and not rules.unsupported_reason("descriptor_load")
+    rules.rewritten(ops.DESCRIPTOR_LOAD, by="transforms.expand_descriptors")
+    assert rules.has_rule(ops.DESCRIPTOR_LOAD) and not rules.unsupported_reason(ops.DESCRIPTOR_LOAD)
     with pytest.raises(AssertionError, match="should have been rewritten by transforms.expand_descriptors"):
-        rules.get(_op("descriptor_load"))
+        rules.get(_op(ops.DESCRIPTOR_LOAD))

@@ -11,6 +11,7 @@ import triton.language as tl
 import tle
 from tle.errors import LaunchError
 from tle.lowering.errors import LoweringError, UnsupportedConstruct
+from tle.lowering.ir import ops
 from tle.lowering.tilelang import warp_group_code
 from tle.lowering.tilelang.interpreter import InterpreterError
 
@@ -79,9 +80,9 @@ def _tilelang_source(kernel=two_consumers, **kw):
 def test_ops_in_a_warp_group_block_carry_its_index_and_the_kernel_its_registers():
     q, kv, out = _inputs()
     ir = two_consumers.lower(q, kv, out, STEPS, M=M, N=N, D=D, grid=(1,), backend="triton", num_warps=12).kernel
-    groups = {op.attrs.get("warp_group") for op in ir.walk() if op.name == "dot"}
+    groups = {op.attrs.get("warp_group") for op in ir.walk() if op.defn is ops.DOT}
     assert groups == {1, 2}
-    assert not any("warp_group" in op.attrs for op in ir.body.ops if op.name == "for")   # the loop is everyone's
+    assert not any("warp_group" in op.attrs for op in ir.body.ops if op.defn is ops.FOR)   # the loop is everyone's
     assert ir.warp_groups == {0: 56, 1: 224, 2: 224}
 
 
