@@ -19,9 +19,13 @@ from ..ir.ops import BinaryOp, CmpPred, Trait, ops_of, with_trait
 from .induction import _Emitter, _defined_inside, _is_const, _replace_uses
 
 _FLIP = {CmpPred.GE: CmpPred.LE, CmpPred.GT: CmpPred.LT}
-# the memory writes that may not stand in the loop body beside the branch: they would go on after the guard turns
-# false
-_WRITES = ops_of(ops.STORE, ops.ATOMIC, ops.ATOMIC_CAS)
+
+
+def _lost_when_skipped(op: Op) -> bool:
+    """Whether a step the bound skips would lose what `op` does beside the branch: an effect other than reading
+    memory or making a buffer's next version (whose results the skipped steps would not use), such as a store,
+    an atomic, a copy to global memory, a print or a raw call."""
+    return op.defn.has_effect and not (op.has(Trait.READS) or op.has(Trait.BUFFER_WRITE))
 
 
 def _scaled_iv(v: Value, iv: Value) -> int | None:
@@ -80,7 +84,7 @@ def match_guard(loop: Op):
     if any(o.defn is not ops.YIELD for o in else_blk.ops) or \
             list(else_blk.terminator.operands if else_blk.terminator else []) != list(carried):
         return None
-    if any(o.defn in _WRITES for o in body.ops if o is not guard):
+    if any(_lost_when_skipped(o) for o in body.ops if o is not guard):
         return None
     g = _guard(guard.operand("cond"), iv, body)
     if g is None:

@@ -230,3 +230,28 @@ def test_cache_hints_dropped_by_tilelang_with_a_note():
         "loads and stores into registers take no cache hints",
         f"line {line + 4}: tl.store(eviction_policy='evict_last'): hint dropped, TileLang's loads and stores into "
         "registers take no cache hints"]
+
+
+@tle.jit
+def guarded_sum_copying_each_step(x_ptr, out_ptr, steps_ptr, limit, N: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    buf = tle.gpu.alloc([BLOCK], tl.float32)
+    tle.gpu.local_store(buf, tl.full([BLOCK], 1.0, tl.float32))
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for i in tl.range(N, num_stages=0):
+        tle.gpu.copy(buf, steps_ptr + i * BLOCK + offs, [BLOCK])     # every step, guard or not
+        if i * BLOCK <= limit:
+            acc += tl.load(x_ptr + i * BLOCK + offs)
+    tl.store(out_ptr + offs, acc)
+
+
+@pytest.mark.parametrize("backend", ["triton", "tilelang"])
+def test_a_guarded_loop_with_an_effect_beside_the_branch_keeps_every_step(backend):
+    """The loop bound would skip the steps after the guard turns false: a write beside the branch (here a
+    tle.gpu.copy to global memory) keeps the loop as written."""
+    n, block, limit = 4, 16, 16
+    x = torch.randn(n * block)
+    out, steps = torch.full((block,), float("nan")), torch.full((n * block,), float("nan"))
+    run_on(backend, guarded_sum_copying_each_step, (1,), x, out, steps, limit, N=n, BLOCK=block)
+    torch.testing.assert_close(out, _reference(x, limit, n, block))
+    torch.testing.assert_close(steps, torch.ones(n * block))
