@@ -43,7 +43,7 @@ def row_gather(gen: Context, op: Op, threads: int) -> RowGather | None:
     gathered = acc.kind == "gather" and len(off.data) == 1 and off.data[0][1] == (0,)
     if not (gathered or acc.kind == "box") or off.axis_coef(1) != 1:
         return None
-    if not g.arg[acc.param.value.id].aligned16:
+    if not gen.arg[acc.param.value.id].aligned16:
         return None                 # the offsets below are aligned; the tensor's own address must be too
     chunk = _CHUNK_BYTES * 8 // ptr.type.elem.elem.bits
     rows, cols = ptr.type.shape
