@@ -15,9 +15,9 @@ import triton.language as tl
 import tle
 from tle.kernels.activation_math import (activation, activation_and_grad, gelu_activation, reference_activation,
                                          torch_activation, torch_activation_and_grad)
-from tle.oplib import BenchSpec, Operator, Sample, check_float, check_kernel_dtypes, resolve
+from tle.oplib import BenchSpec, Operator, Sample, check_float, check_kernel_dtypes
 from tle.oplib.arith import cdiv, next_power_of_2
-from tle.oplib.dispatch import custom_op
+from tle.oplib.recipe import Recipe, Stage
 from tle.oplib.rows import torch_compute_dtype
 
 BLOCK = 2048          # elements per program: 16 per thread at 4 warps
@@ -86,14 +86,6 @@ def _kernel_backward(dy, x, act, backend):
     return dx
 
 
-def _forward(x, act, backend):
-    return _torch_forward(x, act) if backend == "torch" else _kernel_forward(x, act, backend)
-
-
-def _backward(dy, x, act, backend):
-    return _torch_backward(dy, x, act) if backend == "torch" else _kernel_backward(dy, x, act, backend)
-
-
 # -- example launches (tle show / compare, the kernel tests and goldens) -----------------------------------
 def _example_n(size):
     return (33 * 1000 + 7, torch.float32) if size == "small" else (32768 * 8192, torch.bfloat16)
@@ -123,71 +115,42 @@ def _bwd_example(device, size):
                       bytes=3 * n * x.element_size(), label=f"gelu tanh backward {n} {str(dtype)[6:]}")
 
 
-# -- the custom ops -----------------------------------------------------------------------------------------
-@custom_op("tle::gelu")
-def _gelu_op(x: torch.Tensor, approximate: str, backend: str) -> torch.Tensor:
-    return _forward(x, gelu_activation(approximate), backend)
+# -- the operators' recipes: their custom ops and autograd -------------------------------------------------
+def _gelu(run, x: torch.Tensor, approximate: str) -> torch.Tensor:
+    return run(x, gelu_activation(approximate))
 
 
-@_gelu_op.register_fake
-def _(x, approximate, backend):
-    return x.new_empty(x.shape)
+def _gelu_backward(run, dy: torch.Tensor, x: torch.Tensor, approximate: str) -> torch.Tensor:
+    return run(dy, x, gelu_activation(approximate))
 
 
-@custom_op("tle::gelu_backward")
-def _gelu_backward_op(dy: torch.Tensor, x: torch.Tensor, approximate: str, backend: str) -> torch.Tensor:
-    return _backward(dy, x, gelu_activation(approximate), backend)
+def _silu(run, x: torch.Tensor) -> torch.Tensor:
+    return run(x, "silu")
 
 
-@_gelu_backward_op.register_fake
-def _(dy, x, approximate, backend):
-    return x.new_empty(x.shape)
+def _silu_backward(run, dy: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    return run(dy, x, "silu")
 
 
-def _gelu_setup_context(ctx, inputs, output):
-    x, ctx.approximate, ctx.backend = inputs
+def _save_input(ctx, inputs, y):
+    x, *ctx.attributes = inputs          # gelu's approximate, or nothing
     ctx.save_for_backward(x)
 
 
-def _gelu_autograd(ctx, dy):
-    x, = ctx.saved_tensors
-    return _gelu_backward_op(dy, x, ctx.approximate, ctx.backend), None, None
+def _grads(ctx, backward, dy):
+    return (backward(dy, *ctx.saved_tensors, *ctx.attributes),)
 
 
-_gelu_op.register_autograd(_gelu_autograd, setup_context=_gelu_setup_context)
-
-
-@custom_op("tle::silu")
-def _silu_op(x: torch.Tensor, backend: str) -> torch.Tensor:
-    return _forward(x, "silu", backend)
-
-
-@_silu_op.register_fake
-def _(x, backend):
-    return x.new_empty(x.shape)
-
-
-@custom_op("tle::silu_backward")
-def _silu_backward_op(dy: torch.Tensor, x: torch.Tensor, backend: str) -> torch.Tensor:
-    return _backward(dy, x, "silu", backend)
-
-
-@_silu_backward_op.register_fake
-def _(dy, x, backend):
-    return x.new_empty(x.shape)
-
-
-def _silu_setup_context(ctx, inputs, output):
-    x, ctx.backend = inputs
-    ctx.save_for_backward(x)
-
-
-def _silu_autograd(ctx, dy):
-    x, = ctx.saved_tensors
-    return _silu_backward_op(dy, x, ctx.backend), None
-
-
-_silu_op.register_autograd(_silu_autograd, setup_context=_silu_setup_context)
+GELU_OP = Recipe("gelu", forward=Stage(torch=_torch_forward, kernels=_kernel_forward, adapt=_gelu,
+                                       fake=lambda x, approximate: x.new_empty(x.shape)),
+                 backward=Stage(torch=_torch_backward, kernels=_kernel_backward, adapt=_gelu_backward,
+                                fake=lambda dy, x, approximate: x.new_empty(x.shape)),
+                 save=_save_input, grads=_grads)
+SILU_OP = Recipe("silu", forward=Stage(torch=_torch_forward, kernels=_kernel_forward, adapt=_silu,
+                                       fake=lambda x: x.new_empty(x.shape)),
+                 backward=Stage(torch=_torch_backward, kernels=_kernel_backward, adapt=_silu_backward,
+                                fake=lambda dy, x: x.new_empty(x.shape)),
+                 save=_save_input, grads=_grads)
 
 
 # -- the public surface -------------------------------------------------------------------------------------
@@ -195,17 +158,17 @@ def gelu(x: torch.Tensor, approximate: str = "none", *, backend: str | None = No
     """torch.nn.functional.gelu: x * Phi(x), or its tanh approximation with approximate="tanh"."""
     check_float(x, "x")
     gelu_activation(approximate)
-    b = resolve("gelu", x.device, backend, fallback=fallback)
+    b = GELU_OP.resolve(x.device, backend, fallback)
     check_kernel_dtypes("gelu", b, x=x)
-    return _gelu_op(x, approximate, b)
+    return GELU_OP(x, approximate, backend=b)
 
 
 def silu(x: torch.Tensor, *, backend: str | None = None, fallback: str | None = None):
     """torch.nn.functional.silu: x * sigmoid(x)."""
     check_float(x, "x")
-    b = resolve("silu", x.device, backend, fallback=fallback)
+    b = SILU_OP.resolve(x.device, backend, fallback)
     check_kernel_dtypes("silu", b, x=x)
-    return _silu_op(x, b)
+    return SILU_OP(x, backend=b)
 
 
 class GELU(torch.nn.Module):

@@ -24,9 +24,9 @@ import torch
 import triton.language as tl
 
 import tle
-from tle.oplib import BenchSpec, Operator, Sample, as_rows, check_float, check_kernel_dtypes, resolve
+from tle.oplib import BenchSpec, Operator, Sample, as_rows, check_float, check_kernel_dtypes
 from tle.oplib.arith import cdiv, next_power_of_2
-from tle.oplib.dispatch import custom_op
+from tle.oplib.recipe import Recipe, Stage
 from tle.oplib.rows import torch_compute_dtype
 
 REDUCTIONS = ("none", "mean", "sum")
@@ -412,47 +412,35 @@ def _bwd_example(device, size):
                       bytes=4 * m * n * x.element_size(), label=label)
 
 
-# -- the custom ops -----------------------------------------------------------------------------------------
-@custom_op("tle::binary_cross_entropy_with_logits")
-def _bce_op(logits: torch.Tensor, target: torch.Tensor, weight: Optional[torch.Tensor],
-            pos_weight: Optional[torch.Tensor], reduction: str, backend: str) -> torch.Tensor:
-    if backend == "torch":
-        return _torch_forward(logits, target, weight, pos_weight, reduction).contiguous()
-    return _kernel_forward(logits, target, weight, pos_weight, reduction, backend)
+# -- the operator's recipe: its custom ops and autograd ---------------------------------------------------
+def _contiguous(run, logits: torch.Tensor, target: torch.Tensor, weight: Optional[torch.Tensor],
+                pos_weight: Optional[torch.Tensor], reduction: str) -> torch.Tensor:
+    return run(logits, target, weight, pos_weight, reduction).contiguous()
 
 
-@_bce_op.register_fake
-def _(logits, target, weight, pos_weight, reduction, backend):
-    return logits.new_empty(logits.shape if reduction == "none" else ())
+def _backward_contiguous(run, grad: torch.Tensor, logits: torch.Tensor, target: torch.Tensor,
+                         weight: Optional[torch.Tensor], pos_weight: Optional[torch.Tensor],
+                         reduction: str) -> torch.Tensor:
+    return run(grad, logits, target, weight, pos_weight, reduction).contiguous()
 
 
-@custom_op("tle::binary_cross_entropy_with_logits_backward")
-def _bce_backward_op(grad: torch.Tensor, logits: torch.Tensor, target: torch.Tensor, weight: Optional[torch.Tensor],
-                     pos_weight: Optional[torch.Tensor], reduction: str, backend: str) -> torch.Tensor:
-    if backend == "torch":
-        return _torch_backward(grad, logits, target, weight, pos_weight, reduction).contiguous()
-    return _kernel_backward(grad, logits, target, weight, pos_weight, reduction, backend)
-
-
-@_bce_backward_op.register_fake
-def _(grad, logits, target, weight, pos_weight, reduction, backend):
-    return logits.new_empty(logits.shape)
-
-
-def _setup_context(ctx, inputs, output):
-    logits, target, weight, pos_weight, reduction, backend = inputs
+def _save(ctx, inputs, loss):
+    logits, target, weight, pos_weight, ctx.reduction = inputs
     ctx.save_for_backward(logits, target, weight, pos_weight)
-    ctx.reduction, ctx.backend = reduction, backend
 
 
-def _backward(ctx, grad):
-    logits, target, weight, pos_weight = ctx.saved_tensors
-    dx = _bce_backward_op(grad, logits, target, weight, pos_weight,
-                                                                   ctx.reduction, ctx.backend)
-    return dx, None, None, None, None, None
+def _grads(ctx, backward, grad):
+    return (backward(grad, *ctx.saved_tensors, ctx.reduction),)
 
 
-_bce_op.register_autograd(_backward, setup_context=_setup_context)
+BCE_WITH_LOGITS = Recipe(
+    "binary_cross_entropy_with_logits",
+    forward=Stage(torch=_torch_forward, kernels=_kernel_forward, adapt=_contiguous,
+                  fake=lambda logits, target, weight, pos_weight, reduction: logits.new_empty(
+                      logits.shape if reduction == "none" else ())),
+    backward=Stage(torch=_torch_backward, kernels=_kernel_backward, adapt=_backward_contiguous,
+                   fake=lambda grad, logits, *_: logits.new_empty(logits.shape)),
+    save=_save, grads=_grads)
 
 
 # -- the public surface -------------------------------------------------------------------------------------
@@ -492,13 +480,13 @@ def binary_cross_entropy_with_logits(logits: torch.Tensor, target: torch.Tensor,
             if v is not None and v.requires_grad:
                 raise tle.LaunchError(f"'{name}' requires grad; tle.ops.binary_cross_entropy_with_logits "
                                       f"differentiates 'logits' only (detach '{name}')")
-    b = resolve("binary_cross_entropy_with_logits", logits.device, backend, fallback=fallback)
+    b = BCE_WITH_LOGITS.resolve(logits.device, backend, fallback)
     check_kernel_dtypes("binary_cross_entropy_with_logits", b, logits=logits, target=target, weight=weight,
                         pos_weight=pos_weight)
     if b != "torch" and logits.numel() >= MAX_NUMEL:
         raise tle.LaunchError(f"'logits' has {logits.numel()} elements; binary_cross_entropy_with_logits on {b} "
                               f"addresses them with 32-bit offsets (fewer than {MAX_NUMEL})")
-    return _bce_op(logits, target, weight, pos_weight, reduction, b)
+    return BCE_WITH_LOGITS(logits, target, weight, pos_weight, reduction, backend=b)
 
 
 class BCEWithLogitsLoss(torch.nn.Module):

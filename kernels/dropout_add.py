@@ -33,9 +33,9 @@ import triton.language as tl
 import tle
 from tle.kernels.philox import split_u64, stream_words, stream_words_torch
 from tle.examples import default_tolerance
-from tle.oplib import BenchSpec, Operator, Sample, check_float, check_kernel_dtypes, resolve
+from tle.oplib import BenchSpec, Operator, Sample, check_float, check_kernel_dtypes
 from tle.oplib.arith import cdiv
-from tle.oplib.dispatch import custom_op
+from tle.oplib.recipe import Recipe, Stage
 from tle.oplib.rows import torch_compute_dtype
 
 BLOCK_R = 1024            # rows of 4 elements per program: 4096 elements
@@ -187,52 +187,30 @@ def _bwd_example(device, size):
                       label=f"{rows * 4} {str(dtype)[6:]}")
 
 
-# -- the custom ops -----------------------------------------------------------------------------------------
+# -- the operator's recipe: its custom ops and autograd ---------------------------------------------------
 # seed and offset travel as int64 (the schema's int) holding their 64 unsigned bits; p = 0 means no dropout
-@custom_op("tle::dropout_add")
-def _dropout_add_op(x: torch.Tensor, residual: torch.Tensor, p: float, seed: int, offset: int,
-                    backend: str) -> torch.Tensor:
-    seed, offset = seed & U64, offset & U64
-    if x.numel() == 0:
-        return x.new_empty(x.shape)
-    if backend == "torch":
-        return _torch_forward(x, residual, p, seed, offset)
-    return _kernel_forward(x, residual, p, seed, offset, backend)
+def _unsigned(run, x: torch.Tensor, residual: torch.Tensor, p: float, seed: int, offset: int) -> torch.Tensor:
+    return run(x, residual, p, seed & U64, offset & U64) if x.numel() else x.new_empty(x.shape)
 
 
-@_dropout_add_op.register_fake
-def _(x, residual, p, seed, offset, backend):
-    return x.new_empty(x.shape)
+def _backward_unsigned(run, dy: torch.Tensor, p: float, seed: int, offset: int) -> torch.Tensor:
+    return run(dy, p, seed & U64, offset & U64) if dy.numel() else dy.new_empty(dy.shape)
 
 
-@custom_op("tle::dropout_add_backward")
-def _dropout_add_backward_op(dy: torch.Tensor, p: float, seed: int, offset: int, backend: str) -> torch.Tensor:
-    seed, offset = seed & U64, offset & U64
-    if dy.numel() == 0:
-        return dy.new_empty(dy.shape)
-    if backend == "torch":
-        return _torch_backward(dy, p, seed, offset)
-    return _kernel_backward(dy, p, seed, offset, backend)
+def _save(ctx, inputs, y):
+    _, _, ctx.p, ctx.seed, ctx.offset = inputs
 
 
-@_dropout_add_backward_op.register_fake
-def _(dy, p, seed, offset, backend):
-    return dy.new_empty(dy.shape)
+def _grads(ctx, backward, dy):
+    return (dy if ctx.p == 0.0 else backward(dy, ctx.p, ctx.seed, ctx.offset)), dy
 
 
-def _setup_context(ctx, inputs, output):
-    _, _, ctx.p, ctx.seed, ctx.offset, ctx.backend = inputs
-
-
-def _backward(ctx, dy):
-    if ctx.p == 0.0:
-        dx = dy
-    else:
-        dx = _dropout_add_backward_op(dy, ctx.p, ctx.seed, ctx.offset, ctx.backend)
-    return dx, dy, None, None, None, None
-
-
-_dropout_add_op.register_autograd(_backward, setup_context=_setup_context)
+DROPOUT_ADD = Recipe("dropout_add",
+                     forward=Stage(torch=_torch_forward, kernels=_kernel_forward, adapt=_unsigned,
+                                   fake=lambda x, *_: x.new_empty(x.shape)),
+                     backward=Stage(torch=_torch_backward, kernels=_kernel_backward, adapt=_backward_unsigned,
+                                    fake=lambda dy, *_: dy.new_empty(dy.shape)),
+                     save=_save, grads=_grads)
 
 
 # -- the randomness of seed=None ----------------------------------------------------------------------------
@@ -268,17 +246,17 @@ def dropout_add(x: torch.Tensor, residual: torch.Tensor, p: float, training: boo
     for name, v in (("seed", seed), ("offset", offset)):
         if (v is not None or name == "offset") and (isinstance(v, bool) or not isinstance(v, int)):
             raise tle.LaunchError(f"'{name}' must be an int (taken modulo 2^64), got {type(v).__name__}")
-    b = resolve("dropout_add", x.device, backend, fallback=fallback)
+    b = DROPOUT_ADD.resolve(x.device, backend, fallback)
     check_kernel_dtypes("dropout_add", b, x=x, residual=residual)
     if b != "torch" and x.numel() > MAX_NUMEL:
         raise tle.LaunchError(f"'x' has {x.numel()} elements; dropout_add on {b} indexes them with int32 "
                               f"(at most {MAX_NUMEL})")
     p = float(p)
     if not training or p == 0.0:
-        return _dropout_add_op(x, residual, 0.0, 0, 0, b)
+        return DROPOUT_ADD(x, residual, 0.0, 0, 0, backend=b)
     if seed is None:
         seed, offset = draw_seed_offset(x.device, (x.numel() + 3) // 4)
-    return _dropout_add_op(x, residual, p, _as_i64(seed), _as_i64(offset), b)
+    return DROPOUT_ADD(x, residual, p, _as_i64(seed), _as_i64(offset), backend=b)
 
 
 class DropoutAdd(torch.nn.Module):

@@ -44,9 +44,9 @@ import torch
 import triton.language as tl
 
 import tle
-from tle.oplib import BenchSpec, Operator, Sample, check_float, check_kernel_dtypes, check_tensor, resolve
+from tle.oplib import BenchSpec, Operator, Sample, check_float, check_kernel_dtypes, check_tensor
 from tle.oplib.arith import cdiv, next_power_of_2
-from tle.oplib.dispatch import custom_op
+from tle.oplib.recipe import Recipe, Stage
 from tle.oplib.rows import torch_compute_dtype
 
 INDEX_DTYPES = (torch.int32, torch.int64)
@@ -379,56 +379,54 @@ def _cast_example(device, size):
                       bytes=n * (4 + dst.element_size()), label=f"{n} fp32 -> {str(dst.dtype)[6:]}")
 
 
-# -- the custom ops -----------------------------------------------------------------------------------------
-@custom_op("tle::embedding_bag_mean")
-def _embedding_bag_mean_op(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor, padding_idx: int,
-                           backward: str, backend: str) -> tuple[torch.Tensor, torch.Tensor]:
-    indices, offsets = indices.contiguous(), offsets.contiguous()
-    if backend == "torch":
-        return _torch_forward(weight, indices, offsets, padding_idx)
+# -- the operator's recipe: its custom ops and autograd ---------------------------------------------------
+def _contiguous(run, weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor, padding_idx: int,
+                backward: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the bags' means, the bags' inverse sizes); `backward` is the backward's choice, saved for it."""
+    return run(weight, indices.contiguous(), offsets.contiguous(), padding_idx)
+
+
+def _backward_contiguous(run, dy: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor,
+                         inv_counts: torch.Tensor, num_weights: int, padding_idx: int, backward: str) -> torch.Tensor:
+    return run(dy.contiguous(), indices.contiguous(), offsets.contiguous(), inv_counts, num_weights, padding_idx,
+               backward)
+
+
+def _kernel_stage(weight, indices, offsets, padding_idx, backend):
     if weight.shape[1] > 1 and weight.stride(1) != 1:
         weight = weight.contiguous()
     return _kernel_forward(weight, indices, offsets, padding_idx, backend)
 
 
-@_embedding_bag_mean_op.register_fake
-def _(weight, indices, offsets, padding_idx, backward, backend):
+def _torch_backward_stage(dy, indices, offsets, inv_counts, num_weights, padding_idx, backward):
+    return _torch_backward(dy, indices, offsets, inv_counts, num_weights, padding_idx)   # one way in torch
+
+
+def _forward_fake(weight, indices, offsets, padding_idx, backward):
     n_bags = offsets.shape[0]
     return weight.new_empty((n_bags, weight.shape[1])), weight.new_empty(n_bags, dtype=torch_compute_dtype(weight))
 
 
-@custom_op("tle::embedding_bag_mean_backward")
-def _embedding_bag_mean_backward_op(dy: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor,
-                                    inv_counts: torch.Tensor, num_weights: int, padding_idx: int, backward: str,
-                                    backend: str) -> torch.Tensor:
-    dy, indices, offsets = dy.contiguous(), indices.contiguous(), offsets.contiguous()
-    if backend == "torch":
-        return _torch_backward(dy, indices, offsets, inv_counts, num_weights, padding_idx)
-    return _kernel_backward(dy, indices, offsets, inv_counts, num_weights, padding_idx, backward, backend)
-
-
-@_embedding_bag_mean_backward_op.register_fake
-def _(dy, indices, offsets, inv_counts, num_weights, padding_idx, backward, backend):
-    return dy.new_empty((num_weights, dy.shape[1]))
-
-
-def _setup_context(ctx, inputs, output):
-    weight, indices, offsets, padding_idx, backward, backend = inputs
+def _save(ctx, inputs, output):
+    weight, indices, offsets, ctx.padding_idx, ctx.backward = inputs
     ctx.save_for_backward(indices, offsets, output[1])
-    ctx.num_weights, ctx.padding_idx, ctx.backward, ctx.backend = weight.shape[0], padding_idx, backward, backend
+    ctx.num_weights = weight.shape[0]
     ctx.set_materialize_grads(False)     # no zeros made on the host for the bag sizes' unused gradient
 
 
-def _backward(ctx, dy, _dinv_counts):
+def _grads(ctx, backward, dy, _dinv_counts):
     if dy is None:
-        return None, None, None, None, None, None
-    indices, offsets, inv_counts = ctx.saved_tensors
-    dw = _embedding_bag_mean_backward_op(dy, indices, offsets, inv_counts, ctx.num_weights,
-                                                   ctx.padding_idx, ctx.backward, ctx.backend)
-    return dw, None, None, None, None, None
+        return ()
+    return (backward(dy, *ctx.saved_tensors, ctx.num_weights, ctx.padding_idx, ctx.backward),)
 
 
-_embedding_bag_mean_op.register_autograd(_backward, setup_context=_setup_context)
+EMBEDDING_BAG_MEAN = Recipe(
+    "embedding_bag_mean",
+    forward=Stage(torch=_torch_forward, kernels=_kernel_stage, adapt=_contiguous, fake=_forward_fake),
+    backward=Stage(torch=_torch_backward_stage, kernels=_kernel_backward, adapt=_backward_contiguous,
+                   fake=lambda dy, indices, offsets, inv_counts, num_weights, *_: dy.new_empty((num_weights,
+                                                                                               dy.shape[1]))),
+    save=_save, grads=_grads)
 
 
 # -- the public surface -------------------------------------------------------------------------------------
@@ -480,9 +478,9 @@ def embedding_bag_mean(weight: torch.Tensor, indices: torch.Tensor, offsets: tor
     pad = _padding(padding_idx, num_weights)
     if weight.device.type == "cpu":
         _check_offsets_on_cpu(indices, offsets, num_weights)
-    b = resolve("embedding_bag_mean", weight.device, backend, fallback=fallback)
+    b = EMBEDDING_BAG_MEAN.resolve(weight.device, backend, fallback)
     check_kernel_dtypes("embedding_bag_mean", b, weight=weight)
-    out, _ = _embedding_bag_mean_op(weight, indices, offsets, pad, backward, b)
+    out, _ = EMBEDDING_BAG_MEAN(weight, indices, offsets, pad, backward, backend=b)
     return out
 
 

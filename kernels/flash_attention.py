@@ -32,9 +32,9 @@ import torch
 import triton.language as tl
 
 import tle
-from tle.oplib import BenchSpec, Operator, Sample, check_tensor, resolve
+from tle.oplib import BenchSpec, Operator, Sample, check_tensor
 from tle.oplib.arith import cdiv
-from tle.oplib.dispatch import custom_op
+from tle.oplib.recipe import Recipe, Stage
 from tle.oplib.rows import torch_compute_dtype
 from tle.oplib.tensors import targets_sm90
 
@@ -550,55 +550,52 @@ def _torch_backward(do, q, k, v, out, lse, cu_q, cu_k, causal, scale):
     return dq, dk, dv
 
 
-# -- the custom ops -----------------------------------------------------------------------------------------
-@custom_op("tle::flash_attention")
-def _flash_attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor | None,
-                        cu_seqlens_k: torch.Tensor | None, max_seqlen_q: int, max_seqlen_k: int, causal: bool,
-                        scale: float, backend: str) -> tuple[torch.Tensor, torch.Tensor]:
-    if backend == "torch":
-        return _torch_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, scale)
-    return _kernel_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale, backend)
+# -- the operator's recipe: its custom ops and autograd ---------------------------------------------------
+def _attention(run, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor | None,
+               cu_seqlens_k: torch.Tensor | None, max_seqlen_q: int, max_seqlen_k: int, causal: bool,
+               scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    return run(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale)
 
 
-@_flash_attention_op.register_fake
-def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale, backend):
+def _attention_backward(run, do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                        lse: torch.Tensor, cu_seqlens_q: torch.Tensor | None, cu_seqlens_k: torch.Tensor | None,
+                        max_seqlen_q: int, max_seqlen_k: int, causal: bool,
+                        scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    do = do if do.stride(-1) == 1 else do.contiguous()
+    return run(do, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale)
+
+
+def _torch_stage(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale):     # the longest sequences size grids only
+    return _torch_forward(q, k, v, cu_q, cu_k, causal, scale)
+
+
+def _torch_backward_stage(do, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, causal, scale):
+    return _torch_backward(do, q, k, v, out, lse, cu_q, cu_k, causal, scale)
+
+
+def _forward_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale):
     pr = Problem(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     return q.new_empty(q.shape), q.new_empty(pr.lse_shape(q), dtype=torch.float32)
 
 
-@custom_op("tle::flash_attention_backward")
-def _flash_attention_backward_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                                 out: torch.Tensor, lse: torch.Tensor, cu_seqlens_q: torch.Tensor | None,
-                                 cu_seqlens_k: torch.Tensor | None, max_seqlen_q: int, max_seqlen_k: int,
-                                 causal: bool, scale: float, backend: str
-                                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    do = do if do.stride(-1) == 1 else do.contiguous()
-    if backend == "torch":
-        return _torch_backward(do, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, causal, scale)
-    return _kernel_backward(do, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal,
-                            scale, backend)
-
-
-@_flash_attention_backward_op.register_fake
-def _(do, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale, backend):
-    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
-
-
-def _setup_context(ctx, inputs, output):
-    q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, backend = inputs
+def _save(ctx, inputs, output):
+    q, k, v, cu_q, cu_k, *ctx.args = inputs
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k)
-    ctx.args = (max_q, max_k, causal, scale, backend)
     ctx.mark_non_differentiable(lse)
 
 
-def _backward(ctx, dout, _dlse):
+def _grads(ctx, backward, dout, _dlse):
     q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
-    dq, dk, dv = _flash_attention_backward_op(dout, q, k, v, out, lse, cu_q, cu_k, *ctx.args)
-    return dq, dk, dv, None, None, None, None, None, None, None
+    return backward(dout, q, k, v, out, lse, cu_q, cu_k, *ctx.args)
 
 
-_flash_attention_op.register_autograd(_backward, setup_context=_setup_context)
+FLASH_ATTENTION = Recipe(
+    "flash_attention",
+    forward=Stage(torch=_torch_stage, kernels=_kernel_forward, adapt=_attention, fake=_forward_fake),
+    backward=Stage(torch=_torch_backward_stage, kernels=_kernel_backward, adapt=_attention_backward,
+                   fake=lambda do, q, k, v, *_: (q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape))),
+    save=_save, grads=_grads)
 
 
 # -- example launches (tle show / compare, the kernel tests and goldens) ----------------------------------------
@@ -789,11 +786,11 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         if max_seqlen_q is not None or max_seqlen_k is not None:
             raise tle.LaunchError("'max_seqlen_q' / 'max_seqlen_k' go with packed inputs (cu_seqlens_q/_k)")
         max_seqlen_q, max_seqlen_k = q.shape[1], k.shape[1]
-    b = resolve("flash_attention", q.device, backend, fallback=fallback)
+    b = FLASH_ATTENTION.resolve(q.device, backend, fallback)
     check_kernel_inputs("flash_attention", b, cu_seqlens_q.shape[0] - 1 if varlen else q.shape[0], q=q, k=k, v=v)
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
-    out, lse = _flash_attention_op(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale,
-                                   b)
+    out, lse = FLASH_ATTENTION(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale,
+                               backend=b)
     return (out, lse) if return_lse else out
 
 

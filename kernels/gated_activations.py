@@ -22,8 +22,8 @@ import triton.language as tl
 import tle
 from tle.kernels.activation_math import (activation, activation_and_grad, gelu_activation, reference_activation,
                                          torch_activation, torch_activation_and_grad)
-from tle.oplib import BenchSpec, Operator, Sample, as_rows, check_float, check_kernel_dtypes, resolve
-from tle.oplib.dispatch import custom_op
+from tle.oplib import BenchSpec, Operator, Sample, as_rows, check_float, check_kernel_dtypes
+from tle.oplib.recipe import Recipe, Stage
 from tle.oplib.rows import box_config, box_grid, int32_row_chunks, torch_compute_dtype
 
 
@@ -104,43 +104,39 @@ def _kernel_backward(dy, g, v, v_off, dg, dv, dv_off, act, backend):
             dv_off, r1 - r0, n, col_blocks, BLOCK_M=block_m, BLOCK_N=block_n, ACT=act, backend=backend, num_warps=warps)
 
 
-def _forward(gate, value, act, backend):
-    """y of [..., D] from the gate and value ([..., D] each), or from the packed gate ([..., 2D], value None)."""
+# Each stage on rows, in torch and on the kernels; value None: gate is the packed [rows, 2D] tensor.
+def _torch_stage(gate, value, act):
     if value is None:
-        d = gate.shape[-1] // 2
-        x2 = as_rows(gate, "x")
-        if backend == "torch":
-            # contiguous halves: torch's vectorized CPU kernels can round a strided view's elements differently
-            # from the same elements of a contiguous tensor, and the two forms must agree bit for bit
-            y = _torch_forward(x2[:, :d].contiguous(), x2[:, d:].contiguous(), act)
-        else:
-            y = _kernel_forward(x2[:, :d], x2, d, act, backend)
-        return y.reshape(*gate.shape[:-1], d)
-    g2, v2 = as_rows(gate, "gate"), as_rows(value, "value")
-    y = _torch_forward(g2, v2, act) if backend == "torch" else _kernel_forward(g2, v2, 0, act, backend)
-    return y.reshape(gate.shape)
+        d = gate.shape[1] // 2
+        # contiguous halves: torch's vectorized CPU kernels can round a strided view's elements differently
+        # from the same elements of a contiguous tensor, and the two forms must agree bit for bit
+        gate, value = gate[:, :d].contiguous(), gate[:, d:].contiguous()
+    return _torch_forward(gate, value, act)
 
 
-def _backward(dy, gate, value, act, backend):
-    """(dgate, dvalue), or for the packed form (dx [..., 2D], an empty placeholder)."""
-    dy2 = as_rows(dy, "dy")
+def _kernel_stage(gate, value, act, backend):
     if value is None:
-        d = gate.shape[-1] // 2
-        x2 = as_rows(gate, "x")
-        if backend == "torch":
-            dx = torch.cat(_torch_backward(dy2, x2[:, :d].contiguous(), x2[:, d:].contiguous(), act), dim=1)
-        else:
-            dx = torch.empty((x2.shape[0], 2 * d), device=gate.device, dtype=gate.dtype)
-            _kernel_backward(dy2, x2[:, :d], x2, d, dx[:, :d], dx, d, act, backend)
-        return dx.reshape(gate.shape), gate.new_empty(0)
-    g2, v2 = as_rows(gate, "gate"), as_rows(value, "value")
-    if backend == "torch":
-        dg, dv = _torch_backward(dy2, g2, v2, act)
-    else:
-        dg = torch.empty(g2.shape, device=gate.device, dtype=gate.dtype)
-        dv = torch.empty(v2.shape, device=value.device, dtype=value.dtype)
-        _kernel_backward(dy2, g2, v2, 0, dg, dv, 0, act, backend)
-    return dg.reshape(gate.shape), dv.reshape(value.shape)
+        return _kernel_forward(gate[:, :gate.shape[1] // 2], gate, gate.shape[1] // 2, act, backend)
+    return _kernel_forward(gate, value, 0, act, backend)
+
+
+def _torch_backward_stage(dy, gate, value, act):
+    """(dgate, dvalue), or for the packed form (dx [rows, 2D], None)."""
+    if value is None:
+        d = gate.shape[1] // 2
+        return torch.cat(_torch_backward(dy, gate[:, :d].contiguous(), gate[:, d:].contiguous(), act), dim=1), None
+    return _torch_backward(dy, gate, value, act)
+
+
+def _kernel_backward_stage(dy, gate, value, act, backend):
+    dg = torch.empty(gate.shape, device=gate.device, dtype=gate.dtype)
+    if value is None:
+        d = gate.shape[1] // 2
+        _kernel_backward(dy, gate[:, :d], gate, d, dg[:, :d], dg, d, act, backend)
+        return dg, None
+    dv = torch.empty(value.shape, device=value.device, dtype=value.dtype)
+    _kernel_backward(dy, gate, value, 0, dg, dv, 0, act, backend)
+    return dg, dv
 
 
 # -- example launches (tle show / compare, the kernel tests and goldens) -----------------------------------
@@ -186,100 +182,87 @@ def _bwd_example(device, size):
                       label=f"geglu backward {m}x{n} {str(dtype)[6:]}")
 
 
-# -- the custom ops -----------------------------------------------------------------------------------------
-def _fake_forward(gate, value):
+# -- the operators' recipes: their custom ops and autograd -------------------------------------------------
+def _by_rows(run, gate, value, act):
+    """y of [..., D] from the gate and value ([..., D] each), or from the packed gate ([..., 2D], value None)."""
+    if value is None:
+        return run(as_rows(gate, "x"), None, act).reshape(*gate.shape[:-1], gate.shape[-1] // 2)
+    return run(as_rows(gate, "gate"), as_rows(value, "value"), act).reshape(gate.shape)
+
+
+def _backward_by_rows(run, dy, gate, value, act):
+    """(dgate, dvalue), or for the packed form (dx [..., 2D], an empty placeholder)."""
+    if value is None:
+        dx, _ = run(as_rows(dy, "dy"), as_rows(gate, "x"), None, act)
+        return dx.reshape(gate.shape), gate.new_empty(0)
+    dg, dv = run(as_rows(dy, "dy"), as_rows(gate, "gate"), as_rows(value, "value"), act)
+    return dg.reshape(gate.shape), dv.reshape(value.shape)
+
+
+def _swiglu(run, gate: torch.Tensor, value: Optional[torch.Tensor]) -> torch.Tensor:
+    return _by_rows(run, gate, value, "silu")
+
+
+def _swiglu_backward(run, dy: torch.Tensor, gate: torch.Tensor,
+                     value: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    return _backward_by_rows(run, dy, gate, value, "silu")
+
+
+def _geglu(run, gate: torch.Tensor, value: Optional[torch.Tensor], approximate: str) -> torch.Tensor:
+    return _by_rows(run, gate, value, gelu_activation(approximate))
+
+
+def _geglu_backward(run, dy: torch.Tensor, gate: torch.Tensor, value: Optional[torch.Tensor],
+                    approximate: str) -> tuple[torch.Tensor, torch.Tensor]:
+    return _backward_by_rows(run, dy, gate, value, gelu_activation(approximate))
+
+
+def _fake_forward(gate, value, *_):
     shape = gate.shape if value is not None else (*gate.shape[:-1], gate.shape[-1] // 2)
     return gate.new_empty(shape)
 
 
-def _fake_backward(gate, value):
+def _fake_backward(dy, gate, value, *_):
     return gate.new_empty(gate.shape), (value.new_empty(value.shape) if value is not None else gate.new_empty(0))
 
 
-@custom_op("tle::swiglu")
-def _swiglu_op(gate: torch.Tensor, value: Optional[torch.Tensor], backend: str) -> torch.Tensor:
-    return _forward(gate, value, "silu", backend)
-
-
-@_swiglu_op.register_fake
-def _(gate, value, backend):
-    return _fake_forward(gate, value)
-
-
-@custom_op("tle::swiglu_backward")
-def _swiglu_backward_op(dy: torch.Tensor, gate: torch.Tensor, value: Optional[torch.Tensor],
-                        backend: str) -> tuple[torch.Tensor, torch.Tensor]:
-    return _backward(dy, gate, value, "silu", backend)
-
-
-@_swiglu_backward_op.register_fake
-def _(dy, gate, value, backend):
-    return _fake_backward(gate, value)
-
-
-def _swiglu_setup_context(ctx, inputs, output):
-    gate, value, ctx.backend = inputs
+def _save(ctx, inputs, y):
+    gate, value, *ctx.attributes = inputs          # geglu's approximate, or nothing
     ctx.save_for_backward(gate, value)
 
 
-def _swiglu_autograd(ctx, dy):
+def _grads(ctx, backward, dy):
     gate, value = ctx.saved_tensors
-    dg, dv = _swiglu_backward_op(dy, gate, value, ctx.backend)
-    return dg, (dv if value is not None else None), None
+    dg, dv = backward(dy, gate, value, *ctx.attributes)
+    return dg, (dv if value is not None else None)
 
 
-_swiglu_op.register_autograd(_swiglu_autograd, setup_context=_swiglu_setup_context)
-
-
-@custom_op("tle::geglu")
-def _geglu_op(gate: torch.Tensor, value: Optional[torch.Tensor], approximate: str, backend: str) -> torch.Tensor:
-    return _forward(gate, value, gelu_activation(approximate), backend)
-
-
-@_geglu_op.register_fake
-def _(gate, value, approximate, backend):
-    return _fake_forward(gate, value)
-
-
-@custom_op("tle::geglu_backward")
-def _geglu_backward_op(dy: torch.Tensor, gate: torch.Tensor, value: Optional[torch.Tensor], approximate: str,
-                       backend: str) -> tuple[torch.Tensor, torch.Tensor]:
-    return _backward(dy, gate, value, gelu_activation(approximate), backend)
-
-
-@_geglu_backward_op.register_fake
-def _(dy, gate, value, approximate, backend):
-    return _fake_backward(gate, value)
-
-
-def _geglu_setup_context(ctx, inputs, output):
-    gate, value, ctx.approximate, ctx.backend = inputs
-    ctx.save_for_backward(gate, value)
-
-
-def _geglu_autograd(ctx, dy):
-    gate, value = ctx.saved_tensors
-    dg, dv = _geglu_backward_op(dy, gate, value, ctx.approximate, ctx.backend)
-    return dg, (dv if value is not None else None), None, None
-
-
-_geglu_op.register_autograd(_geglu_autograd, setup_context=_geglu_setup_context)
+SWIGLU_OP = Recipe("swiglu",
+                   forward=Stage(torch=_torch_stage, kernels=_kernel_stage, adapt=_swiglu, fake=_fake_forward),
+                   backward=Stage(torch=_torch_backward_stage, kernels=_kernel_backward_stage,
+                                  adapt=_swiglu_backward, fake=_fake_backward),
+                   save=_save, grads=_grads)
+GEGLU_OP = Recipe("geglu",
+                  forward=Stage(torch=_torch_stage, kernels=_kernel_stage, adapt=_geglu, fake=_fake_forward),
+                  backward=Stage(torch=_torch_backward_stage, kernels=_kernel_backward_stage,
+                                 adapt=_geglu_backward, fake=_fake_backward),
+                  save=_save, grads=_grads)
 
 
 # -- the public surface -------------------------------------------------------------------------------------
-def _check(op: str, gate, value, backend, fallback) -> str:
+def _check(op: Recipe, gate, value, backend, fallback) -> str:
     if value is None:
         check_float(gate, "x", rank=tuple(range(1, 9)))
         if gate.shape[-1] % 2:
-            raise tle.LaunchError(f"'x' has shape {tuple(gate.shape)}: the packed form of {op} splits the last "
+            raise tle.LaunchError(f"'x' has shape {tuple(gate.shape)}: the packed form of {op.name} splits the last "
                                   f"dimension into gate and value halves, so it must be even")
     else:
         check_float(gate, "gate", rank=tuple(range(1, 9)))
         check_float(value, "value", device=gate.device, shape=tuple(gate.shape))
         if value.dtype != gate.dtype:
             raise tle.LaunchError(f"'value' has dtype {value.dtype}; expected gate's dtype {gate.dtype}")
-    b = resolve(op, gate.device, backend, fallback=fallback)
-    check_kernel_dtypes(op, b, gate=gate, value=value)
+    b = op.resolve(gate.device, backend, fallback)
+    check_kernel_dtypes(op.name, b, gate=gate, value=value)
     return b
 
 
@@ -287,8 +270,8 @@ def swiglu(gate: torch.Tensor, value: torch.Tensor | None = None, *, backend: st
            fallback: str | None = None) -> torch.Tensor:
     """silu(gate) * value; with `value` omitted, `gate` is the packed [..., 2D] tensor [gate | value] and the
     result is [..., D]."""
-    b = _check("swiglu", gate, value, backend, fallback)
-    return _swiglu_op(gate, value, b)
+    b = _check(SWIGLU_OP, gate, value, backend, fallback)
+    return SWIGLU_OP(gate, value, backend=b)
 
 
 def geglu(gate: torch.Tensor, value: torch.Tensor | None = None, approximate: str = "none", *,
@@ -296,8 +279,8 @@ def geglu(gate: torch.Tensor, value: torch.Tensor | None = None, approximate: st
     """gelu(gate, approximate) * value; with `value` None, `gate` is the packed [..., 2D] tensor
     [gate | value] and the result is [..., D]."""
     gelu_activation(approximate)
-    b = _check("geglu", gate, value, backend, fallback)
-    return _geglu_op(gate, value, approximate, b)
+    b = _check(GEGLU_OP, gate, value, backend, fallback)
+    return GEGLU_OP(gate, value, approximate, backend=b)
 
 
 # -- tests and benchmarks -----------------------------------------------------------------------------------

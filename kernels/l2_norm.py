@@ -16,9 +16,9 @@ import triton.language as tl
 
 import tle
 from tle.oplib import (BenchSpec, Operator, Sample, as_rows, check_float, check_int32_offsets, check_kernel_dtypes,
-                        resolve)
+                        row_stat_like)
 from tle.oplib.arith import cdiv
-from tle.oplib.dispatch import custom_op
+from tle.oplib.recipe import Recipe, Stage
 from tle.oplib.rows import forward_row_config, row_config, torch_compute_dtype
 
 MAX_COLS = 65536
@@ -148,47 +148,31 @@ def _bwd_example(device, size):
                       bytes=3 * m * n * x.element_size(), label=f"{m}x{n} {str(dtype)[6:]}")
 
 
-# -- the custom ops -----------------------------------------------------------------------------------------
-@custom_op("tle::l2_norm")
-def _l2_norm_op(x: torch.Tensor, eps: float, backend: str) -> tuple[torch.Tensor, torch.Tensor]:
-    x2 = as_rows(x, "x")
-    y, rstd = _torch_forward(x2, eps) if backend == "torch" else _kernel_forward(x2, eps, backend)
+# -- the operator's recipe: its custom ops and autograd ---------------------------------------------------
+def _by_rows(run, x: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    y, rstd = run(as_rows(x, "x"), eps)
     return y.reshape(x.shape), rstd
 
 
-@_l2_norm_op.register_fake
-def _(x, eps, backend):
-    rows = x.numel() // x.shape[-1] if x.shape[-1] else x.shape[:-1].numel()
-    return x.new_empty(x.shape), x.new_empty(rows, dtype=torch_compute_dtype(x))
+def _backward_by_rows(run, dy: torch.Tensor, x: torch.Tensor, rstd: torch.Tensor) -> torch.Tensor:
+    return run(as_rows(dy, "dy"), as_rows(x, "x"), rstd).reshape(x.shape)
 
 
-@custom_op("tle::l2_norm_backward")
-def _l2_norm_backward_op(dy: torch.Tensor, x: torch.Tensor, rstd: torch.Tensor, backend: str) -> torch.Tensor:
-    dy2, x2 = as_rows(dy, "dy"), as_rows(x, "x")
-    dx = _torch_backward(dy2, x2, rstd) if backend == "torch" else _kernel_backward(dy2, x2, rstd, backend)
-    return dx.reshape(x.shape)
-
-
-@_l2_norm_backward_op.register_fake
-def _(dy, x, rstd, backend):
-    return x.new_empty(x.shape)
-
-
-def _setup_context(ctx, inputs, output):
-    x, eps, backend = inputs
-    ctx.save_for_backward(x, output[1])
-    ctx.backend = backend
+def _save(ctx, inputs, output):
+    ctx.save_for_backward(inputs[0], output[1])
     ctx.set_materialize_grads(False)     # no zeros made on the host for the statistics' unused gradients
 
 
-def _backward(ctx, dy, _drstd):
-    if dy is None:
-        return None, None, None
-    x, rstd = ctx.saved_tensors
-    return _l2_norm_backward_op(dy, x, rstd, ctx.backend), None, None
+def _grads(ctx, backward, dy, _drstd):
+    return (backward(dy, *ctx.saved_tensors),) if dy is not None else ()
 
 
-_l2_norm_op.register_autograd(_backward, setup_context=_setup_context)
+L2_NORM = Recipe("l2_norm",
+                 forward=Stage(torch=_torch_forward, kernels=_kernel_forward, adapt=_by_rows,
+                               fake=lambda x, eps: (x.new_empty(x.shape), row_stat_like(x))),
+                 backward=Stage(torch=_torch_backward, kernels=_kernel_backward, adapt=_backward_by_rows,
+                                fake=lambda dy, x, rstd: x.new_empty(x.shape)),
+                 save=_save, grads=_grads)
 
 
 # -- the public surface -------------------------------------------------------------------------------------
@@ -197,12 +181,12 @@ def l2_norm(x: torch.Tensor, eps: float = 1e-6, *, backend: str | None = None,
     """x * rsqrt(sum(x^2) + eps) over the last dimension of `x` (not F.normalize's x / max(||x||, eps))."""
     check_float(x, "x", rank=tuple(range(1, 9)))
     n = x.shape[-1]
-    b = resolve("l2_norm", x.device, backend, fallback=fallback)
+    b = L2_NORM.resolve(x.device, backend, fallback)
     check_kernel_dtypes("l2_norm", b, x=x)
     check_int32_offsets("l2_norm", b, "x", x)
     if b != "torch" and n > MAX_COLS:
         raise tle.LaunchError(f"'x' has {n} columns; l2_norm on {b} holds a row in one tile (at most {MAX_COLS})")
-    y, _ = _l2_norm_op(x, float(eps), b)
+    y, _ = L2_NORM(x, float(eps), backend=b)
     return y
 
 

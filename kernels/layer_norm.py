@@ -17,10 +17,10 @@ import triton.language as tl
 import tle
 from tle.kernels.column_sum import column_sum
 from tle.oplib import (BenchSpec, Operator, Sample, as_rows, check_float, check_int32_offsets, check_kernel_dtypes,
-                        programs, resolve, shared_memory_per_block)
+                        programs, shared_memory_per_block)
 from tle.oplib.arith import cdiv
-from tle.oplib.dispatch import custom_op
-from tle.oplib.rows import backward_row_config, row_config, torch_compute_dtype
+from tle.oplib.recipe import Recipe, Stage
+from tle.oplib.rows import backward_row_config, row_config, row_stat_like, torch_compute_dtype
 
 MAX_COLS = 65536
 
@@ -239,61 +239,48 @@ def _bwd_example(device, size):
                       bytes=3 * m * n * x.element_size(), label=f"{m}x{n} {str(dtype)[6:]}")
 
 
-# -- the custom ops -----------------------------------------------------------------------------------------
-@custom_op("tle::layer_norm")
-def _layer_norm_op(x: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor], eps: float,
-                   backend: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    x2 = as_rows(x, "x")
-    if backend == "torch":
-        y, mean, rstd = _torch_forward(x2, weight, bias, eps)
-    else:
-        y, mean, rstd = _kernel_forward(x2, weight, bias, eps, backend)
+# -- the operator's recipe: its custom ops and autograd ---------------------------------------------------
+def _by_rows(run, x: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor],
+             eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    y, mean, rstd = run(as_rows(x, "x"), weight, bias, eps)
     return y.reshape(x.shape), mean, rstd
 
 
-@_layer_norm_op.register_fake
-def _(x, weight, bias, eps, backend):
-    rows = x.numel() // x.shape[-1] if x.shape[-1] else x.shape[:-1].numel()
-    ct = torch_compute_dtype(x)
-    return x.new_empty(x.shape), x.new_empty(rows, dtype=ct), x.new_empty(rows, dtype=ct)
-
-
-@custom_op("tle::layer_norm_backward")
-def _layer_norm_backward_op(dy: torch.Tensor, x: torch.Tensor, weight: Optional[torch.Tensor],
-                            bias: Optional[torch.Tensor], mean: torch.Tensor, rstd: torch.Tensor,
-                            backend: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    dy2, x2 = as_rows(dy, "dy"), as_rows(x, "x")
-    if backend == "torch":
-        dx, dw, db = _torch_backward(dy2, x2, weight, bias, mean, rstd)
-    else:
-        dx, dw, db = _kernel_backward(dy2, x2, weight, bias, mean, rstd, backend)
+def _backward_by_rows(run, dy: torch.Tensor, x: torch.Tensor, weight: Optional[torch.Tensor],
+                      bias: Optional[torch.Tensor], mean: torch.Tensor,
+                      rstd: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    dx, dw, db = run(as_rows(dy, "dy"), as_rows(x, "x"), weight, bias, mean, rstd)
     return (dx.reshape(x.shape), dw if dw is not None else x.new_empty(0),
             db if db is not None else x.new_empty(0))
 
 
-@_layer_norm_backward_op.register_fake
-def _(dy, x, weight, bias, mean, rstd, backend):
+def _backward_fake(dy, x, weight, bias, mean, rstd):
     return (x.new_empty(x.shape), weight.new_empty(weight.shape) if weight is not None else x.new_empty(0),
             bias.new_empty(bias.shape) if bias is not None else x.new_empty(0))
 
 
-def _setup_context(ctx, inputs, output):
-    x, weight, bias, eps, backend = inputs
+def _save(ctx, inputs, output):
+    x, weight, bias, eps = inputs
     _, mean, rstd = output
     ctx.save_for_backward(x, weight, bias, mean, rstd)
-    ctx.backend = backend
     ctx.set_materialize_grads(False)     # no zeros made on the host for the statistics' unused gradients
 
 
-def _backward(ctx, dy, _dmean, _drstd):
+def _grads(ctx, backward, dy, _dmean, _drstd):
     if dy is None:
-        return None, None, None, None, None
+        return ()
     x, weight, bias, mean, rstd = ctx.saved_tensors
-    dx, dw, db = _layer_norm_backward_op(dy, x, weight, bias, mean, rstd, ctx.backend)
-    return dx, (dw if weight is not None else None), (db if bias is not None else None), None, None
+    dx, dw, db = backward(dy, x, weight, bias, mean, rstd)
+    return dx, (dw if weight is not None else None), (db if bias is not None else None)
 
 
-_layer_norm_op.register_autograd(_backward, setup_context=_setup_context)
+LAYER_NORM = Recipe("layer_norm",
+                    forward=Stage(torch=_torch_forward, kernels=_kernel_forward, adapt=_by_rows,
+                                  fake=lambda x, weight, bias, eps: (x.new_empty(x.shape), row_stat_like(x),
+                                                                     row_stat_like(x))),
+                    backward=Stage(torch=_torch_backward, kernels=_kernel_backward, adapt=_backward_by_rows,
+                                   fake=_backward_fake),
+                    save=_save, grads=_grads)
 
 
 # -- the public surface -------------------------------------------------------------------------------------
@@ -307,12 +294,12 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.
         check_float(weight, "weight", device=x.device, shape=(n,))
     if bias is not None:
         check_float(bias, "bias", device=x.device, shape=(n,))
-    b = resolve("layer_norm", x.device, backend, fallback=fallback)
+    b = LAYER_NORM.resolve(x.device, backend, fallback)
     check_kernel_dtypes("layer_norm", b, x=x, weight=weight, bias=bias)
     check_int32_offsets("layer_norm", b, "x", x)
     if b != "torch" and n > MAX_COLS:
         raise tle.LaunchError(f"'x' has {n} columns; layer_norm on {b} holds a row in one tile (at most {MAX_COLS})")
-    y, _, _ = _layer_norm_op(x, weight, bias, float(eps), b)
+    y, _, _ = LAYER_NORM(x, weight, bias, float(eps), backend=b)
     return y
 
 

@@ -16,10 +16,10 @@ import triton.language as tl
 import tle
 from tle.kernels.column_sum import column_sum
 from tle.oplib import (BenchSpec, Operator, Sample, as_rows, check_float, check_int32_offsets, check_kernel_dtypes,
-                        programs, resolve, shared_memory_per_block)
+                        programs, shared_memory_per_block)
 from tle.oplib.arith import cdiv
-from tle.oplib.dispatch import custom_op
-from tle.oplib.rows import backward_row_config, forward_row_config, torch_compute_dtype
+from tle.oplib.recipe import Recipe, Stage
+from tle.oplib.rows import backward_row_config, forward_row_config, row_stat_like, torch_compute_dtype
 
 MAX_COLS = 65536
 
@@ -255,64 +255,55 @@ def _bwd_example(device, size):
                       bytes=4 * m * n * h.element_size(), label=f"{m}x{n} {str(dtype)[6:]}")
 
 
-# -- the custom ops -----------------------------------------------------------------------------------------
-@custom_op("tle::rms_norm")
-def _rms_norm_op(x: torch.Tensor, weight: Optional[torch.Tensor], residual: Optional[torch.Tensor], eps: float,
-                 backend: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    x2 = as_rows(x, "x")
+# -- the operator's recipe: its custom ops and autograd ---------------------------------------------------
+def _by_rows(run, x: torch.Tensor, weight: Optional[torch.Tensor], residual: Optional[torch.Tensor],
+             eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(y, h, rstd); h is x + residual, or an empty placeholder without a residual."""
     r2 = as_rows(residual, "residual") if residual is not None else None
-    if backend == "torch":
-        y, h, rstd = _torch_forward(x2, weight, r2, eps)
-    else:
-        y, h, rstd = _kernel_forward(x2, weight, r2, eps, backend)
+    y, h, rstd = run(as_rows(x, "x"), weight, r2, eps)
     return y.reshape(x.shape), (h.reshape(x.shape) if residual is not None else x.new_empty(0)), rstd
 
 
-@_rms_norm_op.register_fake
-def _(x, weight, residual, eps, backend):
-    rows = x.numel() // x.shape[-1] if x.shape[-1] else x.shape[:-1].numel()
-    h = x.new_empty(x.shape) if residual is not None else x.new_empty(0)
-    return x.new_empty(x.shape), h, x.new_empty(rows, dtype=torch_compute_dtype(x))
-
-
-@custom_op("tle::rms_norm_backward")
-def _rms_norm_backward_op(dy: torch.Tensor, h: torch.Tensor, weight: Optional[torch.Tensor], rstd: torch.Tensor,
-                          dh: Optional[torch.Tensor], backend: str) -> tuple[torch.Tensor, torch.Tensor]:
-    dy2, h2 = as_rows(dy, "dy"), as_rows(h, "h")
+def _backward_by_rows(run, dy: torch.Tensor, h: torch.Tensor, weight: Optional[torch.Tensor], rstd: torch.Tensor,
+                      dh: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     dh2 = as_rows(dh, "dh") if dh is not None else None
-    if backend == "torch":
-        dx, dw = _torch_backward(dy2, h2, weight, rstd, dh2)
-    else:
-        dx, dw = _kernel_backward(dy2, h2, weight, rstd, dh2, backend)
+    dx, dw = run(as_rows(dy, "dy"), as_rows(h, "h"), weight, rstd, dh2)
     return dx.reshape(h.shape), (dw if dw is not None else h.new_empty(0))
 
 
-@_rms_norm_backward_op.register_fake
-def _(dy, h, weight, rstd, dh, backend):
+def _forward_fake(x, weight, residual, eps):
+    h = x.new_empty(x.shape) if residual is not None else x.new_empty(0)
+    return x.new_empty(x.shape), h, row_stat_like(x)
+
+
+def _backward_fake(dy, h, weight, rstd, dh):
     return h.new_empty(h.shape), (weight.new_empty(weight.shape) if weight is not None else h.new_empty(0))
 
 
-def _setup_context(ctx, inputs, output):
-    x, weight, residual, eps, backend = inputs
+def _save(ctx, inputs, output):
+    x, weight, residual, eps = inputs
     _, h, rstd = output
     ctx.save_for_backward(h if residual is not None else x, weight, rstd)
     ctx.has_residual = residual is not None
-    ctx.backend = backend
     ctx.set_materialize_grads(False)     # no zeros made on the host for the statistics' unused gradients
 
 
-def _backward(ctx, dy, dh, _drstd):
+def _grads(ctx, backward, dy, dh, _drstd):
     dh = dh if ctx.has_residual else None
     if dy is None and dh is None:
-        return None, None, None, None, None
+        return ()
     h, weight, rstd = ctx.saved_tensors
     if dy is None:                                       # only x + residual was used downstream
         dy = torch.zeros_like(h)
-    dx, dw = _rms_norm_backward_op(dy, h, weight, rstd, dh, ctx.backend)
-    return dx, (dw if weight is not None else None), (dx if ctx.has_residual else None), None, None
+    dx, dw = backward(dy, h, weight, rstd, dh)
+    return dx, (dw if weight is not None else None), (dx if ctx.has_residual else None)
 
 
-_rms_norm_op.register_autograd(_backward, setup_context=_setup_context)
+RMS_NORM = Recipe("rms_norm",
+                  forward=Stage(torch=_torch_forward, kernels=_kernel_forward, adapt=_by_rows, fake=_forward_fake),
+                  backward=Stage(torch=_torch_backward, kernels=_kernel_backward, adapt=_backward_by_rows,
+                                 fake=_backward_fake),
+                  save=_save, grads=_grads)
 
 
 # -- the public surface -------------------------------------------------------------------------------------
@@ -327,14 +318,14 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1
         check_float(residual, "residual", device=x.device, shape=tuple(x.shape))
         if residual.dtype != x.dtype:
             raise tle.LaunchError(f"'residual' has dtype {residual.dtype}; expected x's dtype {x.dtype}")
-    b = resolve("rms_norm", x.device, backend, fallback=fallback)
+    b = RMS_NORM.resolve(x.device, backend, fallback)
     check_kernel_dtypes("rms_norm", b, x=x, weight=weight)
     check_int32_offsets("rms_norm", b, "x", x)
     if residual is not None:
         check_int32_offsets("rms_norm", b, "residual", residual)
     if b != "torch" and n > MAX_COLS:
         raise tle.LaunchError(f"'x' has {n} columns; rms_norm on {b} holds a row in one tile (at most {MAX_COLS})")
-    y, h, _ = _rms_norm_op(x, weight, residual, float(eps), b)
+    y, h, _ = RMS_NORM(x, weight, residual, float(eps), backend=b)
     return (y, h) if residual is not None else y
 
 

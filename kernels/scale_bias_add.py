@@ -15,9 +15,9 @@ import triton.language as tl
 
 import tle
 from tle.kernels.column_sum import column_sum
-from tle.oplib import BenchSpec, Operator, Sample, as_rows, check_float, check_kernel_dtypes, programs, resolve
+from tle.oplib import BenchSpec, Operator, Sample, as_rows, check_float, check_kernel_dtypes, programs
 from tle.oplib.arith import cdiv, next_power_of_2
-from tle.oplib.dispatch import custom_op
+from tle.oplib.recipe import Recipe, Stage
 from tle.oplib.rows import box_config, box_grid, int32_row_chunks, torch_compute_dtype
 
 
@@ -106,6 +106,7 @@ def _torch_backward(dy, x, scale, bias):
 
 # -- the kernel backends: one launch per range of rows whose offsets fit an int32 ---------------------------
 def _kernel_forward(x, scale, bias, residual, backend):
+    scale, bias = scale.contiguous(), bias.contiguous()
     m, n = x.shape
     y = torch.empty((m, n), device=x.device, dtype=x.dtype)
     block_m, block_n, warps = fwd_config(n)
@@ -127,6 +128,7 @@ def _bwd_grid(device, rows: int, n_cols: int, block_m: int, block_n: int, per_sm
 
 
 def _kernel_backward(dy, x, scale, bias, backend):
+    scale = scale.contiguous()
     m, n = x.shape
     dx = torch.empty((m, n), device=x.device, dtype=x.dtype)
     if not (m and n):
@@ -189,52 +191,35 @@ def _bwd_example(device, size):
                       bytes=3 * m * n * x.element_size(), label=f"{m}x{n} {str(dtype)[6:]}")
 
 
-# -- the custom ops -----------------------------------------------------------------------------------------
-@custom_op("tle::scale_bias_add")
-def _scale_bias_add_op(x: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor, residual: torch.Tensor,
-                       backend: str) -> torch.Tensor:
-    x2, r2 = as_rows(x, "x"), as_rows(residual, "residual")
-    if backend == "torch":
-        y = _torch_forward(x2, scale, bias, r2)
-    else:
-        y = _kernel_forward(x2, scale.contiguous(), bias.contiguous(), r2, backend)
-    return y.reshape(x.shape)
+# -- the operator's recipe: its custom ops and autograd ---------------------------------------------------
+def _by_rows(run, x: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+    return run(as_rows(x, "x"), scale, bias, as_rows(residual, "residual")).reshape(x.shape)
 
 
-@_scale_bias_add_op.register_fake
-def _(x, scale, bias, residual, backend):
-    return x.new_empty(x.shape)
-
-
-@custom_op("tle::scale_bias_add_backward")
-def _scale_bias_add_backward_op(dy: torch.Tensor, x: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor,
-                                backend: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _backward_by_rows(run, dy: torch.Tensor, x: torch.Tensor, scale: torch.Tensor,
+                      bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dx, dscale, dbias); `bias` gives dbias its dtype."""
-    dy2, x2 = as_rows(dy, "dy"), as_rows(x, "x")
-    if backend == "torch":
-        dx, ds, db = _torch_backward(dy2, x2, scale, bias)
-    else:
-        dx, ds, db = _kernel_backward(dy2, x2, scale.contiguous(), bias, backend)
+    dx, ds, db = run(as_rows(dy, "dy"), as_rows(x, "x"), scale, bias)
     return dx.reshape(x.shape), ds, db
 
 
-@_scale_bias_add_backward_op.register_fake
-def _(dy, x, scale, bias, backend):
-    return x.new_empty(x.shape), scale.new_empty(scale.shape), bias.new_empty(bias.shape)
-
-
-def _setup_context(ctx, inputs, output):
-    x, scale, bias, residual, ctx.backend = inputs
+def _save(ctx, inputs, y):
+    x, scale, bias, residual = inputs
     ctx.save_for_backward(x, scale, bias)
 
 
-def _backward(ctx, dy):
-    x, scale, bias = ctx.saved_tensors
-    dx, ds, db = _scale_bias_add_backward_op(dy, x, scale, bias, ctx.backend)
-    return dx, ds, db, dy, None
+def _grads(ctx, backward, dy):
+    return (*backward(dy, *ctx.saved_tensors), dy)
 
 
-_scale_bias_add_op.register_autograd(_backward, setup_context=_setup_context)
+SCALE_BIAS_ADD = Recipe(
+    "scale_bias_add",
+    forward=Stage(torch=_torch_forward, kernels=_kernel_forward, adapt=_by_rows,
+                  fake=lambda x, scale, bias, residual: x.new_empty(x.shape)),
+    backward=Stage(torch=_torch_backward, kernels=_kernel_backward, adapt=_backward_by_rows,
+                   fake=lambda dy, x, scale, bias: (x.new_empty(x.shape), scale.new_empty(scale.shape),
+                                                    bias.new_empty(bias.shape))),
+    save=_save, grads=_grads)
 
 
 # -- the public surface -------------------------------------------------------------------------------------
@@ -259,9 +244,9 @@ def scale_bias_add(x: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor, res
     check_float(residual, "residual", device=x.device, shape=tuple(x.shape))
     if residual.dtype != x.dtype:
         raise tle.LaunchError(f"'residual' has dtype {residual.dtype}; expected x's dtype {x.dtype}")
-    b = resolve("scale_bias_add", x.device, backend, fallback=fallback)
+    b = SCALE_BIAS_ADD.resolve(x.device, backend, fallback)
     check_kernel_dtypes("scale_bias_add", b, x=x, scale=scale, bias=bias)
-    return _scale_bias_add_op(x, scale, bias, residual, b)
+    return SCALE_BIAS_ADD(x, scale, bias, residual, backend=b)
 
 
 # -- tests and benchmarks -----------------------------------------------------------------------------------

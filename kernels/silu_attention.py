@@ -29,9 +29,9 @@ from tle.kernels.flash_attention import (KERNEL_DTYPES, Problem, _sequence, chec
                                          check_kernel_inputs, cu_or_dummy, longest_sequence, nan_like, sequence_slices)
 from tle.kernels.flash_attention import bwd_configs as attention_bwd_configs
 from tle.kernels.flash_attention import fwd_config  # the forward's tiles and SPLIT, as flash_attention's
-from tle.oplib import BenchSpec, Operator, Sample, check_tensor, resolve
+from tle.oplib import BenchSpec, Operator, Sample, check_tensor
 from tle.oplib.arith import cdiv
-from tle.oplib.dispatch import custom_op
+from tle.oplib.recipe import Recipe, Stage
 from tle.oplib.rows import torch_compute_dtype
 
 
@@ -399,53 +399,43 @@ def _torch_backward(do, q, k, v, bias, cu, max_seqlen, causal, scale, bias_grad)
     return dq, dk, dv, _reduce_to(ds_all, bias) if bias_grad else q.new_empty(0)
 
 
-# -- the custom ops -----------------------------------------------------------------------------------------
-@custom_op("tle::silu_attention")
-def _silu_attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_bias: torch.Tensor | None,
-                       cu_seqlens: torch.Tensor | None, max_seqlen: int, causal: bool, scale: float,
-                       backend: str) -> torch.Tensor:
-    if backend == "torch":
-        return _torch_forward(q, k, v, attn_bias, cu_seqlens, max_seqlen, causal, scale)
-    return _kernel_forward(q, k, v, attn_bias, cu_seqlens, max_seqlen, causal, scale, backend)
+# -- the operator's recipe: its custom ops and autograd ---------------------------------------------------
+def _attention(run, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_bias: torch.Tensor | None,
+               cu_seqlens: torch.Tensor | None, max_seqlen: int, causal: bool, scale: float) -> torch.Tensor:
+    return run(q, k, v, attn_bias, cu_seqlens, max_seqlen, causal, scale)
 
 
-@_silu_attention_op.register_fake
-def _(q, k, v, attn_bias, cu_seqlens, max_seqlen, causal, scale, backend):
-    return q.new_empty(q.shape)
-
-
-@custom_op("tle::silu_attention_backward")
-def _silu_attention_backward_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                                attn_bias: torch.Tensor | None, cu_seqlens: torch.Tensor | None, max_seqlen: int,
-                                causal: bool, scale: float, bias_grad: bool, backend: str
-                                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def _attention_backward(run, do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                        attn_bias: torch.Tensor | None, cu_seqlens: torch.Tensor | None, max_seqlen: int,
+                        causal: bool, scale: float,
+                        bias_grad: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     do = do if do.stride(-1) == 1 else do.contiguous()
-    if backend == "torch":
-        return _torch_backward(do, q, k, v, attn_bias, cu_seqlens, max_seqlen, causal, scale, bias_grad)
-    return _kernel_backward(do, q, k, v, attn_bias, cu_seqlens, max_seqlen, causal, scale, bias_grad, backend)
+    return run(do, q, k, v, attn_bias, cu_seqlens, max_seqlen, causal, scale, bias_grad)
 
 
-@_silu_attention_backward_op.register_fake
-def _(do, q, k, v, attn_bias, cu_seqlens, max_seqlen, causal, scale, bias_grad, backend):
+def _backward_fake(do, q, k, v, attn_bias, cu_seqlens, max_seqlen, causal, scale, bias_grad):
     dbias = attn_bias.new_empty(attn_bias.shape) if bias_grad else q.new_empty(0)
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), dbias
 
 
-def _setup_context(ctx, inputs, output):
-    q, k, v, bias, cu, max_seqlen, causal, scale, backend = inputs
+def _save(ctx, inputs, out):
+    q, k, v, bias, cu, *ctx.args = inputs
     ctx.save_for_backward(q, k, v, bias, cu)
-    ctx.args = (max_seqlen, causal, scale)
-    ctx.backend = backend
 
 
-def _backward(ctx, dout):
+def _grads(ctx, backward, dout):
     q, k, v, bias, cu = ctx.saved_tensors
     bias_grad = bias is not None and ctx.needs_input_grad[3]
-    dq, dk, dv, dbias = _silu_attention_backward_op(dout, q, k, v, bias, cu, *ctx.args, bias_grad, ctx.backend)
-    return dq, dk, dv, dbias if bias_grad else None, None, None, None, None, None
+    dq, dk, dv, dbias = backward(dout, q, k, v, bias, cu, *ctx.args, bias_grad)
+    return dq, dk, dv, dbias if bias_grad else None
 
 
-_silu_attention_op.register_autograd(_backward, setup_context=_setup_context)
+SILU_ATTENTION = Recipe(
+    "silu_attention",
+    forward=Stage(torch=_torch_forward, kernels=_kernel_forward, adapt=_attention,
+                  fake=lambda q, *_: q.new_empty(q.shape)),
+    backward=Stage(torch=_torch_backward, kernels=_kernel_backward, adapt=_attention_backward, fake=_backward_fake),
+    save=_save, grads=_grads)
 
 
 # -- example launches (tle show / compare, the kernel tests and goldens) ----------------------------------------
@@ -534,12 +524,12 @@ def silu_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
         if any(a not in (1, f) for a, f in zip(attn_bias.shape, full)) or tuple(attn_bias.shape[2:]) != full[2:]:
             raise tle.LaunchError(f"'attn_bias' has shape {tuple(attn_bias.shape)}; expected {list(full)}, its batch "
                                   f"and head dimensions may be 1 (broadcast)")
-    b = resolve("silu_attention", q.device, backend, fallback=fallback)
+    b = SILU_ATTENTION.resolve(q.device, backend, fallback)
     check_kernel_inputs("silu_attention", b, batch, q=q, k=k, v=v, attn_bias=attn_bias)
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
     if attn_bias is not None and attn_bias.stride(-1) != 1:
         attn_bias = attn_bias.contiguous()
-    return _silu_attention_op(q, k, v, attn_bias, cu_seqlens, max_seqlen, causal, scale, b)
+    return SILU_ATTENTION(q, k, v, attn_bias, cu_seqlens, max_seqlen, causal, scale, backend=b)
 
 
 # -- tests and benchmarks -----------------------------------------------------------------------------------

@@ -12,9 +12,9 @@ import torch
 import triton.language as tl
 
 import tle
-from tle.oplib import BenchSpec, Operator, Sample, as_rows, check_float, check_kernel_dtypes, resolve
+from tle.oplib import BenchSpec, Operator, Sample, as_rows, check_float, check_kernel_dtypes
 from tle.oplib.arith import cdiv
-from tle.oplib.dispatch import custom_op
+from tle.oplib.recipe import Recipe, Stage
 from tle.oplib.rows import row_config, torch_compute_dtype
 
 MAX_COLS = 65536
@@ -113,42 +113,29 @@ def _bwd_example(device, size):
                       bytes=3 * m * n * y.element_size(), label=f"{m}x{n} {str(dtype)[6:]}")
 
 
-# -- the custom ops -----------------------------------------------------------------------------------------
-@custom_op("tle::softmax")
-def _softmax_op(x: torch.Tensor, backend: str) -> torch.Tensor:
-    x2 = as_rows(x, "x")
-    y = _torch_forward(x2) if backend == "torch" else _kernel_forward(x2, backend)
-    return y.reshape(x.shape)
+# -- the operator's recipe: its custom ops and autograd ---------------------------------------------------
+def _by_rows(run, x: torch.Tensor) -> torch.Tensor:
+    return run(as_rows(x, "x")).reshape(x.shape)
 
 
-@_softmax_op.register_fake
-def _(x, backend):
-    return x.new_empty(x.shape)
+def _backward_by_rows(run, dy: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return run(as_rows(dy, "dy"), as_rows(y, "y")).reshape(y.shape)
 
 
-@custom_op("tle::softmax_backward")
-def _softmax_backward_op(dy: torch.Tensor, y: torch.Tensor, backend: str) -> torch.Tensor:
-    dy2, y2 = as_rows(dy, "dy"), as_rows(y, "y")
-    dx = _torch_backward(dy2, y2) if backend == "torch" else _kernel_backward(dy2, y2, backend)
-    return dx.reshape(y.shape)
+def _save(ctx, inputs, y):
+    ctx.save_for_backward(y)
 
 
-@_softmax_backward_op.register_fake
-def _(dy, y, backend):
-    return y.new_empty(y.shape)
+def _grads(ctx, backward, dy):
+    return (backward(dy, *ctx.saved_tensors),)
 
 
-def _setup_context(ctx, inputs, output):
-    ctx.save_for_backward(output)
-    ctx.backend = inputs[1]
-
-
-def _backward(ctx, dy):
-    (y,) = ctx.saved_tensors
-    return _softmax_backward_op(dy, y, ctx.backend), None
-
-
-_softmax_op.register_autograd(_backward, setup_context=_setup_context)
+SOFTMAX = Recipe("softmax",
+                 forward=Stage(torch=_torch_forward, kernels=_kernel_forward, adapt=_by_rows,
+                               fake=lambda x: x.new_empty(x.shape)),
+                 backward=Stage(torch=_torch_backward, kernels=_kernel_backward, adapt=_backward_by_rows,
+                                fake=lambda dy, y: y.new_empty(y.shape)),
+                 save=_save, grads=_grads)
 
 
 # -- the public surface -------------------------------------------------------------------------------------
@@ -158,7 +145,7 @@ def softmax(x: torch.Tensor, dim: int = -1, *, backend: str | None = None, fallb
     if not isinstance(dim, int) or isinstance(dim, bool) or dim not in (-1, x.dim() - 1):
         raise tle.LaunchError(f"tle.ops.softmax: 'dim' is {dim!r}; only the last dimension is supported "
                               f"(-1 or {x.dim() - 1} for 'x' of rank {x.dim()})")
-    b = resolve("softmax", x.device, backend, fallback=fallback)
+    b = SOFTMAX.resolve(x.device, backend, fallback)
     check_kernel_dtypes("softmax", b, x=x)
     n = x.shape[-1]
     if b != "torch" and n > MAX_COLS:
@@ -166,7 +153,7 @@ def softmax(x: torch.Tensor, dim: int = -1, *, backend: str | None = None, fallb
     if b != "torch" and x.numel() >= MAX_NUMEL:
         raise tle.LaunchError(f"'x' has {x.numel()} elements; softmax on {b} addresses them with 32-bit offsets "
                               f"(fewer than {MAX_NUMEL})")
-    return _softmax_op(x, b)
+    return SOFTMAX(x, backend=b)
 
 
 class Softmax(torch.nn.Module):

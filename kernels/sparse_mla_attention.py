@@ -38,9 +38,9 @@ import tle
 from tle.examples import default_tolerance
 from tle.kernels.flash_attention import GRID_AXIS_MAX, flash_attention_bwd_preprocess_kernel, nan_like
 from tle.kernels.sparse_mla import make_indices   # DeepSeek's test indices: query t draws from [0, t)
-from tle.oplib import BenchSpec, Operator, Sample, check_tensor, resolve
+from tle.oplib import BenchSpec, Operator, Sample, check_tensor
 from tle.oplib.arith import cdiv
-from tle.oplib.dispatch import custom_op
+from tle.oplib.recipe import Recipe, Stage
 from tle.oplib.rows import torch_compute_dtype
 from tle.oplib.tensors import shared_memory_per_block, targets_sm90
 
@@ -467,51 +467,40 @@ def _torch_backward(do, q, kv, indices, out, lse, sm_scale, d_v):
     return dq, dkv.to(kv.dtype)
 
 
-# -- the custom ops -----------------------------------------------------------------------------------------
-@custom_op("tle::sparse_mla")
-def _sparse_mla_op(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor, sm_scale: float, d_v: int,
-                   backend: str) -> tuple[torch.Tensor, torch.Tensor]:
-    if backend == "torch":
-        return _torch_forward(q, kv, indices, sm_scale, d_v)
-    return _kernel_forward(q, kv, indices, sm_scale, d_v, backend)
+# -- the operator's recipe: its custom ops and autograd ---------------------------------------------------
+def _attention(run, q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor, sm_scale: float,
+               d_v: int) -> tuple[torch.Tensor, torch.Tensor]:
+    return run(q, kv, indices, sm_scale, d_v)
 
 
-@_sparse_mla_op.register_fake
-def _(q, kv, indices, sm_scale, d_v, backend):
+def _attention_backward(run, do: torch.Tensor, q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor,
+                        out: torch.Tensor, lse: torch.Tensor, sm_scale: float,
+                        d_v: int) -> tuple[torch.Tensor, torch.Tensor]:
+    return run(do.contiguous(), q, kv, indices, out, lse, sm_scale, d_v)
+
+
+def _forward_fake(q, kv, indices, sm_scale, d_v):
     b, s, h, _ = q.shape
     return q.new_empty(b, s, h, d_v), q.new_empty(b, s, h, dtype=torch.float32)
 
 
-@custom_op("tle::sparse_mla_backward")
-def _sparse_mla_backward_op(do: torch.Tensor, q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor,
-                            out: torch.Tensor, lse: torch.Tensor, sm_scale: float, d_v: int, backend: str
-                            ) -> tuple[torch.Tensor, torch.Tensor]:
-    do = do.contiguous()
-    if backend == "torch":
-        return _torch_backward(do, q, kv, indices, out, lse, sm_scale, d_v)
-    return _kernel_backward(do, q, kv, indices, out, lse, sm_scale, d_v, backend)
-
-
-@_sparse_mla_backward_op.register_fake
-def _(do, q, kv, indices, out, lse, sm_scale, d_v, backend):
-    return q.new_empty(q.shape), kv.new_empty(kv.shape)
-
-
-def _setup_context(ctx, inputs, output):
-    q, kv, indices, sm_scale, d_v, backend = inputs
+def _save(ctx, inputs, output):
+    q, kv, indices, *ctx.args = inputs
     out, lse = output
     ctx.save_for_backward(q, kv, indices, out, lse)
-    ctx.args = (sm_scale, d_v, backend)
     ctx.mark_non_differentiable(lse)
 
 
-def _backward(ctx, dout, _dlse):
-    q, kv, indices, out, lse = ctx.saved_tensors
-    dq, dkv = _sparse_mla_backward_op(dout, q, kv, indices, out, lse, *ctx.args)
-    return dq, dkv, None, None, None, None
+def _grads(ctx, backward, dout, _dlse):
+    return backward(dout, *ctx.saved_tensors, *ctx.args)
 
 
-_sparse_mla_op.register_autograd(_backward, setup_context=_setup_context)
+SPARSE_MLA = Recipe(
+    "sparse_mla",
+    forward=Stage(torch=_torch_forward, kernels=_kernel_forward, adapt=_attention, fake=_forward_fake),
+    backward=Stage(torch=_torch_backward, kernels=_kernel_backward, adapt=_attention_backward,
+                   fake=lambda do, q, kv, *_: (q.new_empty(q.shape), kv.new_empty(kv.shape))),
+    save=_save, grads=_grads)
 
 
 # -- example launches (tle show / compare, the kernel tests and goldens) ----------------------------------------
@@ -638,10 +627,10 @@ def sparse_mla(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor, sm_scal
                d_v: int = 512, *, return_lse: bool = False, backend: str | None = None, fallback: str | None = None):
     """Sparse MLA attention (the module docstring gives layouts and masking). Returns out, or (out, lse)."""
     sm_scale = check_inputs(q, kv, indices, sm_scale, d_v)
-    b = resolve("sparse_mla", q.device, backend, fallback=fallback)
+    b = SPARSE_MLA.resolve(q.device, backend, fallback)
     check_kernel_inputs(b, q, kv, indices, d_v)
     q, kv, indices = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, kv, indices))
-    out, lse = _sparse_mla_op(q, kv, indices, sm_scale, d_v, b)
+    out, lse = SPARSE_MLA(q, kv, indices, sm_scale, d_v, backend=b)
     return (out, lse) if return_lse else out
 
 

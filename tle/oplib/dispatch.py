@@ -1,4 +1,4 @@
-"""How an operator call reaches its implementation.
+"""How an operator call reaches its implementation (operators declare theirs with tle.oplib.recipe).
 
 Every operator is a torch.library custom op (`tle::<name>`, with `register_fake` and `register_autograd`):
 torch.compile, torch.export, FakeTensor, dispatch and function modes, functorch transforms, torch.jit
@@ -8,12 +8,10 @@ going through the dispatcher: the custom op's Python layers (its autograd wrappe
 dynamo-disabled implementation wrapper) cost 50-60 us per call on an H200 host, as much as the GPU time of
 a mid-sized operator.
 
-    @custom_op("tle::rms_norm")
-    def _rms_norm_op(x: torch.Tensor, ...) -> torch.Tensor: ...
-
-    _rms_norm_op.register_fake(...)
-    _rms_norm_op.register_autograd(backward, setup_context=setup_context)
-    y = _rms_norm_op(x, ...)            # the public function calls the object, not torch.ops.tle.rms_norm
+    op = CustomOp("tle::softmax", impl, schema="(Tensor x, str backend) -> Tensor")
+    op.register_fake(fake)
+    op.register_autograd(backward, setup_context=setup_context)
+    y = op(x, "triton")                 # the operator calls the object, not torch.ops.tle.softmax
 """
 from __future__ import annotations
 
@@ -38,9 +36,9 @@ def plain_eager(args) -> bool:
 class CustomOp:
     """A torch.library custom op and the direct eager call of the same implementation (see the module doc)."""
 
-    def __init__(self, qualname: str, impl):
+    def __init__(self, qualname: str, impl, schema: str | None = None):
         self.impl = impl
-        self.op_def = torch.library.custom_op(qualname, impl, mutates_args=())
+        self.op_def = torch.library.custom_op(qualname, impl, mutates_args=(), schema=schema)
         namespace, name = qualname.split("::")
         self.overload = getattr(getattr(torch.ops, namespace), name).default   # what graphs and modes see
         self._function = None                        # the eager autograd.Function, once there is a formula
@@ -60,11 +58,6 @@ class CustomOp:
                 return self.overload(*args)
             return self._function.apply(*args)
         return self.impl(*args)
-
-
-def custom_op(qualname: str):
-    """Decorator: `fn` becomes the torch.library op `qualname` (nothing mutated), called as a CustomOp."""
-    return lambda fn: CustomOp(qualname, fn)
 
 
 def _eager_function(name: str, impl, backward, setup_context):

@@ -1,6 +1,7 @@
 """Tiling of the row-wise operators (norms, softmax): a program holds BLOCK_M whole rows of BLOCK_N columns."""
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import torch
@@ -46,6 +47,12 @@ def forward_row_config(n_cols: int, backend: str) -> ForwardRows:
 def torch_compute_dtype(x: torch.Tensor) -> torch.dtype:
     """What the torch backend computes in: fp64 for fp64 inputs (gradcheck), fp32 otherwise."""
     return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+def row_stat_like(x: torch.Tensor) -> torch.Tensor:
+    """An empty per-row statistic (mean, rstd) of `x` folded into rows, in the compute dtype: what the fake of
+    a normalization returns for it."""
+    return x.new_empty(math.prod(x.shape[:-1]), dtype=torch_compute_dtype(x))
 
 
 class BackwardRows(NamedTuple):
