@@ -12,8 +12,8 @@ import torch
 import triton.language as tl
 
 import tle
-from tle.kernels.flash_attention import (Problem, _example_inputs, _folded_softmax, _fwd_program, _torch_forward,
-                                        cu_or_dummy, nan_like)
+from tle.kernels.attention_parts import (Problem, _example_inputs, _folded_softmax, _fwd_program, _torch_forward,
+                                         cu_or_dummy, nan_like)
 from tle.oplib.arith import cdiv
 
 

@@ -37,7 +37,7 @@ import triton.language as tl
 import tle
 from tle.examples import default_tolerance
 from tle.kernels.flash_attention import GRID_AXIS_MAX, flash_attention_bwd_preprocess_kernel, nan_like
-from tle.kernels.sparse_mla import make_indices   # DeepSeek's test indices: query t draws from [0, t)
+from tle.kernels.sparse_mla_indices import make_indices   # DeepSeek's test indices: query t draws from [0, t)
 from tle.oplib import BenchSpec, Operator, Sample, check_tensor
 from tle.oplib.arith import cdiv
 from tle.oplib.recipe import Recipe, Stage

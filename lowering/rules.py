@@ -1,10 +1,12 @@
 """One backend's lowering rules: per IR op (lowering/ir/ops.py), the function that lowers it, or the reason
 the backend cannot; per attribute of every op, what the backend does with it.
 
-A backend keeps one `Rules` table. Its modules register a rule per op with `@RULES.rule(ops.LOAD)` (a
-backend may keep rules of several roles, e.g. TileLang's statements and element expressions), declare
-what they cannot express with `RULES.unsupported(op, reason)`, and say for every attribute whether
-they honor it, drop it (a note the user sees) or refuse it (a lowering error). The reason and the note
+A backend keeps one `Rules` table. Each of its rule modules collects its rules in a `RuleSet` of its own
+(`@rules.rule(ops.LOAD)`; a backend may keep rules of several roles, e.g. TileLang's statements and element
+expressions), and the backend's code generator includes those sets by name (`RULES.include(...)`), so that
+one list says what the table holds and importing a module registers nothing. The table declares what the
+backend cannot express with `RULES.unsupported(op, reason)`, and says for every attribute whether it is
+honored, dropped (a note the user sees) or refused (a lowering error). The reason and the note
 are written once, here, and `tests/cpu/test_lowering_rules.py` checks that no op and no attribute is
 left out on any backend.
 """
@@ -33,6 +35,24 @@ class Treatment:
     applies: Callable[[Any], bool] = _is_set
 
 
+class RuleSet:
+    """The op rules one module of a backend writes: `@rules.rule(ops.FOR, role="statement")` collects them
+    until the backend's table includes the set (Rules.include)."""
+
+    def __init__(self):
+        self.entries: list[tuple[tuple[OpDef, ...], str | None, Callable]] = []
+
+    def rule(self, *ops: OpDef, role: str | None = None):
+        """Decorator: `fn` lowers each op in `ops` (in `role`, by default the table's first)."""
+        for op in ops:
+            Rules._check_op(op)
+
+        def collect(fn):
+            self.entries.append((ops, role, fn))
+            return fn
+        return collect
+
+
 class Rules:
     def __init__(self, backend: str, roles: Iterable[str] = ("lower",)):
         self.backend = backend
@@ -41,6 +61,7 @@ class Rules:
         self._unsupported: dict[OpDef, str] = {}
         self._rewritten: dict[OpDef, str] = {}
         self._attrs: dict[tuple[OpDef, str], list[Treatment]] = {}
+        self._included: list[RuleSet] = []
 
     # -- declaring ------------------------------------------------------------------------------------
     def rule(self, *ops: OpDef, role: str | None = None):
@@ -56,6 +77,15 @@ class Rules:
                 self._rules[role][op] = fn
             return fn
         return register
+
+    def include(self, *sets: RuleSet):
+        """Register the rules of each set (a rule module's); a set is included once."""
+        for rule_set in sets:
+            if any(rule_set is s for s in self._included):
+                raise ValueError(f"{self.backend}: a rule set is included twice")
+            self._included.append(rule_set)
+            for ops, role, fn in rule_set.entries:
+                self.rule(*ops, role=role)(fn)
 
     def unsupported(self, op: OpDef, reason: str):
         self._check_op(op)

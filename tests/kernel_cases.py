@@ -8,14 +8,16 @@ from tle.cli import meta_copy
 
 
 def example_kernels() -> list[tuple[str, "tle.Kernel"]]:
-    """(module.kernel, kernel) for every tle.Kernel with an example, found by importing tle.kernels.*"""
+    """(module.kernel, kernel) for every tle.Kernel with an example, found by importing tle.kernels.* and
+    tle.kernels.examples.* (module: the path below tle.kernels, e.g. "examples.matmul")."""
     found, seen = [], set()
-    for info in sorted(pkgutil.iter_modules(tle.kernels.__path__), key=lambda m: m.name):
-        mod = importlib.import_module(f"tle.kernels.{info.name}")
+    modules = pkgutil.walk_packages(tle.kernels.__path__, "tle.kernels.")
+    for info in sorted((m for m in modules if not m.ispkg), key=lambda m: m.name):
+        mod = importlib.import_module(info.name)
         for name, obj in sorted(vars(mod).items()):
             if isinstance(obj, tle.Kernel) and getattr(obj, "example", None) and id(obj) not in seen:
                 seen.add(id(obj))
-                found.append((f"{info.name}.{name}", obj))
+                found.append((f"{info.name.removeprefix('tle.kernels.')}.{name}", obj))
     return found
 
 

@@ -50,7 +50,7 @@ def torch_impls(op: str, launch) -> list[tuple[str, object]]:
         impls = [("torch.matmul", lambda: torch.matmul(a[0], a[1]))]
     elif op == "sparse_mla":
         # the anchor: the same kernel text compiled by triton.jit directly, with tl.load for tle.load
-        from tle.kernels.sparse_mla import plain_triton_kernel
+        from tle.kernels.examples.sparse_mla import plain_triton_kernel
         plain = plain_triton_kernel()
         impls = [("plain Triton kernel", lambda: plain[launch.grid](*a, **launch.kwargs))]
     else:
@@ -137,7 +137,7 @@ def launch_overhead(n: int = 2000) -> list[str]:
     """Warm launch cost of a small kernel through tle, against launching what it generated directly."""
     import time
 
-    from tle.kernels.vector_add import add_kernel
+    from tle.kernels.examples.vector_add import add_kernel
     x = torch.randn(4096, device="cuda")
     y, out = torch.randn_like(x), torch.empty_like(x)
 

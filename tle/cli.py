@@ -1,7 +1,7 @@
 """The `tle` command: read what each backend made of a kernel, compile, run, check and time each lowering.
 
     tle                                             the commands, one line each
-    tle show    kernels/matmul.py::matmul_kernel --backend triton --stage ttgir
+    tle show    kernels/examples/matmul.py::matmul_kernel --backend triton --stage ttgir
     tle compare kernels/softmax.py::softmax_kernel [more PATH::KERNEL ...] [--verbose | --side-by-side]
 
 Every kernel here is driven by its example launch (`@tle.example`), so no shape flags are needed. `compare`

@@ -14,6 +14,7 @@ from ..errors import LoweringError
 from ..ir import types as ir_types
 from ..ir.core import Block, Loc, Op
 from ..ir.ops import Trait, with_trait
+from .jit_functions import unwrap_jit
 from .semantics import TV
 
 # the ops a combine function may hold: scalar arithmetic (element-wise ops) and structured control flow, on
@@ -25,7 +26,6 @@ _CONTROL = with_trait(Trait.LOOP) | with_trait(Trait.BRANCH) | with_trait(Trait.
 def trace_combine(tr, combine_fn, elems: list[ir_types.DType], what: str) -> tuple[Block, str]:
     """The region computing `combine_fn` on two groups of scalars of dtypes `elems`, and the function's
     name. `what`: the construct as the kernel wrote it, for errors."""
-    from .tracer import unwrap_jit          # the tracer imports the builtins, which import this module
     fn = unwrap_jit(combine_fn)
     if fn is None:
         raise LoweringError(f"{what}: the combine function must be a @triton.jit or @tle.jit function, got "

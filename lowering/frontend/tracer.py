@@ -14,7 +14,6 @@ import operator
 import textwrap
 from dataclasses import dataclass
 
-import triton
 import triton.language as tl
 
 from ..errors import LoweringError
@@ -26,6 +25,7 @@ from . import semantics as S
 from .block_ptr import BlockPtr
 from .builtins import BUILTINS, TENSOR_METHODS, tle_load
 from .gpu import Buffer, traced
+from .jit_functions import unwrap_jit
 from .semantics import TV, as_tv, is_num
 from .tensor_desc import TensorDescriptor
 
@@ -81,19 +81,6 @@ def function_source(fn) -> FunctionSource:
     src = FunctionSource(fn, fdef, file, g)
     _SOURCE_CACHE[key] = src
     return src
-
-
-def unwrap_jit(obj):
-    """The Python function behind a @tle.jit kernel or a @triton.jit function, else None."""
-    inner = getattr(obj, "__tle_fn__", None)
-    if inner is not None:
-        return inner
-    if isinstance(obj, triton.runtime.jit.JITFunction):
-        return obj.fn
-    interpreted = getattr(getattr(triton.runtime, "interpreter", None), "InterpretedFunction", None)
-    if interpreted is not None and isinstance(obj, interpreted):   # @triton.jit under TRITON_INTERPRET=1
-        return obj.fn
-    return None
 
 
 def _assigned_names(stmts) -> list[str]:

@@ -8,13 +8,15 @@ from ..ir import ops
 from ..ir.core import Op
 from ..ir.ops import Trait
 from .context import Buffer, Context
-from .rules import RULES
+from ..rules import RuleSet
 from .syntax import loop_indices, mentions
 from .values import nested
 from .versions import root
 
+RULE_SET = RuleSet()          # this module's rules; codegen.py includes them in the table
 
-@RULES.rule(ops.ALLOC, role="statement")
+
+@RULE_SET.rule(ops.ALLOC, role="statement")
 def alloc(gen: Context, op: Op, indent: int):
     v = op.result
     # each warp group writes its own copy of the loop: the groups share its buffers, and a buffer handed from one
@@ -30,7 +32,7 @@ def alloc(gen: Context, op: Op, indent: int):
     gen.buffers[v.id] = Buffer(name, v.type.shape, v.type.elem, "shared", gen.k.body, version=version)
 
 
-@RULES.rule(ops.LOCAL_LOAD, role="statement")
+@RULE_SET.rule(ops.LOCAL_LOAD, role="statement")
 def local_load(gen: Context, op: Op, indent: int):
     v = op.result
     buf = gen.buffers[op.operand("buf").id]
@@ -77,7 +79,7 @@ def read_before_next_write(gen: Context, op: Op) -> bool:
     return True
 
 
-@RULES.rule(ops.LOCAL_STORE, role="statement")
+@RULE_SET.rule(ops.LOCAL_STORE, role="statement")
 def local_store(gen: Context, op: Op, indent: int):
     bv, val = op.operand("buf"), op.operand("value")
     buf = gen.buffers[bv.id]

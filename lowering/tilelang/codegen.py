@@ -25,13 +25,17 @@ import os
 from ..errors import UnsupportedConstruct
 from ..ir.core import KernelIR
 from ..spec import Spec
-# the rule modules register their rules in RULES when imported
-from . import buffers, combines, control, debug, expressions, memory, raw_call, reductions, sorting  # noqa: F401
+from . import buffers, combines, control, debug, expressions, memory, raw_call, reductions, sorting
 from .context import BACKEND, Context
 from .gathers import index_loads
 from .syntax import GRID_VARS, tl_dtype
 from .warp_group_code import emit_kernel_body
+from .rules import RULES
 from .warp_groups import Plan, WarpGroupError
+
+# the op rules of the table: each rule module's, listed here
+RULES.include(*(m.RULE_SET for m in (buffers, combines, control, debug, expressions, memory, raw_call, reductions,
+                                     sorting)))
 
 
 def plan_warp_groups(gen: Context) -> Plan:

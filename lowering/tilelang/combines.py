@@ -37,12 +37,14 @@ from ..ir.core import Op, Value
 from ..ir.ops import BinaryOp, ReduceKind, ScanKind, Trait
 from .context import Buffer, Context
 from .reductions import _reduce
-from .rules import RULES
+from ..rules import RuleSet
 from .syntax import element, loop_indices, parallel_header
+
+RULE_SET = RuleSet()          # this module's rules; codegen.py includes them in the table
 
 
 # -- the rules -------------------------------------------------------------------------------------------
-@RULES.rule(ops.SCAN, role="statement")
+@RULE_SET.rule(ops.SCAN, role="statement")
 def scan(gen: Context, op: Op, indent: int):
     """tl.cumsum: T.cumsum (1-D and 2-D tiles), else a log-step scan of `+`; tl.cumprod: a log-step scan
     of `*`."""
@@ -54,7 +56,7 @@ def scan(gen: Context, op: Op, indent: int):
     _scan(gen, op, [x], [v], _Operator("+" if kind is ScanKind.SUM else "*"), indent)
 
 
-@RULES.rule(ops.COMBINE_SCAN, role="statement")
+@RULE_SET.rule(ops.COMBINE_SCAN, role="statement")
 def combine_scan(gen: Context, op: Op, indent: int):
     """tl.associative_scan: T.cumsum where the combine function is a plain sum of one 1-D or 2-D tile,
     else a log-step scan of the combine function."""
@@ -65,7 +67,7 @@ def combine_scan(gen: Context, op: Op, indent: int):
     _scan(gen, op, inputs, op.results, _Region(gen, op, "tl.associative_scan"), indent)
 
 
-@RULES.rule(ops.COMBINE_REDUCE, role="statement")
+@RULE_SET.rule(ops.COMBINE_REDUCE, role="statement")
 def combine_reduce(gen: Context, op: Op, indent: int):
     """tl.reduce: T.reduce_sum/max/min where the combine function is one of those of one tile, else a
     tree of the combine function."""

@@ -8,6 +8,7 @@ rule, down to the values that do live in a buffer or a scalar."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable, NamedTuple
 
 from ..analysis.access import Access, classify
 from ..analysis.affine import AffineAnalysis
@@ -44,6 +45,15 @@ class Buffer:
     def at(self, idx: list[str]) -> str:
         """Element `idx` (in the buffer's own axes)."""
         return f"{self.name}[{', '.join(([self.version] if self.version is not None else []) + idx)}]"
+
+
+class GroupWriter(NamedTuple):
+    """How one warp group's branch writes a block's ops (the ones the group runs, with its hand-offs' waits and
+    arrives), a loop that holds several groups' work and a tle.gpu.copy: warp_group_code.py's functions, handed
+    to the context while it writes a group."""
+    block_ops: Callable            # (gen, plan, block, ops, indent)
+    loop: Callable                 # (gen, for op, indent)
+    copy_in: Callable              # (gen, copy_in op, buffer, indent) -> whether it wrote the copy (as cp.async)
 
 
 class Context:
@@ -91,6 +101,9 @@ class Context:
         self.warp_step: str | None = None
         self.warp_allocs: dict[int, str] = {}
         self.warp_thread: str | None = None    # the thread's index within its group
+        # while a group's branch is written, warp_group_code.py's writers of its blocks, loops and copies: it sets them,
+        # so that this module and the rule modules (below it) never import it
+        self.group_writer: GroupWriter | None = None
 
     # -- naming, allocation, emission ---------------------------------------------------------------------
     def alloc(self, base: str, shape, dtype: ir_types.DType, scope: str, static: bool = False) -> str:
@@ -120,8 +133,7 @@ class Context:
         block's own buffers are still visible."""
         self.blocks.append(blk)
         if self.warp_group is not None:         # one warp group's branch: its ops, and its hand-offs' barriers
-            from .warp_group_code import emit_ops
-            emit_ops(self, self.warp_plan, blk, blk.ops, indent)
+            self.group_writer.block_ops(self, self.warp_plan, blk, blk.ops, indent)
         else:
             for op in blk.ops:
                 self.statement(op, indent)

@@ -7,24 +7,25 @@ from ..ir import ops
 from ..ir.core import Block, Op
 from ..ir.ops import LoopKind
 from .context import Context
-from .rules import RULES
+from ..rules import RuleSet
 from .slots import carry_slot, loop_slots_of, write_slots
 from .staging import index_tiles_to_stage, stage_annotation
 from .syntax import tl_dtype
 from .values import const_value, is_const
 from .versions import same_buffer
 
+RULE_SET = RuleSet()          # this module's rules; codegen.py includes them in the table
 
-@RULES.rule(ops.YIELD, role="statement")
+
+@RULE_SET.rule(ops.YIELD, role="statement")
 def yield_(gen: Context, op: Op, indent: int):
     """Nothing: the block's emitter writes what a loop body or a branch yields into its slots."""
 
 
-@RULES.rule(ops.FOR, role="statement")
+@RULE_SET.rule(ops.FOR, role="statement")
 def for_(gen: Context, op: Op, indent: int):
     if gen.warp_group is not None and id(op) in gen.warp_plan.loops:
-        from .warp_group_code import group_loop
-        return group_loop(gen, op, indent)
+        return gen.group_writer.loop(gen, op, indent)
     lo, hi, step = op.operand("lower"), op.operand("upper"), op.operand("step")
     inits = op.operand_group("inits")
     iv, *carried = op.body.args
@@ -80,7 +81,7 @@ def for_(gen: Context, op: Op, indent: int):
         header.text = f"for {counter} in T.Pipelined({trip}, num_stages={stages}, order={order}, stage={stage}):"
 
 
-@RULES.rule(ops.WHILE, role="statement")
+@RULE_SET.rule(ops.WHILE, role="statement")
 def while_(gen: Context, op: Op, indent: int):
     """`while cond:`, TIR's while. The carried values live in slots the body writes at its end. A condition
     that is one expression over them is the while's own, which TIR evaluates again before every step. A
@@ -149,7 +150,7 @@ def _stages_operands(gen: Context, body: Block) -> bool:
     return False
 
 
-@RULES.rule(ops.IF, role="statement")
+@RULE_SET.rule(ops.IF, role="statement")
 def if_(gen: Context, op: Op, indent: int):
     cond = op.operand("cond")
     slots = []

@@ -29,13 +29,15 @@ from ..ir import ops
 from ..ir import types as ir_types
 from ..ir.core import Op, Value
 from .context import Context
-from .rules import RULES
+from ..rules import RuleSet
 from .syntax import GRID_VARS, element, loop_indices, parallel_header
+
+RULE_SET = RuleSet()          # this module's rules; codegen.py includes them in the table
 
 _ASSERT = 'T.call_intrin("void", tvm.ir.Op.get("tl.device_assert_with_msg"), {cond}, {msg})'
 
 
-@RULES.rule(ops.ASSERT, role="statement")
+@RULE_SET.rule(ops.ASSERT, role="statement")
 def device_assert(gen: Context, op: Op, indent: int):
     if not gen.debug:
         return
@@ -51,7 +53,7 @@ def device_assert(gen: Context, op: Op, indent: int):
     gen.emit(_ASSERT.format(cond=gen.elem(cond, idx), msg=repr(msg)), indent + 1)
 
 
-@RULES.rule(ops.PRINT, role="statement")
+@RULE_SET.rule(ops.PRINT, role="statement")
 def device_print(gen: Context, op: Op, indent: int):
     prefix = triton_prefix(op.attrs["prefix"], bool(op.operands))
     pid = [GRID_VARS[a] if a < len(gen.grid) else "0" for a in range(3)]

@@ -8,8 +8,10 @@ from ..ir import types as ir_types
 from ..ir.core import Op, Value
 from ..ir.ops import BinaryOp, CmpPred, Trait, UnaryOp, ops_of, with_trait
 from .context import Buffer, Context
-from .rules import RULES
+from ..rules import RuleSet
 from .syntax import GRID_VARS, literal, operand_index, reindex, tl_dtype
+
+RULE_SET = RuleSet()          # this module's rules; codegen.py includes them in the table
 
 ELEMENTWISE_OPS = with_trait(Trait.ELEMENTWISE)
 _BIN = {BinaryOp.ADD: "+", BinaryOp.SUB: "-", BinaryOp.MUL: "*", BinaryOp.AND: "&", BinaryOp.OR: "|",
@@ -28,7 +30,7 @@ _LN2 = 0.6931471805599453
 
 
 # -- the statement rule -----------------------------------------------------------------------------------
-@RULES.rule(*sorted(ELEMENTWISE_OPS), role="statement")
+@RULE_SET.rule(*sorted(ELEMENTWISE_OPS), role="statement")
 def inline_or_materialize(gen: Context, op: Op, indent: int):
     v = op.result
     if op.defn is ops.SPLIT:
@@ -169,54 +171,54 @@ def _staged(gen: Context, op: Op) -> Buffer | None:
 
 
 # -- expression rules -------------------------------------------------------------------------------------
-@RULES.rule(ops.CONST, role="expression")
+@RULE_SET.rule(ops.CONST, role="expression")
 def const(gen: Context, op: Op, idx: list[str]) -> str:
     return literal(op.attrs["value"], op.result.type.elem)
 
 
-@RULES.rule(ops.PROGRAM_ID, role="expression")
+@RULE_SET.rule(ops.PROGRAM_ID, role="expression")
 def program_id(gen: Context, op: Op, idx: list[str]) -> str:
     return GRID_VARS[op.attrs["axis"]]
 
 
-@RULES.rule(ops.NUM_PROGRAMS, role="expression")
+@RULE_SET.rule(ops.NUM_PROGRAMS, role="expression")
 def num_programs(gen: Context, op: Op, idx: list[str]) -> str:
     axis = op.attrs["axis"]
     return str(gen.grid[axis] if axis < len(gen.grid) else 1)
 
 
-@RULES.rule(ops.ARANGE, role="expression")
+@RULE_SET.rule(ops.ARANGE, role="expression")
 def arange(gen: Context, op: Op, idx: list[str]) -> str:
     start = op.attrs["start"]
     return idx[0] if start == 0 else f"({idx[0]} + {start})"
 
 
-@RULES.rule(*sorted(with_trait(Trait.LAYOUT)), role="expression")
+@RULE_SET.rule(*sorted(with_trait(Trait.LAYOUT)), role="expression")
 def relayout(gen: Context, op: Op, idx: list[str]) -> str:
     return gen.elem(op.operand("x"), operand_index(op, idx))
 
 
-@RULES.rule(ops.RESHAPE, role="expression")
+@RULE_SET.rule(ops.RESHAPE, role="expression")
 def reshape(gen: Context, op: Op, idx: list[str]) -> str:
     x = op.operand("x")
     return gen.elem(x, reindex(idx, op.result.type.shape, x.type.shape))
 
 
-@RULES.rule(ops.JOIN, role="expression")
+@RULE_SET.rule(ops.JOIN, role="expression")
 def join(gen: Context, op: Op, idx: list[str]) -> str:
     a, b = op.operand("a"), op.operand("b")
     rest = idx[:-1]
     return f"T.if_then_else({idx[-1]} == 0, {gen.elem(a, rest)}, {gen.elem(b, rest)})"
 
 
-@RULES.rule(ops.SPLIT, role="expression")
+@RULE_SET.rule(ops.SPLIT, role="expression")
 def split(gen: Context, op: Op, idx: list[str]) -> str:
     at = list(idx) + [str(op.attrs["half"])]
     staged = _staged(gen, op)
     return staged.at(at) if staged is not None else gen.elem(op.operand("x"), at)
 
 
-@RULES.rule(ops.BINARY, role="expression")
+@RULE_SET.rule(ops.BINARY, role="expression")
 def binary(gen: Context, op: Op, idx: list[str]) -> str:
     lhs, rhs = op.operand("lhs"), op.operand("rhs")
     x, y = gen.elem(lhs, idx), gen.elem(rhs, idx)
@@ -243,13 +245,13 @@ def binary(gen: Context, op: Op, idx: list[str]) -> str:
     gen.error(f"binary op '{k}'", op)
 
 
-@RULES.rule(ops.CMP, role="expression")
+@RULE_SET.rule(ops.CMP, role="expression")
 def cmp(gen: Context, op: Op, idx: list[str]) -> str:
     lhs, rhs = op.operand("lhs"), op.operand("rhs")
     return f"({gen.elem(lhs, idx)} {_CMP[op.attrs['pred']]} {gen.elem(rhs, idx)})"
 
 
-@RULES.rule(ops.UNARY, role="expression")
+@RULE_SET.rule(ops.UNARY, role="expression")
 def unary(gen: Context, op: Op, idx: list[str]) -> str:
     k = op.attrs["op"]
     operand = op.operand("x")
@@ -275,7 +277,7 @@ LIBDEVICE = {name: f"T.{name}" for name in (
 LIBDEVICE["rint"] = "T.nearbyint"        # both round half to even
 
 
-@RULES.rule(ops.LIBDEVICE, role="expression")
+@RULE_SET.rule(ops.LIBDEVICE, role="expression")
 def libdevice(gen: Context, op: Op, idx: list[str]) -> str:
     fn = LIBDEVICE.get(op.attrs["fn"])
     if fn is None:
@@ -283,18 +285,18 @@ def libdevice(gen: Context, op: Op, idx: list[str]) -> str:
     return f"{fn}({', '.join(gen.elem(v, idx) for v in op.operands)})"
 
 
-@RULES.rule(ops.CAST, role="expression")
+@RULE_SET.rule(ops.CAST, role="expression")
 def cast(gen: Context, op: Op, idx: list[str]) -> str:
     fn = "T.reinterpret" if op.attrs.get("bitcast") else "T.cast"
     return f"{fn}({gen.elem(op.operand('x'), idx)}, {tl_dtype(op.attrs['dtype'])!r})"
 
 
-@RULES.rule(ops.WHERE, role="expression")
+@RULE_SET.rule(ops.WHERE, role="expression")
 def where(gen: Context, op: Op, idx: list[str]) -> str:
     cond, x, y = op.operand("cond"), op.operand("x"), op.operand("y")
     return f"T.if_then_else({gen.elem(cond, idx)}, {gen.elem(x, idx)}, {gen.elem(y, idx)})"
 
 
-@RULES.rule(ops.ADDPTR, role="expression")
+@RULE_SET.rule(ops.ADDPTR, role="expression")
 def addptr(gen: Context, op: Op, idx: list[str]) -> str:
     return gen.offset(op.result, idx)

@@ -12,15 +12,17 @@ from ..ir.ops import PLAIN_LOAD, AtomicKind, MemSem
 from .context import Buffer, Context
 from .expressions import read_by_split
 from .gathers import zero_filled_rows
-from .rules import RULES
+from ..rules import RuleSet
 from .staged_stores import stages_through_shared
 from .syntax import element, literal, loop_indices, parallel_header, tl_dtype
 from .values import is_zero
-from .views import box, region, view
+from .views import box, region
+
+RULE_SET = RuleSet()          # this module's rules; codegen.py includes them in the table
 
 
 # -- loads --------------------------------------------------------------------------------------------------
-@RULES.rule(ops.LOAD, role="statement")
+@RULE_SET.rule(ops.LOAD, role="statement")
 def load(gen: Context, op: Op, indent: int):
     ptr, mask, other = op.operand("ptr"), op.operand("mask"), op.operand("other")
     v = op.result
@@ -83,7 +85,7 @@ def load(gen: Context, op: Op, indent: int):
     gen.buffers[v.id] = Buffer(name, v.type.shape, v.type.elem, scope, gen.blocks[-1], perm)
 
 
-@RULES.rule(ops.LOAD, role="expression")
+@RULE_SET.rule(ops.LOAD, role="expression")
 def index_tile_element(gen: Context, op: Op, idx: list[str]) -> str:
     """An element of an index tile, read where it is used (see index_loads)."""
     if op.result.id not in gen.index_loads:
@@ -102,15 +104,14 @@ def load_expr(gen: Context, op: Op, idx: list[str]) -> str:
     return e
 
 
-@RULES.rule(ops.COPY_IN, role="statement")
+@RULE_SET.rule(ops.COPY_IN, role="statement")
 def copy_in(gen: Context, op: Op, indent: int):
     acc = gen.access(op)
     if acc.param is None:
         gen.error("a tle.gpu.copy from a pointer that is not base + offsets of one argument", op)
     buf = gen.buffers[op.operand("buf").id]    # every version maps to its allocation's buffer
     if gen.warp_group is not None:
-        from .warp_group_code import group_copy_in
-        if group_copy_in(gen, op, buf, indent):
+        if gen.group_writer.copy_in(gen, op, buf, indent):
             gen.buffers[op.result.id] = buf
             gen.report.append((op.loc.line, "tle.gpu.copy", acc.kind, f"cp.async rows into {buf.name} (16 bytes a "
                                                                       f"copy, zero-filled where masked off)"))
@@ -193,7 +194,7 @@ def _storage_order(acc: Access, v: Value) -> tuple | None:
 
 
 # -- stores and atomics -------------------------------------------------------------------------------------
-@RULES.rule(ops.STORE, ops.COPY_OUT, role="statement")
+@RULE_SET.rule(ops.STORE, ops.COPY_OUT, role="statement")
 def store(gen: Context, op: Op, indent: int):
     """tl.store, and tle.gpu.copy from a buffer to global memory (the buffer is the value stored)."""
     site = "store" if op.defn is ops.STORE else "tle.gpu.copy"
@@ -238,7 +239,7 @@ def store(gen: Context, op: Op, indent: int):
                      f"{gen.elem(val, idx)}", indent)
 
 
-@RULES.rule(ops.ATOMIC, ops.ATOMIC_CAS, role="statement")
+@RULE_SET.rule(ops.ATOMIC, ops.ATOMIC_CAS, role="statement")
 def atomic(gen: Context, op: Op, indent: int):
     """tl.atomic_<kind> and tl.atomic_cas, one atomic per element. TileLang's own T.atomic_add/max/min/or
     where it has them; and, xor, xchg, cas and an or whose value is read are device functions the kernel

@@ -8,10 +8,12 @@ from ..ir import ops
 from ..ir.core import Op
 from .context import BACKEND, Buffer, Context
 from .raw_render import render_tilelang_rows
-from .rules import RULES
+from ..rules import RuleSet
+
+RULE_SET = RuleSet()          # this module's rules; codegen.py includes them in the table
 
 
-@RULES.rule(ops.RAW_CALL, role="statement")
+@RULE_SET.rule(ops.RAW_CALL, role="statement")
 def raw_call(gen: Context, op: Op, indent: int):
     """The copies of the written arguments are the call's results (their other positions keep the
     argument's value). Its threads are the kernel's own; TileLang's thread synchronization pass puts the

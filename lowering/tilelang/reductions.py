@@ -12,17 +12,19 @@ from ..ir.core import Op, Value
 from ..ir.ops import ReduceKind, ops_of
 from .context import Buffer, Context
 from .row_products import RowProducts
-from .rules import RULES
+from ..rules import RuleSet
 from .slots import yields_back
 from .syntax import loop_indices, parallel_header
 from .values import is_zero
 from .warp_groups import GROUP_THREADS
 
+RULE_SET = RuleSet()          # this module's rules; codegen.py includes them in the table
+
 # element-wise ops whose result can overwrite the fragment of their one tile operand, element by element
 _IN_PLACE_UPDATES = ops_of(ops.BINARY, ops.UNARY, ops.CAST, ops.WHERE)
 
 
-@RULES.rule(ops.REDUCE, role="statement")
+@RULE_SET.rule(ops.REDUCE, role="statement")
 def reduce(gen: Context, op: Op, indent: int):
     _reduce(gen, op.operand("x"), op.result, op.attrs["kind"], op.attrs["axis"], op.attrs["keep_dims"], indent)
 
@@ -51,7 +53,7 @@ def _reduce(gen: Context, x: Value, v: Value, kind: ReduceKind, axis: int, keep_
         gen.keepdims[v.id] = axis      # same data with a unit axis: element access drops it
 
 
-@RULES.rule(ops.DOT, role="statement")
+@RULE_SET.rule(ops.DOT, role="statement")
 def dot(gen: Context, op: Op, indent: int):
     a, b, accv = op.operand("a"), op.operand("b"), op.operand("acc")
     if a.type.elem != b.type.elem:

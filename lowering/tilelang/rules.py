@@ -1,10 +1,10 @@
 """The TileLang backend's rule table: per IR op, the statement rule that emits it and/or the expression
 rule that writes one element of it as a TIR expression, and what becomes of each of its attributes.
 
-The rules themselves live with their concern (expressions, memory, reductions, control, buffers, raw_call)
-and register here when codegen.py imports them. The attribute table below says, for every attribute of
-every op, whether TileLang honors it, drops it with a note (`RULES.check_attributes` writes the notes) or
-refuses it (a lowering error naming the attribute and the kernel's line)."""
+The rules themselves live with their concern (expressions, memory, reductions, control, buffers, raw_call),
+each module's in a RuleSet that codegen.py includes here (`RULES.include`). The attribute table below says,
+for every attribute of every op, whether TileLang honors it, drops it with a note (`RULES.check_attributes`
+writes the notes) or refuses it (a lowering error naming the attribute and the kernel's line)."""
 from __future__ import annotations
 
 from ..ir import ops

@@ -35,18 +35,20 @@ from ..ir import types as ir_types
 from ..ir.core import Op
 from ..ir.ops import Trait
 from .context import Buffer, Context
-from .rules import RULES
+from ..rules import RuleSet
 from .syntax import element, loop_indices, parallel_header, tl_dtype
+
+RULE_SET = RuleSet()          # this module's rules; codegen.py includes them in the table
 
 BARRIER = "T.sync_threads()"
 
 
-@RULES.rule(ops.SORT, role="statement")
+@RULE_SET.rule(ops.SORT, role="statement")
 def sort(gen: Context, op: Op, indent: int):
     _bitonic(gen, op, "tl.sort", None, bool(op.attrs["descending"]), indent)
 
 
-@RULES.rule(ops.TOPK, role="statement")
+@RULE_SET.rule(ops.TOPK, role="statement")
 def topk(gen: Context, op: Op, indent: int):
     _bitonic(gen, op, "tl.topk", op.attrs["k"], True, indent)
 
@@ -162,7 +164,7 @@ def _check_placement(gen: Context, op: Op, construct: str):
                   "of a pipelined loop do not all reach; compute it outside the loop or drop num_stages")
 
 
-@RULES.rule(ops.HISTOGRAM, role="statement")
+@RULE_SET.rule(ops.HISTOGRAM, role="statement")
 def histogram(gen: Context, op: Op, indent: int):
     x, mask = op.operand("x"), op.operand("mask")
     v = op.result

@@ -24,7 +24,7 @@ from __future__ import annotations
 from ..ir import ops
 from ..ir.core import Op, Value
 from ..ir.ops import PLAIN_LOAD, Trait, UnaryOp, ops_of
-from ..transforms.fold import CMP_OPS, INT_OPS, fits
+from ..ir.integers import CMP_OPS, INT_OPS, fits
 from .buffers import read_before_next_write
 from .context import Context
 from .emission import Stmt

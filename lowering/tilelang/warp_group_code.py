@@ -6,7 +6,7 @@ from __future__ import annotations
 from ..ir import ops
 from ..ir.core import Block, Op
 from .async_gathers import emit_row_gather, row_gather
-from .context import Buffer, Context
+from .context import Buffer, Context, GroupWriter
 from .control import trip_count
 from .slots import carry_slot, write_slots
 from .values import is_const
@@ -41,6 +41,7 @@ def emit_kernel_body(gen: Context, plan: Plan, indent: int):
 
 def _emit_group(gen: Context, plan: Plan, group: int, tx: str, indent: int):
     gen.warp_group = group
+    gen.group_writer = GroupWriter(block_ops=emit_ops, loop=group_loop, copy_in=group_copy_in)
     for vid in plan.recompute:          # the prologue's fragments are laid out over every thread
         gen.buffers.pop(vid, None)
     gen.warp_thread = gen.ids.fresh("thread")
@@ -55,6 +56,7 @@ def _emit_group(gen: Context, plan: Plan, group: int, tx: str, indent: int):
         gen.emit("pass", indent)
     gen.forget(plan.section)
     gen.warp_group = None
+    gen.group_writer = None
 
 
 def emit_ops(gen: Context, plan: Plan, blk: Block, ops: list[Op], indent: int):

@@ -6,26 +6,8 @@ from __future__ import annotations
 
 from ..ir import ops
 from ..ir.core import KernelIR, Op
-from ..ir.ops import BinaryOp, CmpPred
-
-
-def _trunc_div(a: int, b: int) -> int:
-    q = abs(a) // abs(b)
-    return q if (a >= 0) == (b > 0) else -q
-
-
-# Triton's scalar integer semantics, shared with the passes that evaluate integer expressions
-INT_OPS = {
-    BinaryOp.ADD: lambda a, b: a + b, BinaryOp.SUB: lambda a, b: a - b, BinaryOp.MUL: lambda a, b: a * b,
-    BinaryOp.DIV: lambda a, b: _trunc_div(a, b) if b else None,
-    BinaryOp.REM: lambda a, b: a - _trunc_div(a, b) * b if b else None,
-    BinaryOp.MAXIMUM: max, BinaryOp.MINIMUM: min, BinaryOp.AND: lambda a, b: a & b,
-    BinaryOp.OR: lambda a, b: a | b, BinaryOp.XOR: lambda a, b: a ^ b,
-    BinaryOp.SHL: lambda a, b: a << b if 0 <= b < 64 else None,
-    BinaryOp.SHR: lambda a, b: a >> b if 0 <= b < 64 else None,
-}
-CMP_OPS = {CmpPred.LT: lambda a, b: a < b, CmpPred.LE: lambda a, b: a <= b, CmpPred.GT: lambda a, b: a > b,
-           CmpPred.GE: lambda a, b: a >= b, CmpPred.EQ: lambda a, b: a == b, CmpPred.NE: lambda a, b: a != b}
+from ..ir.integers import CMP_OPS, INT_OPS, fits
+from ..ir.ops import BinaryOp
 
 
 def _const(v):
@@ -33,13 +15,6 @@ def _const(v):
     if op is not None and op.defn is ops.CONST:
         return op.attrs["value"]
     return None
-
-
-def fits(value: int, elem) -> bool:
-    if elem.is_bool:
-        return True
-    lo, hi = (-(2 ** (elem.bits - 1)), 2 ** (elem.bits - 1) - 1) if elem.is_signed else (0, 2 ** elem.bits - 1)
-    return lo <= value <= hi
 
 
 def _fold(op: Op):

@@ -14,11 +14,12 @@ from ..ir.core import Block, KernelIR, Op, Value
 from ..ir.ops import Trait, UnaryOp, ops_of, with_trait
 from ..ir.types import broadcast_shapes
 from ..ir.uses import Identifiers, users
-from . import combine, expressions, statements  # noqa: F401 (they register their rules)
+from . import combine, expressions, statements
 from .rules import RULES
 from .syntax import BIN, PREC, full, literal
 
 BACKEND = "triton"
+RULES.include(combine.RULE_SET, expressions.RULE_SET, statements.RULE_SET)      # the op rules, listed here
 # values written inline where they are used (when used once, or unnamed)
 _INLINE = with_trait(Trait.ELEMENTWISE) | ops_of(ops.LOCAL_LOAD)
 # ops whose Triton spelling (an operator, tl.where) broadcasts its operands itself

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from ..ir import ops
 from ..ir.core import KernelIR, Op
-from .rules import RULES
+from ..rules import RuleSet
+
+RULE_SET = RuleSet()          # this module's rules; codegen.py includes them in the table
 
 
 def combine_function(gen, op: Op) -> str:
@@ -22,7 +24,7 @@ def combine_function(gen, op: Op) -> str:
     return gen.function(f"_combine_{op.attrs['fn'].lstrip('_')}", params, sub.lines)
 
 
-@RULES.rule(ops.COMBINE_SCAN, ops.COMBINE_REDUCE, role="statement")
+@RULE_SET.rule(ops.COMBINE_SCAN, ops.COMBINE_REDUCE, role="statement")
 def combine(gen, op: Op, indent: int):
     """`a, b = tl.associative_scan((x, y), axis, _combine_f, reverse=True)`, or `tl.reduce(...)`; one tile
     in, one tile out (Triton unwraps a single input itself)."""

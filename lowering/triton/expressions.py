@@ -6,12 +6,14 @@ from __future__ import annotations
 from ..ir import ops
 from ..ir.core import Op, Value
 from ..ir.ops import CACHE_HINTS, BinaryOp, UnaryOp
-from .rules import RULES
+from ..rules import RuleSet
 from .syntax import BIN, CMP, MATH, PREC, full, literal, tl_dtype
+
+RULE_SET = RuleSet()          # this module's rules; codegen.py includes them in the table
 
 
 def _rule(*defs):
-    return RULES.rule(*defs, role="expression")
+    return RULE_SET.rule(*defs, role="expression")
 
 
 @_rule(ops.CONST)

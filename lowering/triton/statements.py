@@ -10,7 +10,9 @@ from ..ir.core import Op
 from ..ir.ops import CACHE_HINTS, LoopKind, Trait
 from . import expressions
 from .raw_render import render_triton, require_elementwise
-from .rules import RULES
+from ..rules import RuleSet
+
+RULE_SET = RuleSet()          # this module's rules; codegen.py includes them in the table
 
 BACKEND = "triton"
 # tle.gpu buffers are register tiles here (stock Triton has no explicit shared memory): a buffer
@@ -19,7 +21,7 @@ IN_REGISTERS = "a register tile (stock Triton has no explicit shared memory)"
 
 
 def _rule(*defs):
-    return RULES.rule(*defs, role="statement")
+    return RULE_SET.rule(*defs, role="statement")
 
 
 def how_issued(op: Op) -> str:

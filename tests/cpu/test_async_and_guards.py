@@ -78,7 +78,7 @@ def test_tilelang_async_gather_is_a_pipelined_zero_filled_copy():
     dot operand) in stage 0, the guarded compute, kept one statement by an empty else, in stage 1."""
     if tle.available_backends().get("tilelang") is not None:
         pytest.skip("TileLang unavailable here")
-    from tle.kernels.sparse_mla import sparse_mla_fwd_kernel as k
+    from tle.kernels.examples.sparse_mla import sparse_mla_fwd_kernel as k
     lw = lower_example(k, "tilelang")
     src = lw.source
     assert "T.Pipelined(2, num_stages=2, order=[0, 1, 2, 3, 4], stage=[0, 0, 0, 0, 1])" in src
@@ -107,7 +107,7 @@ def test_sparse_mla_without_the_hint_computes_the_same(backend):
     """ASYNC=False: plain gathers in a plain loop (the example launch has the hint)."""
     from tle.cli import poison
     from tle.examples import compare_outputs
-    from tle.kernels.sparse_mla import sparse_mla_fwd_kernel as k
+    from tle.kernels.examples.sparse_mla import sparse_mla_fwd_kernel as k
     launch = k.example("cpu", "small")
     poison(launch)
     run_on(backend, k, launch.grid, *launch.args, **dict(launch.kwargs, ASYNC=False))
@@ -118,7 +118,7 @@ def test_sparse_mla_without_the_hint_computes_the_same(backend):
 def test_tilelang_plain_gather_is_not_pipelined_when_the_loop_says_so():
     if tle.available_backends().get("tilelang") is not None:
         pytest.skip("TileLang unavailable here")
-    from tle.kernels.sparse_mla import sparse_mla_fwd_kernel as k
+    from tle.kernels.examples.sparse_mla import sparse_mla_fwd_kernel as k
     lw = lower_example(k, "tilelang", ASYNC=False)
     assert "T.Pipelined(" not in lw.source and "T.serial(" in lw.source
 
@@ -128,7 +128,7 @@ def test_triton_pipeliner_issues_the_index_tile_ahead_and_keeps_the_kv_gathers_p
     """What the docs say Triton 3.6 makes of the sparse-MLA loop pipelined for `tle.load(is_async=True)`
     (sm_90a): the index-tile load becomes an asynchronous copy; the KV gathers, hinted one included,
     stay synchronous loads. A change of Triton's choice shows here first."""
-    from tle.kernels.sparse_mla import sparse_mla_fwd_kernel as k
+    from tle.kernels.examples.sparse_mla import sparse_mla_fwd_kernel as k
     lw = lower_example(k, "triton")
     ttgir = lw.stage("ttgir").splitlines()
     copies = [ln for ln in ttgir if "ttg.async_copy_global_to_local" in ln]

@@ -15,7 +15,7 @@ MATMUL = os.path.join(ROOT, "kernels", "matmul.py") + "::matmul_kernel"
 
 
 @pytest.mark.parametrize("argv", [
-    ["show", "kernels/vector_add.py"],                          # no ::
+    ["show", "kernels/examples/vector_add.py"],                          # no ::
     ["show", "no/such/file.py::k"],
     ["show", ADD.replace("add_kernel", "no_such_kernel")],
     ["show", ADD.replace("add_kernel", "reference")],          # exists, but not a tle kernel

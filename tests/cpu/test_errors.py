@@ -8,10 +8,10 @@ import triton.language as tl
 
 import tle
 from tle import select
-from tle.kernels.matmul import matmul
+from tle.kernels.examples.matmul import matmul
 from tle.kernels.rms_norm import rms_norm
 from tle.kernels.softmax import softmax
-from tle.kernels.vector_add import add
+from tle.kernels.examples.vector_add import add
 from markers import marked_line
 
 HERE = os.path.basename(__file__)

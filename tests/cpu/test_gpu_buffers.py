@@ -104,7 +104,7 @@ def test_tilelang_copies_a_tile_the_buffer_outlives():
 
 
 def test_matmul_with_tle_gpu_staging_feeds_the_buffers_to_gemm():
-    from tle.kernels.matmul_smem import matmul_smem_kernel
+    from tle.kernels.examples.matmul_smem import matmul_smem_kernel
     src = lower_example(matmul_smem_kernel, "tilelang").source
     assert "T.gemm(a_smem, b_smem, acc)" in src and "T.Pipelined(" in src
 

@@ -119,7 +119,7 @@ def test_runner_dry_run(tmp_path, capsys):
     assert parity.main(argv) == 0
     printed = capsys.readouterr().out
     assert "## vector_add (tests/parity_kernels.py:add_kernel)" in printed
-    assert "## kernels.vector_add (kernels/vector_add.py:add_kernel)" in printed
+    assert "## kernels.vector_add (kernels/examples/vector_add.py:add_kernel)" in printed
 
     recs = json.loads((tmp_path / parity.JSON).read_text())
     cells = {(r["kernel"], r["impl"]): r for r in recs}

@@ -213,7 +213,7 @@ def test_guarded_gather_compiles_for_sm90a(trip, slack, named):
 
 
 def _sparse_mla_launch(topk: int, seqlen: int = 80):
-    from tle.kernels.sparse_mla import CONFIG_SMALL, kernel_args, make_indices, reference
+    from tle.kernels.examples.sparse_mla import CONFIG_SMALL, kernel_args, make_indices, reference
     B, SKV, H, DV, TD = 1, 128, 32, 64, 32
     gen = torch.Generator().manual_seed(topk)
     q = torch.randn(B, seqlen, H, DV + TD, generator=gen).to(torch.bfloat16)
@@ -233,7 +233,7 @@ def _sparse_mla_launch(topk: int, seqlen: int = 80):
 @pytest.mark.parametrize("topk, trip", [(64, 1), (128, 2), (192, 3)])
 def test_sparse_mla_compiles_at_every_topk(topk, trip):
     """topk = BK: a loop of one step (TileLang rejected the named stages: 5 named, 17 statements)."""
-    from tle.kernels.sparse_mla import sparse_mla_fwd_kernel as k
+    from tle.kernels.examples.sparse_mla import sparse_mla_fwd_kernel as k
     lowered = lower_example(k, "tilelang", _sparse_mla_launch(topk))
     header = _pipelined_header(lowered.source)
     assert header.startswith(f"for ck in T.Pipelined({trip}, num_stages=2")
@@ -303,7 +303,7 @@ def test_guarded_gather_numerics_runtime_trip(backend):
 def test_sparse_mla_numerics_with_topk_equal_to_the_block(backend):
     """The operator's kernel with topk = BK = 64: its pipelined loop runs one step."""
     from tle.examples import compare_outputs
-    from tle.kernels.sparse_mla import sparse_mla_fwd_kernel as k
+    from tle.kernels.examples.sparse_mla import sparse_mla_fwd_kernel as k
     launch = _sparse_mla_launch(64, seqlen=8)
     run_on(backend, k, launch.grid, *launch.args, **launch.kwargs)
     compare_outputs(launch)

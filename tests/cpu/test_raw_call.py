@@ -17,7 +17,7 @@ from tle.raw.mlir import arith, ir, nvvm, tensor  # noqa: E402
 from raw_functions import F4x32, thread_index, triple_2d  # noqa: E402
 from tilelang_oracle import interpret_tilelang, run_on  # noqa: E402
 
-from tle.kernels import raw_vector_add as rva  # noqa: E402
+from tle.kernels.examples import raw_vector_add as rva  # noqa: E402
 
 F1024 = Annotated[ir.RankedTensorType, "tensor<1024xf32>"]
 F128 = Annotated[ir.RankedTensorType, "tensor<128xf32>"]

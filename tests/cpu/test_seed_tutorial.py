@@ -9,7 +9,7 @@ import tle
 from seed_sparse_mla import triton_sparse_mla_fwd
 from tilelang_oracle import needs_tilelang
 from tle.cli import meta_copy
-from tle.kernels.sparse_mla import kernel_args, make_indices, reference
+from tle.kernels.examples.sparse_mla import kernel_args, make_indices, reference
 
 B, S, SKV, H, DV, TD, TOPK, BK, BH = 1, 6, 64, 32, 64, 32, 64, 32, 32
 

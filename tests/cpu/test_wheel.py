@@ -12,8 +12,8 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FOLDERS = {"tle": "tle", "lowering": "tle/lowering", "kernels": "tle/kernels"}   # tree folder -> installed path
-MAIN_JOB = ("kernels/vector_add.py::add_kernel", "kernels/softmax.py::softmax_kernel",
-            "kernels/rms_norm.py::rms_norm_fwd_kernel", "kernels/matmul.py::matmul_kernel")
+MAIN_JOB = ("kernels/examples/vector_add.py::add_kernel", "kernels/softmax.py::softmax_kernel",
+            "kernels/rms_norm.py::rms_norm_fwd_kernel", "kernels/examples/matmul.py::matmul_kernel")
 pytestmark = pytest.mark.slow
 
 

@@ -46,20 +46,20 @@ def test_the_environment_has_no_nvcc(tmp_path):
 
 
 def test_compare_checks_the_tilelang_lowering_without_compiling_it(tmp_path):
-    p = _run(["-m", "tle.cli", "compare", "kernels/vector_add.py::add_kernel"], _without_nvcc(tmp_path))
+    p = _run(["-m", "tle.cli", "compare", "kernels/examples/vector_add.py::add_kernel"], _without_nvcc(tmp_path))
     assert p.returncode == 0, p.stdout + p.stderr
     row = next(ln for ln in p.stdout.splitlines() if re.match(r"\s*tilelang\s", ln))
     assert "not compiled: no nvcc" in row and re.search(r"\s\d\S*\s+-$", row), row   # checked, with an error
-    triton = next(ln for ln in p.stdout.splitlines() if re.match(r"kernels/vector_add.py::add_kernel\s+triton", ln))
+    triton = next(ln for ln in p.stdout.splitlines() if re.match(r"kernels/examples/vector_add.py::add_kernel\s+triton", ln))
     assert "ptx sm_90a" in triton
     assert "all lowerings and checks passed; some lowerings were not compiled" in p.stdout
 
 
 def test_show_names_the_missing_compiler(tmp_path):
     env = _without_nvcc(tmp_path)
-    p = _run(["-m", "tle.cli", "show", "kernels/vector_add.py::add_kernel", "--backend", "tilelang"], env)
+    p = _run(["-m", "tle.cli", "show", "kernels/examples/vector_add.py::add_kernel", "--backend", "tilelang"], env)
     assert p.returncode == 0 and "@T.prim_func" in p.stdout, p.stderr
-    p = _run(["-m", "tle.cli", "show", "kernels/vector_add.py::add_kernel", "--backend", "tilelang",
+    p = _run(["-m", "tle.cli", "show", "kernels/examples/vector_add.py::add_kernel", "--backend", "tilelang",
               "--stage", "cuda"], env)
     assert p.returncode == 1
     assert "tilelang could not produce stage 'cuda': CompilerUnavailable: [tilelang] cannot compile here: no nvcc" \

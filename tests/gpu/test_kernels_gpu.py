@@ -6,9 +6,9 @@ import torch
 from kernel_cases import example_kernels
 from tle.cli import poison
 from tle.examples import compare_outputs, default_tolerance
-from tle.kernels.matmul import matmul
+from tle.kernels.examples.matmul import matmul
 from tle.kernels.softmax import softmax
-from tle.kernels.vector_add import add
+from tle.kernels.examples.vector_add import add
 
 BACKENDS = ("triton", "tilelang")
 KERNELS = example_kernels()
@@ -54,7 +54,7 @@ def test_add_odd_length(backend):
 def _sparse_mla_case():
     """Rows with fewer valid indices than topk (padding SKV), out-of-range indices (-7, SKV + 3) in the
     middle of rows, two batches, two head blocks."""
-    from tle.kernels import sparse_mla as M
+    from tle.kernels.examples import sparse_mla as M
     gen = torch.Generator().manual_seed(1)
     B, S, SKV, H, VG, topk = 2, 160, 256, 128, 1, 128
     q = torch.randn(B, S, H, 576, generator=gen).to("cuda", torch.bfloat16)
@@ -68,8 +68,8 @@ def _sparse_mla_case():
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_sparse_mla_smem_invalid_and_short_rows(backend):
     """The tle.gpu-staged sparse MLA against the fp32 reference on the same hard rows."""
-    from tle.kernels import sparse_mla as M
-    from tle.kernels.sparse_mla_smem import sparse_mla_fwd_smem
+    from tle.kernels.examples import sparse_mla as M
+    from tle.kernels.examples.sparse_mla_smem import sparse_mla_fwd_smem
     q, kv, idx = _sparse_mla_case()
     out, lse = sparse_mla_fwd_smem(q, kv, idx, backend=backend)
     ref_o, ref_l = M.reference(q, kv, idx, None, 512)
@@ -79,7 +79,7 @@ def test_sparse_mla_smem_invalid_and_short_rows(backend):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_matmul_smem_odd_shape(backend):
-    from tle.kernels.matmul_smem import matmul_smem
+    from tle.kernels.examples.matmul_smem import matmul_smem
     a = (torch.randn(1000, 1000, device="cuda") / 1000 ** 0.5).half()
     b = torch.randn(1000, 1000, device="cuda").half()
     assert_close(matmul_smem(a, b, backend=backend), a.float() @ b.float())
@@ -90,7 +90,7 @@ def test_matmul_smem_odd_shape(backend):
 def test_sparse_mla_invalid_and_short_rows(backend, is_async):
     """Rows with fewer valid indices than topk (padding SKV), out-of-range indices (-7, SKV + 3) in the
     middle of rows, two head blocks, and an fp32 reference."""
-    from tle.kernels import sparse_mla as M
+    from tle.kernels.examples import sparse_mla as M
     q, kv, idx = _sparse_mla_case()
     (B, S, H, _), cfg = q.shape, dict(M.CONFIG_SMALL)
     # NaN until written, so that a kernel that writes nothing fails (torch.empty may reuse a right answer)

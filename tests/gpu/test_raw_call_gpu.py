@@ -9,7 +9,7 @@ import triton.language as tl
 pytest.importorskip("jaxlib.mlir")
 
 import tle  # noqa: E402
-from tle.kernels.raw_vector_add import vector_add_raw  # noqa: E402
+from tle.kernels.examples.raw_vector_add import vector_add_raw  # noqa: E402
 from tle.raw.mlir import arith, ir, nvvm, tensor  # noqa: E402
 from raw_functions import thread_index, triple_2d  # noqa: E402
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from seed_sparse_mla import triton_sparse_mla_fwd
-from tle.kernels.sparse_mla import kernel_args, make_indices, reference
+from tle.kernels.examples.sparse_mla import kernel_args, make_indices, reference
 
 
 @pytest.mark.parametrize("backend", ["triton", "tilelang"])

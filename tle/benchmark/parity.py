@@ -112,13 +112,13 @@ def is_plain_text(kernel) -> bool:
 
 # -- the cases --------------------------------------------------------------------------------------------------
 # the project's kernels (kernels/, installed as tle.kernels) at their example launches: (case, module, kernel)
-PROJECT_KERNELS = (("kernels.vector_add", "vector_add", "add_kernel"),
+PROJECT_KERNELS = (("kernels.vector_add", "examples.vector_add", "add_kernel"),
                    ("kernels.softmax", "softmax", "softmax_kernel"),
                    ("kernels.softmax_bwd", "softmax", "softmax_bwd_kernel"),
                    ("kernels.rms_norm", "rms_norm", "rms_norm_fwd_kernel"),
                    ("kernels.layer_norm", "layer_norm", "layer_norm_fwd_kernel"),
-                   ("kernels.matmul", "matmul", "matmul_kernel"),
-                   ("kernels.sparse_mla", "sparse_mla", "sparse_mla_fwd_kernel"))
+                   ("kernels.matmul", "examples.matmul", "matmul_kernel"),
+                   ("kernels.sparse_mla", "examples.sparse_mla", "sparse_mla_fwd_kernel"))
 
 
 # plain kernels that Triton's CPU interpreter cannot run (the lowerings' texts avoid what it lacks)
@@ -140,7 +140,7 @@ def project_cases() -> list[Case]:
         if plain is None and not is_plain_text(kernel):
             continue            # tle-only constructs and no plain form: nothing to compare with
         out.append(Case(name, kernel, _example_make(kernel), shapes=["large"], cpu_shapes=["small"],
-                        source=f"kernels/{module}.py", plain=plain,
+                        source=f"kernels/{module.replace('.', '/')}.py", plain=plain,
                         kwargs={"ASYNC": False} if plain is not None else {},
                         no_interpreter={"plain": PLAIN_NO_INTERPRETER[name]} if name in PLAIN_NO_INTERPRETER else {}))
     return out

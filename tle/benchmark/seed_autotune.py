@@ -2,7 +2,7 @@
 
     python -m tle.benchmark.seed_autotune [--out docs/benchmark]
 
-The kernel is kernels/sparse_mla.py's text (the seed's, `tle.load(..., is_async=True)` on the KV gather). One
+The kernel is kernels/examples/sparse_mla.py's text (the seed's, `tle.load(..., is_async=True)` on the KV gather). One
 tle.autotune config space over the tile shape (BH heads, BK indices per step) and warps, the same on both
 backends; each backend picks its own config. Plain Triton runs the text (`tl.load` for `tle.load`) at the
 seed's own configuration (BH=32, BK=32, 8 warps, 4 stages) and at the best of the same space. Shape: the
@@ -22,7 +22,7 @@ from triton.testing import do_bench
 
 import tle
 from tle.benchmark.provenance import commit, device_name, today, versions
-from tle.kernels import sparse_mla as m
+from tle.kernels.examples import sparse_mla as m
 from tle.oplib.backend import KERNEL_BACKENDS
 
 SHAPE = dict(B=1, S=4096, SKV=8192, H=128, D=512, TD=64, topk=2048)

@@ -1,10 +1,10 @@
-"""Sparse MLA forward staged through tle.gpu shared memory (the operator of kernels/sparse_mla.py).
+"""Sparse MLA forward staged through tle.gpu shared memory (the operator of kernels/examples/sparse_mla.py).
 
 The query tiles are copied into buffers once; each step of a `tle.gpu.pipeline` loop gathers the KV
 rows its indices name into buffers ([BK, D] and [BK, TD]: one gathered row per line, the layout the
 copy reads contiguously), and the two products read the buffers (the scores through a transpose).
 Blocks past the causal limit are skipped, as in the seed kernel.
-Same calling convention, reference and results as kernels/sparse_mla.py.
+Same calling convention, reference and results as kernels/examples/sparse_mla.py.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import torch
 import triton.language as tl
 
 import tle
-from tle.kernels.sparse_mla import _example as seed_example, run
+from tle.kernels.examples.sparse_mla import _example as seed_example, run
 
 
 @tle.jit

@@ -23,6 +23,7 @@ import triton.language as tl
 
 import tle
 from tle.checks import check_tensor
+from tle.kernels.sparse_mla_indices import make_indices   # DeepSeek's test indices
 
 
 @tle.jit
@@ -214,18 +215,6 @@ def run(kernel, q, kv, indices, sm_scale, d_v, backend, config):
                              cfg.pop("BK"), cfg.pop("BH"))
     kernel[grid](*args, backend=backend, **cfg)
     return output, lse
-
-
-def make_indices(B: int, S: int, SKV: int, VG: int, topk: int, generator=None, device="cpu") -> torch.Tensor:
-    """Indices as DeepSeek's tests draw them: query t takes a random permutation of [0, t) (of [0] for
-    t = 0) cut to topk, padded with SKV (an out-of-range index)."""
-    idx = torch.full((B, S, VG, topk), SKV, dtype=torch.int32)
-    for b in range(B):
-        for t in range(S):
-            for g in range(VG):
-                perm = torch.randperm(max(1, t), generator=generator)[:topk]
-                idx[b, t, g, :len(perm)] = perm.to(torch.int32)
-    return idx.to(device)
 
 
 @tle.example(sparse_mla_fwd_kernel)

@@ -1,7 +1,7 @@
 """Matrix product C = A @ B with explicit staging: A and B tiles are copied into tle.gpu shared-memory
 buffers inside a pipelined K loop, the product reads the buffers, and C leaves through a buffer too.
 
-The same operator as kernels/matmul.py, written with TLE-Struct. On TileLang the buffers are the
+The same operator as kernels/examples/matmul.py, written with TLE-Struct. On TileLang the buffers are the
 T.alloc_shared operands of T.gemm and the loop is T.Pipelined; on Triton they are register tiles and
 the loop is tl.range(num_stages=...), whose pipelining stages the operands through shared memory.
 """
@@ -12,7 +12,7 @@ import triton
 import triton.language as tl
 
 import tle
-from tle.kernels.matmul import example_launch, run
+from tle.kernels.examples.matmul import example_launch, run
 
 
 @tle.jit

@@ -1,0 +1,146 @@
+"""What FlashAttention's kernels and its warp-group forward (flash_attention_warp_groups.py) share, and the
+attention operators built on them: the programs' sequence bounds and online softmax (@tle.jit helpers), the
+layout of a call (Problem), the torch forward the examples and the torch backend compute, and the examples'
+inputs."""
+from __future__ import annotations
+
+import math
+
+import torch
+import triton.language as tl
+
+import tle
+from tle.oplib.rows import torch_compute_dtype
+
+
+# -- the programs' helpers ------------------------------------------------------------------------------------
+@tle.jit
+def _sequence(cu_ptr, b, dense_len, VARLEN: tl.constexpr):
+    """(first row, length) of sequence b: from cu_seqlens when packed, else (0, the dense length)."""
+    if VARLEN:
+        start = tl.load(cu_ptr + b)
+        length = tl.load(cu_ptr + b + 1) - start
+    else:
+        start = 0
+        length = dense_len
+    return start, length
+
+
+@tle.jit
+def _fwd_program(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_q_ptr, cu_k_ptr, stride_qb, stride_qm, stride_qh, stride_kb,
+                 stride_kn, stride_kh, stride_vb, stride_vn, stride_vh, stride_ob, stride_om, stride_oh, stride_lb,
+                 stride_lh, seqlen_q, seqlen_k, H: tl.constexpr, GROUP: tl.constexpr, VARLEN: tl.constexpr):
+    """A forward program's sequence lengths and the starts of its query head's rows in q, out and lse and of its
+    KV head's rows in k and v (axis 1 of the grid: batch x head)."""
+    b = tl.program_id(1) // H
+    h = tl.program_id(1) % H
+    q_start, len_q = _sequence(cu_q_ptr, b, seqlen_q, VARLEN)
+    k_start, len_k = _sequence(cu_k_ptr, b, seqlen_k, VARLEN)
+    q_base = q_ptr + b * stride_qb + q_start * stride_qm + h * stride_qh
+    k_base = k_ptr + b * stride_kb + k_start * stride_kn + (h // GROUP) * stride_kh
+    v_base = v_ptr + b * stride_vb + k_start * stride_vn + (h // GROUP) * stride_vh
+    o_base = o_ptr + b * stride_ob + q_start * stride_om + h * stride_oh
+    lse_base = lse_ptr + b * stride_lb + h * stride_lh + q_start
+    return len_q, len_k, q_base, k_base, v_base, o_base, lse_base
+
+
+@tle.jit
+def _folded_softmax(qk, m_i, l_i, qk_scale):
+    """One block's online softmax in base 2 with the scale folded into exp2's argument (one multiply-add an
+    element): m_i stays in unscaled scores. P, the rescale alpha of what came before, and the new l_i, m_i."""
+    m_new = tl.maximum(m_i, tl.max(qk, 1))
+    alpha = tl.math.exp2((m_i - m_new) * qk_scale)
+    p = tl.math.exp2(qk * qk_scale - (m_new * qk_scale)[:, None])
+    return p, alpha, l_i * alpha + tl.sum(p, 1), m_new
+
+
+# -- the problem, as the kernels and the torch backend see it -----------------------------------------------
+class Problem:
+    """The layout of one call: dense [B, S, H, D] or packed [total, H, D] with cu_seqlens."""
+
+    def __init__(self, q, k, cu_q, cu_k, max_q, max_k):
+        self.varlen = cu_q is not None
+        self.h, self.d = q.shape[-2], q.shape[-1]
+        self.h_kv = k.shape[-2]
+        self.group = self.h // self.h_kv
+        if self.varlen:
+            self.b = cu_q.shape[0] - 1
+            self.seqlen_q, self.seqlen_k = max_q, max_k
+        else:
+            self.b = q.shape[0]
+            self.seqlen_q, self.seqlen_k = q.shape[1], k.shape[1]
+
+    def lse_shape(self, q):
+        return (self.h, q.shape[0]) if self.varlen else (self.b, self.h, self.seqlen_q)
+
+    def strides(self, t):
+        """(batch, row, head) strides of an input or output: the batch stride is 0 when packed."""
+        return (0, t.stride(0), t.stride(1)) if self.varlen else (t.stride(0), t.stride(1), t.stride(2))
+
+    def lse_strides(self, lse):
+        return (0, lse.stride(0)) if self.varlen else (lse.stride(0), lse.stride(1))
+
+
+def cu_or_dummy(cu, like):
+    """The cu_seqlens pointer a dense launch passes and never reads."""
+    return cu if cu is not None else like
+
+
+# -- the torch forward: fp32 (fp64 for fp64 inputs), one sequence at a time ----------------------------------
+def _keep(s_q, s_k, causal, device):
+    """[S_q, S_k]: which keys each query sees (causal: aligned to the bottom-right corner)."""
+    if not causal:
+        return torch.ones(s_q, s_k, dtype=torch.bool, device=device)
+    i = torch.arange(s_q, device=device)[:, None]
+    j = torch.arange(s_k, device=device)[None, :]
+    return j <= i + (s_k - s_q)
+
+
+def _dense_attention(q, k, v, causal, scale):
+    """out [B, S_q, H, D] and lse [B, H, S_q] of dense inputs, differentiable (the reference uses it too): a query
+    that sees no key gets 0 and lse -inf, with finite gradients."""
+    group = q.shape[2] // k.shape[2]
+    kk, vv = k.repeat_interleave(group, dim=2), v.repeat_interleave(group, dim=2)
+    s = torch.einsum("bqhd,bkhd->bhqk", q, kk) * scale
+    keep = _keep(q.shape[1], k.shape[1], causal, q.device)
+    seen = keep.any(-1)[:, None]                                         # [S_q, 1]
+    s = torch.where(keep, s, torch.where(seen, -math.inf, 0.0))          # an unseen row: finite, zeroed below
+    lse = torch.logsumexp(s, dim=-1)
+    p = torch.exp(s - lse[..., None]) * keep
+    out = torch.einsum("bhqk,bkhd->bqhd", p, vv)
+    return out, torch.where(seen[:, 0], lse, -math.inf)
+
+
+def sequence_slices(cu_q, cu_k):
+    """(q rows, k rows) slices of each packed sequence."""
+    qs, ks = cu_q.tolist(), cu_k.tolist()
+    return [(slice(qs[i], qs[i + 1]), slice(ks[i], ks[i + 1])) for i in range(len(qs) - 1)]
+
+
+def _torch_forward(q, k, v, cu_q, cu_k, causal, scale):
+    ct = torch_compute_dtype(q)
+    qf, kf, vf = q.to(ct), k.to(ct), v.to(ct)
+    if cu_q is None:
+        out, lse = _dense_attention(qf, kf, vf, causal, scale)
+        return out.to(q.dtype).contiguous(), lse.float().contiguous()
+    out = q.new_zeros(q.shape)
+    lse = torch.empty(q.shape[1], q.shape[0], device=q.device, dtype=torch.float32)
+    for rq, rk in sequence_slices(cu_q, cu_k):
+        o, l = _dense_attention(qf[None, rq], kf[None, rk], vf[None, rk], causal, scale)
+        out[rq], lse[:, rq] = o[0].to(q.dtype), l[0].float()
+    return out, lse
+
+
+# -- the examples' inputs ----------------------------------------------------------------------------------
+def _example_inputs(device, size):
+    """A causal GQA problem: small for the CPU, a mid-sized one for the GPU (its fp32 reference must fit)."""
+    b, s, h, h_kv, d, dtype = (1, 72, 4, 2, 32, torch.float16) if size == "small" else \
+        (2, 2048, 16, 4, 128, torch.bfloat16)
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(b, s, n, d, generator=gen).to(device, dtype) for n in (h, h_kv, h_kv))
+    label = f"B{b} S{s} H{h}/{h_kv} D{d} causal {str(dtype)[6:]}"
+    return q, k, v, d ** -0.5, label
+
+
+def nan_like(t, dtype=None):
+    return torch.full(t.shape, float("nan"), device=t.device, dtype=dtype or t.dtype)
