@@ -15,21 +15,21 @@ import re
 from dataclasses import dataclass
 
 from ..raw.body import BARRIERS, CMP_OPERATORS, SPECIAL, RawBody, Region, Stmt, cmpi_relation
+from ..raw.meanings import MEANINGS, Form
 
 BACKEND = "tilelang"
 TL_DTYPE = {"i1": "bool", "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64", "index": "int32",
             "fp16": "float16", "bf16": "bfloat16", "fp32": "float32", "fp64": "float64"}
 UNSIGNED = {"i1": "int32", "i8": "uint8", "i16": "uint16", "i32": "uint32", "index": "uint32", "i64": "uint64"}
-_BIN = {"addi": "+", "subi": "-", "muli": "*", "addf": "+", "subf": "-", "mulf": "*", "divf": "/"}
-_BITS = {"andi": ("&", "T.And"), "ori": ("|", "T.Or"), "xori": ("^", None)}
-_CALL2 = {"divsi": "T.truncdiv", "remsi": "T.truncmod", "maxsi": "T.max", "minsi": "T.min",
-          "maxnumf": "T.max", "minnumf": "T.min",
-          "shli": "T.shift_left", "shrsi": "T.shift_right", "powf": "T.pow"}
-_UCALL2 = {"divui": "T.truncdiv", "remui": "T.truncmod", "maxui": "T.max", "minui": "T.min",
-           "shrui": "T.shift_right"}
+# each meaning of lowering/raw/meanings.py, by form, as TileLang spells it
+_INFIX = {"add": "+", "sub": "-", "mul": "*", "fdiv": "/"}
+_BITS = {"and": ("&", "T.And"), "or": ("|", "T.Or"), "xor": ("^", None)}      # (on integers, on i1)
+_CALL2 = {"div": "T.truncdiv", "rem": "T.truncmod", "max": "T.max", "min": "T.min", "shl": "T.shift_left",
+          "shr": "T.shift_right", "udiv": "T.truncdiv", "urem": "T.truncmod", "umax": "T.max", "umin": "T.min",
+          "ushr": "T.shift_right"}
 _MATH = {n: f"T.{n}" for n in ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "tanh", "erf", "sin", "cos",
                               "floor", "ceil", "fma")}
-_MATH.update(absf="T.abs", absi="T.abs")
+_MATH.update(absf="T.abs", absi="T.abs", powf="T.pow")
 # ordered predicates are C's comparisons (false on NaN); unordered ones negate the opposite comparison
 _CMPF = {"oeq": "({a} == {b})", "ogt": "({a} > {b})", "oge": "({a} >= {b})", "olt": "({a} < {b})",
          "ole": "({a} <= {b})", "une": "({a} != {b})", "one": "T.Or({a} < {b}, {a} > {b})",
@@ -142,7 +142,7 @@ class _Renderer:
             self.expr[s.name] = self.special(*SPECIAL[s.op])
             if self.expr[s.name] in self.thread_vars:
                 self.threads_in[s.name] = {self.expr[s.name]}
-        elif s.op == "arith.index_cast" and {self.dt[s.operands[0]], self.dt[s.name]} <= {"i32", "index"}:
+        elif MEANINGS.get(s.op) == (Form.CAST, "index_cast") and self._same_width(s):
             self.expr[s.name] = a[0]           # index is int32 here
             self.threads_in[s.name] = self.threads_in.get(s.operands[0], set())
         elif (folded := _fold(s.op, a)) is not None:
@@ -166,6 +166,10 @@ class _Renderer:
             else:
                 self.let(s.name, self.scalar(s, a), indent)
 
+    def _same_width(self, s: Stmt) -> bool:
+        """An index_cast between i32 and index, which are both int32 here."""
+        return {self.dt[s.operands[0]], self.dt[s.name]} <= {"i32", "index"}
+
     def special(self, kind: str, axis: int) -> str:
         if kind == "thread_id":
             return self.thread_vars[axis] if axis < len(self.thread_vars) else "0"
@@ -178,36 +182,36 @@ class _Renderer:
 
     def scalar(self, s: Stmt, a: list[str]) -> str:
         """The TIR expression of one arith or math op."""
-        dialect, op = s.op.split(".")
+        form, meaning = MEANINGS[s.op]
         src = self.dt[s.operands[0]]
         t = TL_DTYPE[self.dt[s.name]]
-        if dialect == "math":
-            return f"{_MATH.get(op, 'T.pow')}({', '.join(a)})"
-        if op in _BIN:
-            return f"({a[0]} {_BIN[op]} {a[1]})"
-        if op in _BITS:
-            sym, logical = _BITS[op]
+        if form is Form.MATH:
+            return f"{_MATH[meaning]}({', '.join(a)})"
+        if form is Form.ARITH:
+            return f"({a[0]} {_INFIX[meaning]} {a[1]})"
+        if form is Form.BITWISE:
+            sym, logical = _BITS[meaning]
             if src != "i1":
                 return f"({a[0]} {sym} {a[1]})"
             return f"{logical}({a[0]}, {a[1]})" if logical else f"({a[0]} != {a[1]})"
-        if op in _CALL2:
-            return f"{_CALL2[op]}({a[0]}, {a[1]})"
-        if op in _UCALL2:
-            return f"T.cast({_UCALL2[op]}({self.unsigned(a[0], src)}, {self.unsigned(a[1], src)}), {t!r})"
-        if op in ("maximumf", "minimumf"):     # NaN in, NaN out (T.max / T.min drop a NaN)
+        if form in (Form.SIGNED_DIV, Form.SHIFT, Form.MINMAX):
+            return f"{_CALL2[meaning]}({a[0]}, {a[1]})"
+        if form is Form.UNSIGNED:
+            return f"T.cast({_CALL2[meaning]}({self.unsigned(a[0], src)}, {self.unsigned(a[1], src)}), {t!r})"
+        if form is Form.NAN_MINMAX:     # NaN in, NaN out (T.max / T.min drop a NaN)
             return f"T.if_then_else(T.Or({a[0]} != {a[0]}, {a[1]} != {a[1]}), {a[0]} + {a[1]}, " \
-                   f"T.{op[:3]}({a[0]}, {a[1]}))"
-        if op == "negf":
+                   f"T.{meaning}({a[0]}, {a[1]}))"
+        if form is Form.NEG:
             return f"(-{a[0]})"
-        if op == "select":
+        if form is Form.SELECT:
             return f"T.if_then_else({a[0]}, {a[1]}, {a[2]})"
-        if op == "cmpi":
+        if form is Form.CMPI:
             relation, unsigned = cmpi_relation(s.attrs["predicate"])
             x, y = (self.unsigned(a[0], src), self.unsigned(a[1], src)) if unsigned else a
             return f"({x} {CMP_OPERATORS[relation]} {y})"
-        if op == "cmpf":
+        if form is Form.CMPF:
             return _CMPF[s.attrs["predicate"]].format(a=a[0], b=a[1])
-        return self.cast(op, a[0], src, self.dt[s.name])
+        return self.cast(meaning, a[0], src, self.dt[s.name])
 
     def cast(self, op: str, x: str, src: str, dst: str) -> str:
         t = TL_DTYPE[dst]

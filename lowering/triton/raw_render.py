@@ -20,6 +20,7 @@ import numpy as np
 
 from ..errors import UnsupportedConstruct
 from ..raw.body import BARRIERS, CMP_OPERATORS, SPECIAL, RawBody, Stmt, cmpi_relation
+from ..raw.meanings import MEANINGS, Form
 
 BACKEND = "triton"
 TL_DTYPE = {"i1": "tl.int1", "i8": "tl.int8", "i16": "tl.int16", "i32": "tl.int32", "i64": "tl.int64",
@@ -27,11 +28,10 @@ TL_DTYPE = {"i1": "tl.int1", "i8": "tl.int8", "i16": "tl.int16", "i32": "tl.int3
             "fp64": "tl.float64"}
 _UNSIGNED = {"i8": "tl.uint8", "i16": "tl.uint16", "i32": "tl.uint32", "index": "tl.uint32", "i64": "tl.uint64"}
 _INTS = {"i1", "i8", "i16", "i32", "i64", "index"}
-_BIN = {"addi": "+", "subi": "-", "muli": "*", "addf": "+", "subf": "-", "mulf": "*", "divf": "/",
-        "divsi": "//", "remsi": "%", "andi": "&", "ori": "|", "xori": "^", "shli": "<<", "shrsi": ">>"}
-_UBIN = {"divui": "//", "remui": "%", "shrui": ">>"}
-_CALL2 = {"maxsi": "tl.maximum", "minsi": "tl.minimum", "maxnumf": "tl.maximum", "minnumf": "tl.minimum",
-          "maxui": "tl.maximum", "minui": "tl.minimum"}
+# each meaning of lowering/raw/meanings.py, by form, as Triton spells it
+_INFIX = {"add": "+", "sub": "-", "mul": "*", "fdiv": "/", "div": "//", "rem": "%", "and": "&", "or": "|",
+          "xor": "^", "shl": "<<", "shr": ">>", "udiv": "//", "urem": "%", "ushr": ">>"}
+_CALL2 = {"max": "tl.maximum", "min": "tl.minimum", "umax": "tl.maximum", "umin": "tl.minimum"}
 _MATH = {n: f"tl.{n}" for n in ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "erf", "sin", "cos", "floor",
                                 "ceil", "fma")}
 _MATH.update(absf="tl.abs", absi="tl.abs", tanh="(2 * tl.sigmoid(2 * {0}) - 1)")
@@ -278,10 +278,10 @@ class _Triton:
 
     def op(self, s: Stmt, a: list[str]):
         src, dst = self.dt[s.operands[0]], self.dt[s.name]
-        if s.op == "arith.index_cast" and {src, dst} <= {"i32", "index"}:
+        if MEANINGS[s.op] == (Form.CAST, "index_cast") and {src, dst} <= {"i32", "index"}:
             self.expr[s.name] = a[0]
             return
-        if s.op == "math.powf":
+        if MEANINGS[s.op] == (Form.MATH, "powf"):
             e = self.powf(*a)
         else:
             e = self.scalar(s, a, src, dst)
@@ -293,32 +293,31 @@ class _Triton:
         return _to(x, "tl.int32") if dtype == "i1" else _to(x, _UNSIGNED[dtype], bitcast=True)
 
     def scalar(self, s: Stmt, a: list[str], src: str, dst: str) -> str:
-        dialect, op = s.op.split(".")
-        t = TL_DTYPE[dst]
-        if dialect == "math":
-            f = _MATH[op]
+        form, meaning = MEANINGS[s.op]
+        if form is Form.MATH:
+            f = _MATH[meaning]
             return f.format(*a) if "{" in f else f"{f}({', '.join(a)})"
-        if op in _BIN:
-            return f"({a[0]} {_BIN[op]} {a[1]})"
-        if op in _UBIN:
-            return _to(f"({self.unsigned(a[0], src)} {_UBIN[op]} {self.unsigned(a[1], src)})", t, bitcast=True)
-        if op in ("maxui", "minui"):
-            return _to(f"{_CALL2[op]}({self.unsigned(a[0], src)}, {self.unsigned(a[1], src)})", t, bitcast=True)
-        if op in _CALL2:
-            return f"{_CALL2[op]}({a[0]}, {a[1]})"
-        if op in ("maximumf", "minimumf"):
-            return f"tl.{op[:7]}({a[0]}, {a[1]}, propagate_nan=tl.PropagateNan.ALL)"
-        if op == "negf":
+        if form in (Form.ARITH, Form.SIGNED_DIV, Form.BITWISE, Form.SHIFT):   # Triton's // and % truncate
+            return f"({a[0]} {_INFIX[meaning]} {a[1]})"
+        if form is Form.MINMAX:
+            return f"{_CALL2[meaning]}({a[0]}, {a[1]})"
+        if form is Form.UNSIGNED:
+            x, y = self.unsigned(a[0], src), self.unsigned(a[1], src)
+            e = f"{_CALL2[meaning]}({x}, {y})" if meaning in _CALL2 else f"({x} {_INFIX[meaning]} {y})"
+            return _to(e, TL_DTYPE[dst], bitcast=True)
+        if form is Form.NAN_MINMAX:
+            return f"tl.{meaning}imum({a[0]}, {a[1]}, propagate_nan=tl.PropagateNan.ALL)"
+        if form is Form.NEG:
             return f"(-{a[0]})"
-        if op == "select":
+        if form is Form.SELECT:
             return f"tl.where({a[0]}, {a[1]}, {a[2]})"
-        if op == "cmpi":
+        if form is Form.CMPI:
             relation, unsigned = cmpi_relation(s.attrs["predicate"])
             x, y = (self.unsigned(a[0], src), self.unsigned(a[1], src)) if unsigned else a
             return f"({x} {CMP_OPERATORS[relation]} {y})"
-        if op == "cmpf":
+        if form is Form.CMPF:
             return _CMPF[s.attrs["predicate"]].format(a=a[0], b=a[1])
-        return self.cast(op, a[0], src, dst)
+        return self.cast(meaning, a[0], src, dst)
 
     def cast(self, op: str, x: str, src: str, dst: str) -> str:
         t = TL_DTYPE[dst]

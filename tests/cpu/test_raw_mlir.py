@@ -413,3 +413,11 @@ def test_constant_output_is_broadcast(tmp_path):
     out = torch.zeros(8)
     kernel[(1,)](out)
     assert torch.equal(out, torch.full((8,), math.inf))
+
+
+def test_every_scalar_op_a_raw_body_may_hold_has_one_meaning():
+    """lowering/raw/meanings.py: both renderers read an op's form and meaning there, so an op the reader
+    accepts and the table lacks would fail inside a renderer."""
+    from tle.lowering.raw.body import ARITH_OPS, MATH_OPS
+    from tle.lowering.raw.meanings import MEANINGS
+    assert set(MEANINGS) == ARITH_OPS | MATH_OPS
