@@ -17,108 +17,39 @@ Execution model:
   (`Program.run(role_order=..., role_switch=...)`). T.alloc_barrier's mbarriers are fresh in every
   block and count the threads arriving per phase; a block whose roles all wait on phases nothing can
   complete is a Deadlock (roles.py). T.set_max_nreg and T.fence_proxy_async have nothing to model.
+
+Program compiles the buffers and statements and runs the blocks here; its loops (loops.py) and its roles,
+mbarriers and cp.async copies (synchronization.py) are mixins; Frame (frame.py) is what a statement sees.
 """
 from __future__ import annotations
 
 import math
 import os
-import re
 
 import torch
 
-from . import dtypes, pipeline, roles, tileops
-from .errors import DeviceAssertionFailed, InterpreterError, Misaligned, OutOfBounds, Unsupported
+from . import dtypes, roles, tileops
+from .errors import DeviceAssertionFailed, Unsupported
 from .expressions import RETURNING_ATOMICS, ExprCompiler, extern_atomic, is_call_extern, key
+from .frame import Frame, const_int, located
+from .loops import Loops
+from .memory import GLOBAL, BufferInfo, Memory, Report, Storage, scope_of
 from .printf import printf
-from .memory import GLOBAL, BufferInfo, Memory, ParallelLog, Report, Storage, scope_of
+from .synchronization import (BARRIER_ARRIVE, BARRIER_SCOPE, BARRIER_WAIT, Synchronization, barrier_counts,
+                              is_thread_index)
 
-_SERIAL_KINDS = (0, 3)      # ForKind SERIAL, UNROLLED
-_PARALLEL, _THREAD_BINDING = 1, 4
 _ATOMICS = {"tl.atomic_add_elem_op": "add", "tl.atomic_max_elem_op": "max", "tl.atomic_min_elem_op": "min",
             "tl.atomic_or_elem_op": "or"}
 _ASSERTS = ("tl.device_assert", "tl.device_assert_with_msg")
-_DECLARATION = re.compile(r"^\w+ = T\.(Buffer|handle|int32|int64|float32)\b")
 _NO_OPS = ("tirx.tvm_storage_sync", "tir.tvm_storage_sync")
 # register budgets and the ordering of generic-proxy writes before async-proxy reads: nothing to model
 _HINTS = ("tl.set_max_nreg", "tl.no_set_max_nreg", "tl.fence_proxy_async")
-_BARRIER_WAIT = "tl.mbarrier_wait_parity"
-_BARRIER_ARRIVE = ("tirx.ptx_arrive_barrier", "tir.ptx_arrive_barrier",
-                   # arrives once the thread's cp.async copies land: here they land when issued
-                   "tl.ptx_cp_async_barrier_noinc")
 _CP_ASYNC = "tl.ptx_cp_async"
-_BARRIER_SCOPE = "shared.barrier"
 # where set, the defaults of Program.run's role_order and role_switch
 _ROLE_ORDER_ENV, _ROLE_SWITCH_ENV = "TLE_INTERPRETER_ROLE_ORDER", "TLE_INTERPRETER_ROLE_SWITCH"
-# the threads [lo, hi) of `tx <op> c` in a block of n threads along x
-_THREAD_RANGES = {"LT": lambda c, n: (0, c), "LE": lambda c, n: (0, c + 1), "GT": lambda c, n: (c + 1, n),
-                  "GE": lambda c, n: (c, n), "EQ": lambda c, n: (c, c + 1)}
-# `c <op> tx` is `tx <mirrored op> c`
-_MIRRORED = {"LT": "GT", "LE": "GE", "GT": "LT", "GE": "LE", "EQ": "EQ"}
 
 
-class Frame:
-    """The state a closure runs against: variable values, active lanes, memory, the block."""
-
-    def __init__(self, memory: Memory, threads: int):
-        self.env: dict[int, torch.Tensor] = {}
-        self.mask = None            # bool tensor over the lanes, None when all are active
-        self.lanes = ()             # the T.Parallel nest's shape in scope (() outside)
-        self.in_parallel = False
-        self.in_tile_op = False     # lanes are a tile operator's elements (T.copy, T.gemm, ...)
-        self.varying = frozenset()  # variables holding one value per thread (read-only inside T.Parallel)
-        self.log = None             # ParallelLog of the T.Parallel nest running
-        self.ids = None             # lane ids of that nest
-        self.memory = memory
-        self.threads = threads
-        self.block = -1
-        self.block_index: dict[str, int] = {}
-        self.barriers: dict[int, list] = {}     # the block's mbarriers, by allocation
-        self.role = None                        # the roles.Role running, None outside a role split
-        self.thread_range = None                # the role's threads, (lo, hi) of the block's
-        self.role_order = roles.LOWEST_FIRST    # the scheduling policy of role splits (roles.py)
-        self.role_switch = roles.AT_WAIT
-
-    def thread_varying(self, t: torch.Tensor) -> bool:
-        return not self.in_parallel and not self.in_tile_op and t.dim() > 0
-
-    def lane_ids(self, shape) -> torch.Tensor:
-        ids = self.ids[tuple(slice(0, s) for s in self.lanes)]
-        return ids.expand(shape)
-
-
-def _const_int(node, what: str) -> int:
-    if type(node).__name__ != "IntImm":
-        raise Unsupported(f"{what} that is not a constant ({node})")
-    return int(node.value)
-
-
-def _where(node, fr: Frame) -> str:
-    # the printer declares the buffers a statement uses before the statement itself
-    lines = [ln.strip() for ln in node.script().splitlines()]
-    text = next((ln for ln in lines if ln and not ln.startswith("#") and not _DECLARATION.match(ln)),
-                type(node).__name__)
-    if len(text) > 160:
-        text = text[:157] + "..."
-    blk = ", ".join(f"{k}={v}" for k, v in fr.block_index.items())
-    place = [f"in block ({blk})"] if blk else []
-    if fr.role is not None:
-        place.append(fr.role.name)
-    return " ".join([f"`{text}`", ", ".join(place)]) if place else f"`{text}`"
-
-
-def _located(node, run):
-    def located(fr):
-        try:
-            run(fr)
-        except InterpreterError as e:
-            if not e.where:
-                e.where = _where(node, fr)
-                e.args = (f"{e.message} ({e.where})",)
-            raise
-    return located
-
-
-class Program:
+class Program(Synchronization, Loops):
     """A compiled prim_func, runnable on CPU tensors as many times as wanted."""
 
     def __init__(self, func):
@@ -145,9 +76,9 @@ class Program:
         k = key(buf)
         info = self._buffers.get(k)
         if info is None:
-            shape = tuple(_const_int(s, f"the shape of {buf.name}") for s in buf.shape)
+            shape = tuple(const_int(s, f"the shape of {buf.name}") for s in buf.shape)
             if buf.strides:
-                strides = tuple(_const_int(s, f"a stride of {buf.name}") for s in buf.strides)
+                strides = tuple(const_int(s, f"a stride of {buf.name}") for s in buf.strides)
             else:
                 strides = tuple(math.prod(shape[i + 1:]) for i in range(len(shape)))
             off = buf.elem_offset
@@ -178,7 +109,7 @@ class Program:
         method = getattr(self, "_" + kind, None)
         if method is None:
             raise Unsupported(f"the TIR statement {kind}")
-        return _located(node, method(node))
+        return located(node, method(node))
 
     def _SeqStmt(self, node):
         parts = [self.stmt(s) for s in node.seq]
@@ -190,7 +121,7 @@ class Program:
 
     def _Bind(self, node):
         k, value = key(node.var), self.expr(node.value)
-        if _is_thread_index(node.value):
+        if is_thread_index(node.value):
             self._thread_vars.add(k)
 
         def bind(fr):
@@ -216,8 +147,8 @@ class Program:
     def _SBlock(self, node):
         if node.match_buffers or node.init is not None:
             raise Unsupported(f"block {node.name_hint} with match_buffers or init")
-        barriers = _barrier_counts(node)
-        allocs = [self.buffer(b) for b in node.alloc_buffers if b.scope() != _BARRIER_SCOPE]
+        barriers = barrier_counts(node)
+        allocs = [self.buffer(b) for b in node.alloc_buffers if b.scope() != BARRIER_SCOPE]
         body = self.stmt(node.body)
 
         def block(fr):
@@ -323,11 +254,11 @@ class Program:
             return lambda fr: None          # threads run in step here (see the module docstring)
         if name in _HINTS:
             return lambda fr: None
-        if name == _BARRIER_WAIT:
+        if name == BARRIER_WAIT:
             return self._barrier_wait(v)
         if name == _CP_ASYNC:
             return self._cp_async(v)
-        if name in _BARRIER_ARRIVE:
+        if name in BARRIER_ARRIVE:
             return self._barrier_arrive(v)
         raise Unsupported(f"the operation {name}")
 
@@ -358,279 +289,6 @@ class Program:
 
         def run(fr):
             printf(fmt, [a(fr) for a in args], fr)
-        return run
-
-    # -- roles and mbarriers (roles.py) -----------------------------------------------------------------
-    def _role_split(self, node):
-        """The closure running an if/elif/else chain on the thread index as roles, or None where the chain
-        is thread-level code (see the module docstring)."""
-        if self._nest is not None or self._in_role:
-            return None
-        chain = self._role_chain(node)
-        if chain is None or not any(_role_work(branch) for _, _, branch in chain):
-            return None
-        if self.threads[1] * self.threads[2] != 1:
-            raise Unsupported("a split into roles in a block with more than one thread axis")
-        self._in_role = True
-        try:
-            branches = [(lo, hi, self.stmt(branch)) for lo, hi, branch in chain]
-        finally:
-            self._in_role = False
-        return roles.split(branches)
-
-    def _role_chain(self, node):
-        """[(lo, hi, branch)]: the threads each branch of an if/elif/else chain on the thread index runs on,
-        or None where the first condition is not a thread range or the threads left are not a range."""
-        lo, hi = 0, self.threads[0]             # the threads no branch has taken yet
-        chain = []
-        while type(node).__name__ == "IfThenElse":
-            taken = self._thread_range(node.condition)
-            if taken is None:
-                if not chain:
-                    return None
-                break                           # an if on something else: the last branch's code
-            a, b = max(taken[0], lo), min(taken[1], hi)
-            if a < b:
-                if a == lo:
-                    lo = b
-                elif b == hi:
-                    hi = a
-                else:
-                    return None
-                chain.append((a, b, node.then_case))
-            node = node.else_case
-        if node is not None and lo < hi:
-            chain.append((lo, hi, node))
-        return chain
-
-    def _thread_range(self, cond):
-        """The threads [lo, hi) a condition comparing the thread index with constants holds on, or None."""
-        kind = type(cond).__name__
-        if kind == "And":
-            a, b = self._thread_range(cond.a), self._thread_range(cond.b)
-            return None if a is None or b is None else (max(a[0], b[0]), min(a[1], b[1]))
-        if kind not in _THREAD_RANGES:
-            return None
-        if self._is_thread_index(cond.a) and type(cond.b).__name__ == "IntImm":
-            return _THREAD_RANGES[kind](int(cond.b.value), self.threads[0])
-        if self._is_thread_index(cond.b) and type(cond.a).__name__ == "IntImm":
-            return _THREAD_RANGES[_MIRRORED[kind]](int(cond.a.value), self.threads[0])
-        return None
-
-    def _is_thread_index(self, node) -> bool:
-        return _is_thread_index(node) or (type(node).__name__ == "Var" and key(node) in self._thread_vars)
-
-    def _barrier(self, ref):
-        """A closure giving the mbarrier `ref` (`buf[i]` of a T.alloc_barrier buffer) names."""
-        if type(ref).__name__ != "BufferLoad" or ref.buffer.scope() != _BARRIER_SCOPE or len(ref.indices) != 1:
-            raise Unsupported(f"the mbarrier operand {ref}")
-        data, name, index = key(ref.buffer.data), ref.buffer.name, self.expr(ref.indices[0])
-
-        def barrier(fr):
-            i = index(fr)
-            if i.dim():
-                raise Unsupported(f"an index into the mbarriers {name} that differs between threads")
-            barriers = fr.barriers.get(data)
-            if barriers is None:
-                raise Unsupported(f"the mbarriers {name} outside the block that allocates them")
-            if not 0 <= int(i) < len(barriers):
-                raise OutOfBounds(f"mbarrier {name}[{int(i)}] outside its {len(barriers)} mbarriers")
-            return barriers[int(i)]
-        return barrier
-
-    def _barrier_wait(self, call):
-        """T.barrier_wait(b, parity) (tl.mbarrier_wait_parity): the threads wait together, so they must agree."""
-        barrier, parity = self._barrier(call.args[0]), self.expr(call.args[1])
-
-        def wait(fr):
-            if fr.in_parallel or (fr.mask is not None and fr.mask.dim()):
-                raise Unsupported("T.barrier_wait inside T.Parallel or under a thread-dependent condition")
-            p = parity(fr)
-            if p.dim():
-                raise Unsupported("a T.barrier_wait parity that differs between threads")
-            roles.wait(fr, barrier(fr), int(p) & 1)     # PTX reads the parity's lowest bit
-        return wait
-
-    def _cp_async(self, call):
-        """T.ptx_cp_async(dst, src, n[, predicate]): n consecutive elements from src to dst (shared), per thread;
-        zeros where the predicate is false. The copy lands at once here: a reader that waits on the barrier
-        the copies arrive on sees it, as on the GPU."""
-        if len(call.args) not in (3, 4) or any(a.op.name != "tl.access_ptr" for a in call.args[:2]):
-            raise Unsupported(f"{call.op.name} with operands {list(call.args)}")
-        n = _const_int(call.args[2], "a cp.async element count")
-        ends = []
-        for ptr in call.args[:2]:
-            load = ptr.args[0]
-            info = self.buffer(load.buffer)
-            ends.append((info, [self.expr(i) for i in load.indices]))
-        (dst, dst_idx), (src, src_idx) = ends
-        pred = self.expr(call.args[3]) if len(call.args) == 4 else None
-        width = n * dtypes.bits(src.dtype) // 8      # TileLang issues cp.async of n elements of the source's dtype
-
-        def copy(fr):
-            if fr.in_parallel:
-                raise Unsupported("T.ptx_cp_async inside T.Parallel")
-            d = [i(fr) for i in dst_idx]
-            s_ = [i(fr) for i in src_idx]
-            # both addresses are the instruction's operands, read or not: a false predicate only zero-fills
-            _check_aligned(fr, dst, d, width, "cp.async")
-            _check_aligned(fr, src, s_, width, "cp.async")
-            keep = pred(fr) if pred is not None else None
-            for k in range(n):      # the elements follow each other along the last axis
-                d_k, s_k = d[:-1] + [d[-1] + k], s_[:-1] + [s_[-1] + k]
-                if keep is None:
-                    value = fr.memory.load(src, s_k, fr)
-                else:
-                    saved = fr.mask
-                    fr.mask = keep if saved is None else keep & saved
-                    try:
-                        value = fr.memory.load(src, s_k, fr)
-                    finally:
-                        fr.mask = saved
-                    value = torch.where(keep, value, torch.zeros((), dtype=value.dtype))
-                fr.memory.store(dst, d_k, value, fr)
-        return copy
-
-    def _barrier_arrive(self, call):
-        """T.barrier_arrive(b) (ptx_arrive_barrier): one arrival per active thread."""
-        if len(call.args) != 1:
-            raise Unsupported(f"{call.op.name} with {len(call.args)} operands")
-        barrier = self._barrier(call.args[0])
-
-        def arrive(fr):
-            if fr.in_parallel:
-                raise Unsupported("T.barrier_arrive inside T.Parallel")
-            count = fr.threads if fr.mask is None else int(fr.mask.expand(fr.threads).sum())
-            if count:
-                roles.arrive(fr, barrier(fr), count)
-        return arrive
-
-    def _For(self, node):
-        kind = int(node.kind)
-        if kind == _THREAD_BINDING:
-            return self._grid_loop(node)
-        if kind == _PARALLEL:
-            return self._parallel(node)
-        if kind not in _SERIAL_KINDS:
-            raise Unsupported(f"a loop of kind {node.kind}")
-        if node.step is not None and not (type(node.step).__name__ == "IntImm" and int(node.step.value) == 1):
-            raise Unsupported(f"a loop with step {node.step}")
-        if "tl_pipeline_stage" in node.annotations:
-            body = list(node.body.seq) if type(node.body).__name__ == "SeqStmt" else [node.body]
-            scheduled = pipeline.staged(node, body, self.stmt, self.buffer)
-            return self._serial(node, scheduled=scheduled)
-        return self._serial(node)
-
-    def _serial(self, node, scheduled=None):
-        k, dt = key(node.loop_var), str(node.loop_var.dtype)
-        lo, extent = self.expr(node.min), self.expr(node.extent)
-        body = None if scheduled is not None else self.stmt(node.body)
-
-        def loop(fr):
-            start, count = lo(fr), extent(fr)
-            if start.dim() == 0 and count.dim() == 0:
-                if scheduled is not None:
-                    scheduled(fr, start.to(dtypes.storage(dt)), int(count))
-                    return
-                for i in range(int(count)):
-                    fr.env[k] = (start + i).to(dtypes.storage(dt))
-                    body(fr)
-                return
-            if scheduled is not None:
-                raise Unsupported("a T.Pipelined loop whose trip count differs between lanes")
-            # lanes run different trip counts: step them together, each active while it has iterations left
-            saved = fr.mask
-            try:
-                for i in range(int(count.max()) if count.numel() else 0):
-                    live = count > i
-                    active = live if saved is None else saved & live
-                    if not active.any():
-                        continue
-                    fr.mask = active
-                    fr.env[k] = (start + i).to(dtypes.storage(dt))
-                    body(fr)
-            finally:
-                fr.mask = saved
-        return loop
-
-    def _grid_loop(self, node):
-        tag = str(node.thread_binding.thread_tag) if node.thread_binding is not None else ""
-        if not tag.startswith("blockIdx."):
-            raise Unsupported(f"a loop bound to {tag or 'a thread'}")
-        k, extent, axis = key(node.loop_var), _const_int(node.extent, "a grid extent"), tag[-1]
-        innermost = not _has_grid_loop(node.body)
-        body = self.stmt(node.body)
-        name = {"x": "bx", "y": "by", "z": "bz"}[axis]
-
-        def blocks(fr):
-            for b in range(extent):
-                fr.env[k] = torch.tensor(b, dtype=torch.int32)
-                fr.block_index[name] = b
-                if innermost:
-                    fr.block = fr.memory.report.blocks
-                    fr.memory.report.blocks += 1
-                body(fr)
-        return blocks
-
-    def _parallel(self, outer):
-        """A T.Parallel nest: every parallel loop in it gets an axis of the lane grid, by depth."""
-        nest = getattr(self, "_nest", None)
-        if nest is not None:                # a parallel loop inside another: the next lane axis
-            return self._lane_axis(outer, nest)
-        extents: list[int] = []
-        self._nest = extents
-        try:
-            run_outer = self._lane_axis(outer, extents)
-        finally:
-            self._nest = None
-        reads, writes = pipeline.accesses(outer, self.buffer)
-        # buffers whose elements two iterations could both touch: read and written, or written twice
-        tracked = (reads & writes) | _stored_twice(outer)
-        names = {i.data: i.name for i in self._buffers.values() if i.data in tracked}
-
-        def nest_run(fr):
-            if fr.mask is not None and fr.mask.dim():
-                raise Unsupported("T.Parallel under a thread-dependent condition")
-            state = fr.lanes, fr.in_parallel, fr.varying, fr.log, fr.ids, fr.env
-            fr.env = dict(fr.env)           # the nest's loop variables and lets end with it
-            fr.lanes = (1,) * len(extents)
-            fr.in_parallel = True
-            fr.varying = frozenset(k for k, v in fr.env.items() if v.dim() > 0)
-            fr.log = ParallelLog(tracked, names) if tracked else None
-            fr.ids = torch.arange(math.prod(extents)).reshape(extents)
-            try:
-                run_outer(fr)
-                if fr.log is not None:
-                    fr.log.check(fr.ids)
-            finally:
-                fr.lanes, fr.in_parallel, fr.varying, fr.log, fr.ids, fr.env = state
-        return nest_run
-
-    def _lane_axis(self, node, extents: list[int]):
-        depth = self._lane_depth if extents else 0
-        e = _const_int(node.extent, "a T.Parallel extent")
-        start = _const_int(node.min, "a T.Parallel start")
-        if depth == len(extents):
-            extents.append(e)
-        else:
-            extents[depth] = max(extents[depth], e)
-        k, dt = key(node.loop_var), dtypes.storage(str(node.loop_var.dtype))
-        self._lane_depth = depth + 1
-        try:
-            body = self.stmt(node.body)
-        finally:
-            self._lane_depth = depth
-
-        def run(fr):
-            shape = [1] * len(extents)
-            shape[depth] = e
-            fr.env[k] = (start + torch.arange(e)).to(dt).reshape(shape)
-            saved = fr.lanes
-            fr.lanes = tuple(e if i == depth else s for i, s in enumerate(saved))
-            try:
-                body(fr)
-            finally:
-                fr.lanes = saved
         return run
 
     # -- running ---------------------------------------------------------------------------------------
@@ -667,28 +325,6 @@ class Program:
         finally:
             torch.set_num_threads(threads)
         return report
-
-
-def _check_aligned(fr: Frame, info: BufferInfo, idx, width: int, what: str):
-    """A `width`-byte access at `info[idx]` must start at a multiple of `width` bytes in every active thread.
-    A global tensor's address is the CPU tensor's own (a misaligned view is caught); shared buffers start
-    16-byte aligned (TileLang's shared-memory planner aligns each buffer to 16 bytes at least)."""
-    st = fr.memory.storage(info)
-    size = dtypes.bits(info.dtype) // 8
-    flat, _ = info.address(idx)
-    addr = (st.data.data_ptr() if st.scope == GLOBAL else 0) + flat * size
-    bad = addr % width != 0
-    if fr.mask is not None:
-        bad = bad & fr.mask
-    if not bad.any():
-        return
-    k = int(torch.nonzero(bad.reshape(-1))[0]) if bad.dim() else None
-
-    def at(v):
-        return int(v.expand(bad.shape).reshape(-1)[k]) if k is not None else int(v)
-    thread = "" if k is None else f" in thread {k + (fr.thread_range[0] if fr.thread_range else 0)}"
-    raise Misaligned(f"{what} of {width} bytes at {info.name}[{', '.join(str(at(i)) for i in idx)}]{thread}: address "
-                     f"{hex(at(addr))} (byte {at(flat) * size} of {st.scope} {st.name}) is not a multiple of {width}")
 
 
 def _choice(what: str, value: str | None, env: str, choices: tuple[str, ...]) -> str:
@@ -736,71 +372,3 @@ def _launch_threads(node) -> tuple[int, int, int]:
         raise Unsupported("a prim_func without T.Kernel's thread annotation")
     t = found[0] + (1, 1)
     return t[0], t[1], t[2]
-
-
-def _is_thread_index(node) -> bool:
-    """`T.launch_thread_idx(0)`: what T.get_thread_binding() reads."""
-    if type(node).__name__ != "Call" or node.op.name.split(".", 1)[-1] != "launch_thread_idx":
-        return False
-    return type(node.args[0]).__name__ == "IntImm" and int(node.args[0].value) == 0
-
-
-def _role_work(node) -> bool:
-    """Whether `node` holds what makes a thread-range `if` a split into roles: a tile operator (whole
-    tiles, on the branch's threads) or an mbarrier operation."""
-    kind = type(node).__name__
-    if kind == "Evaluate":
-        v = node.value
-        if type(v).__name__ != "Call":
-            return False
-        name = v.op.name
-        return name.startswith("tl.tileop.") or name == _BARRIER_WAIT or name in _BARRIER_ARRIVE
-    if kind == "SeqStmt":
-        return any(_role_work(s) for s in node.seq)
-    children = (getattr(node, a, None) for a in ("body", "then_case", "else_case", "block"))
-    return any(_role_work(c) for c in children if c is not None)
-
-
-def _barrier_counts(block) -> dict[int, tuple[str, list[int]]]:
-    """The mbarriers a block allocates (T.alloc_barrier): allocation -> (name, expected arrivals of each)."""
-    init = block.annotations.get("barrier_init") if block.annotations else None
-    counts = {key(v): [_const_int(c, "an mbarrier arrive count") for c in cs] for v, cs in (init or {}).items()}
-    out = {}
-    for b in block.alloc_buffers:
-        if b.scope() != _BARRIER_SCOPE:
-            continue
-        n = _const_int(b.shape[0], f"the number of mbarriers in {b.name}")
-        if len(counts.get(key(b.data), ())) != n:
-            raise Unsupported(f"mbarriers {b.name} without an arrive count for each")
-        out[key(b.data)] = (b.name, counts[key(b.data)])
-    return out
-
-
-def _stored_twice(node) -> set[int]:
-    """Allocations that more than one store statement under `node` writes."""
-    seen, twice = set(), set()
-
-    def visit(n):
-        kind = type(n).__name__
-        if kind == "BufferStore":
-            k = key(n.buffer.data)
-            (twice if k in seen else seen).add(k)
-        elif kind == "SeqStmt":
-            for s in n.seq:
-                visit(s)
-        else:
-            for attr in ("body", "then_case", "else_case"):
-                child = getattr(n, attr, None)
-                if child is not None:
-                    visit(child)
-    visit(node)
-    return twice
-
-
-def _has_grid_loop(node) -> bool:
-    kind = type(node).__name__
-    if kind == "For":
-        return int(node.kind) == _THREAD_BINDING or _has_grid_loop(node.body)
-    if kind == "SeqStmt":
-        return any(_has_grid_loop(s) for s in node.seq)
-    return False
