@@ -81,7 +81,7 @@ class AffineAnalysis:
     """Computes affine forms on demand, memoized. `known` maps value ids of scalars to ints."""
 
     def __init__(self, kernel: KernelIR, known: dict[int, int] | None = None):
-        self.k = kernel
+        self.kernel = kernel
         self.known = known or {}
         self.memo: dict[int, Affine | None] = {}
         self.values: dict[int, Value] = {}        # the values memo holds forms of, by id

@@ -29,7 +29,7 @@ def alloc(gen: Context, op: Op, indent: int):
                            (f", {versions} versions" if versions > 1 else "")))
         if gen.warp_group is not None:
             gen.warp_allocs[id(op)] = name
-    gen.buffers[v.id] = Buffer(name, v.type.shape, v.type.elem, "shared", gen.k.body, version=version)
+    gen.buffers[v.id] = Buffer(name, v.type.shape, v.type.elem, "shared", gen.kernel.body, version=version)
 
 
 @RULE_SET.rule(ops.LOCAL_LOAD, role="statement")

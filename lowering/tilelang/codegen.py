@@ -40,9 +40,9 @@ RULES.include(*(m.RULE_SET for m in (buffers, combines, control, debug, expressi
 
 def plan_warp_groups(gen: Context) -> Plan:
     try:
-        return Plan(gen.k)
+        return Plan(gen.kernel)
     except WarpGroupError as e:
-        raise UnsupportedConstruct(e.construct, BACKEND, e.op.loc if e.op is not None else gen.k.loc,
+        raise UnsupportedConstruct(e.construct, BACKEND, e.op.loc if e.op is not None else gen.kernel.loc,
                                    e.detail) from None
 
 
@@ -56,7 +56,7 @@ def generate(k: KernelIR, spec: Spec, grid, debug: bool = False) -> tuple[str, l
 
 
 def _module(gen: Context) -> str:
-    k = gen.k
+    k = gen.kernel
     sig = []
     for p in k.params:
         a = gen.arg[p.value.id]

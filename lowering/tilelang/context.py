@@ -58,7 +58,7 @@ class GroupWriter(NamedTuple):
 
 class Context:
     def __init__(self, k: KernelIR, spec: Spec, grid: tuple[int, ...], debug: bool = False):
-        self.k = k
+        self.kernel = k
         self.spec = spec
         self.grid = tuple(grid)
         self.ids = Identifiers(reserved={"T", "tilelang", "tvm", *GRID_VARS, *PY_BUILTINS})
@@ -266,8 +266,8 @@ class Context:
 
     def values_by_id(self) -> dict[int, Value]:
         if self._all_values is None:
-            vals = {p.value.id: p.value for p in self.k.params}
-            for o in self.k.walk():
+            vals = {p.value.id: p.value for p in self.kernel.params}
+            for o in self.kernel.walk():
                 vals.update((r.id, r) for r in o.results)
                 for blk in o.regions:
                     vals.update((a.id, a) for a in blk.args)

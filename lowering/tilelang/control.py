@@ -39,7 +39,7 @@ def for_(gen: Context, op: Op, indent: int):
         # the launch's num_stages, which pipeline_async_loads found enough for this loop's is_async loads
         stages, pipelined = op.attrs["async_stages"], True
     elif stages is None and _stages_operands(gen, op.body):
-        stages, pipelined = gen.k.num_stages, gen.k.num_stages >= 2
+        stages, pipelined = gen.kernel.num_stages, gen.kernel.num_stages >= 2
     ivn = gen.ids.define(iv)
     simple = is_const(lo, 0) and is_const(step, 1)
     counter = ivn if simple else gen.ids.fresh(ivn + "_it")

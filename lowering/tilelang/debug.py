@@ -43,7 +43,7 @@ def device_assert(gen: Context, op: Op, indent: int):
         return
     cond = op.operand("cond")
     gen.imports_tvm = True
-    msg = f"{op.attrs['msg']} (at {os.path.basename(op.loc.file)}:{op.loc.line} in {gen.k.name})"
+    msg = f"{op.attrs['msg']} (at {os.path.basename(op.loc.file)}:{op.loc.line} in {gen.kernel.name})"
     if cond.type.is_scalar:
         gen.emit(_ASSERT.format(cond=gen.scalar(cond), msg=repr(msg)), indent)
         return
@@ -124,7 +124,7 @@ def _printf(fmt: str, args: list[str]) -> str:
 def _each_element_once(gen: Context, shape, statement, indent: int):
     """`statement(idx)` for every element of a tile of `shape`, each on one thread: element e (row-major) on
     thread e % threads, in step e // threads."""
-    threads = 32 * gen.k.num_warps
+    threads = 32 * gen.kernel.num_warps
     count = math.prod(shape)
     steps = -(-count // threads)
     t = "T.get_thread_binding()"

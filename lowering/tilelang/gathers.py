@@ -16,15 +16,15 @@ def index_loads(gen: Context) -> set[int]:
     each use rather than held in a fragment: a fragment's layout follows the first loop that
     writes it, and every gather indexing it from another layout would then run on the few threads
     that own each element. Only when nothing in the kernel writes the indexed argument."""
-    written = {id(gen.access(o).param) for o in gen.k.walk() if o.defn in (ops.STORE, ops.ATOMIC, ops.COPY_OUT)}
+    written = {id(gen.access(o).param) for o in gen.kernel.walk() if o.defn in (ops.STORE, ops.ATOMIC, ops.COPY_OUT)}
     gathered = set()
-    for o in gen.k.walk():
+    for o in gen.kernel.walk():
         if o.defn in (ops.LOAD, ops.STORE, ops.ATOMIC, ops.COPY_IN, ops.COPY_OUT):
             a = gen.access(o)
             if a.offset is not None:
                 gathered.update(vid for vid, _, _ in a.offset.data)
     out = set()
-    for o in gen.k.walk():
+    for o in gen.kernel.walk():
         if o.defn is ops.LOAD and o.result.id in gathered and o.result.type.rank == 1 and \
                 not o.attrs.get("is_async") and id(gen.access(o).param) not in written and \
                 all(u.has(Trait.ELEMENTWISE) or u.defn in (ops.LOAD, ops.STORE, ops.COPY_IN, ops.COPY_OUT)

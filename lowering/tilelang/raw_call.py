@@ -21,11 +21,11 @@ def raw_call(gen: Context, op: Op, indent: int):
     fn, threads, outputs = op.attrs["fn"], tuple(op.attrs["threads"]), tuple(op.attrs["outputs"])
     body = fn.body()
     body.check(BACKEND)
-    count, kernel_threads = _thread_count(threads), 32 * gen.k.num_warps
+    count, kernel_threads = _thread_count(threads), 32 * gen.kernel.num_warps
     if count != kernel_threads:     # the frontend settles num_warps so that they agree; IR built otherwise may not
         gen.error(f"tle.call({fn.name}) with hardware threads {threads}", op,
                   f"on TileLang the raw function's threads are the kernel's threads, and the kernel runs "
-                f"{kernel_threads} (32 * num_warps={gen.k.num_warps}), not {count}")
+                f"{kernel_threads} (32 * num_warps={gen.kernel.num_warps}), not {count}")
     for k, v in enumerate(op.operands):
         if not v.type.shape:
             gen.error(f"tle.call({fn.name}) on a rank-0 tile ('{fn.params[k]}')", op, "pass tiles of rank 1 or more")

@@ -93,8 +93,8 @@ def _row_products(gen: Context) -> RowProducts:
     if getattr(gen, "row_products", None) is None:
         # a product in a warp group runs on that group's warps (warp_groups.py)
         group_warps = GROUP_THREADS // 32
-        gen.row_products = RowProducts(gen.k, gen.users, lambda op: group_warps if "warp_group" in op.attrs
-                                     else gen.k.num_warps)
+        gen.row_products = RowProducts(gen.kernel, gen.users, lambda op: group_warps if "warp_group" in op.attrs
+                                     else gen.kernel.num_warps)
     return gen.row_products
 
 

@@ -15,7 +15,7 @@ from .warp_groups import GROUP_THREADS, HandOff, Plan, Turns
 
 
 def emit_kernel_body(gen: Context, plan: Plan, indent: int):
-    body = gen.k.body
+    body = gen.kernel.body
     gen.blocks.append(body)
     for op in body.ops[:plan.split]:
         gen.statement(op, indent)
@@ -34,7 +34,7 @@ def emit_kernel_body(gen: Context, plan: Plan, indent: int):
             gen.out.clause("else:", indent)
         _emit_group(gen, plan, group, tx, indent + 1)
     gen.blocks.pop()
-    gen.report.append((gen.k.loc.line, "tle.gpu.warp_group", "warp groups",
+    gen.report.append((gen.kernel.loc.line, "tle.gpu.warp_group", "warp groups",
                        f"{len(plan.groups)} branches of {GROUP_THREADS} threads; "
                        f"{sum(len(h) for h in plan.hand_offs.values())} buffer hand-offs through mbarriers"))
 
@@ -51,7 +51,7 @@ def _emit_group(gen: Context, plan: Plan, group: int, tx: str, indent: int):
         grow = int(registers > plan.default_registers())
         gen.emit(f"T.set_max_nreg({registers}, {grow})", indent)
     start = gen.out.position()
-    emit_ops(gen, plan, gen.k.body, plan.section, indent)
+    emit_ops(gen, plan, gen.kernel.body, plan.section, indent)
     if not gen.out.emitted_since(start):
         gen.emit("pass", indent)
     gen.forget(plan.section)
@@ -77,7 +77,7 @@ def emit_ops(gen: Context, plan: Plan, blk: Block, ops: list[Op], indent: int):
             continue
         for h in offs:
             if h.first.get(group) == pos:
-                _wait(gen, h, group, blk is gen.k.body, indent)
+                _wait(gen, h, group, blk is gen.kernel.body, indent)
         for j, at in enumerate(turn_waits):
             if at == pos:
                 _wait_turn(gen, turns, group, j, indent)
@@ -86,21 +86,21 @@ def emit_ops(gen: Context, plan: Plan, blk: Block, ops: list[Op], indent: int):
             _pass_turn(gen, turns, group, indent)
         for h in offs:
             if h.last.get(group) == pos:
-                _arrive(gen, h, group, blk is gen.k.body, indent)
+                _arrive(gen, h, group, blk is gen.kernel.body, indent)
 
 
 # -- barriers ------------------------------------------------------------------------------------------------
 def _declare_barriers(gen: Context, plan: Plan):
     for offs in plan.hand_offs.values():
         for h in offs:
-            if h.level is not gen.k.body:
+            if h.level is not gen.kernel.body:
                 writes = plan.writes(h)
                 h.cp_async = bool(writes) and all(
                     o.defn is ops.COPY_IN and row_gather(gen, o, GROUP_THREADS) is not None for o in writes)
             base = h.alloc.name or "buf"
             h.full = gen.ids.fresh(base + "_full")
             gen.allocs.append(f"{h.full} = T.alloc_barrier(arrive_count={[GROUP_THREADS] * h.versions})")
-            if h.level is not gen.k.body:
+            if h.level is not gen.kernel.body:
                 h.empty = gen.ids.fresh(base + "_empty")
                 gen.allocs.append(f"{h.empty} = T.alloc_barrier(arrive_count="
                                   f"{[GROUP_THREADS * len(h.readers)] * h.versions})")

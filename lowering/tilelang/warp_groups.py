@@ -73,7 +73,7 @@ class Plan:
     """What each group runs, and the hand-offs between groups, read from the IR once."""
 
     def __init__(self, k: KernelIR):
-        self.k = k
+        self.kernel = k
         self.groups = sorted(k.warp_groups)
         self.registers = dict(k.warp_groups)
         self.users = all_users(k)
@@ -102,9 +102,9 @@ class Plan:
         if self.groups != list(range(n)):
             raise WarpGroupError("tle.gpu.warp_group", None, f"the kernel's warp groups are {self.groups}; number "
                                  f"them 0 to {n - 1}")
-        if self.k.num_warps != 4 * n:
+        if self.kernel.num_warps != 4 * n:
             raise WarpGroupError("tle.gpu.warp_group", None, f"{n} warp groups need num_warps={4 * n}, the "
-                                 f"launch has num_warps={self.k.num_warps}")
+                                 f"launch has num_warps={self.kernel.num_warps}")
         asked = sum(r if r is not None else self.default_registers() for r in self.registers.values())
         if asked * GROUP_THREADS > _REGISTER_FILE:
             raise WarpGroupError("tle.gpu.warp_group(registers=...)", None,
@@ -175,9 +175,9 @@ class Plan:
     def _check_values(self):
         """A tile a group reads must be computed in that group (or be recomputable from such values, or from
         scalars): registers are per thread, so one group cannot read another's, nor the prologue's."""
-        prologue = {id(op) for op in self.k.body.ops[:self.split]}
+        prologue = {id(op) for op in self.kernel.body.ops[:self.split]}
         self.recompute: set[int] = set()      # prologue tiles the groups compute again from their expression
-        for op in self.k.walk():
+        for op in self.kernel.walk():
             for g in self.runs_in.get(id(op), ()):
                 for k, v in enumerate(op.operands):
                     if v is None or (op.defn is ops.YIELD and id(op.parent.parent_op) in self.loops
@@ -211,8 +211,8 @@ class Plan:
 
     # -- hand-offs -----------------------------------------------------------------------------------------
     def _find_hand_offs(self):
-        for blk in [self.k.body] + [loop.body for loop in self.loops.values()]:
-            level_ops = self.section if blk is self.k.body else blk.ops
+        for blk in [self.kernel.body] + [loop.body for loop in self.loops.values()]:
+            level_ops = self.section if blk is self.kernel.body else blk.ops
             offs = self._hand_offs_at(blk, level_ops)
             if offs:
                 self.hand_offs[id(blk)] = offs
@@ -243,7 +243,7 @@ class Plan:
                                      alloc.defining_op, "one warp group writes a buffer the others read")
             w = writers[0]
             versions = 1
-            if blk is not self.k.body and alloc.defining_op.parent is blk:
+            if blk is not self.kernel.body and alloc.defining_op.parent is blk:
                 versions = max(1, blk.parent_op.attrs.get("num_stages") or 2)
             h = HandOff(alloc, blk, w, readers, versions)
             for g, acc in per_group.items():
@@ -255,7 +255,7 @@ class Plan:
                                          f"warp group {w} writes it", level_ops[h.first[r]],
                                          "in each step the readers see what the writer wrote in that step: write "
                                          "it first in program order")
-            if blk is self.k.body and any(self._inside_loop_write(alloc)):
+            if blk is self.kernel.body and any(self._inside_loop_write(alloc)):
                 raise WarpGroupError(f"tle.gpu buffer '{alloc.name or 'buf'}' handed over both inside a loop and "
                                      f"after it", alloc.defining_op, "use a separate buffer after the loop")
             out.append(h)
@@ -265,7 +265,7 @@ class Plan:
     def _find_turns(self) -> dict[int, Turns]:
         blocks: dict[int, dict[int, dict[int, list[int]]]] = {}   # body -> group -> turn number -> positions
         bodies: dict[int, Block] = {}
-        for op in self.k.walk():
+        for op in self.kernel.walk():
             number = op.attrs.get("turn")
             if number is None:
                 continue

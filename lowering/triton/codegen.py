@@ -30,7 +30,7 @@ _STRETCHES = with_trait(Trait.STRETCH)
 
 class TritonCodegen:
     def __init__(self, k: KernelIR):
-        self.k = k
+        self.kernel = k
         self.ids = Identifiers(reserved={"tl", "triton", "libdevice"})
         self.users = users(k)
         self.lines: list[str] = []
@@ -203,7 +203,7 @@ class TritonCodegen:
         return True
 
     def generate(self) -> str:
-        k = self.k
+        k = self.kernel
         params = [self.ids.define(p.value, p.name) for p in k.params]
         body_start = len(self.lines)
         self.block(k.body, 1)
