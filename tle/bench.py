@@ -66,7 +66,7 @@ def torch_impls(op: str, launch) -> list[tuple[str, object]]:
 def bench_op(op: str) -> tuple[list[dict], list[str], bool]:
     """Records, table lines, and whether every tle backend passed its check."""
     from triton.testing import do_bench
-    mod = importlib.import_module(f"tle.kernels.{op}")
+    mod = importlib.import_module(f"tle.kernels.examples.{op}")
     kernel = getattr(mod, KERNELS[op])
     launch = kernel.example("cuda", "large")
     metric = "TFLOP/s" if launch.flops else "TB/s"
@@ -77,7 +77,7 @@ def bench_op(op: str) -> tuple[list[dict], list[str], bool]:
         k, lau = kernel, launch
         if other:       # another kernel of the same operator, at its own example launch
             mod_name, k_name = other[0].split(".")
-            k = getattr(importlib.import_module(f"tle.kernels.{mod_name}"), k_name)
+            k = getattr(importlib.import_module(f"tle.kernels.examples.{mod_name}"), k_name)
             lau = k.example("cuda", "large")
         run = lambda b=b, extra=extra, k=k, lau=lau: k[lau.grid](*lau.args, backend=b, **lau.kwargs, **extra)  # noqa: E731
         poison(lau)

@@ -149,12 +149,12 @@ PLANS = {
         ('store', 'box', 'T.copy from fragment'),
         ('store', 'box', 'T.copy from fragment'),
     ],
-    'matmul.matmul_kernel': [
+    'examples.matmul.matmul_kernel': [
         ('load', 'box', 'T.copy into shared'),
         ('load', 'box', 'T.copy into shared'),
         ('store', 'box', 'T.copy from fragment through shared'),
     ],
-    'matmul_smem.matmul_smem_kernel': [
+    'examples.matmul_smem.matmul_smem_kernel': [
         ('tle.gpu.alloc', 'buffer', 'T.alloc_shared a_smem'),
         ('tle.gpu.alloc', 'buffer', 'T.alloc_shared b_smem'),
         ('tle.gpu.alloc', 'buffer', 'T.alloc_shared c_smem'),
@@ -166,7 +166,7 @@ PLANS = {
         ('tle.gpu.local_store', 'buffer', 'T.Parallel into the buffer'),
         ('tle.gpu.copy', 'box', 'T.copy from c_smem'),
     ],
-    'raw_vector_add.add_kernel': [
+    'examples.raw_vector_add.add_kernel': [
         ('load', 'box', 'T.copy into fragment'),
         ('load', 'box', 'T.copy into fragment'),
         ('tle.call', 'raw', 'thread-level code on shared buffers'),
@@ -244,7 +244,7 @@ PLANS = {
         ('load', 'box', 'T.copy into fragment'),
         ('store', 'box', 'T.copy from fragment'),
     ],
-    'sparse_mla.sparse_mla_fwd_kernel': [
+    'examples.sparse_mla.sparse_mla_fwd_kernel': [
         ('load', 'box', 'T.Parallel into shared'),
         ('load', 'box', 'T.Parallel into shared'),
         ('load', 'box', 'T.Parallel into registers then static shared memory in stage 0 of T.Pipelined'),
@@ -372,7 +372,7 @@ PLANS = {
         ('store', 'box', 'T.copy from fragment through shared'),
         ('store', 'box', 'T.copy from fragment'),
     ],
-    'sparse_mla_smem.sparse_mla_fwd_smem_kernel': [
+    'examples.sparse_mla_smem.sparse_mla_fwd_smem_kernel': [
         ('tle.gpu.alloc', 'buffer', 'T.alloc_shared q_smem'),
         ('tle.gpu.alloc', 'buffer', 'T.alloc_shared tq_smem'),
         ('tle.gpu.alloc', 'buffer', 'T.alloc_shared kv_smem'),
@@ -390,7 +390,7 @@ PLANS = {
         ('store', 'box', 'T.Parallel'),
         ('store', 'box', 'T.Parallel'),
     ],
-    'vector_add.add_kernel': [
+    'examples.vector_add.add_kernel': [
         ('load', 'box', 'T.copy into fragment'),
         ('load', 'box', 'T.copy into fragment'),
         ('store', 'box', 'T.copy from fragment'),

@@ -10,8 +10,8 @@ import pytest
 from tle.cli import main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-ADD = os.path.join(ROOT, "kernels", "vector_add.py") + "::add_kernel"
-MATMUL = os.path.join(ROOT, "kernels", "matmul.py") + "::matmul_kernel"
+ADD = os.path.join(ROOT, "kernels", "examples", "vector_add.py") + "::add_kernel"
+MATMUL = os.path.join(ROOT, "kernels", "examples", "matmul.py") + "::matmul_kernel"
 
 
 @pytest.mark.parametrize("argv", [

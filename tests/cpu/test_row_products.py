@@ -25,7 +25,7 @@ def test_attention_forward_keeps_rows_per_warp_and_multiplies_p_from_registers()
 
 
 def test_a_plain_matmul_keeps_the_default_policy():
-    source = lower_example(KERNELS["matmul.matmul_kernel"], "tilelang").source
+    source = lower_example(KERNELS["examples.matmul.matmul_kernel"], "tilelang").source
     assert gemms(source) and not any("policy=" in gm for gm in gemms(source))
 
 

@@ -25,7 +25,7 @@ def test_tilelang_compiles_to_cuda_and_ptx(name, kernel):
 
 # -- what needs no compile: the stages' names, nvcc detection, the refusal to launch on CPU ----------------
 def vector_add_lowered():
-    kernel = dict(KERNELS)["vector_add.add_kernel"]
+    kernel = dict(KERNELS)["examples.vector_add.add_kernel"]
     launch = kernel.example("cpu", "small")
     return lower_example(kernel, "tilelang", launch), kernel, launch
 
@@ -117,7 +117,7 @@ def test_compiled_once_per_lowering(monkeypatch):
 def test_each_tensor_shape_gets_its_own_lowering():
     """TileLang compiles for the tensors' shapes: the same integers with a larger tensor are another
     program (the kernel declares each tensor's size)."""
-    kernel = dict(KERNELS)["vector_add.add_kernel"]
+    kernel = dict(KERNELS)["examples.vector_add.add_kernel"]
     for size in (256, 512):
         x, y = torch.randn(size), torch.randn(size)
         out = torch.full((size,), float("nan"))

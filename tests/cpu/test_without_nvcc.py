@@ -74,7 +74,7 @@ def test_the_tilelang_tests_run_without_nvcc(tmp_path):
               "tests/cpu/test_golden.py::test_golden[softmax.softmax_kernel-tilelang-report]",
               "tests/cpu/test_kernels_interpreter.py::test_tilelang_lowering_matches_reference[softmax.softmax_kernel]",
               "tests/cpu/test_tilelang_compile.py::test_source_stage_and_unknown_stage",
-              "tests/cpu/test_tilelang_compile.py::test_tilelang_compiles_to_cuda_and_ptx[vector_add.add_kernel]"],
+              "tests/cpu/test_tilelang_compile.py::test_tilelang_compiles_to_cuda_and_ptx[examples.vector_add.add_kernel]"],
              _without_nvcc(tmp_path))
     summary = p.stdout.strip().splitlines()[-1]
     assert p.returncode == 0 and re.search(r"\b4 passed, 1 skipped\b", summary), p.stdout + p.stderr
