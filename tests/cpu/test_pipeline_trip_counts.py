@@ -349,3 +349,56 @@ def test_an_index_tile_whose_mask_tilelang_proves_true_is_read_synchronously():
     ids = idx.long()
     rows = kv[ids.clamp(0, ROWS - 1)].float() * (ids >= 0)[:, None]
     _check(out, _scores_then_rows(q, rows))
+
+
+# -- the stage plan's decision, read from the source alone (no compile): every spelling of the guard --------
+@tle.jit
+def _gather_block(q, kv_ptr, idx_ptr, ck, n_idx, limit, acc, D: tl.constexpr, BI: tl.constexpr):
+    offs_d = tl.arange(0, D)
+    t = ck * BI + tl.arange(0, BI)
+    ids = tl.load(idx_ptr + t, mask=t < n_idx, other=-1)
+    valid = (ids >= 0) & (ids <= limit)
+    kv_blk = tle.load(kv_ptr + offs_d[:, None] + ids[None, :] * D, mask=valid[None, :], other=0.0, is_async=True)
+    s = tl.where(valid[None, :], tl.dot(q, kv_blk), 0.0)
+    return tl.dot(s.to(tl.float16), kv_blk.trans(), acc)
+
+
+@tle.jit
+def guarded_gather_spelled(q_ptr, kv_ptr, idx_ptr, out_ptr, k_run, K: tl.constexpr, RUNTIME: tl.constexpr,
+                           SLACK: tl.constexpr, BH: tl.constexpr, D: tl.constexpr, BI: tl.constexpr,
+                           FORM: tl.constexpr):
+    """`_guarded_gather`, its limit spelled with a hint or with the grid size, which the stage plan evaluates."""
+    pid = tl.program_id(0)
+    offs_h = tl.arange(0, BH)
+    offs_d = tl.arange(0, D)
+    if FORM == "hint":
+        limit = tl.multiple_of(pid * BI, BI) + SLACK
+    elif FORM == "num_programs":
+        limit = pid * BI + SLACK + 0 * tl.num_programs(0)
+    else:
+        limit = pid * BI + SLACK
+    q = tl.load(q_ptr + pid * (BH * D) + offs_h[:, None] * D + offs_d[None, :])
+    if RUNTIME:
+        n_idx = k_run
+    else:
+        n_idx = K
+    acc = tl.zeros([BH, D], dtype=tl.float32)
+    for ck in tl.range(tl.cdiv(n_idx, BI), num_stages=0):
+        if ck * BI <= limit:
+            acc = _gather_block(q, kv_ptr, idx_ptr, ck, n_idx, limit, acc, D, BI)
+    tl.store(out_ptr + pid * (BH * D) + offs_h[:, None] * D + offs_d[None, :], acc)
+
+
+@needs_tilelang
+@pytest.mark.parametrize("form", ["plain", "hint", "num_programs"])
+@pytest.mark.parametrize("trip, slack, named", [
+    (0, BI - 1, False), (1, BI - 1, False), (2, BI - 1, True), (2, 10 * BI, False), ("runtime", BI - 1, True),
+])
+def test_guarded_gather_names_its_stages_where_the_guard_goes_both_ways(form, trip, slack, named):
+    """What test_guarded_gather_compiles_for_sm90a compiles, decided on the source: the stages are named
+    only where the guard is seen to go both ways at points the program reaches."""
+    runtime = trip == "runtime"
+    grid, args, kwargs, _, _ = _gather_launch(2 if runtime else trip, runtime, slack)
+    lowered = _lower_tilelang(guarded_gather_spelled, grid, args, {**kwargs, "FORM": form})
+    header = _pipelined_header(lowered.source)
+    assert ("order=[0, 1, 2, 3], stage=[0, 0, 0, 1]" in header) == named, header

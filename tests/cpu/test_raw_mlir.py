@@ -379,13 +379,22 @@ def test_rendered_triton_computes_what_the_mlir_says(tmp_path):
     n = 256
     kernel, lines = _triton_kernel(tmp_path, activation, n)
     assert any("tl.where(" in line for line in lines) and any("tl.exp(" in line for line in lines)
+    x, k = _activation_inputs(n)
+    out, half, bits = torch.empty(n), torch.empty(n, dtype=torch.float16), torch.empty(n, dtype=torch.int32)
+    kernel[(1,)](x, k, out, half, bits)
+    _check_activation(x, k, out, half, bits)
+
+
+def _activation_inputs(n):
     g = torch.Generator().manual_seed(0)
     x = torch.randn(n, generator=g) * 3
     x[:4] = torch.tensor([0.0, -0.0, float("nan"), 1.0])
     k = torch.randint(-20, 20, (n,), generator=g, dtype=torch.int32)
-    out, half, bits = torch.empty(n), torch.empty(n, dtype=torch.float16), torch.empty(n, dtype=torch.int32)
-    kernel[(1,)](x, k, out, half, bits)
+    return x, k
 
+
+def _check_activation(x, k, out, half, bits):
+    """What `activation` computes, in torch."""
     a = torch.where(x > 0, torch.exp(-x), torch.tanh(x))
     q = torch.div(k, 3, rounding_mode="trunc").float()
     r = torch.fmod(k, 3).float()
@@ -421,3 +430,115 @@ def test_every_scalar_op_a_raw_body_may_hold_has_one_meaning():
     from tle.lowering.raw.body import ARITH_OPS, MATH_OPS
     from tle.lowering.raw.meanings import MEANINGS
     assert set(MEANINGS) == ARITH_OPS | MATH_OPS
+
+
+# -- TileLang: what the rendering computes, per thread, in the TileLang interpreter -------------------------
+_TL_DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.int32: "int32"}
+
+
+def _run_tilelang(tmp_path, raw, tensors):
+    """Render `raw` into a one-block T.prim_func over 1-D tensors of one length (a thread per element), run it
+    in the TileLang interpreter on `tensors` (written in place) and return the rendered lines."""
+    pytest.importorskip("tilelang.language")
+    from tle.lowering.tilelang.interpreter import Program
+    body, n = raw.body(), tensors[0].numel()
+    names = [a.name for a in body.args]
+    lines = render_tilelang(body, names, ["tx"], [n], indent=2)
+    params = ", ".join(f'{p}: T.Tensor(({n},), "{_TL_DTYPES[t.dtype]}")' for p, t in zip(names, tensors))
+    src = (f"import tilelang.language as T\n\n\n@T.prim_func\ndef k({params}):\n"
+           f"    with T.Kernel(1, threads={n}) as bx:\n        tx = T.get_thread_binding(0)\n"
+           + "\n".join(lines) + "\n")
+    (tmp_path / f"raw_tl_{body.name}.py").write_text(src)
+    Program(_load(tmp_path / f"raw_tl_{body.name}.py", f"raw_tl_{body.name}").k).run(list(tensors))
+    return lines
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")   # the interpreter's numpy on 1/0 and NaN casts
+def test_rendered_tilelang_computes_the_scalar_ops_as_the_mlir_says(tmp_path):
+    n = 256
+    x, k = _activation_inputs(n)
+    out, half, bits = torch.empty(n), torch.empty(n, dtype=torch.float16), torch.empty(n, dtype=torch.int32)
+    lines = _run_tilelang(tmp_path, activation, [x, k, out, half, bits])
+    assert any("T.if_then_else(" in line for line in lines) and any("T.truncdiv(" in line for line in lines)
+    _check_activation(x, k, out, half, bits)
+
+
+@tle.raw.language(name="mlir")
+@tle.raw.hardware_constraint(threads_dim=1, sync_scope="none")
+def bits_and_predicates(x: F256, y: F256, k: I256, udiv: I256, mix: I256, flags: I256, cmp: F256,
+                        low: F256, raw: I256):
+    """Unsigned arithmetic, i1 logic and casts, every float predicate, NaN-propagating minimum, a bitcast,
+    and integer arithmetic with literal 0 and 1 (which the renderer folds)."""
+    f32, i1 = ir.F32Type.get(), ir.IntegerType.get_signless(1)
+    i = thread_index()
+    v, w, m = tensor.extract(x, [i]), tensor.extract(y, [i]), tensor.extract(k, [i])
+    c0, c1, c3 = (arith.constant(i32(), c) for c in (0, 1, 3))
+    m = arith.subi(arith.muli(arith.addi(c0, m), c1), c0)                 # m, through three folds
+    seven = arith.addi(c3, arith.constant(i32(), 4))                       # two literals: 7
+    zero = arith.muli(c0, m)
+    tensor.insert(arith.divui(m, seven), udiv, [i])
+    difference = arith.subi(arith.muli(c1, m), c3)                         # a fold with the literal first
+    tensor.insert(arith.xori(arith.xori(arith.remui(m, seven), arith.shrui(m, c1)), difference), mix, [i])
+    negative = arith.cmpi(arith.CmpIPredicate.slt, m, zero)
+    big = arith.cmpi(arith.CmpIPredicate.uge, m, seven)                    # unsigned: every negative m
+    odd = arith.trunci(i1, m)
+    parts = [arith.extsi(i32(), arith.andi(negative, big)),                # -1 or 0
+             arith.extui(i32(), arith.ori(negative, odd)),                 # 1 or 0
+             arith.extui(i32(), arith.xori(big, odd)),
+             arith.fptoui(i32(), mmath.absf(arith.mulf(v, arith.constant(f32, 2.0))))]
+    weights = [1, 2, 4, 16]
+    total = zero
+    for part, weight in zip(parts, weights):
+        total = arith.addi(total, arith.muli(part, arith.constant(i32(), weight)))
+    tensor.insert(total, flags, [i])
+    score = arith.constant(f32, 0.0)
+    for bit, predicate in enumerate(("oeq", "one", "ueq", "une", "ole", "uge", "ord", "uno", "olt", "ugt")):
+        hit = arith.cmpf(getattr(arith.CmpFPredicate, predicate.upper()), v, w)
+        score = arith.addf(score, arith.mulf(arith.uitofp(f32, arith.extui(i32(), hit)),
+                                             arith.constant(f32, float(2 ** bit))))
+    tensor.insert(score, cmp, [i])
+    nan = arith.constant(f32, float("nan"))
+    low_value = arith.select(arith.cmpi(arith.CmpIPredicate.eq, m, c3), nan, arith.minimumf(v, w))
+    low_value = arith.addf(low_value, arith.negf(arith.uitofp(f32, arith.remui(m, c3))))
+    unsigned_m = arith.mulf(arith.uitofp(f32, m), arith.constant(f32, 1e-9))     # every negative m is huge
+    tensor.insert(arith.subf(low_value, unsigned_m), low, [i])
+    tensor.insert(arith.bitcast(i32(), v), raw, [i])
+
+
+def _wrap32(t: torch.Tensor) -> torch.Tensor:
+    """int64 values read as the int32 of their low 32 bits."""
+    return ((t + 2**31) % 2**32 - 2**31).to(torch.int32)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_rendered_tilelang_computes_unsigned_ops_i1_logic_casts_and_predicates(tmp_path):
+    n = 256
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(n, generator=g) * 4, torch.randn(n, generator=g) * 4
+    x[:6] = torch.tensor([float("nan"), 1.0, 2.0, float("nan"), -0.0, 3.0])
+    y[:6] = torch.tensor([1.0, float("nan"), 2.0, float("nan"), 0.0, -3.0])
+    y[6:40] = x[6:40]                                       # equal pairs: the == and != predicates
+    k = torch.randint(-50, 50, (n,), generator=g, dtype=torch.int32)
+    k[:3] = torch.tensor([3, -1, -2**31], dtype=torch.int32)
+    outs = [torch.zeros(n, dtype=torch.int32) for _ in range(3)] + [torch.zeros(n), torch.zeros(n),
+                                                                      torch.zeros(n, dtype=torch.int32)]
+    lines = _run_tilelang(tmp_path, bits_and_predicates, [x, y, k, *outs])
+    text = "\n".join(lines)
+    assert "'uint32'" in text and "T.reinterpret(" in text and "float('nan')" in text
+    udiv, mix, flags, cmp, low, raw = outs
+
+    u = k.to(torch.int64) % 2**32                           # the bits of k, read unsigned
+    assert torch.equal(udiv, (u // 7).to(torch.int32))
+    assert torch.equal(mix, _wrap32((u % 7) ^ (u >> 1) ^ ((k.to(torch.int64) - 3) % 2**32)))
+    negative, big, odd = k < 0, u >= 7, (k & 1) == 1
+    ref_flags = (-(negative & big).int() + 2 * (negative | odd).int() + 4 * (big ^ odd).int()
+                 + 16 * (x * 2).abs().nan_to_num(0.0).to(torch.int64).to(torch.int32))
+    finite = ~torch.isnan(x)
+    assert torch.equal(flags[finite], ref_flags[finite])
+    unordered = torch.isnan(x) | torch.isnan(y)
+    predicates = [x == y, (x < y) | (x > y), (x == y) | unordered, ~(x == y), x <= y, ~(x < y),
+                  ~unordered, unordered, x < y, ~(x <= y)]
+    assert torch.equal(cmp, sum(p.float() * 2 ** bit for bit, p in enumerate(predicates)))
+    ref_low = torch.where(k == 3, torch.tensor(float("nan")), torch.minimum(x, y)) - (u % 3).float()
+    torch.testing.assert_close(low, ref_low - u.float() * 1e-9, equal_nan=True)
+    assert torch.equal(raw, x.view(torch.int32))

@@ -502,3 +502,53 @@ def test_a_row_copy_from_a_misaligned_tensor_is_not_cp_async(tmp_cache):
     src, y, want = _copy_rows(24, 8, False, lead=1)      # the offsets are aligned, x's own address is not
     assert torch.equal(y, want)
     assert "T.ptx_cp_async(" not in src
+
+
+# -- programs the warp-group plan refuses (each error names the construct and the line) ---------------------
+@tle.jit
+def _groups_skip_an_index(x_ptr, y_ptr):
+    i = tl.arange(0, 16)
+    with tle.gpu.warp_group(0):
+        tl.store(y_ptr + i, tl.load(x_ptr + i))
+    with tle.gpu.warp_group(2):
+        pass
+
+
+@tle.jit
+def _groups_in_a_while_loop(x_ptr, y_ptr):
+    i = tl.arange(0, 16)
+    k = 0
+    while k < 2:
+        with tle.gpu.warp_group(0):
+            tl.store(y_ptr + i, tl.load(x_ptr + i))
+        with tle.gpu.warp_group(1):
+            tl.store(y_ptr + 16 + i, tl.load(x_ptr + i))
+        k += 1
+
+
+@tle.jit
+def _handed_over_in_and_after_a_loop(x_ptr, y_ptr):
+    i = tl.arange(0, 16)
+    buf = tle.gpu.alloc([16], tl.float32)
+    for k in tle.gpu.pipeline(0, 2, num_stages=2):
+        with tle.gpu.warp_group(0):
+            tle.gpu.copy(x_ptr + i, buf, [16])
+        with tle.gpu.warp_group(1):
+            tl.store(y_ptr + i, tle.gpu.local_load(buf))
+    with tle.gpu.warp_group(0):
+        tle.gpu.copy(x_ptr + i, buf, [16])
+    with tle.gpu.warp_group(1):
+        tl.store(y_ptr + i, tle.gpu.local_load(buf))
+
+
+@needs_tilelang
+@pytest.mark.parametrize("kernel, warps, message", [
+    (_groups_skip_an_index, 8, r"the kernel's warp groups are \[0, 2\]; number them 0 to 1"),
+    (_groups_in_a_while_loop, 8, "a while loop holding several warp groups' code"),
+    (_handed_over_in_and_after_a_loop, 8, "handed over both inside a loop and after it"),
+])
+def test_what_the_warp_group_plan_refuses_is_an_error_naming_the_line(kernel, warps, message):
+    x, y = torch.randn(16), torch.empty(32)
+    with pytest.raises(LoweringError, match=message) as e:
+        kernel.lower(x, y, grid=(1,), backend="tilelang", num_warps=warps)
+    assert "test_warp_groups.py:" in str(e.value)
