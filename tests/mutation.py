@@ -7,6 +7,8 @@ Run it from anywhere with the project's interpreter:
     .venv/bin/python tests/mutation.py --only access.py --limit 6   # a few of them
     .venv/bin/python tests/mutation.py --sample 50 --seed 1 --json out.json --markdown out.md
     .venv/bin/python tests/mutation.py                              # all of them (hours)
+    .venv/bin/python tests/mutation.py --map m.json --with-goldens   # each mutant runs only the tests that run
+                                                                    # its lines, forked from a test server
 
 Targets: every .py file under lowering/tilelang/ and lowering/analysis/ (--paths to choose others), except
 lowering/tilelang/interpreter/: that is the test oracle, not the lowering (--exclude to change).
@@ -54,10 +56,17 @@ runs once on the pristine copy first and must pass; then a canary mutant (every 
 on import) must be caught, proving the tests run the copy's code. Golden files are left out by
 default: they pin the generated text, so they catch any textual change; --with-goldens includes them.
 
+With --map (docs/testing.md): a coverage map made first (tests/mutation_coverage.py; that run is the
+baseline) says which tests run each line; a mutant runs only those, in a child forked from a test server
+that imported everything once and patches the mutated functions in memory (tests/mutation_server.py), or,
+for a change outside a function body or on a line that runs at import, in a new interpreter. --skip,
+--reverse and --merge spread one campaign over several sittings or machines.
+
 Statuses:
     killed    the tests failed (pytest exit code 1, or a crash)
     survived  the tests passed (exit code 0): no test notices this change
-    timeout   the tests ran past --timeout; counted as killed, listed separately
+    timeout   the tests ran past --timeout (with --map: a test past five times its baseline time and half a
+              minute); counted as killed, listed separately
     error     pytest exit codes 2-5 (interrupted, internal or usage error, no tests collected), or a test
               module that fails to import (a collection error, which pytest -x reports as exit code 1):
               e.g. the mutant breaks an import; counted as killed, listed separately
@@ -83,6 +92,9 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
+
+from mutation_coverage import TestMap, merge
+from mutation_server import NEEDS_FRESH_INTERPRETER, module_name
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_TARGETS = ("lowering/tilelang", "lowering/analysis")
@@ -154,6 +166,11 @@ class Mutant:
 
     def apply(self, text: str) -> str:
         return text[:self.start] + self.replacement + text[self.end:]
+
+    def lines(self, text: str) -> range:
+        """The lines the replaced text spans (1-based)."""
+        first = text.count("\n", 0, self.start) + 1
+        return range(first, text.count("\n", 0, self.end) + 2)
 
 
 def _oneline(s: str) -> str:
@@ -675,6 +692,8 @@ class Result:
     failed_test: str | None
     description: str
     source: str = ""     # the mutated line as it read (stripped): --rerun finds it again after edits above it
+    how: str = "fresh"   # fresh: a new interpreter; fork: the server, patched in memory; unrun: no test runs it
+    tests: int | None = None    # with --map: how many tests were chosen for it
 
 
 class Worker:
@@ -701,17 +720,22 @@ class Worker:
         root = os.path.realpath(ROOT)
         kept = [p for p in env.get("PYTHONPATH", "").split(os.pathsep)
                 if p and os.path.realpath(p) != root]
-        env["PYTHONPATH"] = os.pathsep.join([self.src] + kept)
+        # tests/ too: the coverage and selection plugin (-p mutation_coverage) and the test server import from it
+        env["PYTHONPATH"] = os.pathsep.join([self.src, os.path.join(self.src, "tests")] + kept)
+        env["TRITON_INTERPRET"] = "1"       # as tests/cpu/conftest.py sets it, before the server imports triton
+        # one thread per worker: the workers share the cores, and a forked child inherits no thread pool
+        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = "1"
         for var in CACHE_VARS + ("TMPDIR",):
             env[var] = os.path.join(self.dir, var.lower())
             os.makedirs(env[var], exist_ok=True)
         env["PYTHONDONTWRITEBYTECODE"] = "1"     # never a stale .pyc for a mutant of the same size and mtime
         return env
 
-    def run(self, cmd: list[str], timeout: float, running: set) -> tuple[int | None, float, str]:
+    def run(self, cmd: list[str], timeout: float, running: set, env: dict | None = None
+            ) -> tuple[int | None, float, str]:
         """(exit code or None on timeout, seconds, output)."""
         t0 = time.monotonic()
-        proc = subprocess.Popen(cmd, cwd=self.src, env=self.env, stdout=subprocess.PIPE,
+        proc = subprocess.Popen(cmd, cwd=self.src, env={**self.env, **(env or {})}, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, start_new_session=True)
         running.add(proc)
         try:
@@ -729,6 +753,46 @@ class Worker:
         with open(os.path.join(self.src, relpath), "w", encoding="utf-8") as f:
             f.write(text)
 
+    def targets_env(self, files: list[str]) -> dict[str, str]:
+        return {"TLE_MUTATION_TARGETS": os.pathsep.join(os.path.join(self.src, f) for f in files)}
+
+    def start_server(self, files: list[str]) -> dict[str, set[int]]:
+        """Start tests/mutation_server.py in the copy; the target lines that ran while it imported."""
+        self.server_log = open(os.path.join(self.dir, "server.log"), "w")
+        self.server = subprocess.Popen([sys.executable, os.path.join("tests", "mutation_server.py")], cwd=self.src,
+                                       env={**self.env, **self.targets_env(files)}, stdin=subprocess.PIPE,
+                                       stdout=subprocess.PIPE, stderr=self.server_log, text=True)
+        ready = self.server.stdout.readline()
+        if not ready:
+            sys.exit(f"mutation: the test server of {self.dir} did not start; see {self.server_log.name}")
+        return {f: set(lines) for f, lines in json.loads(ready)["import_lines"].items()}
+
+    def serve(self, request: dict) -> tuple[int | None, float, str]:
+        """Run one request on the server: (exit code or None on timeout, seconds, output)."""
+        request = {**request, "log": os.path.join(self.dir, "child.log")}
+        self.server.stdin.write(json.dumps(request) + "\n")
+        self.server.stdin.flush()
+        reply = self.server.stdout.readline()
+        if not reply:
+            if self.stopping:
+                raise KeyboardInterrupt
+            raise RuntimeError(f"the test server of {self.dir} stopped; see {self.server_log.name}")
+        reply = json.loads(reply)
+        with open(request["log"], errors="replace") as f:
+            return reply["rc"], reply["seconds"], f.read()
+
+    stopping = False
+
+    def stop_server(self):
+        self.stopping = True
+        server = getattr(self, "server", None)
+        if server is not None and server.poll() is None:
+            server.terminate()
+            try:
+                server.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                server.kill()
+
 
 def _kill(proc: subprocess.Popen):
     try:
@@ -738,7 +802,7 @@ def _kill(proc: subprocess.Popen):
 
 
 def classify(rc: int | None, output: str = "") -> str:
-    if rc is None:
+    if rc is None or "MutantTimeout" in output:
         return "timeout"
     if rc == 0:
         return "survived"
@@ -756,14 +820,6 @@ def collection_error(output: str) -> bool:
 def first_failure(output: str) -> str | None:
     m = re.search(r"^(?:FAILED|ERROR) (\S+)", output, re.MULTILINE)
     return m.group(1) if m else None
-
-
-def module_name(relpath: str) -> str | None:
-    parts = relpath[:-3].split(os.sep)
-    if parts[-1] == "__init__":
-        parts = parts[:-1]
-    top = {"lowering": ["tle", "lowering"], "kernels": ["tle", "kernels"], "tle": ["tle"]}.get(parts[0])
-    return ".".join(top + parts[1:]) if top else None
 
 
 ISOLATION_CHECK = r"""
@@ -820,6 +876,8 @@ class Campaign:
         self.running: set = set()
         self.stop = threading.Event()
         self.baseline_seconds: float | None = None
+        self.map: TestMap | None = None
+        self.import_lines: dict[str, set[int]] = {}
 
     def prepare(self):
         log(f"copying the source tree for {self.args.jobs} worker(s) into {self.base}")
@@ -827,6 +885,9 @@ class Campaign:
         for w in self.workers:
             check_isolation(w, self.files)
         log("isolation checked: tle, tle.lowering, tle.kernels and the targets import from the copies")
+        if self.args.map:
+            self._prepare_map()
+            return
         log("baseline: " + " ".join(shlex.quote(c) for c in (self.quick or []) + ["then"] * bool(self.quick)
                                      + self.cmd))
         rc, secs, out = 0, 0.0, ""
@@ -868,13 +929,136 @@ class Campaign:
         log(f"canary (every target raising on import) caught: {classify(rc, out)} in {secs:.1f}s"
             + (f", first failure {first_failure(out)}" if first_failure(out) else ""))
 
+    # --- with a coverage map: each mutant runs the tests that run its lines, in a forked test server ---
+    def _prepare_map(self):
+        """Load the map (or make it: that run is the baseline), then start a test server per worker."""
+        if os.path.exists(self.args.map):
+            self.map = TestMap.load(self.args.map)
+            stale = self.map.stale(self.texts)
+            if stale:
+                sys.exit(f"mutation: {self.args.map} was made from other versions of {', '.join(stale[:5])}: "
+                         f"make it again (remove it)")
+            log(f"coverage map {self.args.map}: {len(self.map.tests)} tests")
+            self.baseline_seconds = sum(self.map.seconds)
+        else:
+            self._make_map()
+        for w in self.workers if not self.args.fresh else ():
+            for f, lines in w.start_server(self.files).items():
+                self.import_lines.setdefault(f, set()).update(lines)
+        log(f"test servers started; {sum(map(len, self.import_lines.values()))} target lines ran at import")
+        if self.args.canary:
+            self._canary()
+
+    def _shards(self) -> list[tuple[list[str], list[str]]]:
+        """(test files, node ids or []) per worker: by file, or, given an earlier map (--shard-by), its tests
+        spread by their times (the longest first, each to the least loaded worker)."""
+        n = len(self.workers)
+        if not self.args.shard_by:
+            files = sorted(os.path.relpath(os.path.join(d, f), ROOT)
+                           for d, _, fs in os.walk(os.path.join(ROOT, "tests", "cpu"))
+                           for f in fs if f.startswith("test_") and f.endswith(".py"))
+            return [(files[i::n], []) for i in range(n)]
+        earlier = TestMap.load(self.args.shard_by)
+        loads, tests = [0.0] * n, [[] for _ in range(n)]
+        for i in sorted(range(len(earlier.tests)), key=lambda i: -earlier.seconds[i]):
+            k = loads.index(min(loads))
+            loads[k] += earlier.seconds[i]
+            tests[k].append(earlier.tests[i])
+        return [(sorted({t.split("::")[0] for t in ts}), ts) for ts in tests if ts]
+
+    def _make_map(self):
+        """Run the whole suite (goldens included) under the line recorder, spread over the workers; every
+        shard must pass: this is the baseline."""
+        shards = self._shards()
+        log(f"making the coverage map {self.args.map}: tests/cpu -m 'not slow' under the line recorder, "
+            f"{len(shards)} shard(s)")
+
+        def shard(i):
+            w = self.workers[i]
+            out = os.path.join(w.dir, "map.json")
+            files, tests = shards[i]
+            env = {**w.targets_env(self.files), "TLE_MUTATION_MAP": out}
+            if tests:
+                env["TLE_MUTATION_SELECT"] = os.path.join(w.dir, "shard.txt")
+                with open(env["TLE_MUTATION_SELECT"], "w") as f:
+                    f.write("\n".join(tests) + "\n")
+            cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "mutation_coverage",
+                   "-m", "not slow", *files]
+            rc, secs, text = w.run(cmd, self.args.map_timeout, self.running, env=env)
+            if rc not in (0, 1) or not os.path.exists(out):
+                sys.exit(f"mutation: the baseline shard {i} did not finish (exit code {rc}, {secs:.0f}s):\n"
+                         f"{text[-4000:]}")
+            with open(out) as f:
+                return json.load(f), secs
+
+        with ThreadPoolExecutor(max_workers=len(shards)) as pool:
+            parts = list(pool.map(shard, range(len(shards))))
+        data = merge([p for p, _ in parts], self.texts)
+        with open(self.args.map, "w") as f:
+            json.dump(data, f)
+        self.map = TestMap(data)
+        self.baseline_seconds = max(secs for _, secs in parts)
+        if self.map.failed:     # left out of every selection: the kill rate can only err low
+            log(f"mutation: warning: {len(self.map.failed)} test(s) fail on the pristine tree and are never chosen: "
+                + ", ".join(sorted(self.map.failed)[:10]))
+        log(f"baseline passed in {self.baseline_seconds:.0f}s; coverage map written: {len(self.map.tests)} tests")
+
+    def plan(self, m: Mutant) -> tuple[str, list[str]]:
+        """How a mutant runs (fork, fresh or unrun) and its tests, in the order they run."""
+        lines = m.lines(self.texts[m.file])
+        if self.map.ran_at_collection(m.file, lines) or self.import_lines.get(m.file, set()) & set(lines):
+            return "fresh", self.ordered(i for i in range(len(self.map.tests)) if self.map.passing[i])
+        chosen = self.ordered(self.map.tests_for(m.file, lines))
+        return ("unrun" if not chosen else "fresh" if self.args.fresh else "fork"), chosen
+
+    def ordered(self, indices) -> list[str]:
+        """Goldens first (with --with-goldens), then the quick stage's tests, then the fastest first."""
+        def rank(i):
+            n = self.map.tests[i]
+            return (0 if "golden" in n.lower() else 1 if n.startswith(QUICK) else 2), self.map.seconds[i], i
+        keep = [i for i in indices if self.args.with_goldens or "golden" not in self.map.tests[i].lower()]
+        return [self.map.tests[i] for i in sorted(keep, key=rank)]
+
+    def run_mapped(self, m: Mutant, w: Worker) -> tuple[str, int, int | None, float, str]:
+        """(how, number of tests, exit code, seconds, output) for a mutant already written into `w`."""
+        how, tests = self.plan(m)
+        if how == "unrun":
+            return how, 0, 0, 0.0, ""
+        # a mutant that makes a test loop runs out: each test may take five times what it took (traced) in
+        # the baseline, and half a minute; the whole run three times, and a minute
+        took = {t: self.map.seconds[self.map.index[t]] for t in tests}
+        limits = {t: 30 + 5 * s for t, s in took.items()}
+        timeout = min(self.args.timeout, 60 + 3 * sum(took.values()))
+        paths = list(dict.fromkeys(t.split("::")[0] for t in tests))
+        args = ["-x", "-q", "-p", "no:cacheprovider"]
+        if how == "fork":
+            rc, secs, out = w.serve({"file": m.file, "pristine": self.texts[m.file],
+                                     "mutant": m.apply(self.texts[m.file]), "paths": paths, "tests": tests,
+                                     "args": args, "timeout": timeout, "limits": limits})
+            if rc != NEEDS_FRESH_INTERPRETER:
+                return how, len(tests), rc, secs, out
+            how = "fresh"
+        chosen = os.path.join(w.dir, "chosen.txt")
+        with open(chosen, "w") as f:
+            f.write("".join(f"{t}\t{limits[t]:.1f}\n" for t in tests))
+        cmd = [sys.executable, "-m", "pytest", *args, "-p", "mutation_coverage", *paths]
+        rc, secs, out = w.run(cmd, timeout + 30, self.running, env={"TLE_MUTATION_SELECT": chosen})
+        return how, len(tests), rc, secs, out
+
     def run_one(self, m: Mutant, free: list[Worker], lock: threading.Lock) -> Result:
         with lock:
             w = free.pop()
+        how, count = "fresh", None
         try:
             if self.stop.is_set():
                 raise KeyboardInterrupt
             w.write(m.file, m.apply(self.texts[m.file]))
+            if self.map is not None:
+                try:
+                    how, count, rc, secs, out = self.run_mapped(m, w)
+                finally:
+                    w.write(m.file, self.texts[m.file])
+                return self.result(m, rc, secs, out, how, count)
             try:
                 rc, secs, out = 0, 0.0, ""
                 if self.quick:
@@ -889,10 +1073,13 @@ class Campaign:
         finally:
             with lock:
                 free.append(w)
+        return self.result(m, rc, secs, out, how, count)
+
+    def result(self, m: Mutant, rc, secs, out, how, count) -> Result:
         status = classify(rc, out)
         failed = first_failure(out) if status != "survived" else None
         return Result(m.file, m.line, m.col, m.operator, m.original, m.mutated, status, round(secs, 2), failed,
-                      m.describe(full=True), source_line(self.texts[m.file], m.line))
+                      m.describe(full=True), source_line(self.texts[m.file], m.line), how, count)
 
     def run(self, mutants: list[Mutant]) -> list[Result]:
         done: list[tuple[int, Result]] = []
@@ -915,11 +1102,15 @@ class Campaign:
                 fut.cancel()
             for proc in list(self.running):
                 _kill(proc)
+            for w in self.workers:
+                w.stop_server()
         finally:
             pool.shutdown(wait=True)
         return [r for _, r in sorted(done, key=lambda ir: ir[0])]
 
     def cleanup(self):
+        for w in self.workers:
+            w.stop_server()
         if self.args.keep:
             log(f"kept the worker copies in {self.base}")
         else:
@@ -1013,11 +1204,16 @@ def _short(r: Result) -> str:
     return f"{r.file}:{r.line}: `{a}` -> `{b}` ({r.operator})"
 
 
-def write_markdown(path: str, results: list[Result], campaign: Campaign, selection: str):
+def how_counts(results: list[Result]) -> str:
+    counts = {h: sum(r.how == h for r in results) for h in ("fork", "fresh", "unrun")}
+    return ", ".join(f"{h} {n}" for h, n in counts.items() if n)
+
+
+def write_markdown(path: str, results: list[Result], tests: str, selection: str):
     survivors = [r for r in results if r.status == "survived"]
-    cmd = " ".join(shlex.quote(c) for c in campaign.cmd[1:])
-    lines = [f"Mutants: {len(results)} ({selection}); tests: `python {cmd}` "
-             f"(baseline {campaign.baseline_seconds:.0f}s).", "",
+    lines = [f"Mutants: {len(results)} ({selection}); tests: {tests}.", "",
+             f"How they ran: {how_counts(results)} (fork: in the test server, patched in memory; fresh: in a new "
+             f"interpreter; unrun: no test runs the line).", "",
              markdown_table("Folder", tally(results, lambda r: os.path.dirname(r.file))), "",
              markdown_table("Operator", tally(results, lambda r: r.operator)), "",
              f"Survivors ({len(survivors)}):", ""]
@@ -1037,9 +1233,19 @@ def _md(s: str) -> str:
     return s.replace("`", "'").replace("|", "\\|")
 
 
-def write_json(path: str, results: list[Result], campaign: Campaign, selection: str):
-    data = {"command": campaign.cmd[1:], "baseline_seconds": round(campaign.baseline_seconds, 2),
-            "targets": campaign.files, "selection": selection,
+def tests_text(campaign: Campaign) -> str:
+    if campaign.args.map:
+        return (f"the tests of tests/cpu -m 'not slow' that run the mutated lines (coverage map "
+                f"{os.path.basename(campaign.args.map)}, {len(campaign.map.tests)} tests"
+                + (f", {len(campaign.map.failed)} failing on the pristine tree left out" if campaign.map.failed else "")
+                + "), goldens "
+                f"{'included' if campaign.args.with_goldens else 'left out'}")
+    cmd = " ".join(shlex.quote(c) for c in campaign.cmd[1:])
+    return f"`python {cmd}` (baseline {campaign.baseline_seconds:.0f}s)"
+
+
+def write_json(path: str, results: list[Result], tests: str, selection: str, targets: list[str]):
+    data = {"tests": tests, "targets": targets, "selection": selection,
             "summary": {"by_folder": dict(tally(results, lambda r: os.path.dirname(r.file))),
                         "by_operator": dict(tally(results, lambda r: r.operator))},
             "results": [asdict(r) for r in results]}
@@ -1074,12 +1280,31 @@ def parse_args(argv=None):
                    help="run the selection in a random order (--seed): interrupted (Ctrl-C or SIGTERM), what "
                         "finished is a random sample")
     p.add_argument("--limit", type=int, metavar="N", help="run at most the first N selected mutants")
+    p.add_argument("--reverse", action="store_true",
+                   help="run the selection last first (a second machine on the same shuffled campaign)")
+    p.add_argument("--skip", action="append", metavar="JSON",
+                   help="leave out the mutants an earlier --json report holds (a campaign continued); repeatable")
+    p.add_argument("--merge", nargs="+", metavar="JSON",
+                   help="run nothing: merge these --json reports of one campaign and print (or write, with "
+                        "--json/--markdown) the figures")
     p.add_argument("--jobs", type=int, default=2, help="mutants run in parallel (default: %(default)s)")
     p.add_argument("--timeout", type=float, default=900, help="seconds per test run (default: %(default)s)")
     p.add_argument("--pytest-args", metavar="ARGS",
                    help='pytest arguments replacing the default '
                         '(tests/cpu -x -q -p no:cacheprovider -m "not slow" -k "not golden")')
     p.add_argument("--with-goldens", action="store_true", help="include the golden-file tests")
+    p.add_argument("--map", metavar="JSON",
+                   help="a coverage map (made first, as the baseline, where the file does not exist): each mutant "
+                        "runs only the tests that run its lines, in a test server that imports once and patches "
+                        "the mutant in memory (tests/mutation_server.py); a mutant of a line that runs at import "
+                        "runs every test in a new interpreter")
+    p.add_argument("--fresh", action="store_true",
+                   help="with --map, run every mutant in a new interpreter instead of the test server (slower; "
+                        "what the server's in-memory patching is checked against)")
+    p.add_argument("--shard-by", metavar="JSON",
+                   help="when making the map, spread the tests over the workers by the times of this earlier map")
+    p.add_argument("--map-timeout", type=float, default=3600,
+                   help="seconds for each shard of the run that makes the map (default: %(default)s)")
     p.add_argument("--no-quick", dest="quick", action="store_false",
                    help="run only the whole test command, without the quick first stage (QUICK)")
     p.add_argument("--no-canary", dest="canary", action="store_false",
@@ -1144,10 +1369,42 @@ def select(mutants: list[Mutant], args, texts: dict[str, str] | None = None) -> 
     if args.shuffle:      # an interrupted campaign is then a random sample of the selection
         sel = random.Random(args.seed).sample(sel, len(sel))
         notes.append(f"shuffled, seed {args.seed}")
+    if args.skip:           # a campaign continued: what earlier reports hold is done
+        done = set()
+        for path in args.skip:
+            with open(path) as f:
+                done |= {_identity(r) for r in json.load(f)["results"]}
+        sel = [m for m in sel if _identity(asdict(m)) not in done]
+        notes.append("without the mutants of " + ", ".join(map(os.path.basename, args.skip)))
+    if args.reverse:
+        sel = sel[::-1]
+        notes.append("reversed")
     if args.limit is not None:
         sel = sel[:args.limit]
         notes.append(f"limit {args.limit}")
     return sel, (f"{len(sel)} of {len(mutants)}: " + "; ".join(notes)) if notes else f"all {len(mutants)}"
+
+
+def _identity(row: dict) -> tuple:
+    return row["file"], row["line"], row["col"], row["operator"], row["mutated"]
+
+
+def merge_reports(paths: list[str]) -> list[Result]:
+    """The results of several reports of one campaign (continued, or run on several machines), each mutant
+    once; a mutant two reports disagree on is reported and counted killed if either killed it."""
+    merged: dict[tuple, Result] = {}
+    for path in paths:
+        with open(path) as f:
+            for row in json.load(f)["results"]:
+                r = Result(**row)
+                key = _identity(row)
+                old = merged.get(key)
+                if old is not None and (old.status == "survived") != (r.status == "survived"):
+                    log(f"mutation: the reports disagree on {r.description}: {old.status} ({old.how}) and "
+                        f"{r.status} ({r.how})")
+                if old is None or old.status == "survived":
+                    merged[key] = r
+    return list(merged.values())
 
 
 def _interrupt(signum, frame):
@@ -1164,6 +1421,17 @@ def main(argv=None) -> int:
         if not files:
             sys.exit("mutation: no .py files to mutate")
         mutants, texts = find_mutants(files)
+    if args.merge:
+        results = merge_reports(args.merge)
+        selection = f"{len(results)} of {len(mutants)}: merged from " + ", ".join(map(os.path.basename, args.merge))
+        tests = "; ".join(dict.fromkeys(json.load(open(p)).get("tests", "") for p in args.merge))
+        print(f"mutants: {len(results)} ({selection}); how they ran: {how_counts(results)}")
+        print(summary_text(results))
+        if args.json:
+            write_json(args.json, results, tests, selection, files)
+        if args.markdown:
+            write_markdown(args.markdown, results, tests, selection)
+        return 0
     chosen, selection = select(mutants, args, texts)
     if args.list:
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)     # quiet when piped into head
@@ -1190,9 +1458,9 @@ def main(argv=None) -> int:
     print(f"baseline: {campaign.baseline_seconds:.1f}s; mutants: {len(results)} ({selection})")
     print(summary_text(results))
     if args.json:
-        write_json(args.json, results, campaign, selection)
+        write_json(args.json, results, tests_text(campaign), selection, files)
     if args.markdown:
-        write_markdown(args.markdown, results, campaign, selection)
+        write_markdown(args.markdown, results, tests_text(campaign), selection)
     return 0
 
 
