@@ -83,13 +83,17 @@ def trace(kernel: str, attempt: Trace, arguments: dict, constexpr_names) -> obje
 
 
 def _blame(kernel, attempt, arguments, constexpr_names, error, loc) -> LaunchError | None:
+    on_the_line = _names_on_line(attempt.fn, loc)
     for name, value in arguments.items():
+        if name in constexpr_names and isinstance(value, str) and name not in on_the_line:
+            # a string constexpr usually selects code (FORM == "..."): a number in its place takes another
+            # path that may trace, which says nothing about the failure unless the failing line uses it
+            continue
         needs = _needs(attempt, name, _stand_ins(value, name in constexpr_names))
         if needs is not None:
             return _error(kernel, name, value, name in constexpr_names, needs, error, loc)
     # none alone explains it (several arguments may be wrong): a None given for a runtime parameter and named
     # on the failing line is used as a value there (a constexpr's None may be meant, e.g. as "no hardware")
-    on_the_line = _names_on_line(attempt.fn, loc)
     for name, value in arguments.items():
         if value is None and name in on_the_line and name not in constexpr_names:
             return _error(kernel, name, None, False, None, error, loc)

@@ -197,3 +197,21 @@ def test_a_float_the_kernel_uses_as_a_float_is_accepted(backend):
     x, y = torch.randn(16), torch.full((16,), float("nan"))
     run_on(backend, scale, (1,), x, y, 16.0, BLOCK=16)       # `offs < n` compares with a float: fine
     torch.testing.assert_close(y, x * 2)
+
+
+@tle.jit
+def selected_form(x_ptr, y_ptr, BLOCK: tl.constexpr, FORM: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs[:, None] * BLOCK + offs[None, :])
+    if FORM == "product":
+        x = tl.dot(x, x, tl.zeros([BLOCK, 2 * BLOCK], dtype=tl.float32))  # BUG-dot-shape
+    tl.store(y_ptr + offs[:, None] * BLOCK + offs[None, :], x)
+
+
+def test_a_kernel_bug_on_a_path_a_string_constexpr_selects_is_not_blamed_on_it(backend):
+    """A number in place of FORM would take another path that traces; that does not make FORM wrong."""
+    with pytest.raises(tle.LoweringError) as err:
+        selected_form[(1,)](cpu(256), cpu(256), BLOCK=16, FORM="product", backend=backend)
+    msg = str(err.value)
+    assert f"{HERE}:{line_of('BUG-dot-shape')}" in msg and "accumulator shape" in msg, msg
+    assert not isinstance(err.value, tle.LaunchError) and "FORM" not in msg, msg
