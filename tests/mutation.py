@@ -85,6 +85,7 @@ import re
 import shlex
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -950,8 +951,9 @@ class Campaign:
             self._canary()
 
     def _shards(self) -> list[tuple[list[str], list[str]]]:
-        """(test files, node ids or []) per worker: by file, or, given an earlier map (--shard-by), its tests
-        spread by their times (the longest first, each to the least loaded worker)."""
+        """(test files, node ids or []) per worker: by file, or, given an earlier map (--shard-by), the tests
+        collected now spread by their times there (the longest first, each to the least loaded worker; a test
+        the earlier map lacks counts its median time)."""
         n = len(self.workers)
         if not self.args.shard_by:
             files = sorted(os.path.relpath(os.path.join(d, f), ROOT)
@@ -959,12 +961,24 @@ class Campaign:
                            for f in fs if f.startswith("test_") and f.endswith(".py"))
             return [(files[i::n], []) for i in range(n)]
         earlier = TestMap.load(self.args.shard_by)
+        seconds = dict(zip(earlier.tests, earlier.seconds))
+        typical = statistics.median(earlier.seconds) if earlier.seconds else 1.0
+        collected = self._collect()
         loads, tests = [0.0] * n, [[] for _ in range(n)]
-        for i in sorted(range(len(earlier.tests)), key=lambda i: -earlier.seconds[i]):
+        for t in sorted(collected, key=lambda t: -seconds.get(t, typical)):
             k = loads.index(min(loads))
-            loads[k] += earlier.seconds[i]
-            tests[k].append(earlier.tests[i])
+            loads[k] += seconds.get(t, typical)
+            tests[k].append(t)
         return [(sorted({t.split("::")[0] for t in ts}), ts) for ts in tests if ts]
+
+    def _collect(self) -> list[str]:
+        """The node ids of tests/cpu -m 'not slow', collected in the first worker's copy."""
+        cmd = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-m", "not slow",
+               os.path.join("tests", "cpu")]
+        rc, secs, text = self.workers[0].run(cmd, self.args.map_timeout, self.running)
+        if rc != 0:
+            sys.exit(f"mutation: collecting the tests failed (exit code {rc}):\n{text[-4000:]}")
+        return [line.strip() for line in text.splitlines() if "::" in line and not line.startswith(" ")]
 
     def _make_map(self):
         """Run the whole suite (goldens included) under the line recorder, spread over the workers; every
@@ -1386,7 +1400,16 @@ def select(mutants: list[Mutant], args, texts: dict[str, str] | None = None) -> 
 
 
 def _identity(row: dict) -> tuple:
-    return row["file"], row["line"], row["col"], row["operator"], row["mutated"]
+    return row["file"], row["line"], row["col"], row["operator"], _expression(row["mutated"])
+
+
+def _expression(text: str) -> str:
+    """`text` as the expression it parses to: Python versions print some (f-strings) differently. A text this
+    Python cannot parse (an f-string in 3.12's syntax, read by 3.11) stays as it is."""
+    try:
+        return ast.dump(ast.parse(text, mode="eval"))
+    except SyntaxError:
+        return text
 
 
 def merge_reports(paths: list[str]) -> list[Result]:

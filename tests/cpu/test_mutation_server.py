@@ -181,3 +181,33 @@ def test_merged_reports_hold_each_mutant_once_and_keep_a_kill(tmp_path, capsys):
     assert [r.status for r in merged] == ["killed", "killed", "survived"]
     assert all(isinstance(r, Result) for r in merged)
     assert "disagree on a.py:2" in capsys.readouterr().err
+
+
+def test_shards_made_from_an_earlier_map_keep_the_tests_it_lacks(tmp_path):
+    """--shard-by spreads the tests collected now by their earlier times: a test file or a test added since
+    the earlier map is in a shard too (it once was left out of the map, and so never chose any mutant)."""
+    import mutation
+
+    cpu = tmp_path / "tests" / "cpu"
+    cpu.mkdir(parents=True)
+    (cpu / "test_old.py").write_text("def test_a():\n    pass\n\n\ndef test_added():\n    pass\n")
+    (cpu / "test_new.py").write_text("def test_b():\n    pass\n")
+    earlier = tmp_path / "earlier.json"
+    earlier.write_text(json.dumps({"tests": [["tests/cpu/test_old.py::test_a", 3.0]], "lines": {},
+                                   "collection": {}}))
+
+    class Copy:
+        src = str(tmp_path)
+
+        def run(self, cmd, timeout, running, env=None):
+            done = subprocess.run(cmd, cwd=self.src, capture_output=True, text=True, timeout=timeout)
+            return done.returncode, 0.0, done.stdout + done.stderr
+
+    campaign = mutation.Campaign.__new__(mutation.Campaign)
+    campaign.workers, campaign.running = [Copy(), Copy()], set()
+    campaign.args = type("Args", (), {"shard_by": str(earlier), "map_timeout": 120})()
+    shards = campaign._shards()
+    tests = sorted(t for _, ts in shards for t in ts)
+    assert tests == ["tests/cpu/test_new.py::test_b", "tests/cpu/test_old.py::test_a",
+                     "tests/cpu/test_old.py::test_added"]
+    assert len(shards) == 2 and all(files == sorted({t.split("::")[0] for t in ts}) for files, ts in shards)
