@@ -196,15 +196,17 @@ class Context:
             return self.offset(op.operand("x"), operand_index(op, idx))
         self.error(f"pointer produced by '{op.name}'", op)
 
-    def forget(self, ops: list[Op]):
+    def forget(self, ops: list[Op], rewritten: tuple[Value, ...] = ()):
         """Drop what the values `ops` (a block's) define were bound to, before they are emitted a second time (a
         while loop's condition, computed again at the end of each step; a warp group's copy of the code the
-        groups share): their second emission computes them anew."""
+        groups share): their second emission computes them anew. `rewritten`: values whose storage was
+        written since (a loop's carried values): they keep it, but their copies are stale."""
         defined = {r.id for o in ops for n in (o, *(x for blk in o.regions for x in blk.walk())) for r in n.results}
         for table in (self.buffers, self.scalars, self.keepdims):
             for vid in defined:
                 table.pop(vid, None)
-        self.copies = {k: b for k, b in self.copies.items() if k[0] not in defined}
+        stale = defined | {v.id for v in rewritten}
+        self.copies = {k: b for k, b in self.copies.items() if k[0] not in stale}
 
     # -- buffers ---------------------------------------------------------------------------------------------
     def visible(self, b: Buffer) -> bool:

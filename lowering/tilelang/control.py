@@ -111,7 +111,7 @@ def while_(gen: Context, op: Op, indent: int):
         return
 
     def condition_again():
-        gen.forget(before.ops)
+        gen.forget(before.ops, rewritten=tuple(before.args))     # the body wrote the carried values' slots
         reported = len(gen.report)          # the condition's accesses are reported once, from the first time
         gen.block(before, indent + 1, then=lambda: gen.emit(f"{flag[0]} = {gen.scalar(cond)}", indent + 1))
         del gen.report[reported:]
