@@ -294,13 +294,17 @@ def _meta(*shape, dtype=torch.float32):
     return torch.empty(*shape, dtype=dtype, device="meta")
 
 
+def _reported_accesses_report() -> tuple[int, dict]:
+    """The first line of `reported_accesses` and its access report, by line."""
+    lowered = _lower(reported_accesses, _meta(128), _meta(50), _meta(64), _meta(1, dtype=torch.int32),
+                     _meta(128, dtype=torch.int32), 50, BLOCK=64)
+    return reported_accesses.fn.__code__.co_firstlineno, _report(lowered)
+
+
 def test_the_report_says_why_a_load_is_read_element_by_element():
     """A box whose mask is its dimension's bound but whose `other` is not zero, and a strided load, are both
     T.Parallel reads: the report names the reason of each (the non-zero `other`; the stride)."""
-    first = reported_accesses.fn.__code__.co_firstlineno
-    lowered = _lower(reported_accesses, _meta(128), _meta(50), _meta(64), _meta(1, dtype=torch.int32),
-                     _meta(128, dtype=torch.int32), 50, BLOCK=64)
-    how = _report(lowered)
+    first, how = _reported_accesses_report()
     assert how[first + 3] == "T.Parallel into fragment (`other` is not zero where the mask can be false)"
     assert how[first + 4] == "T.Parallel into fragment (the innermost axis has stride 2, not 1)"
 
@@ -308,10 +312,7 @@ def test_the_report_says_why_a_load_is_read_element_by_element():
 def test_the_report_names_an_extern_atomics_memory_order():
     """An atomic TileLang lacks (xchg) calls the kernel's device function in the kernel's memory order: relaxed
     where the kernel names none (and reads no atomic's result), else the `sem` it names."""
-    first = reported_accesses.fn.__code__.co_firstlineno
-    lowered = _lower(reported_accesses, _meta(128), _meta(50), _meta(64), _meta(1, dtype=torch.int32),
-                     _meta(128, dtype=torch.int32), 50, BLOCK=64)
-    how = _report(lowered)
+    first, how = _reported_accesses_report()
     assert how[first + 6] == "T.call_extern of the kernel's device function tle_atomic_xchg (relaxed) per element"
     assert how[first + 7] == "T.call_extern of the kernel's device function tle_atomic_xchg (release) per element"
     assert how[first + 8] == "T.atomic_add on one thread"
