@@ -51,7 +51,7 @@ class GroupWriter(NamedTuple):
     """How one warp group's branch writes a block's ops (the ones the group runs, with its hand-offs' waits and
     arrives), a loop that holds several groups' work and a tle.gpu.copy: warp_group_code.py's functions, handed
     to the context while it writes a group."""
-    block_ops: Callable            # (gen, plan, block, ops, indent)
+    block_ops: Callable            # (gen, plan, block, ops, indent, then): `then` right after the terminator
     loop: Callable                 # (gen, for op, indent)
     copy_in: Callable              # (gen, copy_in op, buffer, indent) -> whether it wrote the copy (as cp.async)
 
@@ -133,12 +133,12 @@ class Context:
         block's own buffers are still visible."""
         self.blocks.append(blk)
         if self.warp_group is not None:         # one warp group's branch: its ops, and its hand-offs' barriers
-            self.group_writer.block_ops(self, self.warp_plan, blk, blk.ops, indent)
+            self.group_writer.block_ops(self, self.warp_plan, blk, blk.ops, indent, then=then)
         else:
             for op in blk.ops:
                 self.statement(op, indent)
-        if then is not None:
-            then()
+            if then is not None:
+                then()
         self.blocks.pop()
 
     def statement(self, op: Op, indent: int):

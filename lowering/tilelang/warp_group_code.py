@@ -59,9 +59,11 @@ def _emit_group(gen: Context, plan: Plan, group: int, tx: str, indent: int):
     gen.group_writer = None
 
 
-def emit_ops(gen: Context, plan: Plan, blk: Block, ops: list[Op], indent: int):
+def emit_ops(gen: Context, plan: Plan, blk: Block, ops: list[Op], indent: int, then=None):
     """The ops of `ops` (a block's, or the group section) that the current group runs, with the waits before
-    and the arrives after the ops that start and end its accesses to each hand-off."""
+    and the arrives after the ops that start and end its accesses to each hand-off. `then` (the writes of
+    what the block yields) runs right after the terminator: a tile read from a buffer and carried to the next
+    step is read there, so the arrives that release the buffer follow it."""
     group = gen.warp_group
     offs = plan.hand_offs.get(id(blk), ())
     turns = plan.turns.get(id(blk))
@@ -82,11 +84,16 @@ def emit_ops(gen: Context, plan: Plan, blk: Block, ops: list[Op], indent: int):
             if at == pos:
                 _wait_turn(gen, turns, group, j, indent)
         gen.statement(op, indent)
+        if then is not None and op is blk.terminator:
+            then()
+            then = None
         if any(last == pos for _, last in spans):
             _pass_turn(gen, turns, group, indent)
         for h in offs:
             if h.last.get(group) == pos:
                 _arrive(gen, h, group, blk is gen.kernel.body, indent)
+    if then is not None:
+        then()
 
 
 # -- barriers ------------------------------------------------------------------------------------------------

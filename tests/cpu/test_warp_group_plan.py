@@ -280,3 +280,34 @@ def test_what_one_group_cannot_take_from_another_is_an_error_naming_the_line(ker
     with pytest.raises(LoweringError, match=message) as e:
         kernel.lower(*args, grid=(1,), backend="tilelang", num_warps=warps)
     assert isinstance(e.value, UnsupportedConstruct) and "test_warp_group_plan.py:" in str(e.value)
+
+
+# -- a tile read from a buffer into a carried value ----------------------------------------------------------
+@tle.jit
+def _summed_from_a_buffer(x_ptr, y_ptr):
+    """Group 0 copies row k of x into shared memory; group 1 adds it to a sum it carries, then stores the sum."""
+    i = tl.arange(0, 16)
+    acc = tl.zeros([16], tl.float32)
+    for k in range(4):
+        buf = tle.gpu.alloc([16], tl.float32)
+        with tle.gpu.warp_group(0):
+            tle.gpu.copy(x_ptr + k * 16 + i, buf, [16])
+        with tle.gpu.warp_group(1):
+            acc += tle.gpu.local_load(buf)
+    with tle.gpu.warp_group(1):
+        tl.store(y_ptr + i, acc)
+
+
+@pytest.mark.parametrize("order", ORDERS)
+def test_a_tile_read_into_a_carried_value_keeps_its_buffer_until_the_value_is_written(monkeypatch, tmp_cache,
+                                                                                      order):
+    """The sum reads the buffer where the step writes the carried value, after the body's ops: the reader
+    releases the version after that write. Released before it, the writer (running as soon as the release
+    completes a phase) fills the version two steps on, and the sum reads rows 2 and 3 twice."""
+    monkeypatch.setenv("TLE_INTERPRETER_ROLE_ORDER", order)
+    monkeypatch.setenv("TLE_INTERPRETER_ROLE_SWITCH", "arrive")
+    x, y = torch.arange(64.0), torch.zeros(16)
+    _summed_from_a_buffer.interpret_tilelang((1,), x, y, num_warps=8)
+    assert torch.equal(y, x.view(4, 16).sum(0))
+    reader = _group_branches(_source(_summed_from_a_buffer, x, y))[1]
+    assert reader.index("buf[k_1 % 2, i0])\n") < reader.index("T.barrier_arrive(buf_empty[k_1 % 2])")
