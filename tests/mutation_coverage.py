@@ -12,6 +12,11 @@ leaving it out changes no mutant's status, with three exceptions the map records
   not selected for it, which can only let a mutant survive that the whole suite would kill (the kill
   rate errs low, never high).
 
+A kernel keeps its lowerings in memory, so a test that launches a kernel an earlier test lowered with the
+same arguments would run none of the lowering's lines, and a mutant there would not run it. Before each
+test the map forgets the lowerings of every kernel the project's modules hold (`forget_lowerings`): each
+test's lines are those it runs on its own, as in a mutant's run, which runs only some of the tests.
+
 Used as a pytest plugin (`-p mutation_coverage`, with tests/ on sys.path) under the environment variables
 TLE_MUTATION_TARGETS (absolute file paths, os.pathsep-separated) and TLE_MUTATION_MAP (the JSON to write):
 
@@ -63,11 +68,31 @@ class LineRecorder:
         return out
 
 
+def forget_lowerings(roots: tuple[str, ...]) -> int:
+    """Empty the in-memory lowering cache of every tle.jit kernel held by a module under `roots` (as a global,
+    or as an attribute of a global: an autotuner's kernel); returns how many were emptied."""
+    jit = sys.modules.get("tle.jit")
+    if jit is None:
+        return 0
+    emptied = 0
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None) or ""
+        if not path.startswith(roots):
+            continue
+        for value in list(vars(module).values()):
+            for candidate in (value, *getattr(value, "__dict__", {}).values()):
+                if isinstance(candidate, jit.Kernel) and candidate._cache:
+                    candidate._cache.clear()
+                    emptied += 1
+    return emptied
+
+
 class CoverageMap:
     """pytest plugin: per test, the target lines it ran; the lines run during collection; each test's time."""
 
     def __init__(self, targets: list[str], root: str, out: str):
         self.recorder = LineRecorder(targets, root)
+        self.roots = tuple({os.path.join(root, ""), os.path.join(os.path.realpath(root), "")})
         self.out = out
         self.tests: list[tuple[str, float]] = []
         self.failed: set[str] = set()
@@ -84,6 +109,7 @@ class CoverageMap:
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item, nextitem):
+        forget_lowerings(self.roots)
         t0 = time.perf_counter()
         self.recorder.start()
         try:

@@ -211,3 +211,50 @@ def test_shards_made_from_an_earlier_map_keep_the_tests_it_lacks(tmp_path):
     assert tests == ["tests/cpu/test_new.py::test_b", "tests/cpu/test_old.py::test_a",
                      "tests/cpu/test_old.py::test_added"]
     assert len(shards) == 2 and all(files == sorted({t.split("::")[0] for t in ts}) for files, ts in shards)
+
+
+def test_the_map_gives_each_test_the_lowering_lines_it_runs_alone(tmp_path):
+    """Two tests lower one kernel with the same arguments: run alone (as a mutant's run may run the second),
+    each lowers it, so the map lists both for the generator's lines, although in the whole run the second
+    finds the first's lowering in the kernel's memory."""
+    pytest.importorskip("tilelang")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    (tmp_path / "test_twice.py").write_text(textwrap.dedent("""\
+        import torch
+        import triton.language as tl
+        import tle
+
+
+        @tle.jit
+        def copy_kernel(x_ptr, y_ptr):
+            i = tl.arange(0, 16)
+            tl.store(y_ptr + i, tl.load(x_ptr + i))
+
+
+        def _lower():
+            x = torch.zeros(16)
+            return copy_kernel.lower(x, x, grid=(1,), backend="tilelang").source
+
+
+        def test_first():
+            assert "T.copy" in _lower()
+
+
+        def test_second():
+            assert "T.copy" in _lower()
+        """))
+    target = os.path.join(root, "lowering", "tilelang", "codegen.py")
+    out = tmp_path / "map.json"
+    tests_dir = os.path.join(root, "tests")
+    env = {**os.environ, "TLE_MUTATION_MAP": str(out), "TLE_MUTATION_TARGETS": target, "TLE_CACHE_DIR": str(tmp_path),
+           "PYTHONPATH": os.pathsep.join([root, tests_dir, os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "mutation_coverage",
+                           "--rootdir", str(tmp_path), "-c", os.devnull, "test_twice.py"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads(out.read_text())
+    assert [t for t, _ in data["tests"]] == ["test_twice.py::test_first", "test_twice.py::test_second"]
+    (lines,) = data["lines"].values()            # codegen.py's, named from the run's root
+    # the second runs the generator's lines as the first did (the module's own lines ran once, at import)
+    second = {line for line, tests in lines.items() if 1 in tests}
+    assert len(second) > 10 and all(0 in lines[line] for line in second)
