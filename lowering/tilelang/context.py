@@ -101,6 +101,7 @@ class Context:
         self.warp_step: str | None = None
         self.warp_allocs: dict[int, str] = {}
         self.warp_thread: str | None = None    # the thread's index within its group
+        self.group_threads = 0                  # and how many threads the group has
         # while a group's branch is written, warp_group_code.py's writers of its blocks, loops and copies: it sets them,
         # so that this module and the rule modules (below it) never import it
         self.group_writer: GroupWriter | None = None
@@ -123,6 +124,13 @@ class Context:
     def let(self, name: str, expr: str, indent: int, reads=()):
         """Emit `name = expr`, a scalar let: the stage planner and the dead-let removal know it as one."""
         self.out.let(name, expr, indent, reads)
+
+    def thread(self) -> tuple[str, int]:
+        """(this thread's index, how many threads run the statement): inside a warp group's branch the
+        group's own threads, numbered from 0, else the block's."""
+        if self.warp_thread is not None:
+            return self.out.read(self.warp_thread), self.group_threads
+        return "T.get_thread_binding()", 32 * self.kernel.num_warps
 
     def error(self, construct: str, op: Op, detail: str = ""):
         raise UnsupportedConstruct(construct, BACKEND, op.loc, detail)

@@ -123,11 +123,10 @@ def _printf(fmt: str, args: list[str]) -> str:
 
 def _each_element_once(gen: Context, shape, statement, indent: int):
     """`statement(idx)` for every element of a tile of `shape`, each on one thread: element e (row-major) on
-    thread e % threads, in step e // threads."""
-    threads = 32 * gen.kernel.num_warps
+    thread e % threads, in step e // threads (the threads of the block, or of the warp group running it)."""
+    t, threads = gen.thread()
     count = math.prod(shape)
     steps = -(-count // threads)
-    t = "T.get_thread_binding()"
     if steps > 1:
         step = gen.ids.fresh("step")
         gen.emit(f"for {step} in T.serial({steps}):", indent)

@@ -291,16 +291,16 @@ def atomic(gen: Context, op: Op, indent: int):
         how += ", the previous value shared with every thread"
     gen.report.append((op.loc.line, "atomic", acc.kind, how))
     if ptr.type.is_scalar:
-        # a scalar statement runs on every thread: let one thread do the atomic
+        # a scalar statement runs on every thread (of the block, or of its warp group): let one do the atomic
         cond = gen.scalar(mask) if mask is not None else None
         if not used:
-            gen.emit("if T.get_thread_binding() == 0:", indent)
+            gen.emit(f"if {gen.thread()[0]} == 0:", indent)
             if cond:
                 gen.emit(f"if {cond}:", indent + 1)
             gen.emit(call([]), indent + 1 + bool(cond))
             return
         shared = gen.alloc((op.result.name or "old") + "_shared", (1,), elem, "shared")
-        gen.emit("if T.get_thread_binding() == 0:", indent)
+        gen.emit(f"if {gen.thread()[0]} == 0:", indent)
         _write_or_zero(gen, cond, f"{shared}[0]", call([]), literal(0, elem), indent + 1)
         # TileLang puts a barrier between the write and the reads of the other threads (and before the
         # next write where the statement repeats in a loop)

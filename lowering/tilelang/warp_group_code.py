@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from ..ir import ops
 from ..ir.core import Block, Op
+from ..ir.ops import Trait
 from .async_gathers import emit_row_gather, row_gather
 from .context import Buffer, Context, GroupWriter
 from .control import trip_count
 from .slots import carry_slot, write_slots
-from .values import is_const
+from .values import is_const, nested
 from .versions import root
 from .warp_groups import GROUP_THREADS, HandOff, Plan, Turns
 
@@ -44,7 +45,7 @@ def _emit_group(gen: Context, plan: Plan, group: int, tx: str, indent: int):
     gen.group_writer = GroupWriter(block_ops=emit_ops, loop=group_loop, copy_in=group_copy_in)
     for vid in plan.recompute:          # the prologue's fragments are laid out over every thread
         gen.buffers.pop(vid, None)
-    gen.warp_thread = gen.ids.fresh("thread")
+    gen.warp_thread, gen.group_threads = gen.ids.fresh("thread"), GROUP_THREADS
     gen.let(gen.warp_thread, f"{tx} - {GROUP_THREADS * group}", indent, reads=(tx,))
     registers = plan.registers.get(group)
     if registers is not None:
@@ -55,7 +56,7 @@ def _emit_group(gen: Context, plan: Plan, group: int, tx: str, indent: int):
     if not gen.out.emitted_since(start):
         gen.emit("pass", indent)
     gen.forget(plan.section)
-    gen.warp_group = None
+    gen.warp_group = gen.warp_thread = None
     gen.group_writer = None
 
 
@@ -68,9 +69,7 @@ def emit_ops(gen: Context, plan: Plan, blk: Block, ops: list[Op], indent: int, t
     offs = plan.hand_offs.get(id(blk), ())
     turns = plan.turns.get(id(blk))
     spans = turns.spans.get(group, []) if turns else []
-    # a group waits for its turn once the turn block's data is in: after the hand-off waits inside the block
-    turn_waits = [max([first] + [h.first[group] for h in offs if first <= h.first.get(group, -1) <= last])
-                  for first, last in spans]
+    turn_waits = [_turn_wait_at(plan, ops, offs, group, first, last) for first, last in spans]
     for pos, op in enumerate(ops):
         if not plan.runs(op, group):
             for r in op.results:        # a version another group writes: the same allocation here
@@ -94,6 +93,15 @@ def emit_ops(gen: Context, plan: Plan, blk: Block, ops: list[Op], indent: int, t
                 _arrive(gen, h, group, blk is gen.kernel.body, indent)
     if then is not None:
         then()
+
+
+def _turn_wait_at(plan: Plan, ops: list[Op], offs: list[HandOff], group: int, first: int, last: int) -> int:
+    """Where a group waits for its turn block at positions first..last: once the block's data is in (after the
+    hand-off waits inside it), unless the block writes something before that: then at its start, so that
+    every write of the block is made in its turn."""
+    data = max([first] + [h.first[group] for h in offs if first <= h.first.get(group, -1) <= last])
+    early = [o for op in ops[first:data] for o in (op, *nested(op)) if plan.runs(o, group)]
+    return first if any(o.defn.has_effect and not o.has(Trait.READS) for o in early) else data
 
 
 # -- barriers ------------------------------------------------------------------------------------------------

@@ -311,3 +311,67 @@ def test_a_tile_read_into_a_carried_value_keeps_its_buffer_until_the_value_is_wr
     assert torch.equal(y, x.view(4, 16).sum(0))
     reader = _group_branches(_source(_summed_from_a_buffer, x, y))[1]
     assert reader.index("buf[k_1 % 2, i0])\n") < reader.index("T.barrier_arrive(buf_empty[k_1 % 2])")
+
+
+# -- three groups taking turns; a scalar atomic and a print in a group ---------------------------------------
+@tle.jit
+def _tickets_in_turns(x_ptr, tickets_ptr, counter_ptr):
+    """Each step, groups 1, 2 and 3 take turns drawing a ticket from a counter (a scalar atomic add); group 2
+    draws its ticket before it reads the row group 0 copied that step."""
+    i = tl.arange(0, 16)
+    for k in range(2):
+        buf = tle.gpu.alloc([16], tl.float32)
+        with tle.gpu.warp_group(0):
+            tle.gpu.copy(x_ptr + k * 16 + i, buf, [16])
+        with tle.gpu.warp_group(1):
+            with tle.gpu.turn():
+                tl.store(tickets_ptr + k * 3, tl.atomic_add(counter_ptr, 1))
+        with tle.gpu.warp_group(2):
+            with tle.gpu.turn():
+                ticket = tl.atomic_add(counter_ptr, 1)
+                tl.store(tickets_ptr + k * 3 + 1, ticket + (tl.sum(tle.gpu.local_load(buf)) > 1e9).to(tl.int32))
+        with tle.gpu.warp_group(3):
+            with tle.gpu.turn():
+                tl.store(tickets_ptr + k * 3 + 2, tl.atomic_add(counter_ptr, 1))
+
+
+@pytest.mark.parametrize("switch", ["wait", "arrive"])
+@pytest.mark.parametrize("order", ORDERS)
+def test_three_groups_take_turns_in_order_and_each_draws_its_ticket_on_its_own_thread(monkeypatch, tmp_cache,
+                                                                                      order, switch):
+    """The turn passes from group 1 to 2 to 3 and back: the tickets come out 0 to 5 in program order. A scalar
+    atomic in a group is made by the group's first thread (thread 0 of the block is in group 0, which never
+    runs it), and group 2 waits for its turn before the atomic at the top of its turn block, not where the
+    block's data comes in (its read of the buffer)."""
+    monkeypatch.setenv("TLE_INTERPRETER_ROLE_ORDER", order)
+    monkeypatch.setenv("TLE_INTERPRETER_ROLE_SWITCH", switch)
+    x, tickets = torch.arange(32.0), torch.full((6,), -1, dtype=torch.int32)
+    counter = torch.zeros(1, dtype=torch.int32)
+    _tickets_in_turns.interpret_tilelang((1,), x, tickets, counter, num_warps=16)
+    assert tickets.tolist() == [0, 1, 2, 3, 4, 5] and counter.item() == 6
+    src = _source(_tickets_in_turns, x, tickets, counter, num_warps=16)
+    group_2 = src[src.index("elif tx < 384:"):src.index("\n        else:\n")]
+    assert group_2.index("T.barrier_wait(turn_2[0]") < group_2.index("if thread_2 == 0:") \
+        < group_2.index("T.atomic_add(counter_ptr[0]") < group_2.index("T.barrier_wait(buf_full")
+
+
+@tle.jit
+def _printed_by_group_one(x_ptr):
+    i = tl.arange(0, 16)
+    with tle.gpu.warp_group(0):
+        tl.store(x_ptr + 16 + i, tl.load(x_ptr + i))
+    with tle.gpu.warp_group(1):
+        tl.device_print("x", tl.load(x_ptr + i) * 2)
+
+
+def test_a_tile_printed_in_a_group_is_printed_by_the_groups_own_threads(monkeypatch, tmp_cache, capfd):
+    """Group 1's threads (128 to 255) print the tile, element e on the group's thread e: with the block's
+    thread index, elements 0 to 15 would be left to threads of group 0, and nothing would be printed."""
+    from triton import knobs
+    monkeypatch.setattr(knobs.runtime, "debug", True)
+    x = torch.arange(32.0)
+    src = _source(_printed_by_group_one, x)
+    assert "if thread_1 < 16:" in _group_branches(src)[1], src
+    _printed_by_group_one.interpret_tilelang((1,), x, num_warps=8)
+    printed = [ln for ln in capfd.readouterr().out.splitlines() if " x: " in ln]
+    assert sorted(float(ln.split()[-1]) for ln in printed) == [2.0 * e for e in range(16)]
