@@ -1297,10 +1297,12 @@ def parse_args(argv=None):
     p.add_argument("--reverse", action="store_true",
                    help="run the selection last first (a second machine on the same shuffled campaign)")
     p.add_argument("--skip", action="append", metavar="JSON",
-                   help="leave out the mutants an earlier --json report holds (a campaign continued); repeatable")
+                   help="leave out the mutants an earlier --json report holds (a campaign continued; a row is found "
+                        "again on its line's text after edits above it); repeatable")
     p.add_argument("--merge", nargs="+", metavar="JSON",
                    help="run nothing: merge these --json reports of one campaign and print (or write, with "
-                        "--json/--markdown) the figures")
+                        "--json/--markdown) the figures of the files as they are now (a row whose line changed is "
+                        "left out)")
     p.add_argument("--jobs", type=int, default=2, help="mutants run in parallel (default: %(default)s)")
     p.add_argument("--timeout", type=float, default=900, help="seconds per test run (default: %(default)s)")
     p.add_argument("--pytest-args", metavar="ARGS",
@@ -1338,27 +1340,32 @@ def source_line(text: str, line: int) -> str:
     return lines[line - 1].strip() if 0 < line <= len(lines) else ""
 
 
-def rerun_selection(mutants: list[Mutant], rows: list[dict], texts: dict[str, str]) -> list[Mutant]:
-    """The mutants that survived in an earlier report's `rows`. A row that names its line's text
-    (`source`) matches the mutant on the line with that text nearest its old number, so edits elsewhere
-    in the file do not lose it; a row without one matches on its line number."""
+def match_rows(mutants: list[Mutant], rows: list[dict], texts: dict[str, str]) -> dict[int, list[dict]]:
+    """id(mutant) -> the rows of earlier reports that are that mutant. A row that names its line's text
+    (`source`) matches the mutant on the line with that text nearest its old number, so edits elsewhere in the
+    file do not lose it; a row without one matches on its line number. A row whose line's text is gone (its
+    code changed) matches nothing."""
     by_text: dict[tuple, list[Mutant]] = {}
     for m in mutants:
-        key = (m.file, source_line(texts.get(m.file, ""), m.line), m.col, m.operator, m.mutated)
+        key = (m.file, source_line(texts.get(m.file, ""), m.line), m.col, m.operator, _expression(m.mutated))
         by_text.setdefault(key, []).append(m)
-    by_line = {(m.file, m.line, m.col, m.operator, m.mutated): m for m in mutants}
-    chosen = set()
+    by_line = {(m.file, m.line, m.col, m.operator, _expression(m.mutated)): m for m in mutants}
+    out: dict[int, list[dict]] = {}
     for r in rows:
-        if r["status"] != "survived":
-            continue
+        mutated = _expression(r["mutated"])
         if r.get("source"):
-            found = by_text.get((r["file"], r["source"], r["col"], r["operator"], r["mutated"]), [])
-            if found:
-                chosen.add(id(min(found, key=lambda m: abs(m.line - r["line"]))))
+            found = by_text.get((r["file"], r["source"], r["col"], r["operator"], mutated), [])
+            m = min(found, key=lambda m: abs(m.line - r["line"])) if found else None
         else:
-            m = by_line.get((r["file"], r["line"], r["col"], r["operator"], r["mutated"]))
-            if m is not None:
-                chosen.add(id(m))
+            m = by_line.get((r["file"], r["line"], r["col"], r["operator"], mutated))
+        if m is not None:
+            out.setdefault(id(m), []).append(r)
+    return out
+
+
+def rerun_selection(mutants: list[Mutant], rows: list[dict], texts: dict[str, str]) -> list[Mutant]:
+    """The mutants that survived in an earlier report's `rows` (matched as match_rows does)."""
+    chosen = match_rows(mutants, [r for r in rows if r["status"] == "survived"], texts)
     return [m for m in mutants if id(m) in chosen]
 
 
@@ -1384,11 +1391,12 @@ def select(mutants: list[Mutant], args, texts: dict[str, str] | None = None) -> 
         sel = random.Random(args.seed).sample(sel, len(sel))
         notes.append(f"shuffled, seed {args.seed}")
     if args.skip:           # a campaign continued: what earlier reports hold is done
-        done = set()
+        rows = []
         for path in args.skip:
             with open(path) as f:
-                done |= {_identity(r) for r in json.load(f)["results"]}
-        sel = [m for m in sel if _identity(asdict(m)) not in done]
+                rows += json.load(f)["results"]
+        done = match_rows(sel, rows, texts or {})
+        sel = [m for m in sel if id(m) not in done]
         notes.append("without the mutants of " + ", ".join(map(os.path.basename, args.skip)))
     if args.reverse:
         sel = sel[::-1]
@@ -1412,21 +1420,34 @@ def _expression(text: str) -> str:
         return text
 
 
-def merge_reports(paths: list[str]) -> list[Result]:
+def merge_reports(paths: list[str], mutants: list[Mutant] | None = None,
+                  texts: dict[str, str] | None = None) -> list[Result]:
     """The results of several reports of one campaign (continued, or run on several machines), each mutant
-    once; a mutant two reports disagree on is reported and counted killed if either killed it."""
-    merged: dict[tuple, Result] = {}
+    once; a mutant two reports disagree on is reported and counted killed if either killed it. With `mutants`
+    (those of the files as they are now, `texts`), each row counts for the mutant it matches (match_rows), at
+    that mutant's line; a row that matches none is left out: its code has changed since."""
+    rows = []
     for path in paths:
         with open(path) as f:
-            for row in json.load(f)["results"]:
-                r = Result(**row)
-                key = _identity(row)
-                old = merged.get(key)
-                if old is not None and (old.status == "survived") != (r.status == "survived"):
-                    log(f"mutation: the reports disagree on {r.description}: {old.status} ({old.how}) and "
-                        f"{r.status} ({r.how})")
-                if old is None or old.status == "survived":
-                    merged[key] = r
+            rows += json.load(f)["results"]
+    if mutants is not None:
+        matched = match_rows(mutants, rows, texts or {})
+        keyed = [(id(m), dict(r, line=m.line, source=source_line(texts[m.file], m.line), description=m.describe()))
+                 for m in mutants for r in matched.get(id(m), [])]
+        if len(keyed) < len(rows):
+            log(f"mutation: {len(rows) - len(keyed)} row(s) match no mutant of the files as they are now "
+                "(their lines changed) and are left out")
+    else:
+        keyed = [(_identity(r), r) for r in rows]
+    merged: dict = {}
+    for key, row in keyed:
+        r = Result(**row)
+        old = merged.get(key)
+        if old is not None and (old.status == "survived") != (r.status == "survived"):
+            log(f"mutation: the reports disagree on {r.description}: {old.status} ({old.how}) and "
+                f"{r.status} ({r.how})")
+        if old is None or old.status == "survived":
+            merged[key] = r
     return list(merged.values())
 
 
@@ -1445,7 +1466,7 @@ def main(argv=None) -> int:
             sys.exit("mutation: no .py files to mutate")
         mutants, texts = find_mutants(files)
     if args.merge:
-        results = merge_reports(args.merge)
+        results = merge_reports(args.merge, mutants, texts)
         selection = f"{len(results)} of {len(mutants)}: merged from " + ", ".join(map(os.path.basename, args.merge))
         tests = "; ".join(dict.fromkeys(json.load(open(p)).get("tests", "") for p in args.merge))
         print(f"mutants: {len(results)} ({selection}); how they ran: {how_counts(results)}")
