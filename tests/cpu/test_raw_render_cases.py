@@ -408,3 +408,18 @@ def test_three_thread_axes_compute_their_coordinates(threads):
     nx, ny = threads[0], threads[1]
     expected = t % nx + 10 * ((t // nx) % ny) + 100 * (t // (nx * ny))
     torch.testing.assert_close(out, expected.float())
+
+
+@tle.raw.language(name="mlir")
+@tle.raw.hardware_constraint(threads_dim=1, sync_scope="none")
+def infinities(low: F128, high: F128):
+    """low = -inf, high = +inf: the starting values of a running max and min."""
+    i = tid()
+    tensor.insert(arith.constant(ir.F32Type.get(), float("-inf")), low, [i])
+    tensor.insert(arith.constant(ir.F32Type.get(), float("inf")), high, [i])
+
+
+def test_infinite_literals_keep_their_sign():
+    """An infinite float literal is T.infinity of its dtype, negated when it is -inf."""
+    lines = render_tilelang(infinities.body(), ["low", "high"], ["tx"], [128])
+    assert lines == ["low[tx] = -T.infinity('float32')", "high[tx] = T.infinity('float32')"]
