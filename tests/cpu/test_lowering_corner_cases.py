@@ -293,3 +293,15 @@ def test_a_while_condition_splitting_the_carried_tile_reads_this_steps_tile():
     interpret_tilelang(halve_pairs, (1,), x, y, steps, 0.75, BLOCK=16)
     assert int(steps) == ref_steps > 3
     torch.testing.assert_close(y, ref)
+
+
+@pytest.mark.parametrize("threads, fits", [(1056, 31), (2048, 1)])
+def test_block_size_error_suggests_the_largest_num_warps_that_fits(threads, fits):
+    """The suggestion leaves room for the threads TileLang added: 32 more than num_warps=32 fit under 31 warps
+    (992 + 32 threads); when the added threads alone fill a block, it still suggests one warp."""
+    from tle.lowering.errors import LoweringError
+    from tle.lowering.tilelang.block_size import check_block_size
+    lowered, _ = _plain_then_async()
+    with pytest.raises(LoweringError, match=rf"adding {threads - 1024} producer threads to the 1024 of "
+                                            rf"num_warps=32; launch it with num_warps <= {fits}$"):
+        check_block_size(f"__global__ void __launch_bounds__({threads}, 1) k(", lowered.compiled.ir)
