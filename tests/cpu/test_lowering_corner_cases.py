@@ -305,3 +305,31 @@ def test_block_size_error_suggests_the_largest_num_warps_that_fits(threads, fits
     with pytest.raises(LoweringError, match=rf"adding {threads - 1024} producer threads to the 1024 of "
                                             rf"num_warps=32; launch it with num_warps <= {fits}$"):
         check_block_size(f"__global__ void __launch_bounds__({threads}, 1) k(", lowered.compiled.ir)
+
+
+def test_device_print_of_a_tile_twice_the_block_takes_two_steps(debug_mode):
+    """256 elements printed by 128 threads: two steps (element step * 128 + thread), not one step that would
+    leave half the tile unprinted."""
+    src = checked_tile.lower(torch.zeros(16 * 16), R=16, C=16, grid=(1,), backend="tilelang", num_warps=4).source
+    assert "for step in T.serial(2):" in src and "(step * 128 + T.get_thread_binding()) // 16" in src, src
+
+
+# -- a kernel body with nothing to do, or with statements and no buffers ---------------------------------------
+@tle.jit
+def store_if_positive(x_ptr, N: tl.constexpr):
+    if N > 0:
+        tl.store(x_ptr, 1.0)
+
+
+def test_a_kernel_body_is_pass_only_when_it_holds_nothing(tmp_cache):
+    """With N = 0 the branch folds away and the kernel body is `pass` (an empty block would not parse); with
+    N = 1 it is the one store, no buffer allocated and no `pass` after it. Both run."""
+    x = torch.zeros(4)
+    empty = store_if_positive.lower(x, N=0, grid=(1,), backend="tilelang").source
+    full = store_if_positive.lower(x, N=1, grid=(1,), backend="tilelang").source
+    assert empty.rstrip().endswith("as bx:\n        pass"), empty
+    assert full.rstrip().endswith("as bx:\n        x_ptr[0] = 1.0"), full
+    for n, want in ((0, 0.0), (1, 1.0)):
+        x.zero_()
+        interpret_tilelang(store_if_positive, (1,), x, N=n)
+        assert x.tolist() == [want, 0.0, 0.0, 0.0]
