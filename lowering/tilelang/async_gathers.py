@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..ir.core import Op
+from ..ir.ops import Trait
 from .context import Buffer, Context
 from .gathers import conditions_on
 from .syntax import tl_dtype
@@ -94,11 +95,24 @@ def emit_row_gather(gen: Context, op: Op, plan: RowGather, buf: Buffer, thread: 
             reads=(thread,))
     idx = [row, col]
     saved, gen.substitutes = gen.substitutes, substitutes
+    kept, gen.buffers = gen.buffers, _without_recomputable_fragments(gen)
     try:
         src = f"{param}[{gen.offset(ptr, idx)}]"
         pred = " & ".join(gen.elem(m, idx) for m in plan.rows_mask)
     finally:
-        gen.substitutes = saved
+        gen.substitutes, gen.buffers = saved, kept
     call = (f"T.ptx_cp_async(T.access_ptr({buf.at([row, col])}, 'w', {plan.chunk}), "
             f"T.access_ptr({src}, 'r', {plan.chunk}), {plan.chunk}" + (f", {pred})" if pred else ")"))
     gen.emit(call, indent + 2, reads=(row, col))
+
+
+def _without_recomputable_fragments(gen: Context) -> dict:
+    """The buffers, less the fragments of values computed element-wise (an address tile computed once for
+    several uses): the copies are thread-level code, which cannot index a fragment (its layout decides
+    which thread holds an element), so such a value is written out again at the copy."""
+    values = gen.values_by_id()
+
+    def recomputable(vid):
+        d = values[vid].defining_op if vid in values else None
+        return d is not None and d.has(Trait.ELEMENTWISE)
+    return {vid: b for vid, b in gen.buffers.items() if b.scope != "fragment" or not recomputable(vid)}

@@ -375,3 +375,38 @@ def test_a_tile_printed_in_a_group_is_printed_by_the_groups_own_threads(monkeypa
     _printed_by_group_one.interpret_tilelang((1,), x, num_warps=8)
     printed = [ln for ln in capfd.readouterr().out.splitlines() if " x: " in ln]
     assert sorted(float(ln.split()[-1]) for ln in printed) == [2.0 * e for e in range(16)]
+
+
+# -- a masked row copy between groups: cp.async with a predicate, or not at all ----------------------------
+@tle.jit
+def _masked_rows(x_ptr, y_ptr, LO: tl.constexpr, HI: tl.constexpr, OTHER: tl.constexpr):
+    """Group 0 copies rows LO to HI of each step's 64 rows of x (the others: OTHER) into shared memory; group 1
+    stores the buffer to y."""
+    rows = tl.arange(0, 64)
+    cols = tl.arange(0, 16)
+    for step in range(2):
+        buf = tle.gpu.alloc([64, 16], tl.float16)
+        at = (step * 64 + rows)[:, None] * 16 + cols[None, :]
+        with tle.gpu.warp_group(0):
+            keep = (rows >= LO) & (rows < HI)
+            tle.gpu.copy(x_ptr + at, buf, [64, 16], mask=keep[:, None], other=OTHER)
+        with tle.gpu.warp_group(1):
+            tl.store(y_ptr + at, tle.gpu.local_load(buf))
+
+
+@pytest.mark.parametrize("other, cp_async", [(0.0, True), (5.0, False)])
+def test_a_masked_row_copy_is_cp_async_with_every_row_condition_only_where_it_fills_zeros(tmp_cache, other,
+                                                                                          cp_async):
+    """cp.async fills the rows its predicate leaves out with zeros: a copy whose `other` is 0 is one, its
+    predicate both row conditions together; one with another `other` is copied element by element."""
+    x = torch.randn(128 * 16, generator=torch.Generator().manual_seed(0)).half()
+    y = torch.full((128 * 16,), float("nan")).half()
+    _masked_rows.interpret_tilelang((1,), x, y, LO=8, HI=40, OTHER=other, num_warps=8)
+    want = torch.full((2, 64, 16), other).half()
+    want[:, 8:40] = x.view(2, 64, 16)[:, 8:40]
+    assert torch.equal(y.view(2, 64, 16), want)
+    src = _source(_masked_rows, x, y, LO=8, HI=40, OTHER=other)
+    assert ("T.ptx_cp_async(" in src) == cp_async
+    if cp_async:
+        (call,) = [ln for ln in src.splitlines() if "T.ptx_cp_async(" in ln]
+        assert " & " in call and " | " not in call, call
