@@ -410,3 +410,32 @@ def test_a_masked_row_copy_is_cp_async_with_every_row_condition_only_where_it_fi
     if cp_async:
         (call,) = [ln for ln in src.splitlines() if "T.ptx_cp_async(" in ln]
         assert " & " in call and " | " not in call, call
+
+
+@tle.jit
+def _scaled_in_turns(x_ptr, y_ptr):
+    """Groups 1 and 2 take turns storing the row group 0 copied, each scaled by a factor it computes first."""
+    i = tl.arange(0, 16)
+    for k in range(2):
+        buf = tle.gpu.alloc([16], tl.float32)
+        with tle.gpu.warp_group(0):
+            tle.gpu.copy(x_ptr + k * 16 + i, buf, [16])
+        with tle.gpu.warp_group(1):
+            with tle.gpu.turn():
+                w = k * 2.0 + 1.0
+                tl.store(y_ptr + k * 32 + i, tle.gpu.local_load(buf) * w)
+        with tle.gpu.warp_group(2):
+            with tle.gpu.turn():
+                tl.store(y_ptr + k * 32 + 16 + i, tle.gpu.local_load(buf) * 3.0)
+
+
+def test_a_turn_block_that_computes_before_its_data_waits_for_the_turn_once_the_data_is_in(tmp_cache):
+    """Group 1's turn block computes its factor (no write) before it reads the buffer: it waits for the data
+    first and for its turn after, as a block that starts with the read does."""
+    x, y = torch.arange(32.0), torch.full((64,), float("nan"))
+    _scaled_in_turns.interpret_tilelang((1,), x, y, num_warps=12)
+    want = torch.cat([x[:16], x[:16] * 3, x[16:] * 3, x[16:] * 3])
+    assert torch.equal(y, want)
+    src = _source(_scaled_in_turns, x, y, num_warps=12)
+    group_1 = src[src.index("elif tx < 256:"):src.index("\n        else:\n")]
+    assert group_1.index("T.barrier_wait(buf_full") < group_1.index("T.barrier_wait(turn_1[0]"), group_1
