@@ -243,11 +243,14 @@ def test_the_map_gives_each_test_the_lowering_lines_it_runs_alone(tmp_path):
         def test_second():
             assert "T.copy" in _lower()
         """))
-    target = os.path.join(root, "lowering", "tilelang", "codegen.py")
     out = tmp_path / "map.json"
     tests_dir = os.path.join(root, "tests")
-    env = {**os.environ, "TLE_MUTATION_MAP": str(out), "TLE_MUTATION_TARGETS": target, "TLE_CACHE_DIR": str(tmp_path),
+    env = {**os.environ, "TLE_MUTATION_MAP": str(out), "TLE_CACHE_DIR": str(tmp_path),
            "PYTHONPATH": os.pathsep.join([root, tests_dir, os.environ.get("PYTHONPATH", "")])}
+    # the generator's file as the child imports it (a mutation worker's copy, or the tree)
+    env["TLE_MUTATION_TARGETS"] = subprocess.run(
+        [sys.executable, "-c", "import tle.lowering.tilelang.codegen as m; print(m.__file__)"], env=env,
+        capture_output=True, text=True, check=True, timeout=120).stdout.strip()
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "mutation_coverage",
                            "--rootdir", str(tmp_path), "-c", os.devnull, "test_twice.py"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
