@@ -49,22 +49,30 @@ def assert_matches_reference(op, sample, backend: str, what: str = "", ref_dtype
     ref_outs, ref_grads, _ = run(op, sample, None, grads_out, cast=ref_dtype)
     dtype = next((a.dtype for a in sample.args if isinstance(a, torch.Tensor) and a.is_floating_point()), torch.float32)
     for i, (got, ref) in enumerate(zip(outs, ref_outs)):
-        close(got, ref, dtype, f"{op.name} [{sample.label}] {what} output {i}")
+        close(got, ref, dtype, f"{op.name} [{sample.label}] {what} output {i}", tolerances=op.tolerances)
     # a gradient that cancels to ~0 (one column of a norm) is rounding noise on the scale of the upstream
     # gradient's largest element (randn: 2-4 over these sizes): the tolerance is relative to at least that
     upstream = max([g.abs().max().item() for g in grads_out or () if g.numel()] + [1.0])
     for p, got, ref in zip(op.grad_keys(sample), grads, ref_grads):
-        close(got, ref, dtype, f"{op.name} [{sample.label}] {what} gradient of input {p}", floor=upstream)
+        close(got, ref, dtype, f"{op.name} [{sample.label}] {what} gradient of input {p}", floor=upstream,
+              tolerances=op.tolerances)
 
 
-def close(got, ref, dtype, msg, floor=0.0):
+def close(got, ref, dtype, msg, floor=0.0, tolerances=None):
+    """got against ref within the tolerances of `dtype` (tle.examples.TOLERANCES, or the operator's own
+    `tolerances` for that dtype), atol scaled by ref's largest magnitude and at least by `floor`'s."""
     assert got.shape == ref.shape, f"{msg}: shape {tuple(got.shape)}, expected {tuple(ref.shape)}"
     if not got.is_floating_point():
         torch.testing.assert_close(got, ref.to(got.dtype), msg=lambda m: f"{msg}: {m}")
         return
     ref = ref.double()
-    atol, rtol = default_tolerance(ref, dtype if got.dtype != torch.float64 else torch.float64)
-    atol = max(atol, default_tolerance(torch.tensor([floor], dtype=torch.float64), dtype)[0])
+    dtype = dtype if got.dtype != torch.float64 else torch.float64
+    if tolerances and dtype in tolerances:
+        rel_atol, rtol = tolerances[dtype]
+        atol = rel_atol * max(ref[ref.isfinite()].abs().max().item() if ref.numel() else 0.0, floor)
+    else:
+        atol, rtol = default_tolerance(ref, dtype)
+        atol = max(atol, default_tolerance(torch.tensor([floor], dtype=torch.float64), dtype)[0])
     # an fp32 output of a half-precision operator (statistics, losses) carries the inputs' rounding
     torch.testing.assert_close(got.double(), ref, atol=atol, rtol=rtol, msg=lambda m: f"{msg}: {m}")
 

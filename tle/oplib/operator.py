@@ -81,6 +81,9 @@ class Operator:
     forward_only: str = ""               # why there is no backward, if there is none
     bench: BenchSpec | None = None
     dtypes: tuple = (torch.float32, torch.float16, torch.bfloat16)
+    # dtype -> (atol as a fraction of the reference's largest magnitude, rtol) where the operator's kernels round
+    # more than tle.examples.TOLERANCES allows for (fp32 products in TF32, intermediates kept in the dtype)
+    tolerances: dict = field(default_factory=dict)
 
     def grad_keys(self, sample: Sample) -> list:
         """The grad inputs present in `sample` as floating tensors: positions or keyword names."""

@@ -1,0 +1,558 @@
+"""The gated delta rule (Gated DeltaNet's recurrent attention), with flash-linear-attention's API and layout.
+
+`tle.ops.chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
+use_qk_l2norm_in_kernel=False, cu_seqlens=None, backend=None)` -> (o, final_state)
+`tle.ops.fused_recurrent_gated_delta_rule(...)`, the same arguments: the recurrence token by token, for decoding
+
+- q, k [B, T, H, K]; v [B, T, HV, V]; g (the decay, in log space) and beta [B, T, HV]; HV a multiple of H, value
+  head hv reading q/k head hv // (HV // H). States [N, HV, K, V] in fp32: N = B, or with `cu_seqlens` (an int
+  tensor [N + 1] of cumulative lengths, B = 1) the N packed sequences, each with its own state.
+- Per sequence and value head, from S = initial_state (or 0):
+      S_t = exp(g_t) S_{t-1} + beta_t k_t (v_t - exp(g_t) S_{t-1}^T k_t)^T,    o_t = scale S_t^T q_t
+  scale defaults to K ** -0.5. use_qk_l2norm_in_kernel: q and k are first normalized, x rsqrt(sum(x^2) + 1e-6)
+  (tle.ops.l2_norm).
+- o [B, T, HV, V] in q's dtype; final_state [N, HV, K, V] fp32 when output_final_state, else None.
+
+The chunked forward runs six kernels (kernels/gated_delta_rule_kernels.py has their mathematics): the chunk
+list, the gated kk^T, its triangular solve, the WY vectors, the state recurrence over chunks, the output. The
+"torch" backend runs the same chunked mathematics in torch (tle.kernels.gated_delta_rule_torch). Both operators
+are forward-only for now: differentiating them raises.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+import tle
+from tle.kernels import gated_delta_rule_torch as reference_math
+from tle.kernels.gated_delta_rule_kernels import (BC, BT, gdr_chunk_index_kernel, gdr_kkt_kernel,
+                                                  gdr_output_kernel, gdr_recurrent_kernel, gdr_solve_kernel,
+                                                  gdr_state_kernel, gdr_wy_kernel)
+from tle.kernels.l2_norm import l2_norm
+from tle.oplib import BenchSpec, Operator, Sample, check_tensor
+from tle.oplib.arith import cdiv
+from tle.oplib.recipe import Recipe, Stage
+
+KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+INDEX_BLOCK = 64          # sequences (and chunks) a program of the chunk-list kernel reads at once
+
+
+# -- the kernel backends ------------------------------------------------------------------------------------
+def _packed(cu_seqlens: torch.Tensor | None, batch: int, length: int, device) -> torch.Tensor:
+    """cu_seqlens as the kernels read it (int32): a fixed-length batch is `batch` sequences of `length` tokens."""
+    if cu_seqlens is None:
+        return torch.arange(0, (batch + 1) * length, length, device=device, dtype=torch.int32)
+    return cu_seqlens.to(torch.int32)
+
+
+def chunk_index(cu: torch.Tensor, tokens: int, backend: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(chunk list [bound, 2] int32 of (sequence, chunk) pairs, each sequence's first chunk [N + 1] int32, the
+    last entry the chunk count). The list is allocated for the most chunks `tokens` tokens in N sequences can
+    make (tokens / BT + N, no host sync); entries past the real chunks hold -1."""
+    n = cu.numel() - 1
+    slots = cdiv(tokens, BT) + n
+    index = torch.empty((slots, 2), device=cu.device, dtype=torch.int32)
+    first = torch.empty(n + 1, device=cu.device, dtype=torch.int32)
+    if n:
+        _launch(gdr_chunk_index_kernel, (n,), cu, index, first, n, slots, BT=BT, BLOCK=INDEX_BLOCK, backend=backend,
+                num_warps=2)
+    return index, first
+
+
+def _launch(kernel, grid, *args, **kwargs):
+    """Launch with every tensor argument flat: the kernels address tokens through cu_seqlens, across the batch
+    axis, as offsets into flat memory."""
+    kernel[grid](*(a.reshape(-1) if isinstance(a, torch.Tensor) else a for a in args), **kwargs)
+
+
+def _block(n: int, most: int) -> int:
+    return min(n, most)
+
+
+def _chunked_forward(q, k, v, g, beta, scale, initial_state, cu, backend):
+    """o and the final state from the five kernels (cu: int32 cumulative lengths over the flattened tokens)."""
+    b, t, h, kd = q.shape
+    hv, vd = v.shape[2], v.shape[3]
+    n = cu.numel() - 1
+    dev = q.device
+    index, first = chunk_index(cu, b * t, backend)
+    chunks = index.shape[0]
+    gc = torch.empty(b, t, hv, device=dev, dtype=torch.float32)
+    a = torch.empty(b, t, hv, BT, device=dev, dtype=torch.float32)
+    bk, bv = _block(kd, 64), _block(vd, 64)
+    _launch(gdr_kkt_kernel, (chunks, hv), k, g, beta, gc, a, cu, index, H=h, HV=hv, K=kd, BK=bk, BT=BT,
+            backend=backend, num_warps=4)
+    ai = torch.empty(b, t, hv, BT, device=dev, dtype=k.dtype)
+    # [16, 16] products: on TileLang two warps, each 16 x 8 of them
+    _launch(gdr_solve_kernel, (chunks, hv), a, ai, cu, index, HV=hv, BT=BT, BC=BC, backend=backend, num_warps=2)
+    w = torch.empty(b, t, hv, kd, device=dev, dtype=k.dtype)
+    u = torch.empty(b, t, hv, vd, device=dev, dtype=k.dtype)
+    _launch(gdr_wy_kernel, (chunks, hv), k, v, beta, gc, ai, w, u, cu, index, H=h, HV=hv, K=kd, V=vd, BK=bk, BV=bv,
+            BT=BT, backend=backend, num_warps=4)
+    states = torch.empty(chunks, hv, kd, vd, device=dev, dtype=k.dtype)
+    v_new = torch.empty_like(u)
+    final = torch.empty(n, hv, kd, vd, device=dev, dtype=torch.float32)
+    bvs = _block(vd, 32)
+    # the state's update is a [K, BV] product: on TileLang each warp takes at least 16 x 8 of it
+    state_warps = max(1, min(4, kd * bvs // 128))
+    h0 = final if initial_state is None else initial_state      # not read without one
+    _launch(gdr_state_kernel, (vd // bvs, n, hv), k, w, u, gc, h0, states, v_new, final, cu, first, H=h, HV=hv,
+            K=kd, V=vd, BV=bvs, BT=BT, INITIAL=initial_state is not None, backend=backend, num_warps=state_warps)
+    o = torch.empty(b, t, hv, vd, device=dev, dtype=q.dtype)
+    _launch(gdr_output_kernel, (chunks, hv, vd // bv), q, k, v_new, states, gc, o, scale, cu, index, H=h, HV=hv,
+            K=kd, V=vd, BK=bk, BV=bv, BT=BT, backend=backend, num_warps=4)
+    return o, final
+
+
+def _recurrent_forward(q, k, v, g, beta, scale, initial_state, cu, l2norm, backend):
+    b, t, h, kd = q.shape
+    hv, vd = v.shape[2], v.shape[3]
+    n = cu.numel() - 1
+    o = torch.empty(b, t, hv, vd, device=q.device, dtype=q.dtype)
+    final = torch.empty(n, hv, kd, vd, device=q.device, dtype=torch.float32)
+    bv = _block(vd, 32)
+    if n:
+        h0 = final if initial_state is None else initial_state      # not read without one
+        _launch(gdr_recurrent_kernel, (vd // bv, n, hv), q, k, v, g, beta, h0, o, final, cu, scale, H=h, HV=hv, K=kd,
+                V=vd, BV=bv, INITIAL=initial_state is not None, L2NORM=l2norm, backend=backend, num_warps=4)
+    return o, final
+
+
+def _check_packing(cu: torch.Tensor, tokens: int) -> None:
+    """The kernels index memory through cu_seqlens: refuse one that does not pack `tokens` tokens (one host sync)."""
+    bad = (cu[0] != 0) | (cu[-1] != tokens) | (cu[1:] < cu[:-1]).any()
+    if bool(bad):
+        raise tle.LaunchError(f"'cu_seqlens' must start at 0, never decrease and end at the {tokens} tokens of "
+                              f"the batch; got {cu.tolist() if cu.numel() <= 16 else 'another'}")
+
+
+def _chunk_kernels(q, k, v, g, beta, scale, initial_state, cu_seqlens, backend):
+    b, t = q.shape[:2]
+    cu = _packed(cu_seqlens, b, t, q.device)
+    if cu_seqlens is not None:
+        _check_packing(cu, b * t)
+    h0 = None if initial_state is None else initial_state.float().contiguous()
+    return _chunked_forward(q, k, v, g, beta, scale, h0, cu, backend)
+
+
+def _recurrent_kernels(q, k, v, g, beta, scale, initial_state, cu_seqlens, l2norm, backend):
+    b, t = q.shape[:2]
+    cu = _packed(cu_seqlens, b, t, q.device)
+    if cu_seqlens is not None:
+        _check_packing(cu, b * t)
+    h0 = None if initial_state is None else initial_state.float().contiguous()
+    return _recurrent_forward(q, k, v, g, beta, scale, h0, cu, l2norm, backend)
+
+
+# -- the torch backend --------------------------------------------------------------------------------------
+def _chunk_torch(q, k, v, g, beta, scale, initial_state, cu_seqlens):
+    o, final = reference_math.chunked_forward(q, k, v, g, beta, scale, initial_state, True, cu_seqlens=cu_seqlens)
+    return o.to(q.dtype), final.float()
+
+
+def _recurrent_torch(q, k, v, g, beta, scale, initial_state, cu_seqlens, l2norm):
+    o, final = reference_math.recurrent(q, k, v, g, beta, scale, initial_state, True, cu_seqlens=cu_seqlens,
+                                        use_qk_l2norm_in_kernel=l2norm)
+    return o.to(q.dtype), final.float()
+
+
+# -- the operators' recipes ---------------------------------------------------------------------------------
+def _contiguous(*ts):
+    return tuple(None if x is None else x.contiguous() for x in ts)
+
+
+def _chunk_stage(run, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
+                 scale: float, initial_state: torch.Tensor | None,
+                 cu_seqlens: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    return run(*_contiguous(q, k, v, g, beta), scale, *_contiguous(initial_state, cu_seqlens))
+
+
+def _recurrent_stage(run, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
+                     scale: float, initial_state: torch.Tensor | None, cu_seqlens: torch.Tensor | None,
+                     l2norm: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    return run(*_contiguous(q, k, v, g, beta), scale, *_contiguous(initial_state, cu_seqlens), l2norm)
+
+
+def _outputs_fake(q, v, n):
+    b, t, _, kd = q.shape
+    return (q.new_empty(b, t, v.shape[2], v.shape[3]),
+            q.new_empty(n, v.shape[2], kd, v.shape[3], dtype=torch.float32))
+
+
+def _sequences(q, cu_seqlens):
+    return q.shape[0] if cu_seqlens is None else cu_seqlens.shape[0] - 1
+
+
+CHUNK_GATED_DELTA_RULE = Recipe(
+    "chunk_gated_delta_rule",
+    forward=Stage(torch=_chunk_torch, kernels=_chunk_kernels, adapt=_chunk_stage,
+                  fake=lambda q, k, v, g, beta, scale, h0, cu: _outputs_fake(q, v, _sequences(q, cu))))
+
+FUSED_RECURRENT_GATED_DELTA_RULE = Recipe(
+    "fused_recurrent_gated_delta_rule",
+    forward=Stage(torch=_recurrent_torch, kernels=_recurrent_kernels, adapt=_recurrent_stage,
+                  fake=lambda q, k, v, g, beta, scale, h0, cu, l2: _outputs_fake(q, v, _sequences(q, cu))))
+
+
+# -- the public surface -------------------------------------------------------------------------------------
+def _power_of_two_width(n: int) -> bool:
+    return 16 <= n <= 256 and n & (n - 1) == 0
+
+
+def check_inputs(op, q, k, v, g, beta, scale, initial_state, cu_seqlens) -> float:
+    """The contract of both operators (FLA's); returns the scale to use."""
+    floats = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+    check_tensor(q, "q", dtypes=floats, rank=4)
+    check_tensor(k, "k", dtypes=(q.dtype,), rank=4, device=q.device, shape=tuple(q.shape))
+    check_tensor(v, "v", dtypes=(q.dtype,), rank=4, device=q.device)
+    b, t, h, _ = q.shape
+    if tuple(v.shape[:2]) != (b, t) or v.shape[2] == 0 or v.shape[2] % h:
+        raise tle.LaunchError(f"tle.ops.{op}: 'v' has shape {tuple(v.shape)}; expected [{b}, {t}, HV, V] with HV "
+                              f"a multiple of q's {h} heads")
+    hv = v.shape[2]
+    check_tensor(g, "g", dtypes=floats, rank=3, device=q.device, shape=(b, t, hv))
+    check_tensor(beta, "beta", dtypes=floats, rank=3, device=q.device, shape=(b, t, hv))
+    n = b
+    if cu_seqlens is not None:
+        check_tensor(cu_seqlens, "cu_seqlens", dtypes=(torch.int32, torch.int64), rank=1, device=q.device)
+        if b != 1:
+            raise tle.LaunchError(f"tle.ops.{op}: with 'cu_seqlens' the batch is packed: q has batch {b}, expected 1")
+        if cu_seqlens.shape[0] < 1:
+            raise tle.LaunchError(f"tle.ops.{op}: 'cu_seqlens' is empty; it holds N + 1 offsets")
+        n = cu_seqlens.shape[0] - 1
+    if initial_state is not None:
+        check_tensor(initial_state, "initial_state", dtypes=floats, rank=4, device=q.device,
+                     shape=(n, hv, q.shape[3], v.shape[3]))
+    if scale is None:
+        return q.shape[3] ** -0.5
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
+        raise tle.LaunchError(f"tle.ops.{op}: 'scale' must be a finite float or None, got {scale!r}")
+    return float(scale)
+
+
+def check_kernel_inputs(op, backend, q, v):
+    """What the kernels take: fp16/bf16/fp32, K and V powers of two from 16 to 256, 32-bit offsets."""
+    if backend == "torch":
+        return
+    if q.dtype not in KERNEL_DTYPES:
+        raise tle.LaunchError(f"tle.ops.{op}: 'q' has dtype {str(q.dtype)[6:]}, which backend '{backend}' does not "
+                              f"take (float16, bfloat16, float32; float64 runs on 'torch')")
+    for name, width in (("K (q's last dim)", q.shape[3]), ("V (v's last dim)", v.shape[3])):
+        if not _power_of_two_width(width):
+            raise tle.LaunchError(f"tle.ops.{op}: backend '{backend}' takes {name} a power of two from 16 to 256, "
+                                  f"got {width} (any runs on 'torch')")
+    tokens = q.shape[0] * q.shape[1]
+    if tokens * max(q.shape[2] * q.shape[3], v.shape[2] * max(v.shape[3], BT)) >= 2 ** 31:
+        raise tle.LaunchError(f"tle.ops.{op}: {tokens} tokens of q {tuple(q.shape[2:])} and v "
+                              f"{tuple(v.shape[2:])}; backend '{backend}' addresses them with 32-bit offsets")
+
+
+def _prepare(op, recipe, q, k, v, g, beta, scale, initial_state, cu_seqlens, backend, fallback):
+    scale = check_inputs(op, q, k, v, g, beta, scale, initial_state, cu_seqlens)
+    b = recipe.resolve(q.device, backend, fallback)
+    check_kernel_inputs(op, b, q, v)
+    return scale, b
+
+
+def chunk_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
+                           scale: float | None = None, initial_state: torch.Tensor | None = None,
+                           output_final_state: bool = False, use_qk_l2norm_in_kernel: bool = False,
+                           cu_seqlens: torch.Tensor | None = None, *, backend: str | None = None,
+                           fallback: str | None = None):
+    """The gated delta rule over whole sequences, in chunks of 64 tokens (the module docstring has the contract).
+    Returns (o, final_state); final_state is None unless output_final_state. Forward-only for now."""
+    op = "chunk_gated_delta_rule"
+    scale, b = _prepare(op, CHUNK_GATED_DELTA_RULE, q, k, v, g, beta, scale, initial_state, cu_seqlens, backend,
+                        fallback)
+    if use_qk_l2norm_in_kernel:
+        q, k = l2_norm(q, backend=b), l2_norm(k, backend=b)
+    o, final = CHUNK_GATED_DELTA_RULE(q, k, v, g, beta, scale, initial_state, cu_seqlens, backend=b)
+    return o, (final if output_final_state else None)
+
+
+def fused_recurrent_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
+                                     beta: torch.Tensor, scale: float | None = None,
+                                     initial_state: torch.Tensor | None = None, output_final_state: bool = False,
+                                     use_qk_l2norm_in_kernel: bool = False, cu_seqlens: torch.Tensor | None = None,
+                                     *, backend: str | None = None, fallback: str | None = None):
+    """The gated delta rule token by token, for decoding a few tokens per call with the state carried between
+    calls (initial_state in, final_state out). Forward only: it has no backward (train with
+    chunk_gated_delta_rule). Returns (o, final_state); final_state is None unless output_final_state."""
+    op = "fused_recurrent_gated_delta_rule"
+    scale, b = _prepare(op, FUSED_RECURRENT_GATED_DELTA_RULE, q, k, v, g, beta, scale, initial_state, cu_seqlens,
+                        backend, fallback)
+    o, final = FUSED_RECURRENT_GATED_DELTA_RULE(q, k, v, g, beta, scale, initial_state, cu_seqlens,
+                                                bool(use_qk_l2norm_in_kernel), backend=b)
+    return o, (final if output_final_state else None)
+
+
+# -- example launches (tle show / compare, the kernel tests and goldens) -----------------------------------
+# fp32 inputs still meet TF32 products (Triton's default for fp32 dots, TileLang's T.gemm): a few of them
+# chained, as the solve and the state's walk do, keep about 2^-9 of the largest magnitude; bf16/fp16 inputs
+# round w, u, Ai, v_new and the states to the dtype, as FLA does: about 2^-6.
+EXAMPLE_ERROR = {torch.float32: 2 ** -9, torch.float16: 2 ** -6, torch.bfloat16: 2 ** -6}
+EXAMPLE_ERROR_RTOL = {dtype: (err, err) for dtype, err in EXAMPLE_ERROR.items()}     # the operator tests' share
+
+
+def _example_inputs(device, size):
+    """A fixed batch (B sequences of T tokens, one partial chunk each), its inputs and their chunked mathematics
+    in torch (fp32), by name: what each kernel's example feeds it and expects back."""
+    b, t, h, hv, kd, vd, dtype = (2, 70, 1, 2, 16, 32, torch.float32) if size == "small" else \
+        (2, 4100, 8, 16, 128, 128, torch.bfloat16)
+    q = torch.randn(b, t, h, kd, device=device).to(dtype)
+    k = torch.nn.functional.normalize(torch.randn(b, t, h, kd, device=device), dim=-1).to(dtype)
+    v = torch.randn(b, t, hv, vd, device=device).to(dtype)
+    g = torch.nn.functional.logsigmoid(torch.randn(b, t, hv, device=device)).to(dtype)
+    beta = torch.rand(b, t, hv, device=device).to(dtype)
+    h0 = torch.randn(b, hv, kd, vd, device=device)
+    scale = kd ** -0.5
+    qq, kk, vv, G, bb, _, _ = reference_math.prepare(q, k, v, g, beta, scale, h0, None, BT)
+    qc, kc, vc, gcc, bc = reference_math.chunk_views(slice(None), slice(0, t), BT, qq, kk, vv, G, bb)
+    a = reference_math.chunk_kkt(kc, gcc, bc)
+    ai = reference_math.solve_unit_lower(a)
+    w, u = reference_math.wy_vectors(ai, kc, vc, gcc, bc)
+    starts, v_new, final = reference_math.chunk_states(kc, w, u, gcc, h0)
+    o = reference_math.chunk_output(qc, kc, v_new, gcc, starts, scale)
+
+    def flat(x):
+        return reference_math.from_chunks(x, t)
+    math_ = dict(gc=G.float(), a=flat(a), ai=flat(ai), w=flat(w), u=flat(u), v_new=flat(v_new),
+                 states=starts.movedim(1, 2).reshape(-1, hv, kd, vd), final=final, o=flat(o))
+    return dict(q=q, k=k, v=v, g=g, beta=beta, h0=h0, scale=scale, dims=(b, t, h, hv, kd, vd), dtype=dtype,
+                cu=_packed(None, b, t, device), index=_example_index(b, t, device), math=math_)
+
+
+def _example_index(b, t, device):
+    """The chunk list of B sequences of T tokens, and their first chunks, as gdr_chunk_index_kernel makes them."""
+    per = cdiv(t, BT)
+    index = torch.tensor([[n, c] for n in range(b) for c in range(per)], dtype=torch.int32, device=device)
+    first = torch.arange(0, (b + 1) * per, per, dtype=torch.int32, device=device)
+    return index, first
+
+
+def _nan(shape, device, dtype):
+    return torch.full(shape, float("nan"), device=device, dtype=dtype)
+
+
+def _example(case, grid, args, kwargs, outputs, names, warps=4, flops=0):
+    """A Launch of flat arguments writing `outputs`, checked against the case's mathematics of the same names."""
+    dtype = case["dtype"]
+    ref = {name: case["math"][name].to(outputs[name].dtype) for name in names}
+    err = EXAMPLE_ERROR[dtype]
+    tolerances = {name: (err * float(r.abs().max()), err) for name, r in ref.items()}
+    b, t, h, hv, kd, vd = case["dims"]
+    return tle.Launch(grid=grid, args=tuple(a.reshape(-1) if isinstance(a, torch.Tensor) else a for a in args),
+                      kwargs=dict(kwargs, num_warps=warps), outputs=outputs, reference=lambda: ref, flops=flops,
+                      tolerances=tolerances, label=f"B{b} T{t} H{h} HV{hv} K{kd} V{vd} {str(dtype)[6:]}")
+
+
+@tle.example(gdr_chunk_index_kernel)
+def _chunk_index_example(device, size):
+    lengths = [0, 1, 64, 65, 200, 0, 3] if size == "small" else [1000 + 37 * i for i in range(300)]
+    cu = torch.tensor([0] + lengths, device=device, dtype=torch.int32).cumsum(0, dtype=torch.int32)
+    n = len(lengths)
+    pairs = [[s, c] for s, length in enumerate(lengths) for c in range(cdiv(length, BT))]
+    firsts = [0]
+    for length in lengths:
+        firsts.append(firsts[-1] + cdiv(length, BT))
+    bound = cdiv(int(cu[-1]), BT) + n
+    index = torch.empty((bound, 2), device=device, dtype=torch.int32)
+    first = torch.empty((n + 1,), device=device, dtype=torch.int32)
+    ref_index = torch.full((bound, 2), -1, dtype=torch.int32)
+    ref_index[:len(pairs)] = torch.tensor(pairs, dtype=torch.int32)
+    ref = {"index": ref_index, "first": torch.tensor(firsts, dtype=torch.int32)}
+    return tle.Launch(grid=(n,), args=(cu, index, first, n, bound), kwargs=dict(BT=BT, BLOCK=INDEX_BLOCK, num_warps=2),
+                      outputs={"index": index, "first": first}, reference=lambda: ref, label=f"{n} sequences")
+
+
+@tle.example(gdr_kkt_kernel)
+def _kkt_example(device, size):
+    c = _example_inputs(device, size)
+    b, t, h, hv, kd, vd = c["dims"]
+    gc, a = _nan((b, t, hv), device, torch.float32), _nan((b, t, hv, BT), device, torch.float32)
+    index = c["index"][0]
+    return _example(c, (index.shape[0], hv), (c["k"], c["g"], c["beta"], gc, a, c["cu"], index),
+                    dict(H=h, HV=hv, K=kd, BK=_block(kd, 64), BT=BT), {"gc": gc, "a": a}, ("gc", "a"),
+                    flops=2 * b * t * hv * BT * kd)
+
+
+@tle.example(gdr_solve_kernel)
+def _solve_example(device, size):
+    c = _example_inputs(device, size)
+    b, t, h, hv, kd, vd = c["dims"]
+    ai = _nan((b, t, hv, BT), device, c["dtype"])
+    index = c["index"][0]
+    return _example(c, (index.shape[0], hv), (c["math"]["a"].float().contiguous(), ai, c["cu"], index),
+                    dict(HV=hv, BT=BT, BC=BC), {"ai": ai}, ("ai",), warps=2)
+
+
+@tle.example(gdr_wy_kernel)
+def _wy_example(device, size):
+    c = _example_inputs(device, size)
+    b, t, h, hv, kd, vd = c["dims"]
+    m = c["math"]
+    w, u = _nan((b, t, hv, kd), device, c["dtype"]), _nan((b, t, hv, vd), device, c["dtype"])
+    index = c["index"][0]
+    return _example(c, (index.shape[0], hv),
+                    (c["k"], c["v"], c["beta"], m["gc"].contiguous(), m["ai"].to(c["dtype"]).contiguous(), w, u,
+                     c["cu"], index),
+                    dict(H=h, HV=hv, K=kd, V=vd, BK=_block(kd, 64), BV=_block(vd, 64), BT=BT), {"w": w, "u": u},
+                    ("w", "u"), flops=2 * b * t * hv * BT * (kd + vd))
+
+
+@tle.example(gdr_state_kernel)
+def _state_example(device, size):
+    c = _example_inputs(device, size)
+    b, t, h, hv, kd, vd = c["dims"]
+    m = c["math"]
+    index, first = c["index"]
+    states = _nan((index.shape[0], hv, kd, vd), device, c["dtype"])
+    v_new = _nan((b, t, hv, vd), device, c["dtype"])
+    final = _nan((b, hv, kd, vd), device, torch.float32)
+    bv = _block(vd, 32)
+    w, u = (m[name].to(c["dtype"]).contiguous() for name in ("w", "u"))
+    return _example(c, (vd // bv, b, hv),
+                    (c["k"], w, u, m["gc"].contiguous(), c["h0"], states, v_new, final, c["cu"], first),
+                    dict(H=h, HV=hv, K=kd, V=vd, BV=bv, BT=BT, INITIAL=True),
+                    {"states": states, "v_new": v_new, "final": final}, ("states", "v_new", "final"),
+                    warps=max(1, min(4, kd * bv // 128)), flops=4 * b * t * hv * kd * vd)
+
+
+@tle.example(gdr_output_kernel)
+def _output_example(device, size):
+    c = _example_inputs(device, size)
+    b, t, h, hv, kd, vd = c["dims"]
+    m = c["math"]
+    index = c["index"][0]
+    o = _nan((b, t, hv, vd), device, c["dtype"])
+    bv = _block(vd, 64)
+    return _example(c, (index.shape[0], hv, vd // bv),
+                    (c["q"], c["k"], m["v_new"].to(c["dtype"]).contiguous(), m["states"].to(c["dtype"]).contiguous(),
+                     m["gc"].contiguous(), o, c["scale"], c["cu"], index),
+                    dict(H=h, HV=hv, K=kd, V=vd, BK=_block(kd, 64), BV=bv, BT=BT), {"o": o}, ("o",),
+                    flops=2 * b * t * hv * (kd * vd + BT * (kd + vd)))
+
+
+@tle.example(gdr_recurrent_kernel)
+def _recurrent_example(device, size):
+    c = _example_inputs(device, "small" if size == "small" else "large")
+    b, t, h, hv, kd, vd = c["dims"]
+    if size != "small":          # decoding: a few tokens of many sequences
+        t = 4
+        c = {**c, **{name: c[name][:, :t] for name in ("q", "k", "v", "g", "beta")}}
+    o = _nan((b, t, hv, vd), device, c["dtype"])
+    final = _nan((b, hv, kd, vd), device, torch.float32)
+    ro, rfinal = reference_math.recurrent(*(c[name].float() for name in ("q", "k", "v", "g", "beta")), c["scale"],
+                                          c["h0"], True)
+    c = {**c, "dims": (b, t, h, hv, kd, vd), "math": {"o": ro, "final": rfinal}}
+    bv = _block(vd, 32)
+    return _example(c, (vd // bv, b, hv),
+                    (c["q"], c["k"], c["v"], c["g"], c["beta"], c["h0"], o, final, _packed(None, b, t, device),
+                     c["scale"]),
+                    dict(H=h, HV=hv, K=kd, V=vd, BV=bv, INITIAL=True, L2NORM=False), {"o": o, "final": final},
+                    ("o", "final"), flops=6 * b * t * hv * kd * vd)
+
+
+# -- tests and benchmarks -----------------------------------------------------------------------------------
+def reference(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
+              use_qk_l2norm_in_kernel=False, cu_seqlens=None):
+    """The tests' ground truth: the recurrence token by token in plain torch (differentiable)."""
+    return reference_math.recurrent(q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens=cu_seqlens,
+                                    use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel)
+
+
+def samples(device, dtype):
+    gen = torch.Generator().manual_seed(0)
+
+    def case(b, t, h, hv, kd, vd, lengths=None, initial=True, label="", **kw):
+        n = b if lengths is None else len(lengths)
+        q = torch.randn(b, t, h, kd, generator=gen)
+        k = torch.nn.functional.normalize(torch.randn(b, t, h, kd, generator=gen), dim=-1)
+        v = torch.randn(b, t, hv, vd, generator=gen)
+        g = torch.nn.functional.logsigmoid(torch.randn(b, t, hv, generator=gen))
+        beta = torch.rand(b, t, hv, generator=gen)
+        args = tuple(x.to(device, dtype) for x in (q, k, v, g, beta))
+        kwargs = dict(output_final_state=True, **kw)
+        if initial:
+            kwargs["initial_state"] = torch.randn(n, hv, kd, vd, generator=gen).to(device)
+        if lengths is not None:
+            kwargs["cu_seqlens"] = torch.tensor([0] + lengths, device=device).cumsum(0)
+        return Sample(args, kwargs, label=label)
+    return [case(2, 70, 1, 2, 16, 32, label="two sequences of 70 tokens, grouped value heads"),
+            case(1, 70, 2, 2, 16, 16, lengths=[1, 0, 65, 4], initial=False,
+                 label="packed lengths 1, 0, 65, 4, no initial state"),
+            case(2, 1, 1, 1, 32, 16, scale=0.5, use_qk_l2norm_in_kernel=True, label="one token, q/k normalized")]
+
+
+def _bench_make(shape, dtype, device):
+    b, t, h, d = shape
+    q = torch.randn(b, t, h, d, device=device, dtype=dtype)
+    k = torch.nn.functional.normalize(torch.randn(b, t, h, d, device=device), dim=-1).to(dtype)
+    v = torch.randn(b, t, h, d, device=device, dtype=dtype)
+    g = torch.nn.functional.logsigmoid(torch.randn(b, t, h, device=device)).to(dtype)
+    beta = torch.rand(b, t, h, device=device).to(dtype)
+    return Sample((q, k, v, g, beta), dict(output_final_state=True))
+
+
+def _decode_make(shape, dtype, device):
+    """shape (N, T, H, D): N sequences decoding T tokens each from a state."""
+    sample = _bench_make(shape, dtype, device)
+    n, _, h, d = shape
+    return Sample(sample.args, dict(sample.kwargs, initial_state=torch.randn(n, h, d, d, device=device)))
+
+
+def _decode_bytes(sample, mode):
+    """The states read and written (fp32) and the tokens' q, k, v, o."""
+    q, v = sample.args[0], sample.args[2]
+    return 2 * sample.kwargs["initial_state"].numel() * 4 + (3 * q.numel() + v.numel()) * q.element_size()
+
+
+def _decode_eager(sample):
+    q, k, v, g, beta = sample.args
+    return lambda: reference_math.recurrent(q, k, v, g, beta, None, sample.kwargs["initial_state"], True)
+
+
+def _fla_decode_peer(sample):
+    from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule as fla_recurrent
+    q, k, v, g, beta = sample.args
+    return lambda: fla_recurrent(q, k, v, g, beta, initial_state=sample.kwargs["initial_state"],
+                                 output_final_state=True)
+
+
+def _bench_flops(sample, mode):
+    """The chunked forward's products: kk^T, the WY vectors, the state's two products and the output's
+    (per chunk of C tokens and head, 2C^2K + 2C^2(K+V) + 4CKV + 2C(KV + C(K+V)))."""
+    q, v = sample.args[0], sample.args[2]
+    b, t, hv, vd = v.shape
+    kd = q.shape[3]
+    per_token = 2 * BT * kd + 2 * BT * (kd + vd) + 4 * kd * vd + 2 * (kd * vd + BT * (kd + vd))
+    return b * t * hv * per_token
+
+
+def _eager(sample):
+    q, k, v, g, beta = sample.args
+
+    return lambda: reference_math.chunked_forward(q, k, v, g, beta, None, None, True)
+
+
+def _fla_peer(sample):
+    from fla.ops.gated_delta_rule import chunk_gated_delta_rule as fla_chunk
+    q, k, v, g, beta = sample.args
+    return lambda: fla_chunk(q, k, v, g, beta, output_final_state=True)
+
+
+OPERATOR = (
+    Operator("chunk_gated_delta_rule", fn=chunk_gated_delta_rule, reference=reference, samples=samples,
+             forward_only="the backward kernels are not written yet",
+             dtypes=(torch.float16, torch.bfloat16, torch.float32), tolerances=EXAMPLE_ERROR_RTOL,
+             bench=BenchSpec(shapes=[(1, 32768, 32, 128), (4, 4096, 16, 128), (1, 32768, 32, 64), (1, 16384, 16, 256)],
+                             make=_bench_make, flops=_bench_flops, eager=_eager, peers={"fla": _fla_peer},
+                             shape_help="BxTxHxD")),
+    Operator("fused_recurrent_gated_delta_rule", fn=fused_recurrent_gated_delta_rule, reference=reference,
+             samples=samples, forward_only="a decoding operator: train with chunk_gated_delta_rule",
+             dtypes=(torch.float16, torch.bfloat16, torch.float32), tolerances=EXAMPLE_ERROR_RTOL,
+             bench=BenchSpec(shapes=[(64, 1, 32, 128), (256, 1, 32, 128), (64, 4, 32, 128)], make=_decode_make,
+                             bytes=_decode_bytes, eager=_decode_eager, peers={"fla": _fla_decode_peer},
+                             shape_help="NxTxHxD")),
+)
