@@ -127,21 +127,22 @@ def _check_packing(cu: torch.Tensor, tokens: int) -> None:
                               f"the batch; got {cu.tolist() if cu.numel() <= 16 else 'another'}")
 
 
-def _chunk_kernels(q, k, v, g, beta, scale, initial_state, cu_seqlens, backend):
+def _kernel_inputs(q, initial_state, cu_seqlens):
+    """(cu_seqlens as the kernels read it, checked; the initial state in fp32 or None)."""
     b, t = q.shape[:2]
     cu = _packed(cu_seqlens, b, t, q.device)
     if cu_seqlens is not None:
         _check_packing(cu, b * t)
-    h0 = None if initial_state is None else initial_state.float().contiguous()
+    return cu, None if initial_state is None else initial_state.float().contiguous()
+
+
+def _chunk_kernels(q, k, v, g, beta, scale, initial_state, cu_seqlens, backend):
+    cu, h0 = _kernel_inputs(q, initial_state, cu_seqlens)
     return _chunked_forward(q, k, v, g, beta, scale, h0, cu, backend)
 
 
 def _recurrent_kernels(q, k, v, g, beta, scale, initial_state, cu_seqlens, l2norm, backend):
-    b, t = q.shape[:2]
-    cu = _packed(cu_seqlens, b, t, q.device)
-    if cu_seqlens is not None:
-        _check_packing(cu, b * t)
-    h0 = None if initial_state is None else initial_state.float().contiguous()
+    cu, h0 = _kernel_inputs(q, initial_state, cu_seqlens)
     return _recurrent_forward(q, k, v, g, beta, scale, h0, cu, l2norm, backend)
 
 
