@@ -358,8 +358,9 @@ def _chunk_index_example(device, size):
     for length in lengths:
         firsts.append(firsts[-1] + cdiv(length, BT))
     bound = cdiv(int(cu[-1]), BT) + n
-    index = torch.empty((bound, 2), device=device, dtype=torch.int32)
-    first = torch.empty((n + 1,), device=device, dtype=torch.int32)
+    # Integer outputs start at a sentinel the kernel must overwrite (as float outputs start at NaN).
+    index = torch.full((bound, 2), -7, device=device, dtype=torch.int32)
+    first = torch.full((n + 1,), -7, device=device, dtype=torch.int32)
     ref_index = torch.full((bound, 2), -1, dtype=torch.int32)
     ref_index[:len(pairs)] = torch.tensor(pairs, dtype=torch.int32)
     ref = {"index": ref_index, "first": torch.tensor(firsts, dtype=torch.int32)}
