@@ -5,6 +5,7 @@ import keyword
 import re
 
 from .core import KernelIR, Op, Value
+from .ops import RESHAPE, Trait
 
 
 def users(k: KernelIR) -> dict[int, list[Op]]:
@@ -15,6 +16,38 @@ def users(k: KernelIR) -> dict[int, list[Op]]:
             if v is not None:
                 out.setdefault(v.id, []).append(op)
     return out
+
+
+INDEX_OPS = 8        # the most arithmetic an index expression takes (an address in four dimensions and a mask)
+
+
+def index_only(v: Value) -> bool:
+    """Is `v` an integer (or boolean) tile made element-wise of index ranges, program ids, scalars and constants
+    alone, in at most INDEX_OPS arithmetic ops, as an address or a mask is: cheap to compute anywhere, and
+    holding no data? (Longer integer chains and unsigned arithmetic, a random generator's rounds, are
+    computations.)"""
+    if not (v.type.elem.is_signed or v.type.elem.is_bool):
+        return False
+    arithmetic = 0
+    todo, seen = [v], set()
+    while todo:
+        x = todo.pop()
+        if x is None or x.id in seen or x.type.is_scalar:
+            continue
+        seen.add(x.id)
+        op = x.defining_op
+        if op is None:
+            return False                              # a loop-carried tile
+        if op.has(Trait.SOURCE):
+            continue
+        if not (op.has(Trait.ELEMENTWISE) or op.has(Trait.LAYOUT) or op.defn is RESHAPE):
+            return False
+        if not op.has(Trait.LAYOUT):
+            arithmetic += 1
+            if arithmetic > INDEX_OPS:
+                return False
+        todo.extend(op.operands)
+    return True
 
 
 class Identifiers:

@@ -7,6 +7,7 @@ from ..ir import ops
 from ..ir import types as ir_types
 from ..ir.core import Op, Value
 from ..ir.ops import BinaryOp, CmpPred, Trait, UnaryOp, ops_of, with_trait
+from ..ir.uses import index_only
 from .context import Buffer, Context
 from ..rules import RuleSet
 from .syntax import GRID_VARS, literal, operand_index, reindex, tl_dtype
@@ -59,7 +60,9 @@ def materializes(gen: Context, op: Op, held) -> bool:
     """Is tile `op` materialized in a fragment: costly to recompute, and used more than once or inside a
     block it is not in? `held(value)`: whether a value already lives in a buffer or a scalar."""
     v = op.result
-    if v.type.is_pointer or v.type.elem.is_bool:
+    # an index (an address, a mask) is written inline at every use: a few integer operations, where a fragment
+    # holding it would give every tile it addresses (stores of products of different warp layouts) one layout
+    if v.type.is_pointer or v.type.elem.is_bool or index_only(v):
         return False
     us = gen.users.get(v.id, [])
     nested = any(u.parent is not op.parent for u in us)

@@ -11,12 +11,15 @@ flash_attention forward at B4 H32 S8192 D128 from 372 to 480 TFLOP/s causal (401
 by hand before this module.
 
 The decision is made per family of products that share an accumulator (`c = dot(a, b, c)` chains, through
-element-wise updates such as a rescale), since they write one fragment and must agree on its layout. A family
-takes FullRow when a member's result is reduced along its rows or (element-wise) feeds a product's A operand,
-or when a member reads its A operand from registers; and only when every member's rows divide among the warps
-(16 rows per warp). A product reads its A operand from registers when that operand is computed element-wise
-from results of FullRow products (row vectors broadcast into it, constants and index ranges aside) and is not
-transposed. A tile passed through the branches of an `if` (masks applied to some blocks only) counts as
+element-wise updates such as a rescale, and through loops: an accumulator carried by a loop or handed from one
+loop to the next or to the code after it), since they write one fragment and must agree on its layout. A
+family takes FullRow when a member's result is reduced along its rows, (element-wise) feeds a product's A
+operand or meets a row vector the kernel loads (a per-row gate broadcast along the columns: that vector's
+fragment has one layout, which FullRow products sharing it fix), or when a member reads its A operand from
+registers; and only when every member's rows divide among the warps (16 rows per warp). A product reads its
+A operand from registers when that operand has 16-bit elements (a TF32 operand's register layout is not the
+accumulator's), is computed element-wise from results of FullRow products (row vectors broadcast into it,
+constants and index ranges aside) and is not transposed. A tile passed through the branches of an `if` (masks applied to some blocks only) counts as
 computed element-wise."""
 from __future__ import annotations
 
@@ -68,7 +71,9 @@ class RowProducts:
     def register_a(self, dot: Op) -> bool:
         """Does `dot` read its A operand from the registers it was computed in?"""
         srcs = self._sources.get(id(dot))
-        return bool(srcs) and self.full_row(dot) and all(self.full_row(s) for s in srcs)
+        # an accumulator's layout is the A operand's for 16-bit elements only (a 32-bit A, TF32, takes another)
+        sixteen_bit = dot.operand("a").type.elem.bits == 16
+        return bool(srcs) and sixteen_bit and self.full_row(dot) and all(self.full_row(s) for s in srcs)
 
     # -- families --------------------------------------------------------------------------------------------
     def _find(self, d: Op) -> int:
@@ -108,9 +113,29 @@ class RowProducts:
         return len(shape) == 2 and shape[0] % (ROWS_PER_WARP * self.warps_of(d)) == 0
 
     def _feeds_rows(self, d: Op) -> bool:
-        """Is `d`'s result, element-wise, reduced along its rows or the A operand of a product?"""
+        """Is `d`'s result, element-wise, reduced along its rows, the A operand of a product, or combined with a
+        row vector (a per-row value of the kernel broadcast along the columns)? A row vector's fragment takes one
+        layout for the whole kernel, and the row reductions of FullRow products give it theirs."""
         return any((u.defn is ops.REDUCE and u.attrs["axis"] == len(v.type.shape) - 1) or
-                   (u.defn is ops.DOT and u.operand("a") is v) for u, v in self._uses(d.result))
+                   (u.defn is ops.DOT and u.operand("a") is v) for u, v in self._uses(d.result)) or \
+            self._meets_row_vector(d.result)
+
+    def _meets_row_vector(self, start: Value) -> bool:
+        """Do the same-layout element-wise ops on `start` (and on what they make of it) read a row vector?"""
+        seen, todo = set(), [start]
+        while todo:
+            v = todo.pop()
+            if v.id in seen:
+                continue
+            seen.add(v.id)
+            for u in self.users.get(v.id, []):
+                if u.defn in SAME_LAYOUT and u.results and u.result.type.shape == v.type.shape:
+                    if any(o is not v and _row_vector(o) for o in u.operands):
+                        return True
+                    todo.append(u.result)
+                else:
+                    todo.extend(_branch_results(u, v))
+        return False
 
     def _register_sources(self, d: Op) -> list[Op] | None:
         """The products `d`'s A operand is computed from element-wise, or None where it is not such a value
@@ -150,12 +175,62 @@ class RowProducts:
         return True
 
 
+def _row_vector(v: Value | None) -> bool:
+    """Is `v` a per-row vector the kernel loads (through element-wise ops, no reduction among its sources),
+    given a unit column axis and broadcast? (Row statistics reduced from a product, as attention's running
+    max, take the layout of the product they come from and decide nothing here.)"""
+    if v is None or len(v.type.shape) != 2:
+        return False
+    op = v.defining_op
+    while op is not None and op.defn is ops.BROADCAST:
+        op = op.operand("x").defining_op
+    if op is None or op.defn is not ops.EXPAND_DIMS or op.attrs["axis"] != 1:
+        return False
+    return _loaded_vector(op.operand("x"))
+
+
+def _loaded_vector(x: Value) -> bool:
+    """Is 1-D `x` computed element-wise from loads alone (index ranges, scalars and constants aside)?"""
+    if len(x.type.shape) != 1:
+        return False
+    loads, todo, seen = 0, [x], set()
+    while todo:
+        y = todo.pop()
+        if y is None or y.id in seen or y.type.is_scalar:
+            continue
+        seen.add(y.id)
+        op = y.defining_op
+        if op is None:
+            return False
+        if op.defn is ops.LOAD:
+            loads += 1
+        elif op.defn in SAME_LAYOUT or (op.defn in FREE and op.defn is not ops.REDUCE):
+            todo.extend(op.operands)
+        else:
+            return False
+    return loads > 0
+
+
 def _branch_results(u: Op, v: Value) -> list[Value]:
-    """Where `u` is the yield of a branch of an `if`: the if's results that `v` becomes (same shape), else [].
-    A tile one branch computes and the other passes on keeps its layout through the if, as through an
-    element-wise op."""
+    """Where `v` goes on as the same tile through `u`, a yield or a `for` (same shape), else []:
+    - the yield of a branch of an `if`: the if's results that `v` becomes. A tile one branch computes and the
+      other passes on keeps its layout through the if, as through an element-wise op;
+    - the yield of a `for` body: the loop's results and the next step's carried arguments that `v` becomes;
+    - a `for` taking `v` as the initial value of a carried tile: that argument of its body, and its result.
+    An accumulator carried over a loop, or from one loop into the next, is one fragment: its layout is one."""
+    if u.defn is ops.FOR:
+        inits = u.operand_group("inits")
+        body = u.regions[0]
+        return [x for i, init in enumerate(inits) if init is v
+                for x in (body.args[i + 1], u.results[i]) if x.type.shape == v.type.shape]
     block = getattr(u, "parent", None)
     owner = block.parent_op if block is not None else None
-    if u.defn is not ops.YIELD or owner is None or owner.defn is not ops.IF:
+    if u.defn is not ops.YIELD or owner is None:
         return []
-    return [r for x, r in zip(u.operands, owner.results) if x is v and r.type.shape == v.type.shape]
+    if owner.defn is ops.IF:
+        return [r for x, r in zip(u.operands, owner.results) if x is v and r.type.shape == v.type.shape]
+    if owner.defn is ops.FOR:
+        body = owner.regions[0]
+        return [y for i, x in enumerate(u.operands) if x is v
+                for y in (owner.results[i], body.args[i + 1]) if y.type.shape == v.type.shape]
+    return []

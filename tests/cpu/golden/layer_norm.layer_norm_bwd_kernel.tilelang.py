@@ -33,7 +33,6 @@ def layer_norm_bwd_kernel(
         w = T.alloc_fragment((1024,), 'float32')
         dw = T.alloc_fragment((2, 1024), 'float32')
         db = T.alloc_fragment((2, 1024), 'float32')
-        rows = T.alloc_fragment((2,), 'int32')
         dy = T.alloc_fragment((2, 1024), 'float32')
         x = T.alloc_fragment((2, 1024), 'float32')
         mean = T.alloc_fragment((2,), 'float32')
@@ -50,8 +49,6 @@ def layer_norm_bwd_kernel(
         T.clear(dw)
         T.clear(db)
         for i in T.serial(5):
-            for i0 in T.Parallel(2):
-                rows[i0] = ((((pid * 5) + i) * 2) + i0)
             T.copy(dy_ptr_v[pid * 10 + i * 2:pid * 10 + i * 2 + 2, 0:1024], dy)
             T.copy(x_ptr_v[pid * 10 + i * 2:pid * 10 + i * 2 + 2, 0:1024], x)
             T.copy(mean_ptr[pid * 10 + i * 2:pid * 10 + i * 2 + 2], mean)

@@ -30,7 +30,6 @@ def rms_norm_bwd_kernel(
         dw_ptr_v = T.StridedTensor((4, 1000), (1000, 1), 'float32', data=dw_ptr.data)
         w = T.alloc_fragment((1024,), 'float32')
         dw = T.alloc_fragment((2, 1024), 'float32')
-        rows = T.alloc_fragment((2,), 'int32')
         dy = T.alloc_fragment((2, 1024), 'float32')
         h = T.alloc_fragment((2, 1024), 'float32')
         dh = T.alloc_fragment((2, 1024), 'float32')
@@ -43,8 +42,6 @@ def rms_norm_bwd_kernel(
         T.copy(w_ptr[0:1024], w)
         T.clear(dw)
         for i in T.serial(5):
-            for i0 in T.Parallel(2):
-                rows[i0] = ((((pid * 5) + i) * 2) + i0)
             T.copy(dy_ptr_v[pid * 10 + i * 2:pid * 10 + i * 2 + 2, 0:1024], dy)
             T.copy(h_ptr_v[pid * 10 + i * 2:pid * 10 + i * 2 + 2, 0:1024], h)
             T.copy(dh_ptr_v[pid * 10 + i * 2:pid * 10 + i * 2 + 2, 0:1024], dh)

@@ -31,7 +31,6 @@ def scale_bias_add_bwd_kernel(
         x_next = T.alloc_fragment((2, 1024), 'float32')
         ds = T.alloc_fragment((2, 1024), 'float32')
         db = T.alloc_fragment((2, 1024), 'float32')
-        rows = T.alloc_fragment((2,), 'int32')
         dy_next_1 = T.alloc_fragment((2, 1024), 'float32')
         x_next_1 = T.alloc_fragment((2, 1024), 'float32')
         t = T.alloc_fragment((2, 1024), 'float32')
@@ -48,8 +47,6 @@ def scale_bias_add_bwd_kernel(
         T.clear(ds)
         T.clear(db)
         for i in T.serial(5):
-            for i0 in T.Parallel(2):
-                rows[i0] = ((((pid * 5) + i) * 2) + i0)
             T.copy(dy_ptr_v[pid * 10 + i * 2 + 2:pid * 10 + i * 2 + 2 + 2, by * 1024:by * 1024 + 1024], dy_next_1)
             T.copy(x_ptr_v[pid * 10 + i * 2 + 2:pid * 10 + i * 2 + 2 + 2, by * 1024:by * 1024 + 1024], x_next_1)
             for i0, i1 in T.Parallel(2, 1024):

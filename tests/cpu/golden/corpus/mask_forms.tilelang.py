@@ -19,18 +19,15 @@ def masked_forms(
     with T.Kernel(3, threads=128) as bx:
         x_ptr_v = T.StridedTensor((37, 45), (45, 1), 'float32', data=x_ptr.data)
         y_ptr_v = T.StridedTensor((37, 45), (45, 1), 'float32', data=y_ptr.data)
-        offs = T.alloc_fragment((16, 64), 'int32')
         x = T.alloc_fragment((16, 64), 'float32')
         t = T.alloc_fragment((16, 64), 'float32')
-        for i0, i1 in T.Parallel(16, 64):
-            offs[i0, i1] = ((((bx * 16) + i0) * 45) + i1)
         T.copy(x_ptr_v[bx * 16:bx * 16 + 16, 0:64], x)
         for i0, i1 in T.Parallel(16, 64):
             t[i0, i1] = (x[i0, i1] * 2.0)
         T.copy(t, y_ptr_v[bx * 16:bx * 16 + 16, 0:64])
         for i0, i1 in T.Parallel(16, 64):
             if (((i1 >= 5) & (i1 <= 44)) & (((bx * 16) + i0) < 37)):
-                z_ptr[offs[i0, i1]] = (x[i0, i1] + 1.0)
+                z_ptr[((((bx * 16) + i0) * 45) + i1)] = (x[i0, i1] + 1.0)
         for i0, i1 in T.Parallel(16, 64):
             if (((i1 < 1) | (i1 == 44)) & (((bx * 16) + i0) < 37)):
-                w_ptr[offs[i0, i1]] = (x[i0, i1] - 1.0)
+                w_ptr[((((bx * 16) + i0) * 45) + i1)] = (x[i0, i1] - 1.0)
