@@ -11,12 +11,16 @@ use_qk_l2norm_in_kernel=False, cu_seqlens=None, backend=None)` -> (o, final_stat
       S_t = exp(g_t) S_{t-1} + beta_t k_t (v_t - exp(g_t) S_{t-1}^T k_t)^T,    o_t = scale S_t^T q_t
   scale defaults to K ** -0.5. use_qk_l2norm_in_kernel: q and k are first normalized, x rsqrt(sum(x^2) + 1e-6)
   (tle.ops.l2_norm).
-- o [B, T, HV, V] in q's dtype; final_state [N, HV, K, V] fp32 when output_final_state, else None.
+- o [B, T, HV, V] in q's dtype; final_state [N, HV, K, V] fp32 (fp64 for fp64 inputs) when
+  output_final_state, else None.
 
 The chunked forward runs six kernels (kernels/gated_delta_rule_kernels.py has their mathematics): the chunk
-list, the gated kk^T, its triangular solve, the WY vectors, the state recurrence over chunks, the output. The
-"torch" backend runs the same chunked mathematics in torch (tle.kernels.gated_delta_rule_torch). Both operators
-are forward-only for now: differentiating them raises.
+list, the gated kk^T, its triangular solve, the WY vectors, the state recurrence over chunks, the output. Its
+backward (kernels/gated_delta_rule_backward_kernels.py) runs the WY and state kernels again, then four of its
+own: the output's dv, the state gradient walked back over the chunks, dq/dk/dw and the gates' gradient, and
+the WY backward with the gates' reverse cumulative sum. It gives q, k, v, g, beta and initial_state their
+gradients. The "torch" backend runs the same chunked mathematics in torch (tle.kernels.gated_delta_rule_torch).
+fused_recurrent_gated_delta_rule is forward-only (decoding): differentiating it raises.
 """
 from __future__ import annotations
 
@@ -26,99 +30,22 @@ import torch
 
 import tle
 from tle.kernels import gated_delta_rule_torch as reference_math
+from tle.kernels.gated_delta_rule_backward_kernels import (gdr_dqkwg_kernel, gdr_dv_local_kernel,
+                                                           gdr_state_backward_kernel, gdr_wy_backward_kernel)
 from tle.kernels.gated_delta_rule_kernels import (BC, BT, gdr_chunk_index_kernel, gdr_kkt_kernel,
                                                   gdr_output_kernel, gdr_recurrent_kernel, gdr_solve_kernel,
                                                   gdr_state_kernel, gdr_wy_kernel)
+from tle.kernels.gated_delta_rule_launch import INDEX_BLOCK, block as _block, packed as _packed, state_warps
+from tle.kernels import gated_delta_rule_launch as launches
 from tle.kernels.l2_norm import l2_norm
 from tle.oplib import BenchSpec, Operator, Sample, check_tensor
 from tle.oplib.arith import cdiv
 from tle.oplib.recipe import Recipe, Stage
 
 KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-INDEX_BLOCK = 64          # sequences (and chunks) a program of the chunk-list kernel reads at once
 
 
 # -- the kernel backends ------------------------------------------------------------------------------------
-def _packed(cu_seqlens: torch.Tensor | None, batch: int, length: int, device) -> torch.Tensor:
-    """cu_seqlens as the kernels read it (int32): a fixed-length batch is `batch` sequences of `length` tokens."""
-    if cu_seqlens is None:
-        return torch.arange(0, (batch + 1) * length, length, device=device, dtype=torch.int32)
-    return cu_seqlens.to(torch.int32)
-
-
-def chunk_index(cu: torch.Tensor, tokens: int, backend: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """(chunk list [bound, 2] int32 of (sequence, chunk) pairs, each sequence's first chunk [N + 1] int32, the
-    last entry the chunk count). The list is allocated for the most chunks `tokens` tokens in N sequences can
-    make (tokens / BT + N, no host sync); entries past the real chunks hold -1."""
-    n = cu.numel() - 1
-    slots = cdiv(tokens, BT) + n
-    index = torch.empty((slots, 2), device=cu.device, dtype=torch.int32)
-    first = torch.empty(n + 1, device=cu.device, dtype=torch.int32)
-    if n:
-        _launch(gdr_chunk_index_kernel, (n,), cu, index, first, n, slots, BT=BT, BLOCK=INDEX_BLOCK, backend=backend,
-                num_warps=2)
-    return index, first
-
-
-def _launch(kernel, grid, *args, **kwargs):
-    """Launch with every tensor argument flat: the kernels address tokens through cu_seqlens, across the batch
-    axis, as offsets into flat memory."""
-    kernel[grid](*(a.reshape(-1) if isinstance(a, torch.Tensor) else a for a in args), **kwargs)
-
-
-def _block(n: int, most: int) -> int:
-    return min(n, most)
-
-
-def _chunked_forward(q, k, v, g, beta, scale, initial_state, cu, backend):
-    """o and the final state from the five kernels (cu: int32 cumulative lengths over the flattened tokens)."""
-    b, t, h, kd = q.shape
-    hv, vd = v.shape[2], v.shape[3]
-    n = cu.numel() - 1
-    dev = q.device
-    index, first = chunk_index(cu, b * t, backend)
-    chunks = index.shape[0]
-    gc = torch.empty(b, t, hv, device=dev, dtype=torch.float32)
-    a = torch.empty(b, t, hv, BT, device=dev, dtype=torch.float32)
-    bk, bv = _block(kd, 64), _block(vd, 64)
-    _launch(gdr_kkt_kernel, (chunks, hv), k, g, beta, gc, a, cu, index, H=h, HV=hv, K=kd, BK=bk, BT=BT,
-            backend=backend, num_warps=4)
-    ai = torch.empty(b, t, hv, BT, device=dev, dtype=k.dtype)
-    # [16, 16] products: on TileLang two warps, each 16 x 8 of them
-    _launch(gdr_solve_kernel, (chunks, hv), a, ai, cu, index, HV=hv, BT=BT, BC=BC, backend=backend, num_warps=2)
-    w = torch.empty(b, t, hv, kd, device=dev, dtype=k.dtype)
-    u = torch.empty(b, t, hv, vd, device=dev, dtype=k.dtype)
-    _launch(gdr_wy_kernel, (chunks, hv), k, v, beta, gc, ai, w, u, cu, index, H=h, HV=hv, K=kd, V=vd, BK=bk, BV=bv,
-            BT=BT, backend=backend, num_warps=4)
-    states = torch.empty(chunks, hv, kd, vd, device=dev, dtype=k.dtype)
-    v_new = torch.empty_like(u)
-    final = torch.empty(n, hv, kd, vd, device=dev, dtype=torch.float32)
-    bvs = _block(vd, 32)
-    # the state's update is a [K, BV] product: on TileLang each warp takes at least 16 x 8 of it
-    state_warps = max(1, min(4, kd * bvs // 128))
-    h0 = final if initial_state is None else initial_state      # not read without one
-    _launch(gdr_state_kernel, (vd // bvs, n, hv), k, w, u, gc, h0, states, v_new, final, cu, first, H=h, HV=hv,
-            K=kd, V=vd, BV=bvs, BT=BT, INITIAL=initial_state is not None, backend=backend, num_warps=state_warps)
-    o = torch.empty(b, t, hv, vd, device=dev, dtype=q.dtype)
-    _launch(gdr_output_kernel, (chunks, hv, vd // bv), q, k, v_new, states, gc, o, scale, cu, index, H=h, HV=hv,
-            K=kd, V=vd, BK=bk, BV=bv, BT=BT, backend=backend, num_warps=4)
-    return o, final
-
-
-def _recurrent_forward(q, k, v, g, beta, scale, initial_state, cu, l2norm, backend):
-    b, t, h, kd = q.shape
-    hv, vd = v.shape[2], v.shape[3]
-    n = cu.numel() - 1
-    o = torch.empty(b, t, hv, vd, device=q.device, dtype=q.dtype)
-    final = torch.empty(n, hv, kd, vd, device=q.device, dtype=torch.float32)
-    bv = _block(vd, 32)
-    if n:
-        h0 = final if initial_state is None else initial_state      # not read without one
-        _launch(gdr_recurrent_kernel, (vd // bv, n, hv), q, k, v, g, beta, h0, o, final, cu, scale, H=h, HV=hv, K=kd,
-                V=vd, BV=bv, INITIAL=initial_state is not None, L2NORM=l2norm, backend=backend, num_warps=4)
-    return o, final
-
-
 def _check_packing(cu: torch.Tensor, tokens: int) -> None:
     """The kernels index memory through cu_seqlens: refuse one that does not pack `tokens` tokens (one host sync)."""
     bad = (cu[0] != 0) | (cu[-1] != tokens) | (cu[1:] < cu[:-1]).any()
@@ -138,24 +65,42 @@ def _kernel_inputs(q, initial_state, cu_seqlens):
 
 def _chunk_kernels(q, k, v, g, beta, scale, initial_state, cu_seqlens, backend):
     cu, h0 = _kernel_inputs(q, initial_state, cu_seqlens)
-    return _chunked_forward(q, k, v, g, beta, scale, h0, cu, backend)
+    return launches.chunked_forward(q, k, v, g, beta, scale, h0, cu, backend)
+
+
+def _chunk_backward_kernels(do, dfinal, q, k, v, g, beta, gc, ai, scale, initial_state, cu_seqlens, backend):
+    cu, h0 = _kernel_inputs(q, initial_state, cu_seqlens)
+    dfinal = None if dfinal is None else dfinal.float().contiguous()
+    return launches.chunked_backward(q, k, v, g, beta, gc, ai, scale, h0, do, dfinal, cu, backend)
 
 
 def _recurrent_kernels(q, k, v, g, beta, scale, initial_state, cu_seqlens, l2norm, backend):
     cu, h0 = _kernel_inputs(q, initial_state, cu_seqlens)
-    return _recurrent_forward(q, k, v, g, beta, scale, h0, cu, l2norm, backend)
+    return launches.recurrent_forward(q, k, v, g, beta, scale, h0, cu, l2norm, backend)
 
 
 # -- the torch backend --------------------------------------------------------------------------------------
 def _chunk_torch(q, k, v, g, beta, scale, initial_state, cu_seqlens):
     o, final = reference_math.chunked_forward(q, k, v, g, beta, scale, initial_state, True, cu_seqlens=cu_seqlens)
-    return o.to(q.dtype), final.float()
+    _, kk, _, G, bb, _, _ = reference_math.prepare(q, k, v, g, beta, scale, None, cu_seqlens, BT)
+    ai = reference_math.chunk_inverse(kk, G, bb, cu_seqlens)
+    return o.to(q.dtype), final.to(state_dtype(q)), G.to(state_dtype(q)), ai.to(k.dtype)
+
+
+def _chunk_backward_torch(do, dfinal, q, k, v, g, beta, gc, ai, scale, initial_state, cu_seqlens):
+    """The chunked backward in torch; it recomputes G and Ai rather than reading the forward's."""
+    if initial_state is None:
+        initial_state = q.new_zeros(_sequences(q, cu_seqlens), v.shape[2], q.shape[3], v.shape[3],
+                                    dtype=state_dtype(q))
+    *grads, dh0 = reference_math.chunked_backward(q, k, v, g, beta, scale, initial_state, do, dfinal,
+                                                  cu_seqlens=cu_seqlens)
+    return (*grads, dh0.to(state_dtype(q)))
 
 
 def _recurrent_torch(q, k, v, g, beta, scale, initial_state, cu_seqlens, l2norm):
     o, final = reference_math.recurrent(q, k, v, g, beta, scale, initial_state, True, cu_seqlens=cu_seqlens,
                                         use_qk_l2norm_in_kernel=l2norm)
-    return o.to(q.dtype), final.float()
+    return o.to(q.dtype), final.to(state_dtype(q))
 
 
 # -- the operators' recipes ---------------------------------------------------------------------------------
@@ -165,8 +110,18 @@ def _contiguous(*ts):
 
 def _chunk_stage(run, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
                  scale: float, initial_state: torch.Tensor | None,
-                 cu_seqlens: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+                 cu_seqlens: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(o, final state, and for the backward G and Ai)."""
     return run(*_contiguous(q, k, v, g, beta), scale, *_contiguous(initial_state, cu_seqlens))
+
+
+def _chunk_backward_stage(run, do: torch.Tensor, dfinal: torch.Tensor | None, q: torch.Tensor, k: torch.Tensor,
+                          v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, gc: torch.Tensor, ai: torch.Tensor,
+                          scale: float, initial_state: torch.Tensor | None, cu_seqlens: torch.Tensor | None
+                          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+                                     torch.Tensor]:
+    """(dq, dk, dv, dg, dbeta, the initial state's gradient in fp32)."""
+    return run(*_contiguous(do, dfinal, q, k, v, g, beta, gc, ai), scale, *_contiguous(initial_state, cu_seqlens))
 
 
 def _recurrent_stage(run, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
@@ -175,10 +130,40 @@ def _recurrent_stage(run, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: 
     return run(*_contiguous(q, k, v, g, beta), scale, *_contiguous(initial_state, cu_seqlens), l2norm)
 
 
+def state_dtype(q: torch.Tensor) -> torch.dtype:
+    """States (and the chunk gates kept for the backward) are fp32, fp64 for fp64 inputs (the torch backend)."""
+    return torch.float64 if q.dtype == torch.float64 else torch.float32
+
+
 def _outputs_fake(q, v, n):
     b, t, _, kd = q.shape
     return (q.new_empty(b, t, v.shape[2], v.shape[3]),
-            q.new_empty(n, v.shape[2], kd, v.shape[3], dtype=torch.float32))
+            q.new_empty(n, v.shape[2], kd, v.shape[3], dtype=state_dtype(q)))
+
+
+def _chunk_fake(q, k, v, g, beta, scale, h0, cu):
+    b, t, hv = g.shape
+    return (*_outputs_fake(q, v, _sequences(q, cu)), g.new_empty(b, t, hv, dtype=state_dtype(q)),
+            k.new_empty(b, t, hv, BT))
+
+
+def _chunk_backward_fake(do, dfinal, q, k, v, g, beta, gc, ai, scale, h0, cu):
+    return (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), torch.empty_like(g),
+            torch.empty_like(beta), _outputs_fake(q, v, _sequences(q, cu))[1])
+
+
+def _chunk_save(ctx, inputs, output):
+    q, k, v, g, beta, ctx.scale, h0, cu = inputs
+    ctx.save_for_backward(q, k, v, g, beta, output[2], output[3], h0, cu)
+    ctx.mark_non_differentiable(output[2], output[3])
+
+
+def _chunk_grads(ctx, backward, do, dfinal, _dgc, _dai):
+    q, k, v, g, beta, gc, ai, h0, cu = ctx.saved_tensors
+    if do is None:
+        do = q.new_zeros(*v.shape[:3], v.shape[3])
+    dq, dk, dv, dg, dbeta, dh0 = backward(do, dfinal, q, k, v, g, beta, gc, ai, ctx.scale, h0, cu)
+    return dq, dk, dv, dg, dbeta, None, (None if h0 is None else dh0.to(h0.dtype))
 
 
 def _sequences(q, cu_seqlens):
@@ -187,8 +172,10 @@ def _sequences(q, cu_seqlens):
 
 CHUNK_GATED_DELTA_RULE = Recipe(
     "chunk_gated_delta_rule",
-    forward=Stage(torch=_chunk_torch, kernels=_chunk_kernels, adapt=_chunk_stage,
-                  fake=lambda q, k, v, g, beta, scale, h0, cu: _outputs_fake(q, v, _sequences(q, cu))))
+    forward=Stage(torch=_chunk_torch, kernels=_chunk_kernels, adapt=_chunk_stage, fake=_chunk_fake),
+    backward=Stage(torch=_chunk_backward_torch, kernels=_chunk_backward_kernels, adapt=_chunk_backward_stage,
+                   fake=_chunk_backward_fake),
+    save=_chunk_save, grads=_chunk_grads)
 
 FUSED_RECURRENT_GATED_DELTA_RULE = Recipe(
     "fused_recurrent_gated_delta_rule",
@@ -262,13 +249,14 @@ def chunk_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g:
                            cu_seqlens: torch.Tensor | None = None, *, backend: str | None = None,
                            fallback: str | None = None):
     """The gated delta rule over whole sequences, in chunks of 64 tokens (the module docstring has the contract).
-    Returns (o, final_state); final_state is None unless output_final_state. Forward-only for now."""
+    Returns (o, final_state); final_state is None unless output_final_state. Differentiable in q, k, v, g,
+    beta and initial_state."""
     op = "chunk_gated_delta_rule"
     scale, b = _prepare(op, CHUNK_GATED_DELTA_RULE, q, k, v, g, beta, scale, initial_state, cu_seqlens, backend,
                         fallback)
     if use_qk_l2norm_in_kernel:
         q, k = l2_norm(q, backend=b), l2_norm(k, backend=b)
-    o, final = CHUNK_GATED_DELTA_RULE(q, k, v, g, beta, scale, initial_state, cu_seqlens, backend=b)
+    o, final, _, _ = CHUNK_GATED_DELTA_RULE(q, k, v, g, beta, scale, initial_state, cu_seqlens, backend=b)
     return o, (final if output_final_state else None)
 
 
@@ -327,7 +315,8 @@ def _example_inputs(device, size):
 def _example_index(b, t, device):
     """The chunk list of B sequences of T tokens, and their first chunks, as gdr_chunk_index_kernel makes them."""
     per = cdiv(t, BT)
-    index = torch.tensor([[n, c] for n in range(b) for c in range(per)], dtype=torch.int32, device=device)
+    index = torch.tensor([[n * t + c * BT, min(n * t + c * BT + BT, (n + 1) * t)] for n in range(b) for c in range(per)],
+                         dtype=torch.int32, device=device)
     first = torch.arange(0, (b + 1) * per, per, dtype=torch.int32, device=device)
     return index, first
 
@@ -353,7 +342,9 @@ def _chunk_index_example(device, size):
     lengths = [0, 1, 64, 65, 200, 0, 3] if size == "small" else [1000 + 37 * i for i in range(300)]
     cu = torch.tensor([0] + lengths, device=device, dtype=torch.int32).cumsum(0, dtype=torch.int32)
     n = len(lengths)
-    pairs = [[s, c] for s, length in enumerate(lengths) for c in range(cdiv(length, BT))]
+    bounds = cu.tolist()
+    ranges = [[bounds[s] + c * BT, min(bounds[s] + c * BT + BT, bounds[s + 1])] for s, length in enumerate(lengths)
+              for c in range(cdiv(length, BT))]
     firsts = [0]
     for length in lengths:
         firsts.append(firsts[-1] + cdiv(length, BT))
@@ -361,8 +352,8 @@ def _chunk_index_example(device, size):
     # Integer outputs start at a sentinel the kernel must overwrite (as float outputs start at NaN).
     index = torch.full((bound, 2), -7, device=device, dtype=torch.int32)
     first = torch.full((n + 1,), -7, device=device, dtype=torch.int32)
-    ref_index = torch.full((bound, 2), -1, dtype=torch.int32)
-    ref_index[:len(pairs)] = torch.tensor(pairs, dtype=torch.int32)
+    ref_index = torch.zeros((bound, 2), dtype=torch.int32)
+    ref_index[:len(ranges)] = torch.tensor(ranges, dtype=torch.int32)
     ref = {"index": ref_index, "first": torch.tensor(firsts, dtype=torch.int32)}
     return tle.Launch(grid=(n,), args=(cu, index, first, n, bound), kwargs=dict(BT=BT, BLOCK=INDEX_BLOCK, num_warps=2),
                       outputs={"index": index, "first": first}, reference=lambda: ref, label=f"{n} sequences")
@@ -374,7 +365,7 @@ def _kkt_example(device, size):
     b, t, h, hv, kd, vd = c["dims"]
     gc, a = _nan((b, t, hv), device, torch.float32), _nan((b, t, hv, BT), device, torch.float32)
     index = c["index"][0]
-    return _example(c, (index.shape[0], hv), (c["k"], c["g"], c["beta"], gc, a, c["cu"], index),
+    return _example(c, (index.shape[0], hv), (c["k"], c["g"], c["beta"], gc, a, index),
                     dict(H=h, HV=hv, K=kd, BK=_block(kd, 64), BT=BT), {"gc": gc, "a": a}, ("gc", "a"),
                     flops=2 * b * t * hv * BT * kd)
 
@@ -385,7 +376,7 @@ def _solve_example(device, size):
     b, t, h, hv, kd, vd = c["dims"]
     ai = _nan((b, t, hv, BT), device, c["dtype"])
     index = c["index"][0]
-    return _example(c, (index.shape[0], hv), (c["math"]["a"].float().contiguous(), ai, c["cu"], index),
+    return _example(c, (index.shape[0], hv), (c["math"]["a"].float().contiguous(), ai, index),
                     dict(HV=hv, BT=BT, BC=BC), {"ai": ai}, ("ai",), warps=2)
 
 
@@ -398,7 +389,7 @@ def _wy_example(device, size):
     index = c["index"][0]
     return _example(c, (index.shape[0], hv),
                     (c["k"], c["v"], c["beta"], m["gc"].contiguous(), m["ai"].to(c["dtype"]).contiguous(), w, u,
-                     c["cu"], index),
+                     index),
                     dict(H=h, HV=hv, K=kd, V=vd, BK=_block(kd, 64), BV=_block(vd, 64), BT=BT), {"w": w, "u": u},
                     ("w", "u"), flops=2 * b * t * hv * BT * (kd + vd))
 
@@ -431,7 +422,7 @@ def _output_example(device, size):
     bv = _block(vd, 64)
     return _example(c, (index.shape[0], hv, vd // bv),
                     (c["q"], c["k"], m["v_new"].to(c["dtype"]).contiguous(), m["states"].to(c["dtype"]).contiguous(),
-                     m["gc"].contiguous(), o, c["scale"], c["cu"], index),
+                     m["gc"].contiguous(), o, c["scale"], index),
                     dict(H=h, HV=hv, K=kd, V=vd, BK=_block(kd, 64), BV=bv, BT=BT), {"o": o}, ("o",),
                     flops=2 * b * t * hv * (kd * vd + BT * (kd + vd)))
 
@@ -456,6 +447,112 @@ def _recurrent_example(device, size):
                     ("o", "final"), flops=6 * b * t * hv * kd * vd)
 
 
+def _example_backward_inputs(device, size):
+    """The forward's example case with an upstream gradient (do, and dht for the final state) and the chunked
+    backward's mathematics in torch (fp32), by name."""
+    c = _example_inputs(device, size)
+    b, t, h, hv, kd, vd = c["dims"]
+    do = torch.randn(b, t, hv, vd, device=device).to(c["dtype"])
+    dht = torch.randn(b, hv, kd, vd, device=device)
+    scale = c["scale"]
+    qq, kk, vv, G, bb, _, _ = reference_math.prepare(c["q"], c["k"], c["v"], c["g"], c["beta"], scale, c["h0"],
+                                                     None, BT)
+    qc, kc, vc, gcc, bc = reference_math.chunk_views(slice(None), slice(0, t), BT, qq, kk, vv, G, bb)
+    doc = reference_math.to_chunks(do.float(), BT)
+    ai, w, _, starts, v_new, _ = reference_math.forward_chunks(kc, vc, gcc, bc, c["h0"])
+    dv_local = reference_math.chunk_local_dv(qc, kc, gcc, doc, scale)
+    dstate_ends, dv_new, dh0 = reference_math.chunk_states_backward(qc, kc, w, gcc, doc, dv_local, dht, scale)
+    bk = _block(kd, 64)
+    parts = [reference_math.chunk_dqkwg(qc[..., c0:c0 + bk], kc[..., c0:c0 + bk], v_new, gcc,
+                                        starts[..., c0:c0 + bk, :], dstate_ends[..., c0:c0 + bk, :], doc, dv_new,
+                                        scale) for c0 in range(0, kd, bk)]
+    dq, dk_out, dw = (torch.cat([part[i] for part in parts], -1) for i in range(3))
+    dk_wy, dv, dbeta, dG_wy = reference_math.wy_backward(kc, vc, gcc, bc, ai, dw, dv_new)
+
+    def flat(x, fold=False):
+        return reference_math.from_chunks(x, t, fold_padding=fold)
+    dG = flat(dG_wy, True) + sum(flat(part[3], True) for part in parts)
+    dg = reference_math.chunk_local_cumsum(dG, BT, reverse=True)
+
+    def states(x):
+        return x.movedim(1, 2).reshape(-1, hv, kd, vd)
+    c["math"].update(dv_local=flat(dv_local), dstates=states(dstate_ends), dv_new=flat(dv_new), dh0=dh0,
+                     dq=flat(dq), dk_out=flat(dk_out), dw=flat(dw), dg_parts=torch.stack([flat(p[3], True) for p in parts]),
+                     v_new=flat(v_new), states=states(starts), w=flat(w),
+                     dk=flat(dk_out + dk_wy), dv=flat(dv), dbeta=flat(dbeta), dg=dg)
+    return dict(c, do=do, dht=dht)
+
+
+def _given(c, name):
+    """An intermediate of the mathematics as the kernels take it: in the inputs' dtype, contiguous."""
+    return c["math"][name].to(c["dtype"]).contiguous()
+
+
+@tle.example(gdr_dv_local_kernel)
+def _dv_local_example(device, size):
+    c = _example_backward_inputs(device, size)
+    b, t, h, hv, kd, vd = c["dims"]
+    index = c["index"][0]
+    dv = _nan((b, t, hv, vd), device, c["dtype"])
+    bv = _block(vd, 64)
+    return _example(c, (index.shape[0], hv, vd // bv),
+                    (c["q"], c["k"], c["math"]["gc"].contiguous(), c["do"], dv, c["scale"], index),
+                    dict(H=h, HV=hv, K=kd, V=vd, BK=_block(kd, 64), BV=bv, BT=BT), {"dv_local": dv}, ("dv_local",),
+                    flops=2 * b * t * hv * BT * (kd + vd))
+
+
+@tle.example(gdr_state_backward_kernel)
+def _state_backward_example(device, size):
+    c = _example_backward_inputs(device, size)
+    b, t, h, hv, kd, vd = c["dims"]
+    index, first = c["index"]
+    dstates = _nan((index.shape[0], hv, kd, vd), device, c["dtype"])
+    dv_new = _nan((b, t, hv, vd), device, c["dtype"])
+    dh0 = _nan((b, hv, kd, vd), device, torch.float32)
+    bv = _block(vd, 32)
+    return _example(c, (vd // bv, b, hv),
+                    (c["q"], c["k"], _given(c, "w"), c["math"]["gc"].contiguous(), c["do"], _given(c, "dv_local"),
+                     c["dht"], dstates, dv_new, dh0, c["scale"], c["cu"], first),
+                    dict(H=h, HV=hv, K=kd, V=vd, BV=bv, BT=BT, FINAL_GRAD=True),
+                    {"dstates": dstates, "dv_new": dv_new, "dh0": dh0}, ("dstates", "dv_new", "dh0"),
+                    warps=state_warps(kd, bv), flops=6 * b * t * hv * kd * vd)
+
+
+@tle.example(gdr_dqkwg_kernel)
+def _dqkwg_example(device, size):
+    c = _example_backward_inputs(device, size)
+    b, t, h, hv, kd, vd = c["dims"]
+    index = c["index"][0]
+    bk = _block(kd, 64)
+    dq, dk, dw = (_nan((b, t, hv, kd), device, dtype) for dtype in (torch.float32, torch.float32, c["dtype"]))
+    dg = _nan((kd // bk, b, t, hv), device, torch.float32)
+    return _example(c, (index.shape[0], hv, kd // bk),
+                    (c["q"], c["k"], _given(c, "v_new"), c["math"]["gc"].contiguous(), c["do"], _given(c, "dv_new"),
+                     _given(c, "states"), _given(c, "dstates"), dq, dk, dw, dg, c["scale"], index, b * t),
+                    dict(H=h, HV=hv, K=kd, V=vd, BK=bk, BV=_block(vd, 64), BT=BT),
+                    {"dq": dq, "dk_out": dk, "dw": dw, "dg_parts": dg}, ("dq", "dk_out", "dw", "dg_parts"),
+                    flops=2 * b * t * hv * (BT * vd + 3 * kd * vd + 2 * BT * kd))
+
+
+@tle.example(gdr_wy_backward_kernel)
+def _wy_backward_example(device, size):
+    c = _example_backward_inputs(device, size)
+    b, t, h, hv, kd, vd = c["dims"]
+    m = c["math"]
+    index = c["index"][0]
+    bk = _block(kd, 64)
+    dk = _nan((b, t, hv, kd), device, torch.float32)
+    dv = _nan((b, t, hv, vd), device, c["dtype"])
+    dbeta, dg = _nan((b, t, hv), device, c["dtype"]), _nan((b, t, hv), device, c["dtype"])
+    return _example(c, (index.shape[0], hv),
+                    (c["k"], c["v"], c["beta"], m["gc"].contiguous(), _given(c, "ai"), _given(c, "dw"),
+                     _given(c, "dv_new"), m["dk_out"].contiguous(), m["dg_parts"].float().contiguous(), dk, dv, dbeta,
+                     dg, index, b * t),
+                    dict(H=h, HV=hv, K=kd, V=vd, BK=bk, BV=_block(vd, 64), BT=BT, NK=kd // bk),
+                    {"dk": dk, "dv": dv, "dbeta": dbeta, "dg": dg}, ("dk", "dv", "dbeta", "dg"),
+                    flops=2 * b * t * hv * BT * (4 * kd + 2 * vd + 2 * BT))
+
+
 # -- tests and benchmarks -----------------------------------------------------------------------------------
 def reference(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
               use_qk_l2norm_in_kernel=False, cu_seqlens=None):
@@ -477,14 +574,15 @@ def samples(device, dtype):
         args = tuple(x.to(device, dtype) for x in (q, k, v, g, beta))
         kwargs = dict(output_final_state=True, **kw)
         if initial:
-            kwargs["initial_state"] = torch.randn(n, hv, kd, vd, generator=gen).to(device)
+            kwargs["initial_state"] = torch.randn(n, hv, kd, vd, generator=gen).to(device, state_dtype(args[0]))
         if lengths is not None:
             kwargs["cu_seqlens"] = torch.tensor([0] + lengths, device=device).cumsum(0)
         return Sample(args, kwargs, label=label)
     return [case(2, 70, 1, 2, 16, 32, label="two sequences of 70 tokens, grouped value heads"),
             case(1, 70, 2, 2, 16, 16, lengths=[1, 0, 65, 4], initial=False,
                  label="packed lengths 1, 0, 65, 4, no initial state"),
-            case(2, 1, 1, 1, 32, 16, scale=0.5, use_qk_l2norm_in_kernel=True, label="one token, q/k normalized")]
+            case(2, 1, 1, 1, 32, 16, scale=0.5, use_qk_l2norm_in_kernel=True, label="one token, q/k normalized"),
+            case(1, 9, 1, 2, 16, 16, lengths=[3, 0, 6], label="packed lengths 3, 0, 6 (small enough for gradcheck)")]
 
 
 def _bench_make(shape, dtype, device):
@@ -546,7 +644,7 @@ def _fla_peer(sample):
 
 OPERATOR = (
     Operator("chunk_gated_delta_rule", fn=chunk_gated_delta_rule, reference=reference, samples=samples,
-             forward_only="the backward kernels are not written yet",
+             grad_inputs=(0, 1, 2, 3, 4, "initial_state"),
              dtypes=(torch.float16, torch.bfloat16, torch.float32), tolerances=EXAMPLE_ERROR_RTOL,
              bench=BenchSpec(shapes=[(1, 32768, 32, 128), (4, 4096, 16, 128), (1, 32768, 32, 64), (1, 16384, 16, 256)],
                              make=_bench_make, flops=_bench_flops, eager=_eager, peers={"fla": _fla_peer},

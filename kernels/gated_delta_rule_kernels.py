@@ -2,13 +2,13 @@
 
 Tokens are addressed flat: the batch [B, T] is read as one packed batch of sequences, sequence n spanning
 tokens cu_seqlens[n] .. cu_seqlens[n + 1] (a fixed-length batch is B sequences of T tokens). Chunks of BT = 64
-tokens start at each sequence's first token; `chunk_index` lists them as (sequence, chunk) pairs, and the
-entries past the batch's last chunk hold sequence -1 (their programs write nothing). q, k [tokens, H, K];
+tokens start at each sequence's first token; `chunk_index` lists them as (first token, end) ranges, and the
+entries past the batch's last chunk hold the empty range (0, 0): their programs write nothing. q, k [tokens, H, K];
 v [tokens, HV, V]; g, beta [tokens, HV]; value head hv reads q/k head hv // (HV // H).
 
 Forward, per chunk and value head, with G the chunk-local cumulative sum of g and S the state at the
 chunk's start:
-- `gdr_chunk_index_kernel`: cu_seqlens -> the (sequence, chunk) pairs and each sequence's first chunk.
+- `gdr_chunk_index_kernel`: cu_seqlens -> the chunks' token ranges and each sequence's first chunk.
 - `gdr_kkt_kernel`: G; A = strict lower (beta_i exp(G_i - G_j) k_i.k_j), fp32.
 - `gdr_solve_kernel`: Ai = (I + A)^-1, by forward substitution on A's four 16 x 16 diagonal blocks and their
   block merge (products in TF32, as Triton's default and TileLang's T.gemm compute fp32 operands).
@@ -30,8 +30,8 @@ BC = 16       # rows of the diagonal blocks the intra-chunk solve inverts one by
 
 @tle.jit
 def gdr_chunk_index_kernel(cu_ptr, index_ptr, first_ptr, n_seqs, slots, BT: tl.constexpr, BLOCK: tl.constexpr):
-    """Program n: sequence n's first chunk (the chunks of the sequences before it) and its (n, chunk) pairs; the
-    last program also marks the list's `slots` past the last chunk with sequence -1."""
+    """Program n: sequence n's first chunk (the chunks of the sequences before it) and its chunks' token ranges;
+    the last program also gives the list's `slots` past the last chunk the empty range (0, 0)."""
     n = tl.program_id(0)
     first = tl.full([], 0, dtype=tl.int32)
     for s0 in range(0, n_seqs, BLOCK):
@@ -39,30 +39,29 @@ def gdr_chunk_index_kernel(cu_ptr, index_ptr, first_ptr, n_seqs, slots, BT: tl.c
         ok = seqs < n
         length = tl.load(cu_ptr + seqs + 1, mask=ok, other=0) - tl.load(cu_ptr + seqs, mask=ok, other=0)
         first += tl.sum(tl.where(ok, (length + BT - 1) // BT, 0), 0)
-    chunks = (tl.load(cu_ptr + n + 1) - tl.load(cu_ptr + n) + BT - 1) // BT
+    bos, eos = tl.load(cu_ptr + n), tl.load(cu_ptr + n + 1)
+    chunks = (eos - bos + BT - 1) // BT
     tl.store(first_ptr + n, first)
     for c0 in range(0, chunks, BLOCK):
         c = c0 + tl.arange(0, BLOCK)
         ok = c < chunks
-        tl.store(index_ptr + 2 * (first + c), tl.zeros([BLOCK], dtype=tl.int32) + n, mask=ok)
-        tl.store(index_ptr + 2 * (first + c) + 1, c, mask=ok)
+        tl.store(index_ptr + 2 * (first + c), bos + c * BT, mask=ok)
+        tl.store(index_ptr + 2 * (first + c) + 1, tl.minimum(bos + c * BT + BT, eos), mask=ok)
     if n == n_seqs - 1:
         tl.store(first_ptr + n + 1, first + chunks)          # the batch's chunk count
         for e0 in range(first + chunks, slots, BLOCK):
             e = e0 + tl.arange(0, BLOCK)
-            tl.store(index_ptr + 2 * e, tl.full([BLOCK], -1, dtype=tl.int32), mask=e < slots)
-            tl.store(index_ptr + 2 * e + 1, tl.full([BLOCK], -1, dtype=tl.int32), mask=e < slots)
+            tl.store(index_ptr + 2 * e, tl.zeros([BLOCK], dtype=tl.int32), mask=e < slots)
+            tl.store(index_ptr + 2 * e + 1, tl.zeros([BLOCK], dtype=tl.int32), mask=e < slots)
 
 
 @tle.jit
-def _chunk(cu_ptr, index_ptr, BT: tl.constexpr):
-    """(first token, end of the tokens it owns) of the chunk at program_id(0); an entry past the last chunk
-    (sequence -1) owns no token."""
+def _chunk(index_ptr):
+    """(first token, end) of the chunk at program_id(0), read as they are stored: TileLang proves its masks
+    (token < end) per vector of a parallel loop, quickly for two loaded values, slowly (minutes) for the
+    min and select that would compute them here from cu_seqlens."""
     entry = tl.program_id(0)
-    seq = tl.load(index_ptr + 2 * entry)
-    start = tl.load(cu_ptr + tl.maximum(seq, 0)) + tl.load(index_ptr + 2 * entry + 1) * BT
-    end = tl.minimum(tl.load(cu_ptr + tl.maximum(seq, 0) + 1), start + BT)
-    return start, tl.where(seq >= 0, end, start)
+    return tl.load(index_ptr + 2 * entry), tl.load(index_ptr + 2 * entry + 1)
 
 
 @tle.jit
@@ -80,11 +79,11 @@ def _unit_lower_inverse(a, BC: tl.constexpr):
 
 
 @tle.jit
-def gdr_kkt_kernel(k_ptr, g_ptr, beta_ptr, gc_ptr, a_ptr, cu_ptr, index_ptr,
+def gdr_kkt_kernel(k_ptr, g_ptr, beta_ptr, gc_ptr, a_ptr, index_ptr,
                    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BK: tl.constexpr, BT: tl.constexpr):
     """Program (chunk, value head): G, the chunk's cumulative gate, and A = strict lower
     (beta_i exp(G_i - G_j) k_i.k_j) in fp32, [tokens, HV, BT]."""
-    start, end = _chunk(cu_ptr, index_ptr, BT)
+    start, end = _chunk(index_ptr)
     hv = tl.program_id(1)
     r = tl.arange(0, BT)
     t = start + r
@@ -123,10 +122,10 @@ def _store_block_row(ai_ptr, rows, ok, hv, x0, x1, x2, x3, HV: tl.constexpr, BT:
 
 
 @tle.jit
-def gdr_solve_kernel(a_ptr, ai_ptr, cu_ptr, index_ptr, HV: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr):
+def gdr_solve_kernel(a_ptr, ai_ptr, index_ptr, HV: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr):
     """Program (chunk, value head): Ai = (I + A)^-1 from A's ten [BC, BC] blocks on or below the diagonal:
     the diagonal blocks' inverses X_ii, then block row i's X_ij = -X_ii sum_{j <= m < i} A_im X_mj."""
-    start, end = _chunk(cu_ptr, index_ptr, BT)
+    start, end = _chunk(index_ptr)
     hv = tl.program_id(1)
     r = tl.arange(0, BC)
     t0, t1, t2, t3 = start + r, start + BC + r, start + 2 * BC + r, start + 3 * BC + r
@@ -156,10 +155,10 @@ def gdr_solve_kernel(a_ptr, ai_ptr, cu_ptr, index_ptr, HV: tl.constexpr, BT: tl.
 
 
 @tle.jit
-def gdr_wy_kernel(k_ptr, v_ptr, beta_ptr, gc_ptr, ai_ptr, w_ptr, u_ptr, cu_ptr, index_ptr,
+def gdr_wy_kernel(k_ptr, v_ptr, beta_ptr, gc_ptr, ai_ptr, w_ptr, u_ptr, index_ptr,
                   H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr,
                   BV: tl.constexpr, BT: tl.constexpr):
-    start, end = _chunk(cu_ptr, index_ptr, BT)
+    start, end = _chunk(index_ptr)
     hv = tl.program_id(1)
     t = start + tl.arange(0, BT)
     ok = t < end
@@ -215,11 +214,11 @@ def gdr_state_kernel(k_ptr, w_ptr, u_ptr, gc_ptr, h0_ptr, h_ptr, v_new_ptr, ht_p
 
 
 @tle.jit
-def gdr_output_kernel(q_ptr, k_ptr, v_new_ptr, h_ptr, gc_ptr, o_ptr, scale, cu_ptr, index_ptr,
+def gdr_output_kernel(q_ptr, k_ptr, v_new_ptr, h_ptr, gc_ptr, o_ptr, scale, index_ptr,
                       H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr,
                       BV: tl.constexpr, BT: tl.constexpr):
     """Program (chunk, value head, value block): o = scale (exp(G) q S + (causal exp(G_i - G_j) q k^T) v_new)."""
-    start, end = _chunk(cu_ptr, index_ptr, BT)
+    start, end = _chunk(index_ptr)
     hv = tl.program_id(1)
     cols = tl.program_id(2) * BV + tl.arange(0, BV)
     r = tl.arange(0, BT)

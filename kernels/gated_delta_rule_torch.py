@@ -254,6 +254,17 @@ def chunked_forward(q, k, v, g, beta, scale, initial_state, output_final_state, 
     return o.to(out_dtype), (final if output_final_state else None)
 
 
+def chunk_inverse(k, G, beta, cu_seqlens=None, chunk=CHUNK):
+    """Each token's row of its chunk's T = (I + A)^-1, [B, T, HV, C] (k, G and beta as `prepare` gives them):
+    with G, what the chunked forward keeps for its backward."""
+    inverse = k.new_zeros(*G.shape, chunk)
+    for rows, tokens, _ in segments(k.shape[0], k.shape[1], cu_seqlens):
+        kc, Gc, bc = (to_chunks(k[rows, tokens], chunk), to_chunks(G[rows, tokens], chunk, pad_with_last=True),
+                      to_chunks(beta[rows, tokens], chunk))
+        inverse[rows, tokens] = from_chunks(solve_unit_lower(chunk_kkt(kc, Gc, bc)), tokens.stop - tokens.start)
+    return inverse
+
+
 # -- the chunked backward's steps ---------------------------------------------------------------------------
 def chunk_local_dv(q, k, G, do, scale):
     """dv_new from the intra-chunk attention alone: P^T do, P_ij = scale exp(G_i - G_j) q_i.k_j (j <= i)."""

@@ -44,3 +44,38 @@ def test_the_register_operand_form_builds_for_sm90a():
     lowered = lower_example(KERNELS["flash_attention.flash_attention_bwd_dkdv_kernel"], "tilelang")
     assert all("FullRow" in gm for gm in gemms(lowered.source))
     assert "__global__" in lowered.stage("cuda")
+
+
+def test_an_accumulator_carried_out_of_a_loop_is_one_family():
+    """dq in the gated delta rule's dqkwg kernel: accumulated over V blocks in a loop, then, after it, rescaled
+    per row and accumulated once more by another product whose result is reduced along its rows. Both products
+    write one fragment: both keep whole rows per warp (split, TileLang finds two layouts for it and stops)."""
+    source = lower_example(KERNELS["gated_delta_rule.gdr_dqkwg_kernel"], "tilelang").source
+    into_dq = [gm for gm in gemms(source) if re.search(r", dq_state[,)]", gm)]
+    assert len(into_dq) == 2 and all("FullRow" in gm for gm in into_dq)
+
+
+def test_a_product_scaled_by_a_loaded_row_vector_keeps_its_rows():
+    """The gated delta rule's output: the inter-chunk product is scaled by exp(G) per row, a vector the kernel
+    loads and also uses with the FullRow scores; its fragment has one layout, so the product keeps rows too."""
+    source = lower_example(KERNELS["gated_delta_rule.gdr_output_kernel"], "tilelang").source
+    assert all("FullRow" in gm for gm in gemms(source))
+
+
+def test_a_32_bit_a_operand_is_read_from_shared_memory():
+    """The WY backward in fp32: -Ai^T dAi Ai^T chains two FullRow products, but a TF32 A operand's register
+    layout is not the accumulator's (it is for 16-bit elements), so the first product's result is staged."""
+    source = lower_example(KERNELS["gated_delta_rule.gdr_wy_backward_kernel"], "tilelang").source
+    chained = [gm for gm in gemms(source) if gm.endswith("transpose_B=True, policy=T.GemmWarpPolicy.FullRow)")
+               and ", ai, " in gm]
+    assert chained
+    for gm in chained:
+        a = gm[len("T.gemm("):].split(",")[0]
+        assert f"{a} = T.alloc_shared(" in source, gm
+
+
+def test_addresses_are_written_at_their_uses():
+    """An index tile (an address from index ranges and scalars) is not held in a fragment: stores of products
+    of different warp layouts share it, and one fragment would give them one layout."""
+    source = lower_example(KERNELS["gated_delta_rule.gdr_dqkwg_kernel"], "tilelang").source
+    assert "'int32')" not in "".join(line for line in source.splitlines() if "alloc_fragment" in line)

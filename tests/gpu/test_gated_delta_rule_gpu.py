@@ -85,3 +85,51 @@ def test_decoding_steps_carry_the_state(backend):
         parts.append(o)
     torch.testing.assert_close(torch.cat(parts, 1), whole, atol=0, rtol=0)
     torch.testing.assert_close(state, final, atol=0, rtol=0)
+
+
+def gradients(fn, inputs, do, dht):
+    """The gradients of sum(o * do) + sum(final * dht) with respect to `inputs`."""
+    leaves = [x.detach().requires_grad_() for x in inputs]
+    o, final = fn(*leaves)
+    ((o.float() * do).sum() + (final * dht).sum()).backward()
+    return [x.grad for x in leaves]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "B{}T{}H{}HV{}K{}V{}{}".format(*c[:6], " packed" if c[6] else ""))
+def test_gradients_match_the_recurrence(backend, case):
+    b, t, h, hv, kd, vd, lengths = case
+    q, k, v, g, beta = inputs(b, t, h, hv, kd, vd)
+    g = g.float()                                   # as models keep the gates: its gradient in fp32
+    cu = None if lengths is None else torch.tensor([0] + lengths, device="cuda").cumsum(0)
+    n = b if lengths is None else len(lengths)
+    h0 = torch.randn(n, hv, kd, vd, device="cuda")
+    do = torch.randn(b, t, hv, vd, device="cuda")
+    dht = torch.randn(n, hv, kd, vd, device="cuda")
+    got = gradients(lambda *x: tle.ops.chunk_gated_delta_rule(*x[:5], initial_state=x[5], output_final_state=True,
+                                                              cu_seqlens=cu, backend=backend),
+                    (q, k, v, g, beta, h0), do.to(q.dtype), dht)
+    ref = gradients(lambda *x: reference(*x, cu), (q.float(), k.float(), v.float(), g, beta.float(), h0),
+                    do.to(q.dtype).float(), dht)
+    for name, a, r in zip(("dq", "dk", "dv", "dg", "dbeta", "dh0"), got, ref):
+        assert a.dtype == (torch.float32 if name in ("dg", "dh0") else q.dtype), name
+        # bf16 intermediates in the backward too (v_new, the states and their gradients, dw): as FLA keeps them
+        assert relative_error(a, r) < 2 ** -5, (name, relative_error(a, r))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_gradients_no_worse_than_fla(backend):
+    fla = pytest.importorskip("fla.ops.gated_delta_rule")
+    q, k, v, g, beta = inputs(1, 4096, 4, 4, 128, 128)
+    g = g.float()
+    h0 = torch.randn(1, 4, 128, 128, device="cuda")
+    do, dht = torch.randn(1, 4096, 4, 128, device="cuda").to(q.dtype), torch.randn(1, 4, 128, 128, device="cuda")
+    ref = gradients(lambda *x: reference(*x, None), (q.float(), k.float(), v.float(), g, beta.float(), h0),
+                    do.float(), dht)
+    ours = gradients(lambda *x: tle.ops.chunk_gated_delta_rule(*x[:5], initial_state=x[5], output_final_state=True,
+                                                               backend=backend), (q, k, v, g, beta, h0), do, dht)
+    theirs = gradients(lambda *x: fla.chunk_gated_delta_rule(*x[:5], initial_state=x[5], output_final_state=True),
+                       (q, k, v, g, beta, h0), do, dht)
+    for name, a, f, r in zip(("dq", "dk", "dv", "dg", "dbeta", "dh0"), ours, theirs, ref):
+        assert relative_error(a, r) <= 1.5 * relative_error(f, r) + 1e-3, (name, relative_error(a, r),
+                                                                              relative_error(f, r))

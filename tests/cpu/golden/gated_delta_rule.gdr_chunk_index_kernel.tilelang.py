@@ -32,25 +32,25 @@ def gdr_chunk_index_kernel(
             T.reduce_sum(t_2, sum_1, dim=0)
             first_1 = (first + sum_1[0])
             first = first_1
-        t_3 = cu_ptr[(n + 1)]
-        t_4 = cu_ptr[n]
-        chunks = T.truncdiv((((t_3 - t_4) + 64) - 1), 64)
+        bos = cu_ptr[n]
+        eos = cu_ptr[(n + 1)]
+        chunks = T.truncdiv((((eos - bos) + 64) - 1), 64)
         first_ptr[n] = first
         for c0_it in T.serial(T.ceildiv(chunks - 0, 64)):
             c0 = c0_it * 64
             for i0 in T.Parallel(64):
                 if ((c0 + i0) < chunks):
-                    index_ptr[(2 * (first + (c0 + i0)))] = (0 + n)
+                    index_ptr[(2 * (first + (c0 + i0)))] = (bos + ((c0 + i0) * 64))
             for i0 in T.Parallel(64):
                 if ((c0 + i0) < chunks):
-                    index_ptr[((2 * (first + (c0 + i0))) + 1)] = (c0 + i0)
+                    index_ptr[((2 * (first + (c0 + i0))) + 1)] = T.min(((bos + ((c0 + i0) * 64)) + 64), eos)
         if (n == 6):
             first_ptr[(n + 1)] = (first + chunks)
             for e0_it in T.serial(T.ceildiv(13 - (first + chunks), 64)):
                 e0 = (first + chunks) + e0_it * 64
                 for i0 in T.Parallel(64):
                     if ((e0 + i0) < 13):
-                        index_ptr[(2 * (e0 + i0))] = -1
+                        index_ptr[(2 * (e0 + i0))] = 0
                 for i0 in T.Parallel(64):
                     if ((e0 + i0) < 13):
-                        index_ptr[((2 * (e0 + i0)) + 1)] = -1
+                        index_ptr[((2 * (e0 + i0)) + 1)] = 0

@@ -17,20 +17,20 @@ def gdr_chunk_index_kernel(cu_ptr, index_ptr, first_ptr, n_seqs, slots):
         length = t - t_1
         t_2 = tl.sum(tl.where(ok, (length + 64 - 1) // 64, 0), axis=0)
         first = first + t_2
-    t_3 = tl.load(cu_ptr + n + 1)
-    t_4 = tl.load(cu_ptr + n)
-    chunks = (t_3 - t_4 + 64 - 1) // 64
+    bos = tl.load(cu_ptr + n)
+    eos = tl.load(cu_ptr + n + 1)
+    chunks = (eos - bos + 64 - 1) // 64
     tl.store(first_ptr + n, first)
     for c0 in range(0, chunks, 64):
         c = c0 + tl.arange(0, 64)
         ok_1 = c < chunks
-        tl.store(index_ptr + 2 * (first + c), tl.full([64], 0, tl.int32) + tl.full([64], n, tl.int32), mask=ok_1)
-        tl.store(index_ptr + 2 * (first + c) + 1, c, mask=ok_1)
+        tl.store(index_ptr + 2 * (first + c), bos + c * 64, mask=ok_1)
+        tl.store(index_ptr + 2 * (first + c) + 1, tl.minimum(bos + c * 64 + 64, eos), mask=ok_1)
     if n == n_seqs - 1:
         tl.store(first_ptr + n + 1, first + chunks)
         for e0 in range(first + chunks, slots, 64):
             e = e0 + tl.arange(0, 64)
-            tl.store(index_ptr + 2 * e, tl.full([64], -1, tl.int32), mask=e < slots)
-            tl.store(index_ptr + 2 * e + 1, tl.full([64], -1, tl.int32), mask=e < slots)
+            tl.store(index_ptr + 2 * e, tl.full([64], 0, tl.int32), mask=e < slots)
+            tl.store(index_ptr + 2 * e + 1, tl.full([64], 0, tl.int32), mask=e < slots)
     else:
         pass

@@ -1,0 +1,164 @@
+"""The gated delta rule's kernel launches: the chunked forward, its backward and the recurrence, on any kernel
+backend. Every tensor is passed flat: the kernels address tokens through cu_seqlens, across the batch axis.
+
+The chunked forward keeps two of its intermediates for the backward: G, the chunk-local cumulative gates
+(fp32), and Ai = (I + A)^-1 (in k's dtype), [tokens, HV, 64]. The backward recomputes the rest (w, u, the
+chunk start states and v_new) with the forward's kernels, as recomputing costs less memory than keeping them.
+"""
+from __future__ import annotations
+
+import torch
+
+from tle.kernels.gated_delta_rule_backward_kernels import (gdr_dqkwg_kernel, gdr_dv_local_kernel,
+                                                           gdr_state_backward_kernel, gdr_wy_backward_kernel)
+from tle.kernels.gated_delta_rule_kernels import (BC, BT, gdr_chunk_index_kernel, gdr_kkt_kernel,
+                                                  gdr_output_kernel, gdr_recurrent_kernel, gdr_solve_kernel,
+                                                  gdr_state_kernel, gdr_wy_kernel)
+from tle.oplib.arith import cdiv
+
+INDEX_BLOCK = 64          # sequences (and chunks) a program of the chunk-list kernel reads at once
+
+
+def packed(cu_seqlens: torch.Tensor | None, batch: int, length: int, device) -> torch.Tensor:
+    """cu_seqlens as the kernels read it (int32): a fixed-length batch is `batch` sequences of `length` tokens."""
+    if cu_seqlens is None:
+        return torch.arange(0, (batch + 1) * length, length, device=device, dtype=torch.int32)
+    return cu_seqlens.to(torch.int32)
+
+
+def launch(kernel, grid, *args, **kwargs):
+    """Launch with every tensor argument flat."""
+    kernel[grid](*(a.reshape(-1) if isinstance(a, torch.Tensor) else a for a in args), **kwargs)
+
+
+def block(n: int, most: int) -> int:
+    return min(n, most)
+
+
+def state_warps(kd: int, bv: int) -> int:
+    """Warps of the state walks: their products are [K, BV] (or [BT, BV]); on TileLang each warp takes at
+    least 16 x 8 of one."""
+    return max(1, min(4, kd * bv // 128))
+
+
+def chunk_index(cu: torch.Tensor, tokens: int, backend: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(chunk list [bound, 2] int32 of each chunk's (first token, end), each sequence's first chunk [N + 1] int32,
+    the last entry the chunk count). The list is allocated for the most chunks `tokens` tokens in N sequences
+    can make (tokens / BT + N, no host sync); entries past the real chunks hold the empty range (0, 0)."""
+    n = cu.numel() - 1
+    slots = cdiv(tokens, BT) + n
+    index = torch.empty((slots, 2), device=cu.device, dtype=torch.int32)
+    first = torch.empty(n + 1, device=cu.device, dtype=torch.int32)
+    if n:
+        launch(gdr_chunk_index_kernel, (n,), cu, index, first, n, slots, BT=BT, BLOCK=INDEX_BLOCK, backend=backend,
+               num_warps=2)
+    return index, first
+
+
+def _gates_and_inverse(k, g, beta, index, backend):
+    """G (fp32) and Ai = (I + A)^-1 (k's dtype), [B, T, HV(, BT)]."""
+    b, t, h, kd = k.shape
+    hv = g.shape[2]
+    gc = torch.empty(b, t, hv, device=k.device, dtype=torch.float32)
+    a = torch.empty(b, t, hv, BT, device=k.device, dtype=torch.float32)
+    launch(gdr_kkt_kernel, (index.shape[0], hv), k, g, beta, gc, a, index, H=h, HV=hv, K=kd, BK=block(kd, 64),
+           BT=BT, backend=backend, num_warps=4)
+    ai = torch.empty(b, t, hv, BT, device=k.device, dtype=k.dtype)
+    # [16, 16] products: on TileLang two warps, each 16 x 8 of them
+    launch(gdr_solve_kernel, (index.shape[0], hv), a, ai, index, HV=hv, BT=BT, BC=BC, backend=backend,
+           num_warps=2)
+    return gc, ai
+
+
+def _states(k, v, beta, gc, ai, initial_state, cu, index, first, backend):
+    """w, u, the state at each chunk's start [chunks, HV, K, V] (k's dtype), v_new and the final states (fp32)."""
+    b, t, h, kd = k.shape
+    hv, vd = v.shape[2], v.shape[3]
+    n = cu.numel() - 1
+    w = torch.empty(b, t, hv, kd, device=k.device, dtype=k.dtype)
+    u = torch.empty(b, t, hv, vd, device=k.device, dtype=k.dtype)
+    launch(gdr_wy_kernel, (index.shape[0], hv), k, v, beta, gc, ai, w, u, index, H=h, HV=hv, K=kd, V=vd,
+           BK=block(kd, 64), BV=block(vd, 64), BT=BT, backend=backend, num_warps=4)
+    states = torch.empty(index.shape[0], hv, kd, vd, device=k.device, dtype=k.dtype)
+    v_new = torch.empty_like(u)
+    final = torch.empty(n, hv, kd, vd, device=k.device, dtype=torch.float32)
+    bv = block(vd, 32)
+    h0 = final if initial_state is None else initial_state      # not read without one
+    launch(gdr_state_kernel, (vd // bv, n, hv), k, w, u, gc, h0, states, v_new, final, cu, first, H=h, HV=hv,
+           K=kd, V=vd, BV=bv, BT=BT, INITIAL=initial_state is not None, backend=backend,
+           num_warps=state_warps(kd, bv))
+    return w, u, states, v_new, final
+
+
+def chunked_forward(q, k, v, g, beta, scale, initial_state, cu, backend):
+    """(o, final state, G, Ai) from the six kernels (cu: int32 cumulative lengths over the flattened tokens)."""
+    b, t, h, kd = q.shape
+    hv, vd = v.shape[2], v.shape[3]
+    index, first = chunk_index(cu, b * t, backend)
+    gc, ai = _gates_and_inverse(k, g, beta, index, backend)
+    _, _, states, v_new, final = _states(k, v, beta, gc, ai, initial_state, cu, index, first, backend)
+    o = torch.empty(b, t, hv, vd, device=q.device, dtype=q.dtype)
+    bv = block(vd, 64)
+    launch(gdr_output_kernel, (index.shape[0], hv, vd // bv), q, k, v_new, states, gc, o, scale, index, H=h,
+           HV=hv, K=kd, V=vd, BK=block(kd, 64), BV=bv, BT=BT, backend=backend, num_warps=4)
+    return o, final, gc, ai
+
+
+def chunked_backward(q, k, v, g, beta, gc, ai, scale, initial_state, do, dfinal, cu, backend):
+    """(dq, dk, dv, dg, dbeta, d initial state (fp32)) from the forward's G and Ai; dq and dk summed over the
+    value heads that share a q/k head."""
+    b, t, h, kd = q.shape
+    hv, vd = v.shape[2], v.shape[3]
+    n = cu.numel() - 1
+    tokens = b * t
+    dev = q.device
+    index, first = chunk_index(cu, tokens, backend)
+    chunks = index.shape[0]
+    w, _, states, v_new, _ = _states(k, v, beta, gc, ai, initial_state, cu, index, first, backend)
+    bk, bv = block(kd, 64), block(vd, 64)
+    dv_local = torch.empty(b, t, hv, vd, device=dev, dtype=do.dtype)
+    launch(gdr_dv_local_kernel, (chunks, hv, vd // bv), q, k, gc, do, dv_local, scale, index, H=h, HV=hv, K=kd,
+           V=vd, BK=bk, BV=bv, BT=BT, backend=backend, num_warps=4)
+    dstates = torch.empty(chunks, hv, kd, vd, device=dev, dtype=k.dtype)
+    dv_new = torch.empty(b, t, hv, vd, device=dev, dtype=k.dtype)
+    dh0 = torch.empty(n, hv, kd, vd, device=dev, dtype=torch.float32)
+    bvs = block(vd, 32)
+    dht = dh0 if dfinal is None else dfinal                     # not read without one
+    launch(gdr_state_backward_kernel, (vd // bvs, n, hv), q, k, w, gc, do, dv_local, dht, dstates, dv_new, dh0,
+           scale, cu, first, H=h, HV=hv, K=kd, V=vd, BV=bvs, BT=BT, FINAL_GRAD=dfinal is not None,
+           backend=backend, num_warps=state_warps(kd, bvs))
+    # dq and dk per value head: in fp32 where several value heads share a head and are summed below
+    shared = hv != h
+    dq = torch.empty(b, t, hv, kd, device=dev, dtype=torch.float32 if shared else q.dtype)
+    dk_out = torch.empty(b, t, hv, kd, device=dev, dtype=torch.float32)
+    dw = torch.empty(b, t, hv, kd, device=dev, dtype=k.dtype)
+    dg_parts = torch.empty(kd // bk, b, t, hv, device=dev, dtype=torch.float32)
+    launch(gdr_dqkwg_kernel, (chunks, hv, kd // bk), q, k, v_new, gc, do, dv_new, states, dstates, dq, dk_out, dw,
+           dg_parts, scale, index, tokens, H=h, HV=hv, K=kd, V=vd, BK=bk, BV=bv, BT=BT, backend=backend,
+           num_warps=4)
+    dk = torch.empty(b, t, hv, kd, device=dev, dtype=torch.float32 if shared else k.dtype)
+    dv = torch.empty_like(v)
+    dbeta = torch.empty_like(beta)
+    dg = torch.empty_like(g)
+    launch(gdr_wy_backward_kernel, (chunks, hv), k, v, beta, gc, ai, dw, dv_new, dk_out, dg_parts, dk, dv, dbeta, dg,
+           index, tokens, H=h, HV=hv, K=kd, V=vd, BK=bk, BV=bv, BT=BT, NK=kd // bk, backend=backend,
+           num_warps=4)
+    if shared:
+        dq = dq.view(b, t, h, hv // h, kd).sum(3).to(q.dtype)
+        dk = dk.view(b, t, h, hv // h, kd).sum(3).to(k.dtype)
+    return dq, dk, dv, dg, dbeta, dh0
+
+
+def recurrent_forward(q, k, v, g, beta, scale, initial_state, cu, l2norm, backend):
+    """(o, final state) of the recurrence token by token."""
+    b, t, h, kd = q.shape
+    hv, vd = v.shape[2], v.shape[3]
+    n = cu.numel() - 1
+    o = torch.empty(b, t, hv, vd, device=q.device, dtype=q.dtype)
+    final = torch.empty(n, hv, kd, vd, device=q.device, dtype=torch.float32)
+    bv = block(vd, 32)
+    if n:
+        h0 = final if initial_state is None else initial_state      # not read without one
+        launch(gdr_recurrent_kernel, (vd // bv, n, hv), q, k, v, g, beta, h0, o, final, cu, scale, H=h, HV=hv,
+               K=kd, V=vd, BV=bv, INITIAL=initial_state is not None, L2NORM=l2norm, backend=backend, num_warps=4)
+    return o, final
