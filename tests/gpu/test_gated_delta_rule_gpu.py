@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 
 import tle
+import tle.ops
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
