@@ -621,12 +621,18 @@ def _fla_decode_peer(sample):
 
 
 def _bench_flops(sample, mode):
-    """The chunked forward's products: kk^T, the WY vectors, the state's two products and the output's
-    (per chunk of C tokens and head, 2C^2K + 2C^2(K+V) + 4CKV + 2C(KV + C(K+V)))."""
+    """The chunked passes' products, per token of a head (chunks of C tokens). Forward: kk^T, the WY vectors,
+    the state's two products and the output's, 2CK + 2C(K+V) + 4KV + 2(KV + C(K+V)). Backward: the WY vectors
+    and the state walk again, then dv_local 2C(K+V), the state gradient 6KV, dq/dk/dw 2CV + 6KV + 4CK, the WY
+    backward 2C(5K+2V) + 8C^2."""
     q, v = sample.args[0], sample.args[2]
     b, t, hv, vd = v.shape
     kd = q.shape[3]
-    per_token = 2 * BT * kd + 2 * BT * (kd + vd) + 4 * kd * vd + 2 * (kd * vd + BT * (kd + vd))
+    c = BT
+    forward = 2 * c * kd + 2 * c * (kd + vd) + 4 * kd * vd + 2 * (kd * vd + c * (kd + vd))
+    backward = (2 * c * (kd + vd) + 4 * kd * vd + 2 * c * (kd + vd) + 6 * kd * vd + 2 * c * vd + 6 * kd * vd
+                + 4 * c * kd + 2 * c * (5 * kd + 2 * vd) + 8 * c * c)
+    per_token = forward if mode == "fwd" else backward if mode == "bwd" else forward + backward
     return b * t * hv * per_token
 
 
