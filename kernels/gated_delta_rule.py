@@ -585,14 +585,27 @@ def samples(device, dtype):
             case(1, 9, 1, 2, 16, 16, lengths=[3, 0, 6], label="packed lengths 3, 0, 6 (small enough for gradcheck)")]
 
 
+def _mixed_lengths(total: int, n: int) -> list[int]:
+    """n sequence lengths summing to `total`, from about a sixth to about twice the mean (a fixed pattern)."""
+    weights = [1 + 7 * i % 11 for i in range(n)]
+    lengths = [max(1, total * w // sum(weights)) for w in weights]
+    lengths[-1] += total - sum(lengths)
+    return lengths
+
+
 def _bench_make(shape, dtype, device):
-    b, t, h, d = shape
+    """shape (B, T, H, D), or (1, T, H, D, N): N packed sequences of mixed lengths."""
+    b, t, h, d = shape[:4]
     q = torch.randn(b, t, h, d, device=device, dtype=dtype)
     k = torch.nn.functional.normalize(torch.randn(b, t, h, d, device=device), dim=-1).to(dtype)
     v = torch.randn(b, t, h, d, device=device, dtype=dtype)
     g = torch.nn.functional.logsigmoid(torch.randn(b, t, h, device=device)).to(dtype)
     beta = torch.rand(b, t, h, device=device).to(dtype)
-    return Sample((q, k, v, g, beta), dict(output_final_state=True))
+    kwargs = dict(output_final_state=True)
+    if len(shape) > 4:
+        lengths = torch.tensor([0] + _mixed_lengths(t, shape[4]), device=device)
+        kwargs["cu_seqlens"] = lengths.cumsum(0)
+    return Sample((q, k, v, g, beta), kwargs)
 
 
 def _decode_make(shape, dtype, device):
@@ -639,22 +652,24 @@ def _bench_flops(sample, mode):
 def _eager(sample):
     q, k, v, g, beta = sample.args
 
-    return lambda: reference_math.chunked_forward(q, k, v, g, beta, None, None, True)
+    return lambda: reference_math.chunked_forward(q, k, v, g, beta, None, None, True,
+                                                  cu_seqlens=sample.kwargs.get("cu_seqlens"))
 
 
 def _fla_peer(sample):
     from fla.ops.gated_delta_rule import chunk_gated_delta_rule as fla_chunk
     q, k, v, g, beta = sample.args
-    return lambda: fla_chunk(q, k, v, g, beta, output_final_state=True)
+    return lambda: fla_chunk(q, k, v, g, beta, output_final_state=True, cu_seqlens=sample.kwargs.get("cu_seqlens"))
 
 
 OPERATOR = (
     Operator("chunk_gated_delta_rule", fn=chunk_gated_delta_rule, reference=reference, samples=samples,
              grad_inputs=(0, 1, 2, 3, 4, "initial_state"),
              dtypes=(torch.float16, torch.bfloat16, torch.float32), tolerances=EXAMPLE_ERROR_RTOL,
-             bench=BenchSpec(shapes=[(1, 32768, 32, 128), (4, 4096, 16, 128), (1, 32768, 32, 64), (1, 16384, 16, 256)],
+             bench=BenchSpec(shapes=[(1, 32768, 32, 128), (4, 4096, 16, 128), (1, 32768, 32, 128, 64), (1, 32768, 32, 64),
+                                     (1, 16384, 16, 256)],
                              make=_bench_make, flops=_bench_flops, eager=_eager, peers={"fla": _fla_peer},
-                             shape_help="BxTxHxD")),
+                             shape_help="BxTxHxD, or 1xTxHxDxN: N packed sequences of mixed lengths")),
     Operator("fused_recurrent_gated_delta_rule", fn=fused_recurrent_gated_delta_rule, reference=reference,
              samples=samples, forward_only="a decoding operator: train with chunk_gated_delta_rule",
              dtypes=(torch.float16, torch.bfloat16, torch.float32), tolerances=EXAMPLE_ERROR_RTOL,
