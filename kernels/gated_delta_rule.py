@@ -308,8 +308,9 @@ def _example_inputs(device, size):
         return reference_math.from_chunks(x, t)
     math_ = dict(gc=G.float(), a=flat(a), ai=flat(ai), w=flat(w), u=flat(u), v_new=flat(v_new),
                  states=starts.movedim(1, 2).reshape(-1, hv, kd, vd), final=final, o=flat(o))
+    chunked = dict(q=qc, k=kc, v=vc, G=gcc, beta=bc, ai=ai, w=w, starts=starts, v_new=v_new)
     return dict(q=q, k=k, v=v, g=g, beta=beta, h0=h0, scale=scale, dims=(b, t, h, hv, kd, vd), dtype=dtype,
-                cu=_packed(None, b, t, device), index=_example_index(b, t, device), math=math_)
+                cu=_packed(None, b, t, device), index=_example_index(b, t, device), math=math_, chunked=chunked)
 
 
 def _example_index(b, t, device):
@@ -455,11 +456,10 @@ def _example_backward_inputs(device, size):
     do = torch.randn(b, t, hv, vd, device=device).to(c["dtype"])
     dht = torch.randn(b, hv, kd, vd, device=device)
     scale = c["scale"]
-    qq, kk, vv, G, bb, _, _ = reference_math.prepare(c["q"], c["k"], c["v"], c["g"], c["beta"], scale, c["h0"],
-                                                     None, BT)
-    qc, kc, vc, gcc, bc = reference_math.chunk_views(slice(None), slice(0, t), BT, qq, kk, vv, G, bb)
+    x = c["chunked"]
+    qc, kc, vc, gcc, bc, ai, w, starts, v_new = (x[name] for name in ("q", "k", "v", "G", "beta", "ai", "w",
+                                                                      "starts", "v_new"))
     doc = reference_math.to_chunks(do.float(), BT)
-    ai, w, _, starts, v_new, _ = reference_math.forward_chunks(kc, vc, gcc, bc, c["h0"])
     dv_local = reference_math.chunk_local_dv(qc, kc, gcc, doc, scale)
     dstate_ends, dv_new, dh0 = reference_math.chunk_states_backward(qc, kc, w, gcc, doc, dv_local, dht, scale)
     bk = _block(kd, 64)
@@ -478,7 +478,6 @@ def _example_backward_inputs(device, size):
         return x.movedim(1, 2).reshape(-1, hv, kd, vd)
     c["math"].update(dv_local=flat(dv_local), dstates=states(dstate_ends), dv_new=flat(dv_new), dh0=dh0,
                      dq=flat(dq), dk_out=flat(dk_out), dw=flat(dw), dg_parts=torch.stack([flat(p[3], True) for p in parts]),
-                     v_new=flat(v_new), states=states(starts), w=flat(w),
                      dk=flat(dk_out + dk_wy), dv=flat(dv), dbeta=flat(dbeta), dg=dg)
     return dict(c, do=do, dht=dht)
 

@@ -93,6 +93,11 @@ class RowProducts:
     def _uses(self, start: Value):
         """(op, the value it reads) for each use of `start` and of what same-layout element-wise ops make of it
         (those ops themselves walked through, not yielded)."""
+        return ((u, v) for u, v, through in self._walk(start) if not through)
+
+    def _walk(self, start: Value):
+        """(op, the value it reads, whether the walk goes on through it) for each use of `start` and of what
+        same-layout element-wise ops, branches and loops make of it."""
         seen, todo = set(), [start]
         while todo:
             v = todo.pop()
@@ -101,11 +106,12 @@ class RowProducts:
             seen.add(v.id)
             for u in self.users.get(v.id, []):
                 if u.defn in SAME_LAYOUT and u.results and u.result.type.shape == v.type.shape:
+                    yield u, v, True
                     todo.append(u.result)
                 elif _branch_results(u, v):
                     todo.extend(_branch_results(u, v))
                 else:
-                    yield u, v
+                    yield u, v, False
 
     # -- what each product needs -----------------------------------------------------------------------------
     def _rows_divide(self, d: Op) -> bool:
@@ -122,20 +128,8 @@ class RowProducts:
 
     def _meets_row_vector(self, start: Value) -> bool:
         """Do the same-layout element-wise ops on `start` (and on what they make of it) read a row vector?"""
-        seen, todo = set(), [start]
-        while todo:
-            v = todo.pop()
-            if v.id in seen:
-                continue
-            seen.add(v.id)
-            for u in self.users.get(v.id, []):
-                if u.defn in SAME_LAYOUT and u.results and u.result.type.shape == v.type.shape:
-                    if any(o is not v and _row_vector(o) for o in u.operands):
-                        return True
-                    todo.append(u.result)
-                else:
-                    todo.extend(_branch_results(u, v))
-        return False
+        return any(through and any(o is not v and _row_vector(o) for o in u.operands)
+                   for u, v, through in self._walk(start))
 
     def _register_sources(self, d: Op) -> list[Op] | None:
         """The products `d`'s A operand is computed from element-wise, or None where it is not such a value
