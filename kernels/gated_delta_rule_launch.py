@@ -41,6 +41,12 @@ def state_warps(kd: int, bv: int) -> int:
     return max(1, min(4, kd * bv // 128))
 
 
+def state_backward_stages(kd: int) -> int | None:
+    """Pipeline stages of the backward state walk: at K = 256 its q, k and w tiles of three chunks in flight
+    outgrow shared memory (295 KB of the H200's 227 KB), so one chunk at a time; else the default."""
+    return 1 if kd > 128 else None
+
+
 def chunk_index(cu: torch.Tensor, tokens: int, backend: str) -> tuple[torch.Tensor, torch.Tensor]:
     """(chunk list [bound, 2] int32 of each chunk's (first token, end), each sequence's first chunk [N + 1] int32,
     the last entry the chunk count). The list is allocated for the most chunks `tokens` tokens in N sequences
@@ -126,7 +132,7 @@ def chunked_backward(q, k, v, g, beta, gc, ai, scale, initial_state, do, dfinal,
     dht = dh0 if dfinal is None else dfinal                     # not read without one
     launch(gdr_state_backward_kernel, (vd // bvs, n, hv), q, k, w, gc, do, dv_local, dht, dstates, dv_new, dh0,
            scale, cu, first, H=h, HV=hv, K=kd, V=vd, BV=bvs, BT=BT, FINAL_GRAD=dfinal is not None,
-           backend=backend, num_warps=state_warps(kd, bvs))
+           backend=backend, num_warps=state_warps(kd, bvs), num_stages=state_backward_stages(kd))
     # dq and dk per value head: in fp32 where several value heads share a head and are summed below
     shared = hv != h
     dq = torch.empty(b, t, hv, kd, device=dev, dtype=torch.float32 if shared else q.dtype)
