@@ -36,6 +36,7 @@ from tle.kernels.gated_delta_rule_kernels import (BC, BT, gdr_chunk_index_kernel
                                                   gdr_output_kernel, gdr_recurrent_kernel, gdr_solve_kernel,
                                                   gdr_state_kernel, gdr_wy_kernel)
 from tle.kernels.gated_delta_rule_launch import INDEX_BLOCK, block as _block, packed as _packed, state_warps
+from tle.kernels import gated_delta_rule_cp as context_parallel
 from tle.kernels import gated_delta_rule_launch as launches
 from tle.kernels.l2_norm import l2_norm
 from tle.oplib import BenchSpec, Operator, Sample, check_tensor
@@ -246,18 +247,46 @@ def _prepare(op, recipe, q, k, v, g, beta, scale, initial_state, cu_seqlens, bac
 def chunk_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
                            scale: float | None = None, initial_state: torch.Tensor | None = None,
                            output_final_state: bool = False, use_qk_l2norm_in_kernel: bool = False,
-                           cu_seqlens: torch.Tensor | None = None, *, backend: str | None = None,
+                           cu_seqlens: torch.Tensor | None = None, cp_group=None, *, backend: str | None = None,
                            fallback: str | None = None):
     """The gated delta rule over whole sequences, in chunks of 64 tokens (the module docstring has the contract).
     Returns (o, final_state); final_state is None unless output_final_state. Differentiable in q, k, v, g,
-    beta and initial_state."""
+    beta and initial_state. With `cp_group` (a torch.distributed process group), this rank's shard of a batch
+    split over the group's ranks (tle.kernels.gated_delta_rule_cp)."""
     op = "chunk_gated_delta_rule"
     scale, b = _prepare(op, CHUNK_GATED_DELTA_RULE, q, k, v, g, beta, scale, initial_state, cu_seqlens, backend,
                         fallback)
     if use_qk_l2norm_in_kernel:
         q, k = l2_norm(q, backend=b), l2_norm(k, backend=b)
-    o, final, _, _ = CHUNK_GATED_DELTA_RULE(q, k, v, g, beta, scale, initial_state, cu_seqlens, backend=b)
+    if cp_group is not None:
+        o, final = _context_parallel(q, k, v, g, beta, scale, initial_state, cu_seqlens, cp_group, b)
+    else:
+        o, final, _, _ = CHUNK_GATED_DELTA_RULE(q, k, v, g, beta, scale, initial_state, cu_seqlens, backend=b)
     return o, (final if output_final_state else None)
+
+
+def _context_parallel(q, k, v, g, beta, scale, initial_state, cu_seqlens, group, backend):
+    """This rank's (o, final_state) of a batch split over `group`: q .. beta its shard of T tokens, the global
+    batch W T tokens long, cu_seqlens the global batch's (None: one sequence)."""
+    op = "chunk_gated_delta_rule"
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        raise tle.LaunchError(f"tle.ops.{op}: 'cp_group' needs torch.distributed initialized")
+    world, rank = torch.distributed.get_world_size(group), torch.distributed.get_rank(group)
+    if q.shape[0] != 1:
+        raise tle.LaunchError(f"tle.ops.{op}: with 'cp_group' each rank passes its shard of one packed batch: q "
+                              f"has batch {q.shape[0]}, expected 1")
+    tokens = world * q.shape[1]
+    cu = (torch.tensor([0, tokens], device=q.device, dtype=torch.int32) if cu_seqlens is None
+          else cu_seqlens.to(torch.int32))
+    if int(cu[-1]) != tokens:
+        raise tle.LaunchError(f"tle.ops.{op}: 'cu_seqlens' ends at {int(cu[-1])} tokens; with 'cp_group' it is the "
+                              f"global batch's: {world} ranks x {q.shape[1]} tokens = {tokens}")
+    plan = context_parallel.split(cu, world, rank, q.shape[1], backend)
+
+    def forward(q, k, v, g, beta, scale, h0, cu):
+        return CHUNK_GATED_DELTA_RULE(*_contiguous(q, k, v, g, beta), scale, h0, cu, backend=backend)[:2]
+    return context_parallel.chunk_forward(forward, q, k, v, g, beta, scale, initial_state, plan, group,
+                                          state_dtype(q))
 
 
 def fused_recurrent_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
@@ -598,7 +627,7 @@ def _bench_make(shape, dtype, device):
     q = torch.randn(b, t, h, d, device=device, dtype=dtype)
     k = torch.nn.functional.normalize(torch.randn(b, t, h, d, device=device), dim=-1).to(dtype)
     v = torch.randn(b, t, h, d, device=device, dtype=dtype)
-    g = torch.nn.functional.logsigmoid(torch.randn(b, t, h, device=device)).to(dtype)
+    g = torch.nn.functional.logsigmoid(torch.randn(b, t, h, device=device))    # fp32, as models keep the gates
     beta = torch.rand(b, t, h, device=device).to(dtype)
     kwargs = dict(output_final_state=True)
     if len(shape) > 4:
@@ -648,6 +677,33 @@ def _bench_flops(sample, mode):
     return b * t * hv * per_token
 
 
+_BENCH_REFERENCES: dict = {}
+
+
+def _bench_check(sample, outputs, grads, upstream):
+    """Each output within 2^-6 and each gradient within 2^-5 of the largest magnitude of its reference: the
+    chunked mathematics in torch on the inputs cast to fp32, with the same upstream gradients."""
+    q = sample.args[0]
+    key = (q.data_ptr(), tuple(q.shape), bool(grads))
+    if key not in _BENCH_REFERENCES:
+        _BENCH_REFERENCES.clear()                  # one case at a time: the last one's references go
+        leaves = [x.detach().float().requires_grad_(bool(grads)) for x in sample.args]
+        with torch.enable_grad():
+            outs = reference_math.chunked_forward(*leaves, None, None, True,
+                                                  cu_seqlens=sample.kwargs.get("cu_seqlens"))
+            ref_grads = (torch.autograd.grad(outs, leaves, [u.float() for u in upstream]) if grads else ())
+        _BENCH_REFERENCES[key] = ([o.detach() for o in outs], ref_grads)
+    ref_outs, ref_grads = _BENCH_REFERENCES[key]
+    worst = 0.0
+    for what, got, ref, bound in ([(f"output {i}", o, r, 2 ** -6) for i, (o, r) in enumerate(zip(outputs, ref_outs))]
+                                  + [(name, g_, r, 2 ** -5) for name, g_, r in zip(("dq", "dk", "dv", "dg", "dbeta"),
+                                                                                  grads, ref_grads)]):
+        err = ((got.float() - ref).abs().max() / ref.abs().max()).item()
+        assert err < bound, f"{what}: error {err:.3g} of the largest magnitude, beyond {bound:g}"
+        worst = max(worst, err)
+    return worst
+
+
 def _eager(sample):
     q, k, v, g, beta = sample.args
 
@@ -668,6 +724,7 @@ OPERATOR = (
              bench=BenchSpec(shapes=[(1, 32768, 32, 128), (4, 4096, 16, 128), (1, 32768, 32, 128, 64), (1, 32768, 32, 64),
                                      (1, 16384, 16, 256)],
                              make=_bench_make, flops=_bench_flops, eager=_eager, peers={"fla": _fla_peer},
+                             check=_bench_check,
                              shape_help="BxTxHxD, or 1xTxHxDxN: N packed sequences of mixed lengths")),
     Operator("fused_recurrent_gated_delta_rule", fn=fused_recurrent_gated_delta_rule, reference=reference,
              samples=samples, forward_only="a decoding operator: train with chunk_gated_delta_rule",

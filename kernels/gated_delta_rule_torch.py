@@ -193,16 +193,18 @@ def wy_vectors(T, k, v, G, beta):
 
 def chunk_states(k, w, u, G, initial_state):
     """Walks the chunks in order. Returns (the state at each chunk's start [..., chunks, K, V], v_new = u - w S0
-    [..., chunks, C, V], the state after the last chunk)."""
+    [..., chunks, C, V], the state after the last chunk). Built without in-place writes: autograd differentiates
+    it (the benchmark's eager anchor in bwd mode)."""
     state = initial_state
-    starts = state.new_empty(*k.shape[:-2], *state.shape[-2:])
-    v_new = torch.empty_like(u)
+    starts, v_new = [], []
     for c in range(k.shape[-3]):
-        starts[..., c, :, :] = state
-        v_new[..., c, :, :] = u[..., c, :, :] - w[..., c, :, :] @ state
+        starts.append(state)
+        v_new.append(u[..., c, :, :] - w[..., c, :, :] @ state)
         kept = decay_to_end(G[..., c, :])[..., None] * k[..., c, :, :]
-        state = G[..., c, -1].exp()[..., None, None] * state + kept.transpose(-1, -2) @ v_new[..., c, :, :]
-    return starts, v_new, state
+        state = G[..., c, -1].exp()[..., None, None] * state + kept.transpose(-1, -2) @ v_new[-1]
+    if not starts:
+        return state.new_empty(*k.shape[:-2], *state.shape[-2:]), torch.empty_like(u), state
+    return torch.stack(starts, -3), torch.stack(v_new, -3), state
 
 
 def chunk_output(q, k, v_new, G, starts, scale):

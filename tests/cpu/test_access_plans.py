@@ -285,6 +285,16 @@ PLANS = {
         ('store', 'strided', 'T.Parallel'),
         ('store', 'strided', 'T.Parallel'),
     ],
+    'gated_delta_rule_cp.gdr_cp_split_kernel': [
+        ('load', 'box', 'T.Parallel into fragment'),
+        ('load', 'box', 'T.copy into fragment'),
+        ('store', 'box', 'T.Parallel'),
+        ('store', 'box', 'T.copy from fragment'),
+        ('load', 'scalar', 'scalar expression'),
+        ('store', 'scalar', 'scalar statement'),
+        ('store', 'scalar', 'scalar statement'),
+        ('store', 'scalar', 'scalar statement'),
+    ],
     'gated_delta_rule.gdr_wy_kernel': [
         ('load', 'scalar', 'scalar expression'),
         ('load', 'scalar', 'scalar expression'),
