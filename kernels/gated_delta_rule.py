@@ -1,7 +1,7 @@
 """The gated delta rule (Gated DeltaNet's recurrent attention), with flash-linear-attention's API and layout.
 
 `tle.ops.chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
-use_qk_l2norm_in_kernel=False, cu_seqlens=None, backend=None)` -> (o, final_state)
+use_qk_l2norm_in_kernel=False, cu_seqlens=None, cp_group=None, backend=None)` -> (o, final_state)
 `tle.ops.fused_recurrent_gated_delta_rule(...)`, the same arguments: the recurrence token by token, for decoding
 
 - q, k [B, T, H, K]; v [B, T, HV, V]; g (the decay, in log space) and beta [B, T, HV]; HV a multiple of H, value
@@ -21,6 +21,8 @@ own: the output's dv, the state gradient walked back over the chunks, dq/dk/dw a
 the WY backward with the gates' reverse cumulative sum. It gives q, k, v, g, beta and initial_state their
 gradients. The "torch" backend runs the same chunked mathematics in torch (tle.kernels.gated_delta_rule_torch).
 fused_recurrent_gated_delta_rule is forward-only (decoding): differentiating it raises.
+With `cp_group`, each rank passes its shard of one packed batch split over a torch.distributed group
+(tle.kernels.gated_delta_rule_cp has how the ranks exchange their states).
 """
 from __future__ import annotations
 
@@ -282,7 +284,11 @@ def _context_parallel(q, k, v, g, beta, scale, initial_state, cu_seqlens, group,
         raise tle.LaunchError(f"tle.ops.{op}: 'cu_seqlens' ends at {int(cu[-1])} tokens; with 'cp_group' it is the "
                               f"global batch's: {world} ranks x {q.shape[1]} tokens = {tokens}")
     plan = context_parallel.split(cu, world, rank, q.shape[1], backend)
+    if backend != "torch":
+        return context_parallel.KernelContextParallel.apply(*_contiguous(q, k, v, g, beta, initial_state), scale,
+                                                            plan, group, backend)
 
+    # the torch backend: the operator itself, composed (see context_parallel.chunk_forward)
     def forward(q, k, v, g, beta, scale, h0, cu):
         return CHUNK_GATED_DELTA_RULE(*_contiguous(q, k, v, g, beta), scale, h0, cu, backend=backend)[:2]
     return context_parallel.chunk_forward(forward, q, k, v, g, beta, scale, initial_state, plan, group,
@@ -437,7 +443,7 @@ def _state_example(device, size):
     w, u = (m[name].to(c["dtype"]).contiguous() for name in ("w", "u"))
     return _example(c, (vd // bv, b, hv),
                     (c["k"], w, u, m["gc"].contiguous(), c["h0"], states, v_new, final, c["cu"], first),
-                    dict(H=h, HV=hv, K=kd, V=vd, BV=bv, BT=BT, INITIAL=True),
+                    dict(H=h, HV=hv, K=kd, V=vd, BV=bv, BT=BT, INITIAL=True, UPDATES=True),
                     {"states": states, "v_new": v_new, "final": final}, ("states", "v_new", "final"),
                     warps=max(1, min(4, kd * bv // 128)), flops=4 * b * t * hv * kd * vd)
 
@@ -541,7 +547,7 @@ def _state_backward_example(device, size):
     return _example(c, (vd // bv, b, hv),
                     (c["q"], c["k"], _given(c, "w"), c["math"]["gc"].contiguous(), c["do"], _given(c, "dv_local"),
                      c["dht"], dstates, dv_new, dh0, c["scale"], c["cu"], first),
-                    dict(H=h, HV=hv, K=kd, V=vd, BV=bv, BT=BT, FINAL_GRAD=True),
+                    dict(H=h, HV=hv, K=kd, V=vd, BV=bv, BT=BT, FINAL_GRAD=True, OUTPUT_GRAD=True),
                     {"dstates": dstates, "dv_new": dv_new, "dh0": dh0}, ("dstates", "dv_new", "dh0"),
                     warps=state_warps(kd, bv), flops=6 * b * t * hv * kd * vd)
 

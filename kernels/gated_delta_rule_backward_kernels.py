@@ -52,9 +52,11 @@ def gdr_dv_local_kernel(q_ptr, k_ptr, gc_ptr, do_ptr, dv_ptr, scale, index_ptr,
 def gdr_state_backward_kernel(q_ptr, k_ptr, w_ptr, gc_ptr, do_ptr, dv_local_ptr, dht_ptr, dh_ptr, dv_new_ptr,
                               dh0_ptr, scale, cu_ptr, first_ptr, H: tl.constexpr, HV: tl.constexpr,
                               K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, BT: tl.constexpr,
-                              FINAL_GRAD: tl.constexpr):
+                              FINAL_GRAD: tl.constexpr, OUTPUT_GRAD: tl.constexpr):
     """Program (value block, sequence, value head): dS of its columns [K, BV] in fp32, from the final state's
-    gradient (or 0) back over the sequence's chunks; dh [chunks, HV, K, V] gets dS at each chunk's end."""
+    gradient (or 0) back over the sequence's chunks; dh [chunks, HV, K, V] gets dS at each chunk's end.
+    Without OUTPUT_GRAD, do and dv_local are taken as zero and not read: from dS = I that walks the
+    transposed transition dS -> M^T dS of the tokens (context parallelism)."""
     cols = tl.program_id(0) * BV + tl.arange(0, BV)
     n, hv = tl.program_id(1), tl.program_id(2)
     bos, eos = tl.load(cu_ptr + n), tl.load(cu_ptr + n + 1)
@@ -77,16 +79,23 @@ def gdr_state_backward_kernel(q_ptr, k_ptr, w_ptr, gc_ptr, do_ptr, dv_local_ptr,
         g = tl.load(gc_ptr + t * HV + hv, mask=ok, other=0.0)
         kb = tl.load(k_ptr + qk_base + t[:, None] * (H * K) + kr[None, :], mask=ok[:, None], other=0.0)
         kd = (kb * tl.where(ok, tl.exp(g_last - g), 0.0)[:, None]).to(kb.dtype)
-        dv_local = tl.load(dv_local_ptr + (t[:, None] * HV + hv) * V + cols[None, :], mask=ok[:, None], other=0.0)
-        dv_new = dv_local.to(tl.float32) + tl.dot(kd, dstate.to(kb.dtype))
+        if OUTPUT_GRAD:
+            dv_local = tl.load(dv_local_ptr + (t[:, None] * HV + hv) * V + cols[None, :], mask=ok[:, None],
+                               other=0.0)
+            dv_new = dv_local.to(tl.float32) + tl.dot(kd, dstate.to(kb.dtype))
+        else:
+            dv_new = tl.dot(kd, dstate.to(kb.dtype))
         tl.store(dv_new_ptr + (t[:, None] * HV + hv) * V + cols[None, :], dv_new.to(dv_new_ptr.dtype.element_ty),
                  mask=ok[:, None])
-        qb = tl.load(q_ptr + qk_base + t[:, None] * (H * K) + kr[None, :], mask=ok[:, None], other=0.0)
-        qd = (qb * (tl.where(ok, tl.exp(g), 0.0) * scale)[:, None]).to(qb.dtype)
-        do = tl.load(do_ptr + (t[:, None] * HV + hv) * V + cols[None, :], mask=ok[:, None], other=0.0)
+        if OUTPUT_GRAD:
+            qb = tl.load(q_ptr + qk_base + t[:, None] * (H * K) + kr[None, :], mask=ok[:, None], other=0.0)
+            qd = (qb * (tl.where(ok, tl.exp(g), 0.0) * scale)[:, None]).to(qb.dtype)
+            do = tl.load(do_ptr + (t[:, None] * HV + hv) * V + cols[None, :], mask=ok[:, None], other=0.0)
+            carried = dstate * tl.exp(g_last) + tl.dot(tl.trans(qd), do.to(qb.dtype))
+        else:
+            carried = dstate * tl.exp(g_last)
         w = tl.load(w_ptr + (t[:, None] * HV + hv) * K + kr[None, :], mask=ok[:, None], other=0.0)
-        dstate = (dstate * tl.exp(g_last) + tl.dot(tl.trans(qd), do.to(qb.dtype))
-                  - tl.dot(tl.trans(w), dv_new.to(w.dtype)))
+        dstate = carried - tl.dot(tl.trans(w), dv_new.to(w.dtype))
     tl.store(dh0_ptr + state_at, dstate)
 
 

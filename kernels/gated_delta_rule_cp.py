@@ -3,21 +3,26 @@
 Rank r of W holds tokens r T .. (r + 1) T of the global packed batch (T tokens each); cu_seqlens is the global
 batch's. A sequence crossing from rank r - 1 into rank r continues there from the state rank r - 1 ended with.
 The recurrence is linear in that state: over its tokens a rank maps an incoming state S to M S + S_ext, with
-M [K, K] (the product of the tokens' exp(g)(I - beta k k^T)) and S_ext its own contribution from a zero state.
-So the ranks do not pass the state along one after another:
+M [K, K] the product of the tokens' exp(g)(I - beta k k^T) and S_ext the rank's own contribution. So the ranks
+do not hand the state on one after another:
 
 1. the split kernel (`gdr_cp_split_kernel`) gives each rank its local cu_seqlens, which sequences start and
-   end on it, and for every rank the sequence coming in from the rank before and the one going out to the next;
-2. each rank computes (S_ext, M) of its outgoing piece: the chunked forward over it from the piece's own
-   initial state (S_ext), and over it with v = 0 from I (M), the latter only where the piece came in too;
+   end on it, and for every rank the sequence coming in from the rank before and the one going out;
+2. each rank computes its (S_ext, M): the final state of its outgoing piece, and M where that piece also came
+   in (it spans the rank), else 0;
 3. one all_gather of every rank's (S_ext, M);
-4. each rank folds the ranks before it, S <- M_j S + S_ext_j, into the state its incoming sequence starts from
-   (a piece that started on rank j has M_j = 0, which restarts the fold there), and runs the chunked forward
-   over its tokens with it.
+4. each rank folds the ranks before it, S <- M_j S + S_ext_j, into the state its incoming sequence starts
+   from (a piece that started on rank j has M_j = 0, which restarts the fold there).
 
-Rank 0 has nothing coming in: it runs its forward first and hands on its outgoing sequence's final state. The
-last rank hands nothing on. The backward mirrors the forward through autograd: each rank's gradient of the
-gathered (S_ext, M) is summed over the ranks (one all_reduce) and flows back through step 2.
+On the kernel backends (`KernelContextParallel`) each rank walks its shard once, its incoming sequence from a
+zero state, and beside it the transition of the incoming piece (the state walk without updates, from I): M_c
+at each chunk's start. Every state and update of the piece is linear in S, so after step 4 the correction
+kernel (`gdr_cp_correct_kernel`) adds M_c S and -w M_c S to them, and the output kernel runs. The backward
+mirrors it: the state gradient walked back once (the outgoing piece's end gradient taken as zero), the
+piece's transposed transition beside it, one all_gather, the fold from the last rank down, the correction.
+On the torch backend (`chunk_forward`) the operator itself is composed: the forward over the outgoing piece
+(twice: from its own initial state, and with v = 0 from I), the exchange, the forward with the true initial
+state; autograd differentiates it, the exchange's gradient summed over the ranks (one all_reduce).
 """
 from __future__ import annotations
 
@@ -26,6 +31,9 @@ import torch.distributed as dist
 import triton.language as tl
 
 import tle
+from tle.kernels import gated_delta_rule_launch as launches
+from tle.kernels.gated_delta_rule_kernels import BT, _chunk
+from tle.kernels.gated_delta_rule_launch import block, launch, state_warps
 
 SPLIT_BLOCK = 64          # sequences a program of the split kernel reads at once
 STARTS_HERE, ENDS_HERE = 1, 2
@@ -61,6 +69,35 @@ def gdr_cp_split_kernel(cu_ptr, local_cu_ptr, roles_ptr, links_ptr, n_seqs, worl
         tl.store(local_cu_ptr + n_seqs, tl.minimum(tl.maximum(tl.load(cu_ptr + n_seqs) - lo, 0), local_tokens))
     tl.store(links_ptr + 2 * p, incoming)
     tl.store(links_ptr + 2 * p + 1, outgoing)
+
+
+@tle.jit
+def gdr_cp_correct_kernel(h_ptr, v_new_ptr, h_map_ptr, v_new_map_ptr, s_ptr, index_ptr, range_ptr,
+                          HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, BT: tl.constexpr):
+    """Program (chunk, value head, value block), for the chunks range[0] <= chunk < range[1]: adds the share of
+    a state S [HV, K, V] that the chunk's state and its tokens' updates were missing, each linear in S:
+    h[chunk] += h_map[chunk] S and v_new[token] += v_new_map[token] S (h_map [chunks, HV, K, K], v_new_map
+    [tokens, HV, K]). The same for the gradients: dh and dv_new, with the maps of the transposed walk."""
+    c = tl.program_id(0)
+    hv = tl.program_id(1)
+    cols = tl.program_id(2) * BV + tl.arange(0, BV)
+    lo = tl.load(range_ptr)
+    hi = tl.load(range_ptr + 1)
+    if (c >= lo) & (c < hi):
+        start, end = _chunk(index_ptr)
+        t = start + tl.arange(0, BT)
+        ok = t < end
+        kr = tl.arange(0, K)
+        state = tl.load(s_ptr + (hv * K + kr[:, None]) * V + cols[None, :])
+        at = (c * HV + hv) * K + kr[:, None]
+        h_map = tl.load(h_map_ptr + at * K + kr[None, :])
+        h = tl.load(h_ptr + at * V + cols[None, :]).to(tl.float32) + tl.dot(h_map, state.to(h_map.dtype))
+        tl.store(h_ptr + at * V + cols[None, :], h.to(h_ptr.dtype.element_ty))
+        v_map = tl.load(v_new_map_ptr + (t[:, None] * HV + hv) * K + kr[None, :], mask=ok[:, None], other=0.0)
+        v_new = tl.load(v_new_ptr + (t[:, None] * HV + hv) * V + cols[None, :], mask=ok[:, None], other=0.0)
+        v_new = v_new.to(tl.float32) + tl.dot(v_map, state.to(v_map.dtype))
+        tl.store(v_new_ptr + (t[:, None] * HV + hv) * V + cols[None, :], v_new.to(v_new_ptr.dtype.element_ty),
+                 mask=ok[:, None])
 
 
 def split_torch(cu: torch.Tensor, world: int, rank: int, local_tokens: int):
@@ -116,6 +153,41 @@ def _split_example(device, size):
                       label=f"{n} sequences over {world} ranks")
 
 
+@tle.example(gdr_cp_correct_kernel)
+def _correct_example(device, size):
+    lengths, hv, kd, vd, dtype = ([70, 50], 2, 16, 32, torch.float32) if size == "small" else \
+        ([4100, 3000], 16, 128, 128, torch.bfloat16)
+    bounds = [0]
+    for length in lengths:
+        bounds.append(bounds[-1] + length)
+    ranges = [[b0 + c, min(b0 + c + BT, b1)] for b0, b1 in zip(bounds, bounds[1:]) for c in range(0, b1 - b0, BT)]
+    slots = len(ranges) + 1                                   # one entry past the last chunk: (0, 0)
+    index = torch.tensor(ranges + [[0, 0]], device=device, dtype=torch.int32)
+    tokens = bounds[-1]
+    # the kernel adds into h and v_new: they start at zero, and the chunks outside the range stay zero
+    h = torch.zeros(slots, hv, kd, vd, device=device, dtype=dtype)
+    v_new = torch.zeros(tokens, hv, vd, device=device, dtype=dtype)
+    h_map = (torch.randn(slots, hv, kd, kd, device=device) / kd ** 0.5).to(dtype)
+    v_map = (torch.randn(tokens, hv, kd, device=device) / kd ** 0.5).to(dtype)
+    state = torch.randn(hv, kd, vd, device=device)
+    lo, hi = 1, len(ranges) - 1                               # the first and last chunks keep their values
+    chunk_range = torch.tensor([lo, hi], device=device, dtype=torch.int32)
+    ref_h, ref_v = h.float().clone(), v_new.float().clone()
+    ref_h[lo:hi] = h_map[lo:hi].float() @ state
+    first, last = ranges[lo][0], ranges[hi - 1][1]
+    ref_v[first:last] = torch.einsum("thk,hkv->thv", v_map[first:last].float(), state)
+    ref = {"h": ref_h.to(dtype), "v_new": ref_v.to(dtype)}
+    bv = block(vd, 32)
+    err = 2 ** -9 if dtype == torch.float32 else 2 ** -6
+    return tle.Launch(grid=(slots, hv, vd // bv),
+                      args=(h.view(-1), v_new.view(-1), h_map.view(-1), v_map.view(-1), state.view(-1), index.view(-1),
+                            chunk_range),
+                      kwargs=dict(HV=hv, K=kd, V=vd, BV=bv, BT=BT, num_warps=state_warps(kd, bv)),
+                      outputs={"h": h, "v_new": v_new}, reference=lambda: ref, accumulates=("h", "v_new"),
+                      tolerances={name: (err * float(r.float().abs().max()), err) for name, r in ref.items()},
+                      flops=2 * (hi - lo) * hv * kd * vd * (kd + BT), label=f"{len(ranges)} chunks, HV{hv} K{kd} V{vd}")
+
+
 class _Exchange(torch.autograd.Function):
     """all_gather of every rank's [HV, K, V + K] handoff into [W, HV, K, V + K]. Its gradient: each rank's
     gradient of the gathered tensor, summed over the ranks (all_reduce), at this rank's slice."""
@@ -140,7 +212,9 @@ def _row(states: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 
 
 def chunk_forward(forward, q, k, v, g, beta, scale, initial_state, plan, group, state_dtype):
-    """(o, final_state) of this rank's shard. `forward(q, k, v, g, beta, scale, h0, cu) -> (o, final)` is the
+    """(o, final_state) of this rank's shard, the operator composed (the torch backend). Rank 0 has nothing
+    coming in: it runs its forward first and hands on its outgoing sequence's final state; the last rank
+    hands nothing on. `forward(q, k, v, g, beta, scale, h0, cu) -> (o, final)` is the
     differentiable chunked forward of one backend; `plan` the split's (local cu_seqlens, roles, links);
     `initial_state` [N, HV, K, V] or None, the same on every rank. final_state row n is sequence n's final
     state on the rank holding its last token, zeros on the others."""
@@ -188,3 +262,107 @@ def chunk_forward(forward, q, k, v, g, beta, scale, initial_state, plan, group, 
     start_states = h0.index_add(0, incoming.clamp(min=0).view(1), state[None])
     o, final = forward(q, k, v, g, beta, scale, start_states, local_cu)
     return o, final * role(ENDS_HERE)
+
+
+# -- the kernel backends: each rank walks its shard once, then corrects the piece that depends on another rank's
+def _gather(x: torch.Tensor, group) -> torch.Tensor:
+    parts = [torch.empty_like(x) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(parts, x.contiguous(), group=group)
+    return torch.stack(parts)
+
+
+def _correct(states, v_new, state_map, update_map, shift, index, chunks, backend):
+    """states[c] += state_map[c] shift and v_new += update_map shift over the chunks c in `chunks` [lo, hi]."""
+    hv, kd, vd = states.shape[1:]
+    bv = block(vd, 32)
+    launch(gdr_cp_correct_kernel, (index.shape[0], hv, vd // bv), states, v_new, state_map, update_map,
+           shift.contiguous(), index, chunks, HV=hv, K=kd, V=vd, BV=bv, BT=BT, backend=backend,
+           num_warps=state_warps(kd, bv))
+
+
+def _chunks_of(first: torch.Tensor, seq: torch.Tensor, present: torch.Tensor) -> torch.Tensor:
+    """[first chunk, end chunk] of local sequence `seq` (int32 [2]), empty where it is not `present`."""
+    at = seq.clamp(min=0)
+    return (torch.stack([first[at], first[at + 1]]) * present).int()
+
+
+class KernelContextParallel(torch.autograd.Function):
+    """The chunked forward and backward of one rank's shard on a kernel backend.
+
+    Forward: the shard is walked once, its incoming sequence from a zero state; beside it the transition of
+    the incoming piece, M_c at each of its chunks' starts (and -w M_c per token). After the exchange and the
+    fold give the true incoming state S, the piece's chunk states and updates get M_c S and -w M_c S (the
+    correction kernel), its final state M S, and the output kernel runs on the corrected values.
+    Backward, mirrored: the state gradient is walked back once, the outgoing piece's end gradient taken as
+    zero; beside it the piece's transposed transition; the exchange and the fold from the last rank give the
+    true end gradient dS, and the piece's state gradients and dv_new get their share of it."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, g, beta, initial_state, scale, plan, group, backend):
+        world, rank = dist.get_world_size(group), dist.get_rank(group)
+        local_cu, roles, links = plan
+        t, hv, vd = v.shape[1:]
+        kd = q.shape[3]
+        n = local_cu.numel() - 1
+        starts_here = (roles & STARTS_HERE).bool().view(n, 1, 1, 1)
+        h0 = (q.new_zeros(n, hv, kd, vd, dtype=torch.float32) if initial_state is None
+              else initial_state.float() * starts_here)
+        incoming, outgoing = links[rank, 0].long(), links[rank, 1].long()
+        has_in, has_out = incoming >= 0, outgoing >= 0
+        spans = has_in & (incoming == outgoing)
+        index, first = launches.chunk_index(local_cu, t, backend)
+        gc, ai = launches.gates_and_inverse(k, g, beta, index, backend)
+        w, _, states, v_new, final = launches.states_and_updates(k, v, beta, gc, ai, h0, local_cu, index, first,
+                                                                 backend)
+        seq_in = incoming.clamp(min=0)
+        piece = (torch.stack([torch.zeros_like(seq_in), local_cu[seq_in + 1].long()]) * has_in).int()
+        state_map, update_map, transition = launches.transition(k, w, gc, piece, first[seq_in].view(1),
+                                                                index.shape[0], backend)
+        gathered = _gather(torch.cat([final[outgoing.clamp(min=0)] * has_out, transition[0] * spans], -1), group)
+        shift = q.new_zeros(hv, kd, vd, dtype=torch.float32)
+        for j in range(rank):
+            shift = gathered[j, ..., vd:] @ shift + gathered[j, ..., :vd]
+        shift = shift * has_in
+        _correct(states, v_new, state_map, update_map, shift, index, _chunks_of(first, incoming, has_in), backend)
+        final[seq_in] += transition[0] @ shift
+        o = launches.output(q, k, v_new, states, gc, scale, index, backend)
+        ctx.save_for_backward(q, k, v, g, beta, gc, ai, h0.index_add(0, seq_in.view(1), shift[None]), local_cu,
+                              roles, links)
+        ctx.scale, ctx.group, ctx.backend = scale, group, backend
+        ctx.initial_dtype = None if initial_state is None else initial_state.dtype
+        return o, final * (roles & ENDS_HERE).bool().view(n, 1, 1, 1)
+
+    @staticmethod
+    def backward(ctx, do, dfinal):
+        q, k, v, g, beta, gc, ai, h0, local_cu, roles, links = ctx.saved_tensors
+        group, backend, scale = ctx.group, ctx.backend, ctx.scale
+        world, rank = dist.get_world_size(group), dist.get_rank(group)
+        t, hv, vd = v.shape[1:]
+        kd = q.shape[3]
+        n = local_cu.numel() - 1
+        do = torch.zeros_like(v) if do is None else do.contiguous()
+        ends_here = (roles & ENDS_HERE).bool().view(n, 1, 1, 1)
+        dht = torch.zeros_like(h0) if dfinal is None else (dfinal.float() * ends_here).contiguous()
+        incoming, outgoing = links[rank, 0].long(), links[rank, 1].long()
+        has_in, has_out = incoming >= 0, outgoing >= 0
+        spans = has_in & (incoming == outgoing)
+        index, first = launches.chunk_index(local_cu, t, backend)
+        w, _, states, v_new, _ = launches.states_and_updates(k, v, beta, gc, ai, h0, local_cu, index, first, backend)
+        dstates, dv_new, dh0 = launches.state_gradients(q, k, w, gc, do, scale, dht, local_cu, index, first, backend)
+        seq_out = outgoing.clamp(min=0)
+        piece = torch.stack([torch.where(has_out, local_cu[seq_out].long(), t), torch.full_like(seq_out, t)]).int()
+        state_map, update_map, transition_t = launches.transition_backward(q, k, w, gc, piece,
+                                                                           first[seq_out].view(1), index.shape[0],
+                                                                           backend)
+        gathered = _gather(torch.cat([dh0[incoming.clamp(min=0)] * has_in, transition_t[0] * spans], -1), group)
+        shift = q.new_zeros(hv, kd, vd, dtype=torch.float32)
+        for j in range(world - 1, rank, -1):
+            shift = gathered[j, ..., vd:] @ shift + gathered[j, ..., :vd]
+        shift = shift * has_out
+        _correct(dstates, dv_new, state_map, update_map, shift, index, _chunks_of(first, outgoing, has_out), backend)
+        dh0[seq_out] += transition_t[0] @ shift
+        dq, dk, dv, dg, dbeta = launches.input_gradients(q, k, v, g, beta, gc, ai, do, scale, states, v_new, dstates,
+                                                         dv_new, index, backend)
+        dinitial = None if ctx.initial_dtype is None else \
+            (dh0 * (roles & STARTS_HERE).bool().view(n, 1, 1, 1)).to(ctx.initial_dtype)
+        return dq, dk, dv, dg, dbeta, dinitial, None, None, None, None

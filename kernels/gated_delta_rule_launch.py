@@ -61,7 +61,7 @@ def chunk_index(cu: torch.Tensor, tokens: int, backend: str) -> tuple[torch.Tens
     return index, first
 
 
-def _gates_and_inverse(k, g, beta, index, backend):
+def gates_and_inverse(k, g, beta, index, backend):
     """G (fp32) and Ai = (I + A)^-1 (k's dtype), [B, T, HV(, BT)]."""
     b, t, h, kd = k.shape
     hv = g.shape[2]
@@ -76,7 +76,7 @@ def _gates_and_inverse(k, g, beta, index, backend):
     return gc, ai
 
 
-def _states(k, v, beta, gc, ai, initial_state, cu, index, first, backend):
+def states_and_updates(k, v, beta, gc, ai, initial_state, cu, index, first, backend):
     """w, u, the state at each chunk's start [chunks, HV, K, V] (k's dtype), v_new and the final states (fp32)."""
     b, t, h, kd = k.shape
     hv, vd = v.shape[2], v.shape[3]
@@ -91,48 +91,95 @@ def _states(k, v, beta, gc, ai, initial_state, cu, index, first, backend):
     bv = block(vd, 32)
     h0 = final if initial_state is None else initial_state      # not read without one
     launch(gdr_state_kernel, (vd // bv, n, hv), k, w, u, gc, h0, states, v_new, final, cu, first, H=h, HV=hv,
-           K=kd, V=vd, BV=bv, BT=BT, INITIAL=initial_state is not None, backend=backend,
+           K=kd, V=vd, BV=bv, BT=BT, INITIAL=initial_state is not None, UPDATES=True, backend=backend,
            num_warps=state_warps(kd, bv))
     return w, u, states, v_new, final
 
 
-def chunked_forward(q, k, v, g, beta, scale, initial_state, cu, backend):
-    """(o, final state, G, Ai) from the six kernels (cu: int32 cumulative lengths over the flattened tokens)."""
+def output(q, k, v_new, states, gc, scale, index, backend):
+    """o from the chunk start states and v_new."""
     b, t, h, kd = q.shape
-    hv, vd = v.shape[2], v.shape[3]
-    index, first = chunk_index(cu, b * t, backend)
-    gc, ai = _gates_and_inverse(k, g, beta, index, backend)
-    _, _, states, v_new, final = _states(k, v, beta, gc, ai, initial_state, cu, index, first, backend)
+    hv, vd = v_new.shape[2], v_new.shape[3]
     o = torch.empty(b, t, hv, vd, device=q.device, dtype=q.dtype)
     bv = block(vd, 64)
     launch(gdr_output_kernel, (index.shape[0], hv, vd // bv), q, k, v_new, states, gc, o, scale, index, H=h,
            HV=hv, K=kd, V=vd, BK=block(kd, 64), BV=bv, BT=BT, backend=backend, num_warps=4)
-    return o, final, gc, ai
+    return o
 
 
-def chunked_backward(q, k, v, g, beta, gc, ai, scale, initial_state, do, dfinal, cu, backend):
-    """(dq, dk, dv, dg, dbeta, d initial state (fp32)) from the forward's G and Ai; dq and dk summed over the
-    value heads that share a q/k head."""
+def chunked_forward(q, k, v, g, beta, scale, initial_state, cu, backend):
+    """(o, final state, G, Ai) from the six kernels (cu: int32 cumulative lengths over the flattened tokens)."""
+    index, first = chunk_index(cu, q.shape[0] * q.shape[1], backend)
+    gc, ai = gates_and_inverse(k, g, beta, index, backend)
+    _, _, states, v_new, final = states_and_updates(k, v, beta, gc, ai, initial_state, cu, index, first, backend)
+    return output(q, k, v_new, states, gc, scale, index, backend), final, gc, ai
+
+
+def transition(k, w, gc, cu, first, slots, backend):
+    """The transition of the tokens of the one sequence cu = [start, end]: from S = I, the state walk with no
+    updates. (M at each chunk's start [slots, HV, K, K] (k's dtype; the chunks from slot first[0] on),
+    -w M per token [B, T, HV, K] (k's dtype), M after the last chunk [1, HV, K, K] fp32)."""
+    b, t, h, kd = k.shape
+    hv = w.shape[2]
+    eye = torch.eye(kd, device=k.device, dtype=torch.float32).expand(1, hv, kd, kd).contiguous()
+    states = torch.empty(slots, hv, kd, kd, device=k.device, dtype=k.dtype)
+    v_new = torch.empty(b, t, hv, kd, device=k.device, dtype=k.dtype)
+    final = torch.empty(1, hv, kd, kd, device=k.device, dtype=torch.float32)
+    bv = block(kd, 32)
+    launch(gdr_state_kernel, (kd // bv, 1, hv), k, w, w, gc, eye, states, v_new, final, cu, first, H=h, HV=hv,
+           K=kd, V=kd, BV=bv, BT=BT, INITIAL=True, UPDATES=False, backend=backend, num_warps=state_warps(kd, bv))
+    return states, v_new, final
+
+
+def transition_backward(q, k, w, gc, cu, first, slots, backend):
+    """The transposed transition of the tokens of the one sequence cu = [start, end]: from dS = I at its end,
+    the state gradient walked back with no output gradient. (dS at each chunk's end [slots, HV, K, K], the
+    dv_new it gives [B, T, HV, K] (k's dtype), M^T at the start [1, HV, K, K] fp32)."""
+    b, t, h, kd = k.shape
+    hv = w.shape[2]
+    eye = torch.eye(kd, device=k.device, dtype=torch.float32).expand(1, hv, kd, kd).contiguous()
+    dstates = torch.empty(slots, hv, kd, kd, device=k.device, dtype=k.dtype)
+    dv_new = torch.empty(b, t, hv, kd, device=k.device, dtype=k.dtype)
+    start = torch.empty(1, hv, kd, kd, device=k.device, dtype=torch.float32)
+    bv = block(kd, 32)
+    launch(gdr_state_backward_kernel, (kd // bv, 1, hv), q, k, w, gc, w, w, eye, dstates, dv_new, start, 1.0,
+           cu, first, H=h, HV=hv, K=kd, V=kd, BV=bv, BT=BT, FINAL_GRAD=True, OUTPUT_GRAD=False, backend=backend,
+           num_warps=state_warps(kd, bv), num_stages=state_backward_stages(kd))
+    return dstates, dv_new, start
+
+
+def state_gradients(q, k, w, gc, do, scale, dfinal, cu, index, first, backend):
+    """dv_local, then the state gradient walked back: (dS at each chunk's end [chunks, HV, K, V] (k's dtype),
+    dv_new (k's dtype), the initial states' gradient (fp32))."""
     b, t, h, kd = q.shape
-    hv, vd = v.shape[2], v.shape[3]
+    hv, vd = do.shape[2], do.shape[3]
     n = cu.numel() - 1
-    tokens = b * t
-    dev = q.device
-    index, first = chunk_index(cu, tokens, backend)
     chunks = index.shape[0]
-    w, _, states, v_new, _ = _states(k, v, beta, gc, ai, initial_state, cu, index, first, backend)
-    bk, bv = block(kd, 64), block(vd, 64)
+    dev = q.device
+    bv = block(vd, 64)
     dv_local = torch.empty(b, t, hv, vd, device=dev, dtype=do.dtype)
     launch(gdr_dv_local_kernel, (chunks, hv, vd // bv), q, k, gc, do, dv_local, scale, index, H=h, HV=hv, K=kd,
-           V=vd, BK=bk, BV=bv, BT=BT, backend=backend, num_warps=4)
+           V=vd, BK=block(kd, 64), BV=bv, BT=BT, backend=backend, num_warps=4)
     dstates = torch.empty(chunks, hv, kd, vd, device=dev, dtype=k.dtype)
     dv_new = torch.empty(b, t, hv, vd, device=dev, dtype=k.dtype)
     dh0 = torch.empty(n, hv, kd, vd, device=dev, dtype=torch.float32)
     bvs = block(vd, 32)
     dht = dh0 if dfinal is None else dfinal                     # not read without one
     launch(gdr_state_backward_kernel, (vd // bvs, n, hv), q, k, w, gc, do, dv_local, dht, dstates, dv_new, dh0,
-           scale, cu, first, H=h, HV=hv, K=kd, V=vd, BV=bvs, BT=BT, FINAL_GRAD=dfinal is not None,
+           scale, cu, first, H=h, HV=hv, K=kd, V=vd, BV=bvs, BT=BT, FINAL_GRAD=dfinal is not None, OUTPUT_GRAD=True,
            backend=backend, num_warps=state_warps(kd, bvs), num_stages=state_backward_stages(kd))
+    return dstates, dv_new, dh0
+
+
+def input_gradients(q, k, v, g, beta, gc, ai, do, scale, states, v_new, dstates, dv_new, index, backend):
+    """(dq, dk, dv, dg, dbeta) from the chunk states, v_new and their gradients; dq and dk summed over the value
+    heads that share a q/k head."""
+    b, t, h, kd = q.shape
+    hv, vd = v.shape[2], v.shape[3]
+    tokens = b * t
+    chunks = index.shape[0]
+    dev = q.device
+    bk, bv = block(kd, 64), block(vd, 64)
     # dq and dk per value head: in fp32 where several value heads share a head and are summed below
     shared = hv != h
     dq = torch.empty(b, t, hv, kd, device=dev, dtype=torch.float32 if shared else q.dtype)
@@ -152,7 +199,16 @@ def chunked_backward(q, k, v, g, beta, gc, ai, scale, initial_state, do, dfinal,
     if shared:
         dq = dq.view(b, t, h, hv // h, kd).sum(3).to(q.dtype)
         dk = dk.view(b, t, h, hv // h, kd).sum(3).to(k.dtype)
-    return dq, dk, dv, dg, dbeta, dh0
+    return dq, dk, dv, dg, dbeta
+
+
+def chunked_backward(q, k, v, g, beta, gc, ai, scale, initial_state, do, dfinal, cu, backend):
+    """(dq, dk, dv, dg, dbeta, d initial state (fp32)) from the forward's G and Ai."""
+    index, first = chunk_index(cu, q.shape[0] * q.shape[1], backend)
+    w, _, states, v_new, _ = states_and_updates(k, v, beta, gc, ai, initial_state, cu, index, first, backend)
+    dstates, dv_new, dh0 = state_gradients(q, k, w, gc, do, scale, dfinal, cu, index, first, backend)
+    return (*input_gradients(q, k, v, g, beta, gc, ai, do, scale, states, v_new, dstates, dv_new, index, backend),
+            dh0)
 
 
 def recurrent_forward(q, k, v, g, beta, scale, initial_state, cu, l2norm, backend):

@@ -3,7 +3,7 @@ import triton
 import triton.language as tl
 
 
-# constexprs: H=1, HV=2, K=16, V=32, BV=32, BT=64, INITIAL=True
+# constexprs: H=1, HV=2, K=16, V=32, BV=32, BT=64, INITIAL=True, UPDATES=True
 # launch: num_warps=4, num_stages=3
 @triton.jit
 def gdr_state_kernel(k_ptr, w_ptr, u_ptr, gc_ptr, h0_ptr, h_ptr, v_new_ptr, ht_ptr, cu_ptr, first_ptr):
