@@ -188,6 +188,20 @@ def _correct_example(device, size):
                       flops=2 * (hi - lo) * hv * kd * vd * (kd + BT), label=f"{len(ranges)} chunks, HV{hv} K{kd} V{vd}")
 
 
+def _gather(x: torch.Tensor, group) -> torch.Tensor:
+    parts = [torch.empty_like(x) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(parts, x.contiguous(), group=group)
+    return torch.stack(parts)
+
+
+def _fold(gathered: torch.Tensor, ranks, width: int) -> torch.Tensor:
+    """S <- M_j S + S_j over `ranks` in order, from S = 0, with gathered[j] = [S_j | M_j] ([HV, K, width + K])."""
+    state = torch.zeros_like(gathered[0, ..., :width])
+    for j in ranks:
+        state = gathered[j, ..., width:] @ state + gathered[j, ..., :width]
+    return state
+
+
 class _Exchange(torch.autograd.Function):
     """all_gather of every rank's [HV, K, V + K] handoff into [W, HV, K, V + K]. Its gradient: each rank's
     gradient of the gathered tensor, summed over the ranks (all_reduce), at this rank's slice."""
@@ -195,9 +209,7 @@ class _Exchange(torch.autograd.Function):
     @staticmethod
     def forward(ctx, handoff, group):
         ctx.group = group
-        parts = [torch.empty_like(handoff) for _ in range(dist.get_world_size(group))]
-        dist.all_gather(parts, handoff.contiguous(), group=group)
-        return torch.stack(parts)
+        return _gather(handoff, group)
 
     @staticmethod
     def backward(ctx, grad):
@@ -255,22 +267,13 @@ def chunk_forward(forward, q, k, v, g, beta, scale, initial_state, plan, group, 
     if rank == 0:
         # rank 0 reads nothing back, yet takes part in the exchange's backward (its all_reduce): a zero term
         return o + 0 * gathered.sum().to(o.dtype), final * role(ENDS_HERE)
-    state = gathered[0, ..., :vd]                            # rank 0's piece starts there: M_0 = 0
-    for j in range(1, rank):
-        state = gathered[j, ..., vd:] @ state + gathered[j, ..., :vd]
-    state = state * (incoming >= 0).to(state_dtype)
+    state = _fold(gathered, range(rank), vd) * (incoming >= 0).to(state_dtype)
     start_states = h0.index_add(0, incoming.clamp(min=0).view(1), state[None])
     o, final = forward(q, k, v, g, beta, scale, start_states, local_cu)
     return o, final * role(ENDS_HERE)
 
 
 # -- the kernel backends: each rank walks its shard once, then corrects the piece that depends on another rank's
-def _gather(x: torch.Tensor, group) -> torch.Tensor:
-    parts = [torch.empty_like(x) for _ in range(dist.get_world_size(group))]
-    dist.all_gather(parts, x.contiguous(), group=group)
-    return torch.stack(parts)
-
-
 def _correct(states, v_new, state_map, update_map, shift, index, chunks, backend):
     """states[c] += state_map[c] shift and v_new += update_map shift over the chunks c in `chunks` [lo, hi]."""
     hv, kd, vd = states.shape[1:]
@@ -319,10 +322,7 @@ class KernelContextParallel(torch.autograd.Function):
         state_map, update_map, transition = launches.transition(k, w, gc, piece, first[seq_in].view(1),
                                                                 index.shape[0], backend)
         gathered = _gather(torch.cat([final[outgoing.clamp(min=0)] * has_out, transition[0] * spans], -1), group)
-        shift = q.new_zeros(hv, kd, vd, dtype=torch.float32)
-        for j in range(rank):
-            shift = gathered[j, ..., vd:] @ shift + gathered[j, ..., :vd]
-        shift = shift * has_in
+        shift = _fold(gathered, range(rank), vd) * has_in
         _correct(states, v_new, state_map, update_map, shift, index, _chunks_of(first, incoming, has_in), backend)
         final[seq_in] += transition[0] @ shift
         o = launches.output(q, k, v_new, states, gc, scale, index, backend)
@@ -355,10 +355,7 @@ class KernelContextParallel(torch.autograd.Function):
                                                                            first[seq_out].view(1), index.shape[0],
                                                                            backend)
         gathered = _gather(torch.cat([dh0[incoming.clamp(min=0)] * has_in, transition_t[0] * spans], -1), group)
-        shift = q.new_zeros(hv, kd, vd, dtype=torch.float32)
-        for j in range(world - 1, rank, -1):
-            shift = gathered[j, ..., vd:] @ shift + gathered[j, ..., :vd]
-        shift = shift * has_out
+        shift = _fold(gathered, range(world - 1, rank, -1), vd) * has_out
         _correct(dstates, dv_new, state_map, update_map, shift, index, _chunks_of(first, outgoing, has_out), backend)
         dh0[seq_out] += transition_t[0] @ shift
         dq, dk, dv, dg, dbeta = launches.input_gradients(q, k, v, g, beta, gc, ai, do, scale, states, v_new, dstates,
