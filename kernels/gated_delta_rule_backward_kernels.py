@@ -78,13 +78,14 @@ def gdr_state_backward_kernel(q_ptr, k_ptr, w_ptr, gc_ptr, do_ptr, dv_local_ptr,
         g_last = tl.load(gc_ptr + (tl.minimum(bos + c * BT + BT, eos) - 1) * HV + hv)
         g = tl.load(gc_ptr + t * HV + hv, mask=ok, other=0.0)
         kb = tl.load(k_ptr + qk_base + t[:, None] * (H * K) + kr[None, :], mask=ok[:, None], other=0.0)
-        kd = (kb * tl.where(ok, tl.exp(g_last - g), 0.0)[:, None]).to(kb.dtype)
+        # the decay from a token to the chunk's end scales the [BT, BV] product in fp32, not k
+        kept = tl.dot(kb, dstate.to(kb.dtype)) * tl.where(ok, tl.exp(g_last - g), 0.0)[:, None]
         if OUTPUT_GRAD:
             dv_local = tl.load(dv_local_ptr + (t[:, None] * HV + hv) * V + cols[None, :], mask=ok[:, None],
                                other=0.0)
-            dv_new = dv_local.to(tl.float32) + tl.dot(kd, dstate.to(kb.dtype))
+            dv_new = dv_local.to(tl.float32) + kept
         else:
-            dv_new = tl.dot(kd, dstate.to(kb.dtype))
+            dv_new = kept
         tl.store(dv_new_ptr + (t[:, None] * HV + hv) * V + cols[None, :], dv_new.to(dv_new_ptr.dtype.element_ty),
                  mask=ok[:, None])
         if OUTPUT_GRAD:

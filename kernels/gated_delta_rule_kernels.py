@@ -14,7 +14,7 @@ chunk's start:
   block merge (products in TF32, as Triton's default and TileLang's T.gemm compute fp32 operands).
 - `gdr_wy_kernel`: w = Ai (beta exp(G) k), u = Ai (beta v).
 - `gdr_state_kernel`: walks a sequence's chunks: stores S, v_new = u - w S, then
-  S <- exp(G_last) S + (exp(G_last - G) k)^T v_new; the final state at the end.
+  S <- exp(G_last) S + k^T (exp(G_last - G) v_new); the final state at the end.
 - `gdr_output_kernel`: o = scale (exp(G) q S + (causal exp(G_i - G_j) q k^T) v_new).
 - `gdr_recurrent_kernel`: the recurrence token by token (decoding).
 """
@@ -212,8 +212,9 @@ def gdr_state_kernel(k_ptr, w_ptr, u_ptr, gc_ptr, h0_ptr, h_ptr, v_new_ptr, ht_p
         g_last = tl.load(gc_ptr + (tl.minimum(bos + c * BT + BT, eos) - 1) * HV + hv)
         g = tl.load(gc_ptr + t * HV + hv, mask=ok, other=0.0)
         kb = tl.load(k_base + t[:, None] * (H * K) + kr[None, :], mask=ok[:, None], other=0.0)
-        kd = (kb * tl.where(ok, tl.exp(g_last - g), 0.0)[:, None]).to(kb.dtype)
-        state = state * tl.exp(g_last) + tl.dot(tl.trans(kd), v_new.to(kb.dtype))
+        # the decay to the chunk's end scales the [BT, BV] updates in fp32, not k: one rounding fewer
+        kept = (v_new * tl.where(ok, tl.exp(g_last - g), 0.0)[:, None]).to(kb.dtype)
+        state = state * tl.exp(g_last) + tl.dot(tl.trans(kb), kept)
     tl.store(ht_ptr + state_at, state)
 
 

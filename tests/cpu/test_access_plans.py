@@ -242,8 +242,8 @@ PLANS = {
         ('store', 'box', 'T.Parallel'),
         ('load', 'scalar', 'scalar expression'),
         ('load', 'strided', 'T.Parallel into fragment'),
-        ('load', 'box', 'T.Parallel into fragment'),
         ('load', 'box', 'T.Parallel into shared'),
+        ('load', 'box', 'T.Parallel into fragment'),
         ('store', 'box', 'T.Parallel'),
         ('load', 'box', 'T.Parallel into fragment'),
         ('load', 'box', 'T.Parallel into shared'),
@@ -261,7 +261,7 @@ PLANS = {
         ('store', 'box', 'T.Parallel'),
         ('load', 'scalar', 'scalar expression'),
         ('load', 'strided', 'T.Parallel into fragment'),
-        ('load', 'box', 'T.Parallel into fragment'),
+        ('load', 'box', 'T.Parallel into shared'),
         ('store', 'box', 'T.Parallel'),
     ],
     'gated_delta_rule.gdr_wy_backward_kernel': [

@@ -35,18 +35,18 @@ def gdr_state_backward_kernel(
     with T.Kernel(1, 2, 2, threads=128) as (bx, by, bz):
         dstate = T.alloc_fragment((16, 32), 'float32')
         g = T.alloc_fragment((64,), 'float32')
-        kb = T.alloc_fragment((64, 16), 'float32')
-        dv_local = T.alloc_shared((64, 32), 'float32')
-        kd = T.alloc_shared((64, 16), 'float32')
+        kb = T.alloc_shared((64, 16), 'float32')
         dstate_1 = T.alloc_shared((16, 32), 'float32')
-        dv_local_1 = T.alloc_fragment((64, 32), 'float32')
+        acc = T.alloc_fragment((64, 32), 'float32')
+        dv_local = T.alloc_fragment((64, 32), 'float32')
+        dv_new = T.alloc_fragment((64, 32), 'float32')
         qb = T.alloc_fragment((64, 16), 'float32')
         do = T.alloc_shared((64, 32), 'float32')
         qd = T.alloc_shared((64, 16), 'float32')
-        acc = T.alloc_fragment((16, 32), 'float32')
-        w = T.alloc_shared((64, 16), 'float32')
-        dv_new = T.alloc_shared((64, 32), 'float32')
         acc_1 = T.alloc_fragment((16, 32), 'float32')
+        w = T.alloc_shared((64, 16), 'float32')
+        dv_new_1 = T.alloc_shared((64, 32), 'float32')
+        acc_2 = T.alloc_fragment((16, 32), 'float32')
         n = by
         hv = bz
         bos = cu_ptr[n]
@@ -65,18 +65,17 @@ def gdr_state_backward_kernel(
                 g[i0] = T.if_then_else((((bos + (c * 64)) + i0) < eos), gc_ptr[((((bos + (c * 64)) + i0) * 2) + hv)], 0.0)
             for i0, i1 in T.Parallel(64, 16):
                 kb[i0, i1] = T.if_then_else((((bos + (c * 64)) + i0) < eos), k_ptr[((qk_base + (((bos + (c * 64)) + i0) * 16)) + i1)], 0.0)
-            for i0, i1 in T.Parallel(64, 32):
-                dv_local[i0, i1] = T.if_then_else((((bos + (c * 64)) + i0) < eos), dv_local_ptr[((((((bos + (c * 64)) + i0) * 2) + hv) * 32) + ((bx * 32) + i1))], 0.0)
-            for i0, i1 in T.Parallel(64, 16):
-                kd[i0, i1] = (kb[i0, i1] * T.if_then_else((((bos + (c * 64)) + i0) < eos), T.exp2((g_last - g[i0]) * 1.4426950408889634), 0.0))
             for i0, i1 in T.Parallel(16, 32):
                 dstate_1[i0, i1] = dstate[i0, i1]
+            T.clear(acc)
+            T.gemm(kb, dstate_1, acc, policy=T.GemmWarpPolicy.FullRow)
             for i0, i1 in T.Parallel(64, 32):
-                dv_local_1[i0, i1] = dv_local[i0, i1]
-            T.gemm(kd, dstate_1, dv_local_1)
+                dv_local[i0, i1] = T.if_then_else((((bos + (c * 64)) + i0) < eos), dv_local_ptr[((((((bos + (c * 64)) + i0) * 2) + hv) * 32) + ((bx * 32) + i1))], 0.0)
+            for i0, i1 in T.Parallel(64, 32):
+                dv_new[i0, i1] = (dv_local[i0, i1] + (acc[i0, i1] * T.if_then_else((((bos + (c * 64)) + i0) < eos), T.exp2((g_last - g[i0]) * 1.4426950408889634), 0.0)))
             for i0, i1 in T.Parallel(64, 32):
                 if (((bos + (c * 64)) + i0) < eos):
-                    dv_new_ptr[((((((bos + (c * 64)) + i0) * 2) + hv) * 32) + ((bx * 32) + i1))] = dv_local_1[i0, i1]
+                    dv_new_ptr[((((((bos + (c * 64)) + i0) * 2) + hv) * 32) + ((bx * 32) + i1))] = dv_new[i0, i1]
             for i0, i1 in T.Parallel(64, 16):
                 qb[i0, i1] = T.if_then_else((((bos + (c * 64)) + i0) < eos), q_ptr[((qk_base + (((bos + (c * 64)) + i0) * 16)) + i1)], 0.0)
             for i0, i1 in T.Parallel(64, 32):
@@ -84,15 +83,15 @@ def gdr_state_backward_kernel(
             for i0, i1 in T.Parallel(64, 16):
                 qd[i0, i1] = (qb[i0, i1] * (T.if_then_else((((bos + (c * 64)) + i0) < eos), T.exp2(g[i0] * 1.4426950408889634), 0.0) * scale))
             for i0, i1 in T.Parallel(16, 32):
-                acc[i0, i1] = (dstate[i0, i1] * T.exp2(g_last * 1.4426950408889634))
-            T.gemm(qd, do, acc, transpose_A=True)
+                acc_1[i0, i1] = (dstate[i0, i1] * T.exp2(g_last * 1.4426950408889634))
+            T.gemm(qd, do, acc_1, transpose_A=True)
             for i0, i1 in T.Parallel(64, 16):
                 w[i0, i1] = T.if_then_else((((bos + (c * 64)) + i0) < eos), w_ptr[((((((bos + (c * 64)) + i0) * 2) + hv) * 16) + i1)], 0.0)
             for i0, i1 in T.Parallel(64, 32):
-                dv_new[i0, i1] = dv_local_1[i0, i1]
-            T.clear(acc_1)
-            T.gemm(w, dv_new, acc_1, transpose_A=True)
+                dv_new_1[i0, i1] = dv_new[i0, i1]
+            T.clear(acc_2)
+            T.gemm(w, dv_new_1, acc_2, transpose_A=True)
             for i0, i1 in T.Parallel(16, 32):
-                dstate[i0, i1] = (acc[i0, i1] - acc_1[i0, i1])
+                dstate[i0, i1] = (acc_1[i0, i1] - acc_2[i0, i1])
         for i0, i1 in T.Parallel(16, 32):
             dh0_ptr[((((((n * 2) + hv) * 16) * 32) + (i0 * 32)) + ((bx * 32) + i1))] = dstate[i0, i1]

@@ -26,10 +26,10 @@ def gdr_state_backward_kernel(q_ptr, k_ptr, w_ptr, gc_ptr, do_ptr, dv_local_ptr,
         g_last = tl.load(gc_ptr + (tl.minimum(bos + c * 64 + 64, eos) - 1) * 2 + hv)
         g = tl.load(gc_ptr + t * 2 + hv, mask=ok, other=0.0)
         kb = tl.load(k_ptr + qk_base + t[:, None] * 16 + kr[None, :], mask=tl.broadcast_to(ok[:, None], [64, 16]), other=0.0)
-        kd = kb * tl.where(ok, tl.exp(g_last - g), 0.0)[:, None]
+        t_1 = tl.dot(kb, dstate, tl.full([64, 32], 0.0, tl.float32), input_precision='tf32', out_dtype=tl.float32)
+        kept = t_1 * tl.where(ok, tl.exp(g_last - g), 0.0)[:, None]
         dv_local = tl.load(dv_local_ptr + (t[:, None] * 2 + hv) * 32 + cols[None, :], mask=tl.broadcast_to(ok[:, None], [64, 32]), other=0.0)
-        t_1 = tl.dot(kd, dstate, tl.full([64, 32], 0.0, tl.float32), input_precision='tf32', out_dtype=tl.float32)
-        dv_new = dv_local + t_1
+        dv_new = dv_local + kept
         tl.store(dv_new_ptr + (t[:, None] * 2 + hv) * 32 + cols[None, :], dv_new, mask=tl.broadcast_to(ok[:, None], [64, 32]))
         qb = tl.load(q_ptr + qk_base + t[:, None] * 16 + kr[None, :], mask=tl.broadcast_to(ok[:, None], [64, 16]), other=0.0)
         qd = qb * (tl.where(ok, tl.exp(g), 0.0) * scale)[:, None]

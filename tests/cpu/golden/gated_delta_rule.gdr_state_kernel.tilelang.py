@@ -34,9 +34,8 @@ def gdr_state_kernel(
         state_1 = T.alloc_shared((16, 32), 'float32')
         acc = T.alloc_fragment((64, 32), 'float32')
         g = T.alloc_fragment((64,), 'float32')
-        kb = T.alloc_fragment((64, 16), 'float32')
-        kd = T.alloc_shared((64, 16), 'float32')
-        v_new = T.alloc_shared((64, 32), 'float32')
+        kb = T.alloc_shared((64, 16), 'float32')
+        kept = T.alloc_shared((64, 32), 'float32')
         acc_1 = T.alloc_fragment((16, 32), 'float32')
         n = by
         hv = bz
@@ -55,7 +54,7 @@ def gdr_state_kernel(
             for i0, i1 in T.Parallel(16, 32):
                 state_1[i0, i1] = state[i0, i1]
             T.clear(acc)
-            T.gemm(w, state_1, acc)
+            T.gemm(w, state_1, acc, policy=T.GemmWarpPolicy.FullRow)
             for i0, i1 in T.Parallel(64, 32):
                 if (((bos + (c * 64)) + i0) < eos):
                     v_new_ptr[((((((bos + (c * 64)) + i0) * 2) + hv) * 32) + ((bx * 32) + i1))] = (u[i0, i1] - acc[i0, i1])
@@ -64,13 +63,11 @@ def gdr_state_kernel(
                 g[i0] = T.if_then_else((((bos + (c * 64)) + i0) < eos), gc_ptr[((((bos + (c * 64)) + i0) * 2) + hv)], 0.0)
             for i0, i1 in T.Parallel(64, 16):
                 kb[i0, i1] = T.if_then_else((((bos + (c * 64)) + i0) < eos), k_ptr[(((T.truncdiv(hv, 2) * 16) + (((bos + (c * 64)) + i0) * 16)) + i1)], 0.0)
-            for i0, i1 in T.Parallel(64, 16):
-                kd[i0, i1] = (kb[i0, i1] * T.if_then_else((((bos + (c * 64)) + i0) < eos), T.exp2((g_last - g[i0]) * 1.4426950408889634), 0.0))
             for i0, i1 in T.Parallel(64, 32):
-                v_new[i0, i1] = (u[i0, i1] - acc[i0, i1])
+                kept[i0, i1] = ((u[i0, i1] - acc[i0, i1]) * T.if_then_else((((bos + (c * 64)) + i0) < eos), T.exp2((g_last - g[i0]) * 1.4426950408889634), 0.0))
             for i0, i1 in T.Parallel(16, 32):
                 acc_1[i0, i1] = (state[i0, i1] * T.exp2(g_last * 1.4426950408889634))
-            T.gemm(kd, v_new, acc_1, transpose_A=True)
+            T.gemm(kb, kept, acc_1, transpose_A=True)
             for i0, i1 in T.Parallel(16, 32):
                 state[i0, i1] = acc_1[i0, i1]
         for i0, i1 in T.Parallel(16, 32):

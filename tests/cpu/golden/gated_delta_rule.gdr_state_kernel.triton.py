@@ -29,7 +29,7 @@ def gdr_state_kernel(k_ptr, w_ptr, u_ptr, gc_ptr, h0_ptr, h_ptr, v_new_ptr, ht_p
         g_last = tl.load(gc_ptr + (tl.minimum(bos + c * 64 + 64, eos) - 1) * 2 + hv)
         g = tl.load(gc_ptr + t * 2 + hv, mask=ok, other=0.0)
         kb = tl.load(k_base + t[:, None] * 16 + kr[None, :], mask=tl.broadcast_to(ok[:, None], [64, 16]), other=0.0)
-        kd = kb * tl.where(ok, tl.exp(g_last - g), 0.0)[:, None]
-        t_2 = tl.dot(tl.trans(kd), v_new, tl.full([16, 32], 0.0, tl.float32), input_precision='tf32', out_dtype=tl.float32)
+        kept = v_new * tl.where(ok, tl.exp(g_last - g), 0.0)[:, None]
+        t_2 = tl.dot(tl.trans(kb), kept, tl.full([16, 32], 0.0, tl.float32), input_precision='tf32', out_dtype=tl.float32)
         state = state * tl.exp(g_last) + t_2
     tl.store(ht_ptr + state_at, state)
