@@ -223,6 +223,19 @@ def _row(states: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return states[index.clamp(min=0)] * (index >= 0).to(states.dtype)
 
 
+def _role(roles: torch.Tensor, bit: int, dtype: torch.dtype) -> torch.Tensor:
+    """1 for the sequences with role `bit` on this rank, else 0, shaped to scale states [N, 1, 1, 1]."""
+    return (roles & bit).bool().view(-1, 1, 1, 1).to(dtype)
+
+
+def _crossings(links: torch.Tensor, rank: int):
+    """(incoming, outgoing, has_in, has_out, spans) of `rank`: its crossing sequences (device scalars, -1 for
+    none), whether it has them, and whether one sequence is both (it spans the rank)."""
+    incoming, outgoing = links[rank, 0].long(), links[rank, 1].long()
+    has_in, has_out = incoming >= 0, outgoing >= 0
+    return incoming, outgoing, has_in, has_out, has_in & (incoming == outgoing)
+
+
 def chunk_forward(forward, q, k, v, g, beta, scale, initial_state, plan, group, state_dtype):
     """(o, final_state) of this rank's shard, the operator composed (the torch backend). Rank 0 has nothing
     coming in: it runs its forward first and hands on its outgoing sequence's final state; the last rank
@@ -236,11 +249,9 @@ def chunk_forward(forward, q, k, v, g, beta, scale, initial_state, plan, group, 
     local_cu, roles, links = plan
     n = local_cu.numel() - 1
 
-    def role(bit):
-        return (roles & bit).bool()[:, None, None, None].to(state_dtype)
     h0 = q.new_zeros(n, hv, kd, vd, dtype=state_dtype) if initial_state is None else \
-        initial_state.to(state_dtype) * role(STARTS_HERE)
-    incoming, outgoing = links[rank, 0].long(), links[rank, 1].long()
+        initial_state.to(state_dtype) * _role(roles, STARTS_HERE, state_dtype)
+    incoming, outgoing, has_in, has_out, spans = _crossings(links, rank)
 
     def piece_final(values, state):
         """The final state, from `state`, of the outgoing piece (this rank's tokens from the piece's local
@@ -254,7 +265,7 @@ def chunk_forward(forward, q, k, v, g, beta, scale, initial_state, plan, group, 
         o, final = forward(q, k, v, g, beta, scale, h0, local_cu)
         handoff = torch.cat([_row(final, outgoing), final.new_zeros(hv, kd, kd)], -1)
     elif rank < world - 1:
-        spans = ((outgoing >= 0) & (outgoing == incoming)).to(state_dtype)
+        spans = spans.to(state_dtype)
         own = _row(h0, outgoing) * (1 - spans)               # a piece that starts here starts from its own h0
         eye = torch.eye(kd, device=q.device, dtype=state_dtype).expand(hv, kd, kd) * spans
         handoff = torch.cat([piece_final(v, own), piece_final(q.new_zeros(1, local_tokens, hv, kd), eye)], -1)
@@ -266,11 +277,11 @@ def chunk_forward(forward, q, k, v, g, beta, scale, initial_state, plan, group, 
     gathered = _Exchange.apply(handoff, group)
     if rank == 0:
         # rank 0 reads nothing back, yet takes part in the exchange's backward (its all_reduce): a zero term
-        return o + 0 * gathered.sum().to(o.dtype), final * role(ENDS_HERE)
-    state = _fold(gathered, range(rank), vd) * (incoming >= 0).to(state_dtype)
+        return o + 0 * gathered.sum().to(o.dtype), final * _role(roles, ENDS_HERE, state_dtype)
+    state = _fold(gathered, range(rank), vd) * has_in.to(state_dtype)
     start_states = h0.index_add(0, incoming.clamp(min=0).view(1), state[None])
     o, final = forward(q, k, v, g, beta, scale, start_states, local_cu)
-    return o, final * role(ENDS_HERE)
+    return o, final * _role(roles, ENDS_HERE, state_dtype)
 
 
 # -- the kernel backends: each rank walks its shard once, then corrects the piece that depends on another rank's
@@ -302,17 +313,14 @@ class KernelContextParallel(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, g, beta, initial_state, scale, plan, group, backend):
-        world, rank = dist.get_world_size(group), dist.get_rank(group)
+        rank = dist.get_rank(group)
         local_cu, roles, links = plan
         t, hv, vd = v.shape[1:]
         kd = q.shape[3]
         n = local_cu.numel() - 1
-        starts_here = (roles & STARTS_HERE).bool().view(n, 1, 1, 1)
         h0 = (q.new_zeros(n, hv, kd, vd, dtype=torch.float32) if initial_state is None
-              else initial_state.float() * starts_here)
-        incoming, outgoing = links[rank, 0].long(), links[rank, 1].long()
-        has_in, has_out = incoming >= 0, outgoing >= 0
-        spans = has_in & (incoming == outgoing)
+              else initial_state.float() * _role(roles, STARTS_HERE, torch.float32))
+        incoming, outgoing, has_in, has_out, spans = _crossings(links, rank)
         index, first = launches.chunk_index(local_cu, t, backend)
         gc, ai = launches.gates_and_inverse(k, g, beta, index, backend)
         w, _, states, v_new, final = launches.states_and_updates(k, v, beta, gc, ai, h0, local_cu, index, first,
@@ -330,22 +338,18 @@ class KernelContextParallel(torch.autograd.Function):
                               roles, links)
         ctx.scale, ctx.group, ctx.backend = scale, group, backend
         ctx.initial_dtype = None if initial_state is None else initial_state.dtype
-        return o, final * (roles & ENDS_HERE).bool().view(n, 1, 1, 1)
+        return o, final * _role(roles, ENDS_HERE, torch.float32)
 
     @staticmethod
     def backward(ctx, do, dfinal):
         q, k, v, g, beta, gc, ai, h0, local_cu, roles, links = ctx.saved_tensors
         group, backend, scale = ctx.group, ctx.backend, ctx.scale
         world, rank = dist.get_world_size(group), dist.get_rank(group)
-        t, hv, vd = v.shape[1:]
-        kd = q.shape[3]
-        n = local_cu.numel() - 1
+        t, vd = v.shape[1], v.shape[3]
         do = torch.zeros_like(v) if do is None else do.contiguous()
-        ends_here = (roles & ENDS_HERE).bool().view(n, 1, 1, 1)
-        dht = torch.zeros_like(h0) if dfinal is None else (dfinal.float() * ends_here).contiguous()
-        incoming, outgoing = links[rank, 0].long(), links[rank, 1].long()
-        has_in, has_out = incoming >= 0, outgoing >= 0
-        spans = has_in & (incoming == outgoing)
+        dht = torch.zeros_like(h0) if dfinal is None else \
+            (dfinal.float() * _role(roles, ENDS_HERE, torch.float32)).contiguous()
+        incoming, outgoing, has_in, has_out, spans = _crossings(links, rank)
         index, first = launches.chunk_index(local_cu, t, backend)
         w, _, states, v_new, _ = launches.states_and_updates(k, v, beta, gc, ai, h0, local_cu, index, first, backend)
         dstates, dv_new, dh0 = launches.state_gradients(q, k, w, gc, do, scale, dht, local_cu, index, first, backend)
@@ -361,5 +365,5 @@ class KernelContextParallel(torch.autograd.Function):
         dq, dk, dv, dg, dbeta = launches.input_gradients(q, k, v, g, beta, gc, ai, do, scale, states, v_new, dstates,
                                                          dv_new, index, backend)
         dinitial = None if ctx.initial_dtype is None else \
-            (dh0 * (roles & STARTS_HERE).bool().view(n, 1, 1, 1)).to(ctx.initial_dtype)
+            (dh0 * _role(roles, STARTS_HERE, torch.float32)).to(ctx.initial_dtype)
         return dq, dk, dv, dg, dbeta, dinitial, None, None, None, None

@@ -115,13 +115,18 @@ def chunked_forward(q, k, v, g, beta, scale, initial_state, cu, backend):
     return output(q, k, v_new, states, gc, scale, index, backend), final, gc, ai
 
 
+def _identities(hv: int, kd: int, device) -> torch.Tensor:
+    """I for every value head, [1, HV, K, K] fp32: where a transition walk starts."""
+    return torch.eye(kd, device=device, dtype=torch.float32).expand(1, hv, kd, kd).contiguous()
+
+
 def transition(k, w, gc, cu, first, slots, backend):
     """The transition of the tokens of the one sequence cu = [start, end]: from S = I, the state walk with no
     updates. (M at each chunk's start [slots, HV, K, K] (k's dtype; the chunks from slot first[0] on),
     -w M per token [B, T, HV, K] (k's dtype), M after the last chunk [1, HV, K, K] fp32)."""
     b, t, h, kd = k.shape
     hv = w.shape[2]
-    eye = torch.eye(kd, device=k.device, dtype=torch.float32).expand(1, hv, kd, kd).contiguous()
+    eye = _identities(hv, kd, k.device)
     states = torch.empty(slots, hv, kd, kd, device=k.device, dtype=k.dtype)
     v_new = torch.empty(b, t, hv, kd, device=k.device, dtype=k.dtype)
     final = torch.empty(1, hv, kd, kd, device=k.device, dtype=torch.float32)
@@ -137,7 +142,7 @@ def transition_backward(q, k, w, gc, cu, first, slots, backend):
     dv_new it gives [B, T, HV, K] (k's dtype), M^T at the start [1, HV, K, K] fp32)."""
     b, t, h, kd = k.shape
     hv = w.shape[2]
-    eye = torch.eye(kd, device=k.device, dtype=torch.float32).expand(1, hv, kd, kd).contiguous()
+    eye = _identities(hv, kd, k.device)
     dstates = torch.empty(slots, hv, kd, kd, device=k.device, dtype=k.dtype)
     dv_new = torch.empty(b, t, hv, kd, device=k.device, dtype=k.dtype)
     start = torch.empty(1, hv, kd, kd, device=k.device, dtype=torch.float32)
