@@ -9,7 +9,7 @@ from __future__ import annotations
 from ..ir import ops
 from ..ir import types as ir_types
 from ..ir.core import Op, Value
-from ..ir.ops import ReduceKind, ops_of
+from ..ir.ops import ReduceKind, Trait, ops_of
 from .context import Buffer, Context
 from .row_products import RowProducts
 from ..rules import RuleSet
@@ -48,9 +48,34 @@ def _reduce(gen: Context, x: Value, v: Value, kind: ReduceKind, axis: int, keep_
         gen.emit(f"{cand}[{', '.join(idx)}] = T.if_then_else({src.name}[{', '.join(idx)}] == "
                  f"{ext}[{', '.join(ridx)}], {idx[axis]}, {n})", indent + 1)
         gen.emit(f"T.reduce_min({cand}, {out}, dim={axis})", indent)
-    gen.buffers[v.id] = Buffer(out, out_shape, v.type.elem, "fragment", gen.blocks[-1])
+    buf = Buffer(out, out_shape, v.type.elem, "fragment", gen.blocks[-1])
+    if _meets_row_reductions(gen, x, v, axis):
+        # TileLang lays out a tile's column reductions and its row reductions differently and finds no layout
+        # for one T.Parallel over both: the column one is read from shared memory
+        held = gen.alloc((v.name or kind) + "_shared", out_shape, v.type.elem, "shared")
+        gen.emit(f"T.copy({out}, {held})", indent)
+        buf = Buffer(held, out_shape, v.type.elem, "shared", gen.blocks[-1])
+    gen.buffers[v.id] = buf
     if keep_dims:
         gen.keepdims[v.id] = axis      # same data with a unit axis: element access drops it
+
+
+def _meets_row_reductions(gen: Context, x: Value, v: Value, axis: int) -> bool:
+    """Is `v`, a reduction of 2-D tile `x` along its first axis, combined element-wise with a value computed
+    from a reduction along the last axis of a 2-D tile (itself, or through element-wise ops)?"""
+    if x.type.rank != 2 or axis != 0:
+        return False
+    return any(u.has(Trait.ELEMENTWISE) and any(o.id != v.id and _from_row_reduction(o, 8) for o in u.operands)
+               for u in gen.value_users(v))
+
+
+def _from_row_reduction(v: Value, depth: int) -> bool:
+    op = v.defining_op
+    if op is None or depth == 0:
+        return False
+    if op.defn is ops.REDUCE:
+        return op.operand("x").type.rank == 2 and op.attrs["axis"] == 1
+    return op.has(Trait.ELEMENTWISE) and any(_from_row_reduction(o, depth - 1) for o in op.operands)
 
 
 @RULE_SET.rule(ops.DOT, role="statement")

@@ -685,6 +685,11 @@ PLANS = {
         ('load', 'box', 'T.copy into fragment'),
         ('store', 'box', 'T.copy from fragment'),
     ],
+    'row_and_column_sums': [
+        ('load', 'box', 'T.copy into shared'),
+        ('load', 'box', 'T.copy into shared'),
+        ('store', 'box', 'T.copy from fragment'),
+    ],
     'reductions_2d': [
         ('load', 'box', 'T.copy into fragment'),
         ('store', 'box', 'T.copy from fragment'),
