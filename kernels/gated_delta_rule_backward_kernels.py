@@ -90,13 +90,19 @@ def gdr_state_backward_kernel(q_ptr, k_ptr, w_ptr, gc_ptr, do_ptr, dv_local_ptr,
                  mask=ok[:, None])
         if OUTPUT_GRAD:
             qb = tl.load(q_ptr + qk_base + t[:, None] * (H * K) + kr[None, :], mask=ok[:, None], other=0.0)
-            qd = (qb * (tl.where(ok, tl.exp(g), 0.0) * scale)[:, None]).to(qb.dtype)
+            # the products of the walk in fp32 operands (TF32): dS sums them over the chunks, and with q exp(G)
+            # rounded to bf16 the initial state's gradient is four times further off
+            qd = qb.to(tl.float32) * (tl.where(ok, tl.exp(g), 0.0) * scale)[:, None]
             do = tl.load(do_ptr + (t[:, None] * HV + hv) * V + cols[None, :], mask=ok[:, None], other=0.0)
-            carried = dstate * tl.exp(g_last) + tl.dot(tl.trans(qd), do.to(qb.dtype))
+            carried = dstate * tl.exp(g_last) + tl.dot(tl.trans(qd), do.to(tl.float32))
         else:
             carried = dstate * tl.exp(g_last)
         w = tl.load(w_ptr + (t[:, None] * HV + hv) * K + kr[None, :], mask=ok[:, None], other=0.0)
-        dstate = carried - tl.dot(tl.trans(w), dv_new.to(w.dtype))
+        if OUTPUT_GRAD:
+            # the same precision as the product above (TileLang lays out TF32 and bf16 products differently)
+            dstate = carried - tl.dot(tl.trans(w.to(tl.float32)), dv_new)
+        else:
+            dstate = carried - tl.dot(tl.trans(w), dv_new.to(w.dtype))
     tl.store(dh0_ptr + state_at, dstate)
 
 
@@ -189,7 +195,10 @@ def gdr_wy_backward_kernel(k_ptr, v_ptr, beta_ptr, gc_ptr, ai_ptr, dw_ptr, du_pt
         ks = kb.to(tl.float32) * (beta * gate)[:, None]
         dks = tl.dot(tl.trans(ai), dwb.to(ai.dtype))
         dai = tl.dot(dwb.to(kb.dtype), tl.trans(ks.to(kb.dtype)), dai)
-        kk = tl.dot(kb, tl.trans(kb), kk)
+        # k k^T with fp32 operands (TF32, exact for bf16 and fp16 k): from bf16 operands Triton's product leaves
+        # dbeta and dg three to ten times further off than TileLang's and FLA's
+        kf = kb.to(tl.float32)
+        kk = tl.dot(kf, tl.trans(kf), kk)
         dbeta += tl.sum(dks * kb.to(tl.float32) * gate[:, None], 1)
         dgate += tl.sum(dks * ks, 1)
     for c0 in range(0, V, BV):
@@ -207,14 +216,10 @@ def gdr_wy_backward_kernel(k_ptr, v_ptr, beta_ptr, gc_ptr, ai_ptr, dw_ptr, du_pt
     da = tl.where(strict, da * tl.exp(g[:, None] - g_col[None, :]), 0.0)
     dbeta += tl.sum(da * kk, 1)
     dkk = da * beta[:, None]
-    dgate += tl.sum(dkk * kk, 1)
-    # the column sums of dkk * kk, as the row sums of its transpose (Ai dAi^T Ai, masked the other way; kk is
-    # symmetric): TileLang lays out a tile's row and column sums differently and cannot add the two
-    da_t = -tl.dot(tl.dot(ai, tl.trans(dai).to(ai.dtype)).to(ai.dtype), ai)
-    beta_col = tl.load(beta_ptr + t * HV + hv, mask=ok, other=0.0).to(tl.float32)
-    strict_t = (r[:, None] < r[None, :]) & ok[:, None] & ok[None, :]
-    da_t = tl.where(strict_t, da_t * tl.exp(g_col[None, :] - g[:, None]), 0.0)
-    dgate -= tl.sum(da_t * beta_col[None, :] * kk, 1)
+    # G_i enters A_ij with a plus sign and A_ji with a minus: the row sums minus the column sums of one tile
+    # (two separately rounded tiles would leave their rounding in the small difference)
+    dkk_kk = dkk * kk
+    dgate += tl.sum(dkk_kk, 1) - tl.sum(dkk_kk, 0)
     for c0 in range(0, K, BK):
         cols = c0 + tl.arange(0, BK)
         at = (t[:, None] * HV + hv) * K + cols[None, :]

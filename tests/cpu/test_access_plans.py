@@ -276,7 +276,6 @@ PLANS = {
         ('load', 'box', 'T.Parallel into fragment'),
         ('load', 'box', 'T.Parallel into shared'),
         ('store', 'box', 'T.Parallel'),
-        ('load', 'strided', 'T.Parallel into fragment'),
         ('load', 'box', 'T.Parallel into shared'),
         ('load', 'box', 'T.Parallel into shared'),
         ('load', 'box', 'T.Parallel into fragment'),
