@@ -1,0 +1,73 @@
+"""chunk_gated_delta_rule's kernels on CPU at the lengths around a chunk's edges (T = 1, 63, 64, 65, 200), with and
+without an initial state, and on a packed batch holding empty and one-token sequences: the output, the final state
+and every gradient (through the output and the final state) against autograd of the recurrence in fp64. Triton
+runs in its interpreter, TileLang through the interpreter of TileLang programs, both on fp32 inputs."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import tle.ops
+from tilelang_oracle import needs_tilelang, tilelang_through_interpreter
+from tle.kernels.gated_delta_rule_torch import recurrent
+
+BACKENDS = ["triton", pytest.param("tilelang", marks=needs_tilelang)]
+K, V = 16, 16
+# of the largest magnitude: Triton's interpreter multiplies fp32 in fp32 (about 1e-6 here); the interpreter of
+# TileLang programs rounds T.gemm's fp32 operands to TF32, as the GPU does (about 3e-3 here)
+BOUND = {"triton": 1e-5, "tilelang": 2 ** -7}
+
+
+def _inputs(lengths, with_state, seed):
+    gen = torch.Generator().manual_seed(seed)
+    t = sum(lengths)
+    q = torch.randn(1, t, 1, K, generator=gen)
+    k = F.normalize(torch.randn(1, t, 1, K, generator=gen), dim=-1)
+    v = torch.randn(1, t, 2, V, generator=gen)
+    g = F.logsigmoid(torch.randn(1, t, 2, generator=gen))
+    beta = torch.rand(1, t, 2, generator=gen)
+    h0 = torch.randn(len(lengths), 2, K, V, generator=gen) if with_state else None
+    cu = torch.tensor([0] + lengths).cumsum(0) if len(lengths) > 1 else None
+    upstream = (torch.randn(1, t, 2, V, generator=gen), torch.randn(len(lengths), 2, K, V, generator=gen))
+    return (q, k, v, g, beta), h0, cu, upstream
+
+
+def _outputs_and_gradients(fn, xs, h0, upstream):
+    leaves = [x.clone().requires_grad_() for x in xs] + ([h0.clone().requires_grad_()] if h0 is not None else [])
+    o, final = fn(*leaves[:5], initial_state=leaves[5] if h0 is not None else None)
+    torch.autograd.backward((o, final), upstream)
+    return [o.detach(), final.detach()] + [x.grad for x in leaves]
+
+
+def _largest_error(got, ref):
+    return ((got.double() - ref.double()).abs().max() / ref.double().abs().max().clamp_min(1e-30)).item()
+
+
+CASES = [([1], True), ([63], False), ([64], True), ([65], True), ([200], False),
+         ([0, 1, 63, 64, 0, 65, 7], True)]
+
+
+# the chunk list is sized for the most chunks the batch could make: its spare entries' programs read chunk states
+# never written (uninitialized memory, NaN in the interpreters) and store nothing
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("lengths, with_state", CASES, ids=lambda c: str(c))
+def test_lengths_around_the_chunk(backend, lengths, with_state):
+    xs, h0, cu, upstream = _inputs(lengths, with_state, seed=sum(lengths))
+    ref = _outputs_and_gradients(
+        lambda *a, initial_state: recurrent(*[x.double() for x in a], None,
+                                            None if initial_state is None else initial_state.double(), True,
+                                            cu_seqlens=cu),
+        xs, h0, [u.double() for u in upstream])
+
+    def op(*a, initial_state):
+        return tle.ops.chunk_gated_delta_rule(*a, initial_state=initial_state, output_final_state=True,
+                                              cu_seqlens=cu, backend=backend)
+    if backend == "tilelang":
+        with tilelang_through_interpreter():
+            got = _outputs_and_gradients(op, xs, h0, upstream)
+    else:
+        got = _outputs_and_gradients(op, xs, h0, upstream)
+    names = ["o", "final", "dq", "dk", "dv", "dg", "dbeta", "dh0"][:len(ref)]
+    for name, a, r in zip(names, got, ref):
+        assert a.shape == r.shape, name
+        assert _largest_error(a, r) < BOUND[backend], (name, _largest_error(a, r))
