@@ -437,25 +437,6 @@ def reductions_2d(device):
                       tolerances={"c": (1e-5, 1e-5)})
 
 
-@tle.jit
-def row_minus_column_sums(x_ptr, y_ptr, out_ptr, B: tl.constexpr):
-    """A product's row sums minus its column sums (the antisymmetric part of a gate gradient): one T.Parallel
-    over both on TileLang."""
-    r = tl.arange(0, B)
-    p = tl.dot(tl.load(x_ptr + r[:, None] * B + r[None, :]), tl.load(y_ptr + r[:, None] * B + r[None, :]))
-    rows = tl.sum(p, axis=1) * 2.0
-    tl.store(out_ptr + r, rows - tl.sum(p, axis=0))
-
-
-@case(row_minus_column_sums)
-def row_and_column_sums(device):
-    x, y = torch.randn(32, 32, device=device), torch.randn(32, 32, device=device)
-    out = torch.full((32,), float("nan"), device=device)
-    return tle.Launch(grid=(1,), args=(x, y, out), kwargs=dict(B=32), outputs={"out": out},
-                      reference=lambda: {"out": (x @ y).sum(1) * 2.0 - (x @ y).sum(0)},
-                      tolerances={"out": (2e-2, 2e-2)})
-
-
 # -- loops: a start and a step, values swapped each iteration, a branch without else, merged branches -----
 @tle.jit
 def loop_forms(x_ptr, y_ptr, z_ptr, lo, hi, flag, BLOCK: tl.constexpr):
@@ -1903,3 +1884,23 @@ def _fp32_sums(a, b, k):
     product and a kernel's within twice that (the tensor cores' sums truncate), with room to spare; rtol for
     a value added to the sum."""
     return 4 * (k + 1) * 2.0 ** -24 * (a.float().abs() @ b.float().abs()).max().item(), 2.0 ** -23
+
+
+# -- a tile's row sums and column sums in one expression ------------------------------------------------
+@tle.jit
+def row_minus_column_sums(x_ptr, y_ptr, out_ptr, B: tl.constexpr):
+    """A product's row sums minus its column sums (the antisymmetric part of a gate gradient): one T.Parallel
+    over both on TileLang."""
+    r = tl.arange(0, B)
+    p = tl.dot(tl.load(x_ptr + r[:, None] * B + r[None, :]), tl.load(y_ptr + r[:, None] * B + r[None, :]))
+    rows = tl.sum(p, axis=1) * 2.0
+    tl.store(out_ptr + r, rows - tl.sum(p, axis=0))
+
+
+@case(row_minus_column_sums)
+def row_and_column_sums(device):
+    x, y = torch.randn(32, 32, device=device), torch.randn(32, 32, device=device)
+    out = torch.full((32,), float("nan"), device=device)
+    return tle.Launch(grid=(1,), args=(x, y, out), kwargs=dict(B=32), outputs={"out": out},
+                      reference=lambda: {"out": (x @ y).sum(1) * 2.0 - (x @ y).sum(0)},
+                      tolerances={"out": (2e-2, 2e-2)})
