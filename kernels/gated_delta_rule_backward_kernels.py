@@ -195,8 +195,8 @@ def gdr_wy_backward_kernel(k_ptr, v_ptr, beta_ptr, gc_ptr, ai_ptr, dw_ptr, du_pt
         ks = kb.to(tl.float32) * (beta * gate)[:, None]
         dks = tl.dot(tl.trans(ai), dwb.to(ai.dtype))
         dai = tl.dot(dwb.to(kb.dtype), tl.trans(ks.to(kb.dtype)), dai)
-        # k k^T with fp32 operands (TF32, exact for bf16 and fp16 k): from bf16 operands Triton's product leaves
-        # dbeta and dg three to ten times further off than TileLang's and FLA's
+        # k k^T from fp32 operands (TF32, exact for bf16 and fp16 k), via registers: from bf16 k, Triton 3.6 runs it
+        # async on its copy ring and refills that ring before it waits (dbeta and dg then 3-10x FLA's error)
         kf = kb.to(tl.float32)
         kk = tl.dot(kf, tl.trans(kf), kk)
         dbeta += tl.sum(dks * kb.to(tl.float32) * gate[:, None], 1)
