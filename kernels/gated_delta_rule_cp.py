@@ -329,7 +329,7 @@ class KernelContextParallel(torch.autograd.Function):
         piece = (torch.stack([torch.zeros_like(seq_in), local_cu[seq_in + 1].long()]) * has_in).int()
         state_map, update_map, transition = launches.transition(k, w, gc, piece, first[seq_in].view(1),
                                                                 index.shape[0], backend)
-        gathered = _gather(torch.cat([final[outgoing.clamp(min=0)] * has_out, transition[0] * spans], -1), group)
+        gathered = _gather(torch.cat([_row(final, outgoing), transition[0] * spans], -1), group)
         shift = _fold(gathered, range(rank), vd) * has_in
         _correct(states, v_new, state_map, update_map, shift, index, _chunks_of(first, incoming, has_in), backend)
         final[seq_in] += transition[0] @ shift
@@ -358,7 +358,7 @@ class KernelContextParallel(torch.autograd.Function):
         state_map, update_map, transition_t = launches.transition_backward(q, k, w, gc, piece,
                                                                            first[seq_out].view(1), index.shape[0],
                                                                            backend)
-        gathered = _gather(torch.cat([dh0[incoming.clamp(min=0)] * has_in, transition_t[0] * spans], -1), group)
+        gathered = _gather(torch.cat([_row(dh0, incoming), transition_t[0] * spans], -1), group)
         shift = _fold(gathered, range(world - 1, rank, -1), vd) * has_out
         _correct(dstates, dv_new, state_map, update_map, shift, index, _chunks_of(first, outgoing, has_out), backend)
         dh0[seq_out] += transition_t[0] @ shift

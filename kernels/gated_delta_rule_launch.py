@@ -121,21 +121,23 @@ def chunked_forward(q, k, v, g, beta, scale, initial_state, cu, backend):
     return output(q, k, v_new, states, gc, scale, index, backend), final, gc, ai
 
 
-def _identities(hv: int, kd: int, device) -> torch.Tensor:
-    """I for every value head, [1, HV, K, K] fp32: where a transition walk starts."""
-    return torch.eye(kd, device=device, dtype=torch.float32).expand(1, hv, kd, kd).contiguous()
+def _transition_buffers(k, hv: int, slots: int):
+    """A transition walk's start, I for every value head [1, HV, K, K] fp32, and its outputs: per chunk
+    [slots, HV, K, K] and per token [B, T, HV, K] in k's dtype, at the walk's far end [1, HV, K, K] fp32."""
+    b, t, _, kd = k.shape
+    eye = torch.eye(kd, device=k.device, dtype=torch.float32).expand(1, hv, kd, kd).contiguous()
+    return (eye, torch.empty(slots, hv, kd, kd, device=k.device, dtype=k.dtype),
+            torch.empty(b, t, hv, kd, device=k.device, dtype=k.dtype),
+            torch.empty(1, hv, kd, kd, device=k.device, dtype=torch.float32))
 
 
 def transition(k, w, gc, cu, first, slots, backend):
     """The transition of the tokens of the one sequence cu = [start, end]: from S = I, the state walk with no
     updates. (M at each chunk's start [slots, HV, K, K] (k's dtype; the chunks from slot first[0] on),
     -w M per token [B, T, HV, K] (k's dtype), M after the last chunk [1, HV, K, K] fp32)."""
-    b, t, h, kd = k.shape
+    h, kd = k.shape[2:]
     hv = w.shape[2]
-    eye = _identities(hv, kd, k.device)
-    states = torch.empty(slots, hv, kd, kd, device=k.device, dtype=k.dtype)
-    v_new = torch.empty(b, t, hv, kd, device=k.device, dtype=k.dtype)
-    final = torch.empty(1, hv, kd, kd, device=k.device, dtype=torch.float32)
+    eye, states, v_new, final = _transition_buffers(k, hv, slots)
     bv = block(kd, 32)
     launch(gdr_state_kernel, (kd // bv, 1, hv), k, w, w, gc, eye, states, v_new, final, cu, first, H=h, HV=hv,
            K=kd, V=kd, BV=bv, BT=BT, INITIAL=True, UPDATES=False, backend=backend, num_warps=state_warps(kd, bv))
@@ -146,12 +148,9 @@ def transition_backward(q, k, w, gc, cu, first, slots, backend):
     """The transposed transition of the tokens of the one sequence cu = [start, end]: from dS = I at its end,
     the state gradient walked back with no output gradient. (dS at each chunk's end [slots, HV, K, K], the
     dv_new it gives [B, T, HV, K] (k's dtype), M^T at the start [1, HV, K, K] fp32)."""
-    b, t, h, kd = k.shape
+    h, kd = k.shape[2:]
     hv = w.shape[2]
-    eye = _identities(hv, kd, k.device)
-    dstates = torch.empty(slots, hv, kd, kd, device=k.device, dtype=k.dtype)
-    dv_new = torch.empty(b, t, hv, kd, device=k.device, dtype=k.dtype)
-    start = torch.empty(1, hv, kd, kd, device=k.device, dtype=torch.float32)
+    eye, dstates, dv_new, start = _transition_buffers(k, hv, slots)
     bv = block(kd, 32)
     launch(gdr_state_backward_kernel, (kd // bv, 1, hv), q, k, w, gc, w, w, eye, dstates, dv_new, start, 1.0,
            cu, first, H=h, HV=hv, K=kd, V=kd, BV=bv, BT=BT, FINAL_GRAD=True, OUTPUT_GRAD=False, backend=backend,
