@@ -280,7 +280,8 @@ def _context_parallel(q, k, v, g, beta, scale, initial_state, cu_seqlens, group,
     tokens = world * q.shape[1]
     cu = (torch.tensor([0, tokens], device=q.device, dtype=torch.int32) if cu_seqlens is None
           else cu_seqlens.to(torch.int32))
-    if int(cu[-1]) != tokens:
+    # a given cu_seqlens is checked (one host sync); the one made here needs none
+    if cu_seqlens is not None and int(cu[-1]) != tokens:
         raise tle.LaunchError(f"tle.ops.{op}: 'cu_seqlens' ends at {int(cu[-1])} tokens; with 'cp_group' it is the "
                               f"global batch's: {world} ranks x {q.shape[1]} tokens = {tokens}")
     plan = context_parallel.split(cu, world, rank, q.shape[1], backend)
@@ -362,13 +363,19 @@ def _nan(shape, device, dtype):
 
 
 def _example(case, grid, args, kwargs, outputs, names, warps=4, flops=0):
-    """A Launch of flat arguments writing `outputs`, checked against the case's mathematics of the same names."""
+    """A Launch writing `outputs`, checked against the case's mathematics of the same names; its [B, T, ...]
+    arguments passed as the launches pass them, the packed batch [1, B * T, ...]."""
     dtype = case["dtype"]
     ref = {name: case["math"][name].to(outputs[name].dtype) for name in names}
     err = EXAMPLE_ERROR[dtype]
     tolerances = {name: (err * float(r.abs().max()), err) for name, r in ref.items()}
     b, t, h, hv, kd, vd = case["dims"]
-    return tle.Launch(grid=grid, args=tuple(a.reshape(-1) if isinstance(a, torch.Tensor) else a for a in args),
+
+    def launched(a):
+        if isinstance(a, torch.Tensor) and a.dim() >= 2 and tuple(a.shape[:2]) == (b, t):
+            return launches.packed_batch(a)[0]
+        return a
+    return tle.Launch(grid=grid, args=tuple(launched(a) for a in args),
                       kwargs=dict(kwargs, num_warps=warps), outputs=outputs, reference=lambda: ref, flops=flops,
                       tolerances=tolerances, label=f"B{b} T{t} H{h} HV{hv} K{kd} V{vd} {str(dtype)[6:]}")
 
@@ -547,7 +554,7 @@ def _state_backward_example(device, size):
     return _example(c, (vd // bv, b, hv),
                     (c["q"], c["k"], _given(c, "w"), c["math"]["gc"].contiguous(), c["do"], _given(c, "dv_local"),
                      c["dht"], dstates, dv_new, dh0, c["scale"], c["cu"], first),
-                    dict(H=h, HV=hv, K=kd, V=vd, BV=bv, BT=BT, FINAL_GRAD=True, OUTPUT_GRAD=True),
+                    dict(H=h, HV=hv, K=kd, V=vd, BV=bv, BT=BT, FINAL_GRAD=True, OUTPUT_GRAD=True, FP32_W=True),
                     {"dstates": dstates, "dv_new": dv_new, "dh0": dh0}, ("dstates", "dv_new", "dh0"),
                     warps=state_warps(kd, bv), flops=6 * b * t * hv * kd * vd)
 

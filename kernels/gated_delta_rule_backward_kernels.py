@@ -52,11 +52,12 @@ def gdr_dv_local_kernel(q_ptr, k_ptr, gc_ptr, do_ptr, dv_ptr, scale, index_ptr,
 def gdr_state_backward_kernel(q_ptr, k_ptr, w_ptr, gc_ptr, do_ptr, dv_local_ptr, dht_ptr, dh_ptr, dv_new_ptr,
                               dh0_ptr, scale, cu_ptr, first_ptr, H: tl.constexpr, HV: tl.constexpr,
                               K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, BT: tl.constexpr,
-                              FINAL_GRAD: tl.constexpr, OUTPUT_GRAD: tl.constexpr):
+                              FINAL_GRAD: tl.constexpr, OUTPUT_GRAD: tl.constexpr, FP32_W: tl.constexpr):
     """Program (value block, sequence, value head): dS of its columns [K, BV] in fp32, from the final state's
     gradient (or 0) back over the sequence's chunks; dh [chunks, HV, K, V] gets dS at each chunk's end.
     Without OUTPUT_GRAD, do and dv_local are taken as zero and not read: from dS = I that walks the
-    transposed transition dS -> M^T dS of the tokens (context parallelism)."""
+    transposed transition dS -> M^T dS of the tokens (context parallelism). FP32_W: the product w^T dv_new
+    from fp32 operands (TF32) rather than from w's dtype."""
     cols = tl.program_id(0) * BV + tl.arange(0, BV)
     n, hv = tl.program_id(1), tl.program_id(2)
     bos, eos = tl.load(cu_ptr + n), tl.load(cu_ptr + n + 1)
@@ -98,8 +99,8 @@ def gdr_state_backward_kernel(q_ptr, k_ptr, w_ptr, gc_ptr, do_ptr, dv_local_ptr,
         else:
             carried = dstate * tl.exp(g_last)
         w = tl.load(w_ptr + (t[:, None] * HV + hv) * K + kr[None, :], mask=ok[:, None], other=0.0)
-        if OUTPUT_GRAD:
-            # the same precision as the product above (TileLang lays out TF32 and bf16 products differently)
+        if OUTPUT_GRAD and FP32_W:
+            # the same precision as the product above: TileLang lays out TF32 and bf16 products differently
             dstate = carried - tl.dot(tl.trans(w.to(tl.float32)), dv_new)
         else:
             dstate = carried - tl.dot(tl.trans(w), dv_new.to(w.dtype))
@@ -195,10 +196,9 @@ def gdr_wy_backward_kernel(k_ptr, v_ptr, beta_ptr, gc_ptr, ai_ptr, dw_ptr, du_pt
         ks = kb.to(tl.float32) * (beta * gate)[:, None]
         dks = tl.dot(tl.trans(ai), dwb.to(ai.dtype))
         dai = tl.dot(dwb.to(kb.dtype), tl.trans(ks.to(kb.dtype)), dai)
-        # k k^T from fp32 operands (TF32, exact for bf16 and fp16 k), via registers: from bf16 k, Triton 3.6 runs it
-        # async on its copy ring and refills that ring before it waits (dbeta and dg then 3-10x FLA's error)
-        kf = kb.to(tl.float32)
-        kk = tl.dot(kf, tl.trans(kf), kk)
+        # with more than one pipeline stage, Triton 3.6 runs this product async straight from its copy ring and
+        # refills the ring before it waits (dbeta and dg then 3-10x FLA's error): its launch takes one stage
+        kk = tl.dot(kb, tl.trans(kb), kk)
         dbeta += tl.sum(dks * kb.to(tl.float32) * gate[:, None], 1)
         dgate += tl.sum(dks * ks, 1)
     for c0 in range(0, V, BV):

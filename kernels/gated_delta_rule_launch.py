@@ -1,5 +1,7 @@
 """The gated delta rule's kernel launches: the chunked forward, its backward and the recurrence, on any kernel
-backend. Every tensor is passed flat: the kernels address tokens through cu_seqlens, across the batch axis.
+backend. The kernels address tokens through cu_seqlens, across the batch axis: a batch [B, T, ...] is passed as
+the one packed sequence batch [1, B * T, ...] it is to them, every tensor with its shape (TileLang copies boxes of
+these views).
 
 The chunked forward keeps two of its intermediates for the backward: G, the chunk-local cumulative gates
 (fp32), and Ai = (I + A)^-1 (in k's dtype), [tokens, HV, 64]. The backward recomputes the rest (w, u, the
@@ -27,8 +29,12 @@ def packed(cu_seqlens: torch.Tensor | None, batch: int, length: int, device) -> 
 
 
 def launch(kernel, grid, *args, **kwargs):
-    """Launch with every tensor argument flat."""
-    kernel[grid](*(a.reshape(-1) if isinstance(a, torch.Tensor) else a for a in args), **kwargs)
+    kernel[grid](*args, **kwargs)
+
+
+def packed_batch(*xs):
+    """[B, T, ...] tensors as the packed batch [1, B * T, ...] (None stays None)."""
+    return [None if x is None else x.reshape(1, -1, *x.shape[2:]) for x in xs]
 
 
 def block(n: int, most: int) -> int:
@@ -41,16 +47,44 @@ def state_warps(kd: int, bv: int) -> int:
     return max(1, min(4, kd * bv // 128))
 
 
+# -- launch choices. Triton's are the fastest of a sweep of block sizes, warps and stages on the H200 at
+# B1 T32768 H32 K=V=128 and B1 T16384 H16 K=V=256 (the figures are ms there, against the choice before);
+# TileLang's are those its layouts need.
+def solve_warps(backend: str) -> int:
+    """Triton: one warp (0.204 against 0.293 ms with two at K = 128). TileLang: two, each 16 x 8 of the
+    [16, 16] products."""
+    return 1 if backend == "triton" else 2
+
+
+def output_options(vd: int, backend: str) -> dict:
+    """BV and launch options of the output kernel; on Triton 128 columns a program, 3 stages (0.507 against
+    0.657 ms at K = 128, 0.359 against 0.489 at K = 256)."""
+    if backend == "triton":
+        return dict(BV=block(vd, 128), num_warps=4, num_stages=3)
+    return dict(BV=block(vd, 64), num_warps=4)
+
+
+def dv_local_options(vd: int, backend: str) -> dict:
+    """BV and launch options of dv_local; on Triton 128 columns a program, 3 stages (0.312 against 0.465 ms at
+    K = 128, 0.241 against 0.357 at K = 256)."""
+    return output_options(vd, backend)
+
+
 def state_backward_options(kd: int, bv: int, backend: str) -> dict:
-    """Warps and pipeline stages of the backward state walk. At K = 256 its q, k and w tiles of three chunks in
-    flight outgrow shared memory (295 KB of the H200's 227 KB), so one chunk at a time. At K = 128 and BV = 32,
-    Triton's walk is fastest with 8 warps and 2 stages (1.92 ms against 2.21 ms with 4 and 3 at B1 T32768 H32 on
-    the H200); elsewhere the forward walk's warps and the default stages."""
-    if kd > 128:
-        return dict(num_warps=state_warps(kd, bv), num_stages=1)
-    if backend == "triton" and kd * bv == 4096:
-        return dict(num_warps=8, num_stages=2)
-    return dict(num_warps=state_warps(kd, bv), num_stages=None)
+    """Warps, pipeline stages and the w product's precision of the backward state walk. At K = 256 its q, k and
+    w tiles of more than one chunk in flight outgrow shared memory (295 KB of the H200's 227 KB), so one
+    stage. Triton takes w^T dv_new from bf16 operands, as FLA does, with 4 warps and 3 stages at K <= 128
+    (1.33 against 1.96 ms at K = 128) and 8 warps at K = 256 (1.79 against 1.89). TileLang, which lays out
+    TF32 and bf16 products differently, takes both of the walk's products in TF32."""
+    if backend == "triton":
+        return dict(FP32_W=False, num_warps=8 if kd > 128 else 4, num_stages=1 if kd > 128 else 3)
+    return dict(FP32_W=True, num_warps=state_warps(kd, bv), num_stages=1 if kd > 128 else None)
+
+
+def wy_backward_stages(backend: str) -> int | None:
+    """Triton: one stage, so that its k k^T product waits for its operands before the next copy (see the
+    kernel); 1.18 against 1.38 ms (with k k^T from fp32 operands and 3 stages) at K = 128."""
+    return 1 if backend == "triton" else None
 
 
 def chunk_index(cu: torch.Tensor, tokens: int, backend: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -76,9 +110,8 @@ def gates_and_inverse(k, g, beta, index, backend):
     launch(gdr_kkt_kernel, (index.shape[0], hv), k, g, beta, gc, a, index, H=h, HV=hv, K=kd, BK=block(kd, 64),
            BT=BT, backend=backend, num_warps=4)
     ai = torch.empty(b, t, hv, BT, device=k.device, dtype=k.dtype)
-    # [16, 16] products: on TileLang two warps, each 16 x 8 of them
     launch(gdr_solve_kernel, (index.shape[0], hv), a, ai, index, HV=hv, BT=BT, BC=BC, backend=backend,
-           num_warps=2)
+           num_warps=solve_warps(backend))
     return gc, ai
 
 
@@ -107,18 +140,21 @@ def output(q, k, v_new, states, gc, scale, index, backend):
     b, t, h, kd = q.shape
     hv, vd = v_new.shape[2], v_new.shape[3]
     o = torch.empty(b, t, hv, vd, device=q.device, dtype=q.dtype)
-    bv = block(vd, 64)
-    launch(gdr_output_kernel, (index.shape[0], hv, vd // bv), q, k, v_new, states, gc, o, scale, index, H=h,
-           HV=hv, K=kd, V=vd, BK=block(kd, 64), BV=bv, BT=BT, backend=backend, num_warps=4)
+    options = output_options(vd, backend)
+    launch(gdr_output_kernel, (index.shape[0], hv, vd // options["BV"]), q, k, v_new, states, gc, o, scale, index,
+           H=h, HV=hv, K=kd, V=vd, BK=block(kd, 64), BT=BT, backend=backend, **options)
     return o
 
 
 def chunked_forward(q, k, v, g, beta, scale, initial_state, cu, backend):
     """(o, final state, G, Ai) from the six kernels (cu: int32 cumulative lengths over the flattened tokens)."""
-    index, first = chunk_index(cu, q.shape[0] * q.shape[1], backend)
+    b, t = q.shape[:2]
+    q, k, v, g, beta = packed_batch(q, k, v, g, beta)
+    index, first = chunk_index(cu, b * t, backend)
     gc, ai = gates_and_inverse(k, g, beta, index, backend)
     _, _, states, v_new, final = states_and_updates(k, v, beta, gc, ai, initial_state, cu, index, first, backend)
-    return output(q, k, v_new, states, gc, scale, index, backend), final, gc, ai
+    o = output(q, k, v_new, states, gc, scale, index, backend)
+    return o.view(b, t, *o.shape[2:]), final, gc.view(b, t, -1), ai.view(b, t, *ai.shape[2:])
 
 
 def _transition_buffers(k, hv: int, slots: int):
@@ -166,10 +202,10 @@ def state_gradients(q, k, w, gc, do, scale, dfinal, cu, index, first, backend):
     n = cu.numel() - 1
     chunks = index.shape[0]
     dev = q.device
-    bv = block(vd, 64)
+    options = dv_local_options(vd, backend)
     dv_local = torch.empty(b, t, hv, vd, device=dev, dtype=do.dtype)
-    launch(gdr_dv_local_kernel, (chunks, hv, vd // bv), q, k, gc, do, dv_local, scale, index, H=h, HV=hv, K=kd,
-           V=vd, BK=block(kd, 64), BV=bv, BT=BT, backend=backend, num_warps=4)
+    launch(gdr_dv_local_kernel, (chunks, hv, vd // options["BV"]), q, k, gc, do, dv_local, scale, index, H=h, HV=hv,
+           K=kd, V=vd, BK=block(kd, 64), BT=BT, backend=backend, **options)
     dstates = torch.empty(chunks, hv, kd, vd, device=dev, dtype=k.dtype)
     dv_new = torch.empty(b, t, hv, vd, device=dev, dtype=k.dtype)
     dh0 = torch.empty(n, hv, kd, vd, device=dev, dtype=torch.float32)
@@ -205,7 +241,7 @@ def input_gradients(q, k, v, g, beta, gc, ai, do, scale, states, v_new, dstates,
     dg = torch.empty_like(g)
     launch(gdr_wy_backward_kernel, (chunks, hv), k, v, beta, gc, ai, dw, dv_new, dk_out, dg_parts, dk, dv, dbeta, dg,
            index, tokens, H=h, HV=hv, K=kd, V=vd, BK=bk, BV=bv, BT=BT, NK=kd // bk, backend=backend,
-           num_warps=4)
+           num_warps=4, num_stages=wy_backward_stages(backend))
     if shared:
         dq = dq.view(b, t, h, hv // h, kd).sum(3).to(q.dtype)
         dk = dk.view(b, t, h, hv // h, kd).sum(3).to(k.dtype)
@@ -214,23 +250,27 @@ def input_gradients(q, k, v, g, beta, gc, ai, do, scale, states, v_new, dstates,
 
 def chunked_backward(q, k, v, g, beta, gc, ai, scale, initial_state, do, dfinal, cu, backend):
     """(dq, dk, dv, dg, dbeta, d initial state (fp32)) from the forward's G and Ai."""
-    index, first = chunk_index(cu, q.shape[0] * q.shape[1], backend)
+    shapes = [x.shape for x in (q, k, v, g, beta)]
+    q, k, v, g, beta, gc, ai, do = packed_batch(q, k, v, g, beta, gc, ai, do)
+    index, first = chunk_index(cu, q.shape[1], backend)
     w, _, states, v_new, _ = states_and_updates(k, v, beta, gc, ai, initial_state, cu, index, first, backend)
     dstates, dv_new, dh0 = state_gradients(q, k, w, gc, do, scale, dfinal, cu, index, first, backend)
-    return (*input_gradients(q, k, v, g, beta, gc, ai, do, scale, states, v_new, dstates, dv_new, index, backend),
-            dh0)
+    grads = input_gradients(q, k, v, g, beta, gc, ai, do, scale, states, v_new, dstates, dv_new, index, backend)
+    return (*(d.view(shape) for d, shape in zip(grads, shapes)), dh0)
 
 
 def recurrent_forward(q, k, v, g, beta, scale, initial_state, cu, l2norm, backend):
     """(o, final state) of the recurrence token by token."""
-    b, t, h, kd = q.shape
+    b, t = q.shape[:2]
+    q, k, v, g, beta = packed_batch(q, k, v, g, beta)
+    _, tokens, h, kd = q.shape
     hv, vd = v.shape[2], v.shape[3]
     n = cu.numel() - 1
-    o = torch.empty(b, t, hv, vd, device=q.device, dtype=q.dtype)
+    o = torch.empty(1, tokens, hv, vd, device=q.device, dtype=q.dtype)
     final = torch.empty(n, hv, kd, vd, device=q.device, dtype=torch.float32)
     bv = block(vd, 32)
     if n:
         h0 = final if initial_state is None else initial_state      # not read without one
         launch(gdr_recurrent_kernel, (vd // bv, n, hv), q, k, v, g, beta, h0, o, final, cu, scale, H=h, HV=hv,
                K=kd, V=vd, BV=bv, INITIAL=initial_state is not None, L2NORM=l2norm, backend=backend, num_warps=4)
-    return o, final
+    return o.view(b, t, hv, vd), final

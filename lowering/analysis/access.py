@@ -9,7 +9,10 @@
 
 `plan_box` goes further for a backend that knows the argument's shape and strides: it maps tile axes
 to tensor dimensions and checks that the mask is exactly "in bounds" there, so that a bounds-predicated
-bulk copy (TileLang's T.copy) means the same as the masked load or store.
+bulk copy (TileLang's T.copy) means the same as the masked load or store. A load whose mask bounds it
+elsewhere (a sequence's end inside a packed batch) may still be a box that is copied whole and then
+selected by the mask (`BoxPlan.select`), where the box lies inside the argument wherever the mask holds.
+Program ids (below the grid's extents) and the counters of loops with constant bounds have known ranges.
 """
 from __future__ import annotations
 
@@ -149,11 +152,99 @@ class DimRange:
 @dataclass
 class BoxPlan:
     dims: list[DimRange]
+    select: bool = False   # copy the whole box, then keep the mask's elements (`other` elsewhere)
+
+
+class Ranges:
+    """The values a scalar symbol can take: a program id is below its grid extent; a loop counter runs over
+    its loop's bounds. None where nothing is known."""
+
+    def __init__(self, aff: AffineAnalysis, grid: tuple[int, ...] | None):
+        self.aff, self.grid = aff, grid
+
+    def _loop(self, sym: int) -> tuple[Affine, Affine, int] | None:
+        """(lower, upper, step) of the loop whose counter `sym` is, for a positive constant step."""
+        v = self.aff.symbols.get(sym)
+        if v is None or v.defining_op is not None:
+            return None
+        block = v.owner
+        loop = getattr(block, "parent_op", None)
+        if loop is None or loop.defn is not ops.FOR or not block.args or block.args[0] is not v:
+            return None
+        lower, upper, step = (self.aff.of(loop.operand(n)) for n in ("lower", "upper", "step"))
+        if lower is None or upper is None or step is None or not step.is_const or step.const <= 0:
+            return None
+        return lower, upper, step.const
+
+    def of_symbol(self, sym: int) -> tuple[int, int] | None:
+        v = self.aff.symbols.get(sym)
+        if v is None:
+            return None
+        op = v.defining_op
+        if op is not None:
+            if op.defn is ops.PROGRAM_ID and self.grid is not None and op.attrs["axis"] < len(self.grid):
+                return 0, self.grid[op.attrs["axis"]] - 1
+            return None
+        loop = self._loop(sym)
+        if loop is None or not loop[0].is_const or not loop[1].is_const:
+            return None
+        lower, upper, step = loop[0].const, loop[1].const, loop[2]
+        if upper <= lower:
+            return lower, lower                      # the body never runs
+        return lower, lower + (upper - 1 - lower) // step * step
+
+    def bounds(self, f: Affine) -> tuple[int, int] | None:
+        """(least, greatest) value of a scalar form, or None."""
+        lo = hi = f.const
+        for sym, c in f.syms:
+            r = self.of_symbol(sym)
+            if r is None:
+                return None
+            lo, hi = lo + min(c * r[0], c * r[1]), hi + max(c * r[0], c * r[1])
+        return lo, hi
+
+    def least(self, f: Affine) -> Affine:
+        """A form no greater than `f` wherever the body of every loop whose counter it holds runs: each counter
+        taken at the end of its range that lowers f (its lower bound, or its upper bound less one), so that a
+        walk backwards, chunks - 1 - i, is seen to stay at or above 0."""
+        for _ in range(8):
+            for sym, c in f.syms:
+                loop = self._loop(sym)
+                if loop is not None:
+                    lower, upper, _ = loop
+                    end = lower if c > 0 else upper - Affine(1)
+                    f = f - Affine(0, ((sym, c),)) + end.scale(c)
+                    break
+            else:
+                return f
+        return f
 
 
 def plan_box(access: Access, mask: Value | None, tile_shape: tuple[int, ...], tensor_shape, tensor_strides,
-             aff: AffineAnalysis) -> tuple[BoxPlan | None, str]:
-    """Map a box access onto the argument's dimensions; (plan, "") or (None, reason)."""
+             aff: AffineAnalysis, ranges: Ranges | None = None, select: bool = False) -> tuple[BoxPlan | None, str]:
+    """Map a box access onto the argument's dimensions; (plan, "") or (None, reason). `select`: a load may be
+    planned as the whole box selected by its mask, where the mask does not bound it at the argument's edges."""
+    ranges = ranges or Ranges(aff, None)
+    plan, why = _plan_box(access, mask, tile_shape, tensor_shape, tensor_strides, aff, ranges)
+    if plan is None and select and mask is not None:
+        # the box the unmasked access reads, if it lies inside the argument: wherever the mask holds, the
+        # copy reads what the load reads; elsewhere the select puts `other`
+        whole, _ = _plan_box(access, None, tile_shape, tensor_shape, tensor_strides, aff, ranges)
+        if whole is not None:
+            whole.select = True
+            return whole, ""
+    return plan, why
+
+
+def _outermost(d: int, tensor_shape, tensor_strides) -> bool:
+    """Is dimension d the outermost of more than one element (the largest stride)? Past its end lies past the
+    argument's end."""
+    return all(tensor_shape[e] == 1 or tensor_strides[e] <= tensor_strides[d]
+               for e in range(len(tensor_shape)) if e != d)
+
+
+def _plan_box(access: Access, mask: Value | None, tile_shape: tuple[int, ...], tensor_shape, tensor_strides,
+              aff: AffineAnalysis, ranges: Ranges) -> tuple[BoxPlan | None, str]:
     off = access.offset
     if access.kind != "box":
         return None, access.reason or f"a {access.kind} access"
@@ -229,14 +320,19 @@ def plan_box(access: Access, mask: Value | None, tile_shape: tuple[int, ...], te
         # (where the mask bounds the index below by 0 itself, the predicate is the program's own)
         if d in [axis_dim[a] for a in lower]:
             continue
-        if st.const < 0 or any(c < 0 for _, c in st.syms):
+        known = ranges.bounds(st)
+        least = ranges.least(st)
+        if (known is None or known[0] < 0) and (least.const < 0 or any(c < 0 for _, c in least.syms)):
             return None, f"the start along dimension {d} may be negative"
         if not st.syms and st.const >= tensor_shape[d]:
             return None, f"the start along dimension {d} is past its end"
+        if d not in axis_dim.values() and known is not None and known[1] >= tensor_shape[d]:
+            return None, f"the index along dimension {d} may be past its end"
     for a in range(rank):
         d = axis_dim[a]
-        st = dim_start[d]
-        if a not in starts and d != 0 and not (st.is_const and st.const + tile_shape[a] <= tensor_shape[d]):
+        known = ranges.bounds(dim_start[d])
+        if a not in starts and not _outermost(d, tensor_shape, tensor_strides) and \
+                not (known is not None and known[1] + tile_shape[a] <= tensor_shape[d]):
             # without a mask, the program may run past this dimension into the next row; a bulk copy
             # would predicate that away, so only a provably in-bounds region is a box here
             return None, (f"tile axis {a} has no mask term and its region is not provably inside "

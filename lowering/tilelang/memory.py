@@ -13,7 +13,7 @@ from .context import Buffer, Context
 from .expressions import read_by_split
 from .gathers import zero_filled_rows
 from ..rules import RuleSet
-from .staged_stores import stages_through_shared
+from .staged_stores import masked_product_store, product_operand_twin, stages_through_shared
 from .syntax import element, literal, loop_indices, parallel_header, tl_dtype
 from .values import is_zero
 from .views import box, region
@@ -135,14 +135,20 @@ def read_global(gen: Context, op: Op, into: Buffer | None, scope: str, asynchron
     shape, elem = ptr.type.shape, ptr.type.elem.elem
     acc = gen.access(op)
     param = gen.ids[acc.param.value]
-    plan = box(gen, op, acc, mask)
-    # `other` only matters where the mask can be false
-    zero_other = other is None or is_zero(other) or mask_always_true(mask, shape, gen.aff)
-    perm = None
     # a read into a fragment inside T.Pipelined stays element-wise: TileLang 0.1.15 gives a T.copy from global
     # into a fragment to the producer warps of its warp-specialized pipeline, and the consumer warps that read
     # the fragment never see it (they read it uninitialized)
     fragment_in_pipeline = scope == "fragment" and gen.in_pipelined_loop(op)
+    # a product's operand bounded by its mask inside the argument (a sequence's end) may be the whole box,
+    # copied into its shared buffer and selected there; not the stage of a pipeline, whose copy TileLang would
+    # issue ahead of the select
+    plan = box(gen, op, acc, mask, select=op.defn is ops.LOAD and scope == "shared" and into is None and
+               not asynchronous)
+    # `other` only matters where the mask can be false
+    zero_other = other is None or is_zero(other) or mask_always_true(mask, shape, gen.aff)
+    perm = None
+    if plan is not None and plan.select:
+        return _copy_then_select(gen, op, acc, plan, indent)
     if plan is not None and zero_other and not fragment_in_pipeline:
         into = into or Buffer(gen.alloc(op.results[0].name or "t", shape, elem, scope), shape, elem, scope,
                               gen.blocks[-1])
@@ -183,6 +189,21 @@ def read_global(gen: Context, op: Op, into: Buffer | None, scope: str, asynchron
     return into.name, how, perm
 
 
+def _copy_then_select(gen: Context, op: Op, acc: Access, plan, indent: int):
+    """The whole box copied into a new shared buffer, then, in place, the mask's elements kept and `other` put
+    elsewhere: a vectorized bulk copy where the mask is not the argument's edge. Returns read_global's
+    (buffer name, how, None)."""
+    mask, other = op.operand("mask"), op.operand("other")
+    shape, elem = op.operand("ptr").type.shape, op.operand("ptr").type.elem.elem
+    into = Buffer(gen.alloc(op.results[0].name or "t", shape, elem, "shared"), shape, elem, "shared", gen.blocks[-1])
+    gen.emit(f"T.copy({region(gen, acc.param.value, plan)}, {into.region()})", indent)
+    idx = loop_indices(len(shape))
+    fill = gen.elem(other, idx) if other is not None else literal(0, elem)
+    gen.emit(parallel_header(idx, shape), indent)
+    gen.emit(f"{into.at(idx)} = T.if_then_else({gen.elem(mask, idx)}, {into.at(idx)}, {fill})", indent + 1)
+    return into.name, "T.copy then mask select in shared (the mask bounds it inside the argument)", None
+
+
 def _storage_order(acc: Access, v: Value) -> tuple | None:
     """(1, 0) when a 2-D tile read element by element is contiguous in memory along its first axis
     and not its last: stored transposed, consecutive threads read consecutive addresses."""
@@ -215,6 +236,14 @@ def store(gen: Context, op: Op, indent: int):
             gen.emit(st, indent)
         return
     plan = box(gen, op, acc, mask)
+    twin = product_operand_twin(gen, val) if plan is not None and site == "store" else None
+    if twin is not None:
+        # the value is also a product's operand, which lives in shared memory: cast there once, for both
+        b = gen.buffer_of(val, indent, "shared")
+        gen.buffers[twin.id] = b
+        gen.emit(f"T.copy({b.region()}, {region(gen, acc.param.value, plan)})", indent)
+        gen.report.append((op.loc.line, site, acc.kind, "T.copy from shared (the buffer of a product's operand)"))
+        return
     if plan is not None:
         src = val
         cast = val.defining_op
@@ -233,6 +262,14 @@ def store(gen: Context, op: Op, indent: int):
             b, how = staged, "T.copy from fragment through shared"
         gen.emit(f"T.copy({b.region()}, {region(gen, acc.param.value, plan)})", indent)
         gen.report.append((op.loc.line, site, acc.kind, how))
+        return
+    if masked_product_store(gen, op, acc):
+        # from the product's fragment into shared memory first: the masked store then writes whole rows from
+        # there, consecutive threads to consecutive addresses, not the fragment's scattered pairs
+        b = gen.buffer_of(val, indent, "shared", dtype=elem)
+        gen.report.append((op.loc.line, site, acc.kind, f"T.Parallel from shared ({acc.reason})"))
+        _masked_parallel(gen, ptr.type.shape, mask, lambda idx: f"{param}[{gen.offset(ptr, idx)}] = {b.at(idx)}",
+                         indent)
         return
     gen.report.append((op.loc.line, site, acc.kind, "T.Parallel" + (f" ({acc.reason})" if acc.reason else "")))
     _masked_parallel(gen, ptr.type.shape, mask, lambda idx: f"{param}[{gen.offset(ptr, idx)}] = "

@@ -63,3 +63,32 @@ def from_product(v: Value) -> bool:
             i = op.results.index(v)
             todo.extend(blk.terminator.operands[i] for blk in op.regions if blk.terminator is not None)
     return False
+
+
+def product_operand_twin(gen: Context, stored: Value) -> Value | None:
+    """A cast tile that is stored and also, cast again the same way, a product's operand (a state stored in
+    bf16 and multiplied in bf16): the operand's cast, whose shared buffer the store can copy from, or None."""
+    cast = stored.defining_op
+    if cast is None or cast.defn is not ops.CAST or cast.attrs.get("bitcast") or len(stored.type.shape) < 2:
+        return None
+    source = cast.operand("x")
+    for user in gen.users.get(source.id, []):
+        if user is not cast and user.defn is ops.CAST and not user.attrs.get("bitcast") and \
+                user.result.type == stored.type and user.result.id not in gen.buffers and \
+                any(u.defn is ops.DOT for u in gen.value_users(user.result)) and \
+                user.parent is cast.parent:
+            return user.result
+    return None
+
+
+def masked_product_store(gen: Context, op: Op, acc) -> bool:
+    """Does the masked store `op` of a product's tile, a box its mask bounds inside the argument (a sequence's
+    end), go through a shared buffer? In a loop, where it is written at every step (a state walk's updates);
+    rows of at least 16 bytes, outside warp-group branches."""
+    if op.defn is not ops.STORE or acc.kind != "box" or op.operand("mask") is None or gen.warp_group is not None:
+        return False
+    if not any(b.parent_op is not None and b.parent_op.has(Trait.LOOP) for b in gen.blocks):
+        return False
+    shape = op.operand("value").type.shape
+    bits = op.operand("ptr").type.elem.elem.bits
+    return len(shape) == 2 and bits >= 8 and shape[-1] * bits // 8 >= 16 and from_product(op.operand("value"))

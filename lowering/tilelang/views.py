@@ -3,7 +3,7 @@ access covers, written with the kernel's own named scalars where they fit (`pid_
 program id and quotients it was computed from)."""
 from __future__ import annotations
 
-from ..analysis.access import Access, BoxPlan, plan_box
+from ..analysis.access import Access, BoxPlan, Ranges, plan_box
 from ..analysis.affine import Affine
 from ..ir.core import Op, Value
 from .context import Context
@@ -30,12 +30,14 @@ def view(gen: Context, param_value: Value) -> str:
     return name
 
 
-def box(gen: Context, op: Op, acc: Access, mask: Value | None) -> BoxPlan | None:
-    """The box region access `op` covers of its argument, or None (the reason is left in acc.reason)."""
+def box(gen: Context, op: Op, acc: Access, mask: Value | None, select: bool = False) -> BoxPlan | None:
+    """The box region access `op` covers of its argument, or None (the reason is left in acc.reason).
+    `select`: the access may be a whole box selected by its mask afterwards (a load's)."""
     if acc.kind != "box" or acc.param is None:
         return None
     a = gen.arg[acc.param.value.id]
-    plan, why = plan_box(acc, mask, op.operand("ptr").type.shape, a.shape, a.strides, gen.aff)
+    plan, why = plan_box(acc, mask, op.operand("ptr").type.shape, a.shape, a.strides, gen.aff,
+                         Ranges(gen.aff, gen.grid), select)
     if plan is None:
         acc.reason = why
     return plan

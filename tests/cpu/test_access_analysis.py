@@ -8,7 +8,7 @@ import triton.language as tl
 
 import tle
 from tle.lowering.analysis import Affine, AffineAnalysis, classify_accesses
-from tle.lowering.analysis.access import classify, mask_always_true, mask_conjuncts, plan_box
+from tle.lowering.analysis.access import Ranges, classify, mask_always_true, mask_conjuncts, plan_box
 from tle.lowering.ir import ops
 
 
@@ -353,3 +353,108 @@ def test_box_plan_reasons_for_other_kinds():
     load = ops_of_kind(k, ops.LOAD)[0]
     plan, why = plan_of(k, load, meta(64), {})
     assert plan is None and "broadcast" in why
+
+
+# -- known ranges and selected boxes (a state walk over a packed batch) ------------------------------
+@tle.jit
+def column_block(x_ptr, y_ptr, N: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    cols = tl.program_id(0) * BN + tl.arange(0, BN)
+    for k0 in range(0, 64, BK):
+        rows = k0 + tl.arange(0, BK)
+        t = tl.load(x_ptr + rows[:, None] * N + cols[None, :])
+        tl.store(y_ptr + rows[:, None] * N + cols[None, :], t)
+
+
+def ranged_plan(k, op, tensor, grid):
+    aff = analysis(k)
+    acc = classify(op, aff, {p.value.id: p for p in k.params})
+    return plan_box(acc, op.operand("mask"), op.operand("ptr").type.shape, tuple(tensor.shape),
+                    tuple(tensor.stride()), aff, Ranges(aff, grid))
+
+
+@pytest.mark.parametrize("grid, expect", [
+    ((4,), ""),                                        # pid * 16 + 16 <= 64: inside
+    ((5,), "not provably inside"),                     # the fifth program would run into the next row
+    (None, "not provably inside"),                     # no grid: nothing known of the program id
+])
+def test_a_program_id_is_below_its_grid_extent(grid, expect):
+    x = meta(64, 64)
+    k = ir_of(column_block, x, meta(64, 64), N=64, BN=16, BK=32)
+    plan, why = ranged_plan(k, ops_of_kind(k, ops.LOAD)[0], x, grid)
+    assert (plan is None and expect in why) if expect else (why == "" and plan.dims[1].extent == 16)
+
+
+def test_a_loop_counter_runs_within_its_constant_bounds():
+    """k0 in range(0, 64, 32) takes 0 and 32: rows k0 .. k0 + 31 stay inside 64 rows, not inside 48."""
+    k = ir_of(column_block, meta(64, 64), meta(64, 64), N=64, BN=16, BK=32)
+    load = ops_of_kind(k, ops.LOAD)[0]
+    plan, why = ranged_plan(k, load, meta(64, 64), (4,))
+    assert why == "" and plan.dims[0].extent == 32
+    aff = analysis(k)
+    (loop,) = ops_of_kind(k, ops.FOR)
+    counter = loop.body.args[0]
+    aff.of(counter)
+    assert Ranges(aff, (4,)).of_symbol(counter.id) == (0, 32)
+    # rows 32 .. 63 of 48 in the first of two such blocks: the flat program reads on into the second
+    plan, why = ranged_plan(k, load, meta(2, 48, 64), (4,))
+    assert plan is None and "not provably inside" in why
+
+
+@tle.jit
+def sequence_rows(x_ptr, y_ptr, cu_ptr, HV: tl.constexpr, K: tl.constexpr, BT: tl.constexpr):
+    hv = tl.program_id(1)
+    bos, eos = tl.load(cu_ptr + tl.program_id(0)), tl.load(cu_ptr + tl.program_id(0) + 1)
+    t = bos + tl.arange(0, BT)
+    kr = tl.arange(0, K)
+    x = tl.load(x_ptr + (t[:, None] * HV + hv) * K + kr[None, :], mask=(t < eos)[:, None], other=0.0)
+    tl.store(y_ptr + kr[:, None] * K + kr[None, :], tl.dot(tl.trans(x), x))
+
+
+def test_a_mask_inside_the_tensor_selects_a_whole_box():
+    """t < eos bounds the rows at a sequence's end, not at the batch's: not a bounds-predicated copy, but the
+    whole box selected by the mask, where the box lies inside the tensor wherever the mask holds."""
+    x = meta(1, 256, 4, 32)
+    k = ir_of(sequence_rows, x, meta(32, 32), meta(3, dtype=torch.int32), HV=4, K=32, BT=64)
+    load = [op for op in ops_of_kind(k, ops.LOAD) if op.operand("mask") is not None][0]
+    aff = analysis(k)
+    acc = classify(load, aff, {p.value.id: p for p in k.params})
+    args = (load.operand("mask"), (64, 32), (1, 256, 4, 32), (256 * 128, 128, 32, 1), aff, Ranges(aff, (2, 4)))
+    plan, why = plan_box(acc, *args)
+    assert plan is None and why                          # not a copy the mask means
+    plan, why = plan_box(acc, *args, select=True)
+    assert why == "" and plan.select
+    assert [(d.extent, d.axis) for d in plan.dims] == [(1, None), (64, 0), (1, None), (32, 1)]
+    (hv,) = [op.results[0] for op in ops_of_kind(k, ops.PROGRAM_ID) if op.attrs["axis"] == 1]
+    assert plan.dims[2].start == Affine(0, ((hv.id, 1),))
+    # four heads of a grid of five: the fifth program's head is past the dimension
+    plan, why = plan_box(acc, *args[:-1], Ranges(aff, (2, 5)), select=True)
+    assert plan is None
+
+
+@tle.jit
+def backward_walk(x_ptr, y_ptr, cu_ptr, K: tl.constexpr, BT: tl.constexpr):
+    bos, eos = tl.load(cu_ptr), tl.load(cu_ptr + 1)
+    chunks = (eos - bos + BT - 1) // BT
+    kr = tl.arange(0, K)
+    acc = tl.zeros([K, K], dtype=tl.float32)
+    for i in range(0, chunks):
+        t = bos + (chunks - 1 - i) * BT + tl.arange(0, BT)
+        x = tl.load(x_ptr + t[:, None] * K + kr[None, :], mask=(t < eos)[:, None], other=0.0)
+        acc += tl.dot(tl.trans(x), x)
+    tl.store(y_ptr + kr[:, None] * K + kr[None, :], acc)
+
+
+def test_a_walk_backwards_starts_at_or_above_zero():
+    """t = bos + (chunks - 1 - i) BT for i in range(chunks): with i at most chunks - 1 where the body runs, the
+    start is at least bos, though its form has a negative term."""
+    x = meta(1, 256, 16)
+    k = ir_of(backward_walk, x, meta(16, 16), meta(2, dtype=torch.int32), K=16, BT=64)
+    load = [op for op in ops_of_kind(k, ops.LOAD) if op.operand("mask") is not None][0]
+    aff = analysis(k)
+    acc = classify(load, aff, {p.value.id: p for p in k.params})
+    plan, why = plan_box(acc, load.operand("mask"), (64, 16), (1, 256, 16), (4096, 16, 1), aff, Ranges(aff, (1,)),
+                         select=True)
+    assert why == "" and plan.select
+    start = plan.dims[1].start
+    assert any(c < 0 for _, c in start.syms)                  # - BT i
+    assert not any(c < 0 for _, c in Ranges(aff, (1,)).least(start).syms)

@@ -1,7 +1,8 @@
 """chunk_gated_delta_rule's kernels on CPU at the lengths around a chunk's edges (T = 1, 63, 64, 65, 200), with and
 without an initial state, and on a packed batch holding empty and one-token sequences: the output, the final state
 and every gradient (through the output and the final state) against autograd of the recurrence in fp64. Triton
-runs in its interpreter, TileLang through the interpreter of TileLang programs, both on fp32 inputs."""
+runs in its interpreter, TileLang through the interpreter of TileLang programs, both on fp32 inputs, and the
+packed batch once more in bf16."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -38,6 +39,17 @@ def _outputs_and_gradients(fn, xs, h0, upstream):
     return [o.detach(), final.detach()] + [x.grad for x in leaves]
 
 
+def _kernel_outputs_and_gradients(backend, xs, h0, cu, upstream):
+    """The operator's outputs and gradients on a kernel backend (TileLang through its interpreter)."""
+    def op(*a, initial_state):
+        return tle.ops.chunk_gated_delta_rule(*a, initial_state=initial_state, output_final_state=True,
+                                              cu_seqlens=cu, backend=backend)
+    if backend == "tilelang":
+        with tilelang_through_interpreter():
+            return _outputs_and_gradients(op, xs, h0, upstream)
+    return _outputs_and_gradients(op, xs, h0, upstream)
+
+
 def _largest_error(got, ref):
     return ((got.double() - ref.double()).abs().max() / ref.double().abs().max().clamp_min(1e-30)).item()
 
@@ -59,15 +71,28 @@ def test_lengths_around_the_chunk(backend, lengths, with_state):
                                             cu_seqlens=cu),
         xs, h0, [u.double() for u in upstream])
 
-    def op(*a, initial_state):
-        return tle.ops.chunk_gated_delta_rule(*a, initial_state=initial_state, output_final_state=True,
-                                              cu_seqlens=cu, backend=backend)
-    if backend == "tilelang":
-        with tilelang_through_interpreter():
-            got = _outputs_and_gradients(op, xs, h0, upstream)
-    else:
-        got = _outputs_and_gradients(op, xs, h0, upstream)
+    got = _kernel_outputs_and_gradients(backend, xs, h0, cu, upstream)
     names = ["o", "final", "dq", "dk", "dv", "dg", "dbeta", "dh0"][:len(ref)]
     for name, a, r in zip(names, got, ref):
         assert a.shape == r.shape, name
         assert _largest_error(a, r) < BOUND[backend], (name, _largest_error(a, r))
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_packed_batch_in_bf16(backend):
+    """The packed batch in bf16, the dtype the kernels run in on GPUs, where their lowerings take paths fp32 does
+    not (the state walk's bf16 copy of the state serves both its store and its product): within the GPU tests'
+    bounds of the fp64 recurrence, 2^-6 of the largest magnitude for the outputs and 2^-5 for the gradients."""
+    lengths = [0, 1, 63, 64, 0, 65, 7]
+    xs, h0, cu, upstream = _inputs(lengths, True, seed=5)
+    ref = _outputs_and_gradients(
+        lambda *a, initial_state: recurrent(*[x.double() for x in a], None, initial_state.double(), True,
+                                            cu_seqlens=cu),
+        xs, h0, [u.double() for u in upstream])
+    low = [x if x is xs[3] else x.bfloat16() for x in xs]          # the gates stay fp32, as models keep them
+
+    got = _kernel_outputs_and_gradients(backend, low, h0, cu, upstream)
+    for name, a, r in zip(["o", "final", "dq", "dk", "dv", "dg", "dbeta", "dh0"], got, ref):
+        assert _largest_error(a, r) < (2 ** -6 if name in ("o", "final") else 2 ** -5), (name, _largest_error(a, r))

@@ -2,12 +2,12 @@
 import tilelang.language as T
 
 # constexprs: H=1, HV=2, K=16, V=32, BK=16, BV=32, BT=64
-# q_ptr: shape (2240,), strides (1,)
-# k_ptr: shape (2240,), strides (1,)
-# gc_ptr: shape (280,), strides (1,)
-# do_ptr: shape (8960,), strides (1,)
-# dv_ptr: shape (8960,), strides (1,)
-# index_ptr: shape (8,), strides (1,)
+# q_ptr: shape (1, 140, 1, 16), strides (2240, 16, 16, 1)
+# k_ptr: shape (1, 140, 1, 16), strides (2240, 16, 16, 1)
+# gc_ptr: shape (1, 140, 2), strides (280, 2, 1)
+# do_ptr: shape (1, 140, 2, 32), strides (8960, 64, 32, 1)
+# dv_ptr: shape (1, 140, 2, 32), strides (8960, 64, 32, 1)
+# index_ptr: shape (4, 2), strides (2, 1)
 
 
 @T.prim_func
@@ -21,6 +21,7 @@ def gdr_dv_local_kernel(
     index_ptr: T.Tensor((8,), 'int32'),
 ):
     with T.Kernel(4, 2, 1, threads=128) as (bx, by, bz):
+        do_ptr_v = T.StridedTensor((1, 140, 2, 32), (8960, 64, 32, 1), 'float32', data=do_ptr.data)
         scores_t = T.alloc_fragment((64, 64), 'float32')
         qb = T.alloc_shared((64, 16), 'float32')
         kb = T.alloc_shared((64, 16), 'float32')
@@ -46,8 +47,9 @@ def gdr_dv_local_kernel(
             g_j[i0] = T.if_then_else(((start + i0) < end), gc_ptr[(((start + i0) * 2) + hv)], 0.0)
         for i0 in T.Parallel(64):
             g_i[i0] = T.if_then_else(((start + i0) < end), gc_ptr[(((start + i0) * 2) + hv)], 0.0)
+        T.copy(do_ptr_v[0, start:start + 64, hv + bz, 0:32], do)
         for i0, i1 in T.Parallel(64, 32):
-            do[i0, i1] = T.if_then_else(((start + i0) < end), do_ptr[(((((start + i0) * 2) + hv) * 32) + ((bz * 32) + i1))], 0.0)
+            do[i0, i1] = T.if_then_else(((start + i0) < end), do[i0, i1], 0.0)
         for i0, i1 in T.Parallel(64, 64):
             p_t[i0, i1] = (T.if_then_else((((i1 >= i0) & ((start + i0) < end)) & ((start + i1) < end)), (scores_t[i0, i1] * T.exp2((g_i[i1] - g_j[i0]) * 1.4426950408889634)), 0.0) * scale)
         T.clear(dv)

@@ -2,12 +2,12 @@
 import tilelang.language as T
 
 # constexprs: H=1, HV=2, K=16, BK=16, BT=64
-# k_ptr: shape (2240,), strides (1,)
-# g_ptr: shape (280,), strides (1,)
-# beta_ptr: shape (280,), strides (1,)
-# gc_ptr: shape (280,), strides (1,)
-# a_ptr: shape (17920,), strides (1,)
-# index_ptr: shape (8,), strides (1,)
+# k_ptr: shape (1, 140, 1, 16), strides (2240, 16, 16, 1)
+# g_ptr: shape (1, 140, 2), strides (280, 2, 1)
+# beta_ptr: shape (1, 140, 2), strides (280, 2, 1)
+# gc_ptr: shape (1, 140, 2), strides (280, 2, 1)
+# a_ptr: shape (1, 140, 2, 64), strides (17920, 128, 64, 1)
+# index_ptr: shape (4, 2), strides (2, 1)
 
 
 @T.prim_func

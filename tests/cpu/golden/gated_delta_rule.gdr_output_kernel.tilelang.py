@@ -2,13 +2,13 @@
 import tilelang.language as T
 
 # constexprs: H=1, HV=2, K=16, V=32, BK=16, BV=32, BT=64
-# q_ptr: shape (2240,), strides (1,)
-# k_ptr: shape (2240,), strides (1,)
-# v_new_ptr: shape (8960,), strides (1,)
-# h_ptr: shape (4096,), strides (1,)
-# gc_ptr: shape (280,), strides (1,)
-# o_ptr: shape (8960,), strides (1,)
-# index_ptr: shape (8,), strides (1,)
+# q_ptr: shape (1, 140, 1, 16), strides (2240, 16, 16, 1)
+# k_ptr: shape (1, 140, 1, 16), strides (2240, 16, 16, 1)
+# v_new_ptr: shape (1, 140, 2, 32), strides (8960, 64, 32, 1)
+# h_ptr: shape (4, 2, 16, 32), strides (1024, 512, 32, 1)
+# gc_ptr: shape (1, 140, 2), strides (280, 2, 1)
+# o_ptr: shape (1, 140, 2, 32), strides (8960, 64, 32, 1)
+# index_ptr: shape (4, 2), strides (2, 1)
 
 
 @T.prim_func
@@ -23,6 +23,8 @@ def gdr_output_kernel(
     index_ptr: T.Tensor((8,), 'int32'),
 ):
     with T.Kernel(4, 2, 1, threads=128) as (bx, by, bz):
+        h_ptr_v = T.StridedTensor((4, 2, 16, 32), (1024, 512, 32, 1), 'float32', data=h_ptr.data)
+        v_new_ptr_v = T.StridedTensor((1, 140, 2, 32), (8960, 64, 32, 1), 'float32', data=v_new_ptr.data)
         inter = T.alloc_fragment((64, 32), 'float32')
         scores = T.alloc_fragment((64, 64), 'float32')
         qb = T.alloc_shared((64, 16), 'float32')
@@ -45,16 +47,16 @@ def gdr_output_kernel(
                 qb[i0, i1] = T.if_then_else(((start + i0) < end), q_ptr[((qk_base + ((start + i0) * 16)) + (c0 + i1))], 0.0)
             for i0, i1 in T.Parallel(64, 16):
                 kb[i0, i1] = T.if_then_else(((start + i0) < end), k_ptr[((qk_base + ((start + i0) * 16)) + (c0 + i1))], 0.0)
-            for i0, i1 in T.Parallel(16, 32):
-                hb[i0, i1] = h_ptr[((((((bx * 2) + hv) * 16) * 32) + ((c0 + i0) * 32)) + ((bz * 32) + i1))]
+            T.copy(h_ptr_v[bx, hv, bz + c0:bz + c0 + 16, 0:32], hb)
             T.gemm(qb, hb, inter, policy=T.GemmWarpPolicy.FullRow)
             T.gemm(qb, kb, scores, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
         for i0 in T.Parallel(64):
             g[i0] = T.if_then_else(((start + i0) < end), gc_ptr[(((start + i0) * 2) + hv)], 0.0)
         for i0 in T.Parallel(64):
             g_col[i0] = T.if_then_else(((start + i0) < end), gc_ptr[(((start + i0) * 2) + hv)], 0.0)
+        T.copy(v_new_ptr_v[0, start:start + 64, hv + bz, 0:32], v_new)
         for i0, i1 in T.Parallel(64, 32):
-            v_new[i0, i1] = T.if_then_else(((start + i0) < end), v_new_ptr[(((((start + i0) * 2) + hv) * 32) + ((bz * 32) + i1))], 0.0)
+            v_new[i0, i1] = T.if_then_else(((start + i0) < end), v_new[i0, i1], 0.0)
         for i0, i1 in T.Parallel(64, 64):
             scores_1[i0, i1] = T.if_then_else((((i0 >= i1) & ((start + i0) < end)) & ((start + i1) < end)), (scores[i0, i1] * T.exp2((g[i0] - g_col[i1]) * 1.4426950408889634)), 0.0)
         for i0, i1 in T.Parallel(64, 32):

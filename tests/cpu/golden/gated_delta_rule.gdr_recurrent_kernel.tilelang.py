@@ -2,14 +2,14 @@
 import tilelang.language as T
 
 # constexprs: H=1, HV=2, K=16, V=32, BV=32, INITIAL=True, L2NORM=False
-# q_ptr: shape (2240,), strides (1,)
-# k_ptr: shape (2240,), strides (1,)
-# v_ptr: shape (8960,), strides (1,)
-# g_ptr: shape (280,), strides (1,)
-# beta_ptr: shape (280,), strides (1,)
-# h0_ptr: shape (2048,), strides (1,)
-# o_ptr: shape (8960,), strides (1,)
-# ht_ptr: shape (2048,), strides (1,)
+# q_ptr: shape (1, 140, 1, 16), strides (2240, 16, 16, 1)
+# k_ptr: shape (1, 140, 1, 16), strides (2240, 16, 16, 1)
+# v_ptr: shape (1, 140, 2, 32), strides (8960, 64, 32, 1)
+# g_ptr: shape (1, 140, 2), strides (280, 2, 1)
+# beta_ptr: shape (1, 140, 2), strides (280, 2, 1)
+# h0_ptr: shape (2, 2, 16, 32), strides (1024, 512, 32, 1)
+# o_ptr: shape (1, 140, 2, 32), strides (8960, 64, 32, 1)
+# ht_ptr: shape (2, 2, 16, 32), strides (1024, 512, 32, 1)
 # cu_ptr: shape (3,), strides (1,)
 
 
@@ -27,6 +27,12 @@ def gdr_recurrent_kernel(
     scale: T.float32,
 ):
     with T.Kernel(1, 2, 2, threads=128) as (bx, by, bz):
+        h0_ptr_v = T.StridedTensor((2, 2, 16, 32), (1024, 512, 32, 1), 'float32', data=h0_ptr.data)
+        q_ptr_v = T.StridedTensor((1, 140, 1, 16), (2240, 16, 16, 1), 'float32', data=q_ptr.data)
+        k_ptr_v = T.StridedTensor((1, 140, 1, 16), (2240, 16, 16, 1), 'float32', data=k_ptr.data)
+        v_ptr_v = T.StridedTensor((1, 140, 2, 32), (8960, 64, 32, 1), 'float32', data=v_ptr.data)
+        o_ptr_v = T.StridedTensor((1, 140, 2, 32), (8960, 64, 32, 1), 'float32', data=o_ptr.data)
+        ht_ptr_v = T.StridedTensor((2, 2, 16, 32), (1024, 512, 32, 1), 'float32', data=ht_ptr.data)
         state = T.alloc_fragment((16, 32), 'float32')
         q = T.alloc_fragment((16,), 'float32')
         k = T.alloc_fragment((16,), 'float32')
@@ -42,14 +48,12 @@ def gdr_recurrent_kernel(
         hv = bz
         bos = cu_ptr[n]
         eos = cu_ptr[(n + 1)]
-        for i0, i1 in T.Parallel(16, 32):
-            state[i0, i1] = h0_ptr[((((((n * 2) + hv) * 16) * 32) + (i0 * 32)) + ((bx * 32) + i1))]
-        qk_base = (T.truncdiv(hv, 2) * 16)
+        T.copy(h0_ptr_v[n, hv, bx:bx + 16, 0:32], state)
         for t_it in T.serial(T.ceildiv(eos - bos, 1)):
             t = bos + t_it
-            T.copy(q_ptr[qk_base + t * 16:qk_base + t * 16 + 16], q)
-            T.copy(k_ptr[qk_base + t * 16:qk_base + t * 16 + 16], k)
-            T.copy(v_ptr[bx * 32 + hv * 32 + t * 64:bx * 32 + hv * 32 + t * 64 + 32], v)
+            T.copy(q_ptr_v[0, T.truncdiv(hv, 2) + t, 0, 0:16], q)
+            T.copy(k_ptr_v[0, T.truncdiv(hv, 2) + t, 0, 0:16], k)
+            T.copy(v_ptr_v[0, t, bx + hv, 0:32], v)
             t_1 = g_ptr[((t * 2) + hv)]
             for i0, i1 in T.Parallel(16, 32):
                 state_1[i0, i1] = (state[i0, i1] * T.exp2(t_1 * 1.4426950408889634))
@@ -64,8 +68,7 @@ def gdr_recurrent_kernel(
             T.reduce_sum(t_4, sum_2, dim=0)
             for i0 in T.Parallel(32):
                 o[i0] = (sum_2[i0] * scale)
-            T.copy(o, o_ptr[bx * 32 + hv * 32 + t * 64:bx * 32 + hv * 32 + t * 64 + 32])
+            T.copy(o, o_ptr_v[0, t, bx + hv, 0:32])
             for i0, i1 in T.Parallel(16, 32):
                 state[i0, i1] = state_2[i0, i1]
-        for i0, i1 in T.Parallel(16, 32):
-            ht_ptr[((((((n * 2) + hv) * 16) * 32) + (i0 * 32)) + ((bx * 32) + i1))] = state[i0, i1]
+        T.copy(state, ht_ptr_v[n, hv, bx:bx + 16, 0:32])

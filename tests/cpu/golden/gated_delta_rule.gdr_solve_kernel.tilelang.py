@@ -2,9 +2,9 @@
 import tilelang.language as T
 
 # constexprs: HV=2, BT=64, BC=16
-# a_ptr: shape (17920,), strides (1,)
-# ai_ptr: shape (17920,), strides (1,)
-# index_ptr: shape (8,), strides (1,)
+# a_ptr: shape (1, 140, 2, 64), strides (17920, 128, 64, 1)
+# ai_ptr: shape (1, 140, 2, 64), strides (17920, 128, 64, 1)
+# index_ptr: shape (4, 2), strides (2, 1)
 
 
 @T.prim_func
@@ -14,6 +14,7 @@ def gdr_solve_kernel(
     index_ptr: T.Tensor((8,), 'int32'),
 ):
     with T.Kernel(4, 2, threads=64) as (bx, by):
+        a_ptr_v = T.StridedTensor((1, 140, 2, 64), (17920, 128, 64, 1), 'float32', data=a_ptr.data)
         t = T.alloc_fragment((16, 16), 'float32')
         inv = T.alloc_fragment((16, 16), 'float32')
         row_i = T.alloc_shared((16, 16), 'float32')
@@ -129,18 +130,24 @@ def gdr_solve_kernel(
             T.gemm(row_i_3, inv_10, inv_11)
             for i0, i1 in T.Parallel(16, 16):
                 inv_9[i0, i1] = T.if_then_else((i0 == i_3), inv_11[i0, i1], inv_9[i0, i1])
+        T.copy(a_ptr_v[0, start + 16:start + 16 + 16, hv, 0:16], a10)
         for i0, i1 in T.Parallel(16, 16):
-            a10[i0, i1] = T.if_then_else((((start + 16) + i0) < end), a_ptr[(((((((start + 16) + i0) * 2) + hv) * 64) + 0) + i1)], 0.0)
+            a10[i0, i1] = T.if_then_else((((start + 16) + i0) < end), a10[i0, i1], 0.0)
+        T.copy(a_ptr_v[0, start + 32:start + 32 + 16, hv, 0:16], a20)
         for i0, i1 in T.Parallel(16, 16):
-            a20[i0, i1] = T.if_then_else((((start + 32) + i0) < end), a_ptr[(((((((start + 32) + i0) * 2) + hv) * 64) + 0) + i1)], 0.0)
+            a20[i0, i1] = T.if_then_else((((start + 32) + i0) < end), a20[i0, i1], 0.0)
+        T.copy(a_ptr_v[0, start + 32:start + 32 + 16, hv, 16:16 + 16], a21)
         for i0, i1 in T.Parallel(16, 16):
-            a21[i0, i1] = T.if_then_else((((start + 32) + i0) < end), a_ptr[(((((((start + 32) + i0) * 2) + hv) * 64) + 16) + i1)], 0.0)
+            a21[i0, i1] = T.if_then_else((((start + 32) + i0) < end), a21[i0, i1], 0.0)
+        T.copy(a_ptr_v[0, start + 48:start + 48 + 16, hv, 0:16], a30)
         for i0, i1 in T.Parallel(16, 16):
-            a30[i0, i1] = T.if_then_else((((start + 48) + i0) < end), a_ptr[(((((((start + 48) + i0) * 2) + hv) * 64) + 0) + i1)], 0.0)
+            a30[i0, i1] = T.if_then_else((((start + 48) + i0) < end), a30[i0, i1], 0.0)
+        T.copy(a_ptr_v[0, start + 48:start + 48 + 16, hv, 16:16 + 16], a31)
         for i0, i1 in T.Parallel(16, 16):
-            a31[i0, i1] = T.if_then_else((((start + 48) + i0) < end), a_ptr[(((((((start + 48) + i0) * 2) + hv) * 64) + 16) + i1)], 0.0)
+            a31[i0, i1] = T.if_then_else((((start + 48) + i0) < end), a31[i0, i1], 0.0)
+        T.copy(a_ptr_v[0, start + 48:start + 48 + 16, hv, 32:32 + 16], a32)
         for i0, i1 in T.Parallel(16, 16):
-            a32[i0, i1] = T.if_then_else((((start + 48) + i0) < end), a_ptr[(((((((start + 48) + i0) * 2) + hv) * 64) + 32) + i1)], 0.0)
+            a32[i0, i1] = T.if_then_else((((start + 48) + i0) < end), a32[i0, i1], 0.0)
         for i0, i1 in T.Parallel(16, 16):
             x00[i0, i1] = (inv[i0, i1] + T.cast((i0 == i1), 'float32'))
         T.clear(acc)

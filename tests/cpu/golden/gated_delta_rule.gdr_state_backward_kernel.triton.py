@@ -3,7 +3,7 @@ import triton
 import triton.language as tl
 
 
-# constexprs: H=1, HV=2, K=16, V=32, BV=32, BT=64, FINAL_GRAD=True, OUTPUT_GRAD=True
+# constexprs: H=1, HV=2, K=16, V=32, BV=32, BT=64, FINAL_GRAD=True, OUTPUT_GRAD=True, FP32_W=True
 # launch: num_warps=4, num_stages=3
 @triton.jit
 def gdr_state_backward_kernel(q_ptr, k_ptr, w_ptr, gc_ptr, do_ptr, dv_local_ptr, dht_ptr, dh_ptr, dv_new_ptr, dh0_ptr, scale, cu_ptr, first_ptr):

@@ -2,14 +2,14 @@
 import tilelang.language as T
 
 # constexprs: H=1, HV=2, K=16, V=32, BV=32, BT=64, INITIAL=True, UPDATES=True
-# k_ptr: shape (2240,), strides (1,)
-# w_ptr: shape (4480,), strides (1,)
-# u_ptr: shape (8960,), strides (1,)
-# gc_ptr: shape (280,), strides (1,)
-# h0_ptr: shape (2048,), strides (1,)
-# h_ptr: shape (4096,), strides (1,)
-# v_new_ptr: shape (8960,), strides (1,)
-# ht_ptr: shape (2048,), strides (1,)
+# k_ptr: shape (1, 140, 1, 16), strides (2240, 16, 16, 1)
+# w_ptr: shape (1, 140, 2, 16), strides (4480, 32, 16, 1)
+# u_ptr: shape (1, 140, 2, 32), strides (8960, 64, 32, 1)
+# gc_ptr: shape (1, 140, 2), strides (280, 2, 1)
+# h0_ptr: shape (2, 2, 16, 32), strides (1024, 512, 32, 1)
+# h_ptr: shape (4, 2, 16, 32), strides (1024, 512, 32, 1)
+# v_new_ptr: shape (1, 140, 2, 32), strides (8960, 64, 32, 1)
+# ht_ptr: shape (2, 2, 16, 32), strides (1024, 512, 32, 1)
 # cu_ptr: shape (3,), strides (1,)
 # first_ptr: shape (3,), strides (1,)
 
@@ -28,11 +28,17 @@ def gdr_state_kernel(
     first_ptr: T.Tensor((3,), 'int32'),
 ):
     with T.Kernel(1, 2, 2, threads=128) as (bx, by, bz):
+        h0_ptr_v = T.StridedTensor((2, 2, 16, 32), (1024, 512, 32, 1), 'float32', data=h0_ptr.data)
+        h_ptr_v = T.StridedTensor((4, 2, 16, 32), (1024, 512, 32, 1), 'float32', data=h_ptr.data)
+        w_ptr_v = T.StridedTensor((1, 140, 2, 16), (4480, 32, 16, 1), 'float32', data=w_ptr.data)
+        k_ptr_v = T.StridedTensor((1, 140, 1, 16), (2240, 16, 16, 1), 'float32', data=k_ptr.data)
+        ht_ptr_v = T.StridedTensor((2, 2, 16, 32), (1024, 512, 32, 1), 'float32', data=ht_ptr.data)
         state = T.alloc_fragment((16, 32), 'float32')
         w = T.alloc_shared((64, 16), 'float32')
         u = T.alloc_fragment((64, 32), 'float32')
         state_1 = T.alloc_shared((16, 32), 'float32')
         acc = T.alloc_fragment((64, 32), 'float32')
+        v_new = T.alloc_shared((64, 32), 'float32')
         g = T.alloc_fragment((64,), 'float32')
         kb = T.alloc_shared((64, 16), 'float32')
         kept = T.alloc_shared((64, 32), 'float32')
@@ -42,13 +48,12 @@ def gdr_state_kernel(
         bos = cu_ptr[n]
         eos = cu_ptr[(n + 1)]
         first = first_ptr[n]
-        for i0, i1 in T.Parallel(16, 32):
-            state[i0, i1] = h0_ptr[((((((n * 2) + hv) * 16) * 32) + (i0 * 32)) + ((bx * 32) + i1))]
+        T.copy(h0_ptr_v[n, hv, bx:bx + 16, 0:32], state)
         for c in T.Pipelined(T.truncdiv((((eos - bos) + 64) - 1), 64), num_stages=3):
-            for i0, i1 in T.Parallel(16, 32):
-                h_ptr[(((((((first + c) * 2) + hv) * 16) * 32) + (i0 * 32)) + ((bx * 32) + i1))] = state[i0, i1]
+            T.copy(state, h_ptr_v[first + c, hv, bx:bx + 16, 0:32])
+            T.copy(w_ptr_v[0, bos + c * 64:bos + c * 64 + 64, hv, 0:16], w)
             for i0, i1 in T.Parallel(64, 16):
-                w[i0, i1] = T.if_then_else((((bos + (c * 64)) + i0) < eos), w_ptr[((((((bos + (c * 64)) + i0) * 2) + hv) * 16) + i1)], 0.0)
+                w[i0, i1] = T.if_then_else((((bos + (c * 64)) + i0) < eos), w[i0, i1], 0.0)
             for i0, i1 in T.Parallel(64, 32):
                 u[i0, i1] = T.if_then_else((((bos + (c * 64)) + i0) < eos), u_ptr[((((((bos + (c * 64)) + i0) * 2) + hv) * 32) + ((bx * 32) + i1))], 0.0)
             for i0, i1 in T.Parallel(16, 32):
@@ -56,19 +61,21 @@ def gdr_state_kernel(
             T.clear(acc)
             T.gemm(w, state_1, acc, policy=T.GemmWarpPolicy.FullRow)
             for i0, i1 in T.Parallel(64, 32):
+                v_new[i0, i1] = (u[i0, i1] - acc[i0, i1])
+            for i0, i1 in T.Parallel(64, 32):
                 if (((bos + (c * 64)) + i0) < eos):
-                    v_new_ptr[((((((bos + (c * 64)) + i0) * 2) + hv) * 32) + ((bx * 32) + i1))] = (u[i0, i1] - acc[i0, i1])
+                    v_new_ptr[((((((bos + (c * 64)) + i0) * 2) + hv) * 32) + ((bx * 32) + i1))] = v_new[i0, i1]
             g_last = gc_ptr[(((T.min(((bos + (c * 64)) + 64), eos) - 1) * 2) + hv)]
             for i0 in T.Parallel(64):
                 g[i0] = T.if_then_else((((bos + (c * 64)) + i0) < eos), gc_ptr[((((bos + (c * 64)) + i0) * 2) + hv)], 0.0)
+            T.copy(k_ptr_v[0, bos + T.truncdiv(hv, 2) + c * 64:bos + T.truncdiv(hv, 2) + c * 64 + 64, 0, 0:16], kb)
             for i0, i1 in T.Parallel(64, 16):
-                kb[i0, i1] = T.if_then_else((((bos + (c * 64)) + i0) < eos), k_ptr[(((T.truncdiv(hv, 2) * 16) + (((bos + (c * 64)) + i0) * 16)) + i1)], 0.0)
+                kb[i0, i1] = T.if_then_else((((bos + (c * 64)) + i0) < eos), kb[i0, i1], 0.0)
             for i0, i1 in T.Parallel(64, 32):
-                kept[i0, i1] = ((u[i0, i1] - acc[i0, i1]) * T.if_then_else((((bos + (c * 64)) + i0) < eos), T.exp2((g_last - g[i0]) * 1.4426950408889634), 0.0))
+                kept[i0, i1] = (v_new[i0, i1] * T.if_then_else((((bos + (c * 64)) + i0) < eos), T.exp2((g_last - g[i0]) * 1.4426950408889634), 0.0))
             for i0, i1 in T.Parallel(16, 32):
                 acc_1[i0, i1] = (state[i0, i1] * T.exp2(g_last * 1.4426950408889634))
             T.gemm(kb, kept, acc_1, transpose_A=True)
             for i0, i1 in T.Parallel(16, 32):
                 state[i0, i1] = acc_1[i0, i1]
-        for i0, i1 in T.Parallel(16, 32):
-            ht_ptr[((((((n * 2) + hv) * 16) * 32) + (i0 * 32)) + ((bx * 32) + i1))] = state[i0, i1]
+        T.copy(state, ht_ptr_v[n, hv, bx:bx + 16, 0:32])

@@ -2,14 +2,14 @@
 import tilelang.language as T
 
 # constexprs: H=1, HV=2, K=16, V=32, BK=16, BV=32, BT=64
-# k_ptr: shape (2240,), strides (1,)
-# v_ptr: shape (8960,), strides (1,)
-# beta_ptr: shape (280,), strides (1,)
-# gc_ptr: shape (280,), strides (1,)
-# ai_ptr: shape (17920,), strides (1,)
-# w_ptr: shape (4480,), strides (1,)
-# u_ptr: shape (8960,), strides (1,)
-# index_ptr: shape (8,), strides (1,)
+# k_ptr: shape (1, 140, 1, 16), strides (2240, 16, 16, 1)
+# v_ptr: shape (1, 140, 2, 32), strides (8960, 64, 32, 1)
+# beta_ptr: shape (1, 140, 2), strides (280, 2, 1)
+# gc_ptr: shape (1, 140, 2), strides (280, 2, 1)
+# ai_ptr: shape (1, 140, 2, 64), strides (17920, 128, 64, 1)
+# w_ptr: shape (1, 140, 2, 16), strides (4480, 32, 16, 1)
+# u_ptr: shape (1, 140, 2, 32), strides (8960, 64, 32, 1)
+# index_ptr: shape (4, 2), strides (2, 1)
 
 
 @T.prim_func
@@ -24,6 +24,7 @@ def gdr_wy_kernel(
     index_ptr: T.Tensor((8,), 'int32'),
 ):
     with T.Kernel(4, 2, threads=128) as (bx, by):
+        ai_ptr_v = T.StridedTensor((1, 140, 2, 64), (17920, 128, 64, 1), 'float32', data=ai_ptr.data)
         ai = T.alloc_shared((64, 64), 'float32')
         beta = T.alloc_fragment((64,), 'float32')
         t = T.alloc_fragment((64,), 'float32')
@@ -31,15 +32,18 @@ def gdr_wy_kernel(
         kb = T.alloc_fragment((64, 16), 'float32')
         t_1 = T.alloc_shared((64, 16), 'float32')
         w = T.alloc_fragment((64, 16), 'float32')
+        w_1 = T.alloc_shared((64, 16), 'float32')
         vb = T.alloc_fragment((64, 32), 'float32')
         t_2 = T.alloc_shared((64, 32), 'float32')
         u = T.alloc_fragment((64, 32), 'float32')
+        u_1 = T.alloc_shared((64, 32), 'float32')
         entry = bx
         start = index_ptr[(2 * entry)]
         end = index_ptr[((2 * entry) + 1)]
         hv = by
+        T.copy(ai_ptr_v[0, start:start + 64, hv, 0:64], ai)
         for i0, i1 in T.Parallel(64, 64):
-            ai[i0, i1] = T.if_then_else(((start + i0) < end), ai_ptr[(((((start + i0) * 2) + hv) * 64) + i1)], 0.0)
+            ai[i0, i1] = T.if_then_else(((start + i0) < end), ai[i0, i1], 0.0)
         for i0 in T.Parallel(64):
             beta[i0] = T.if_then_else(((start + i0) < end), beta_ptr[(((start + i0) * 2) + hv)], 0.0)
         for i0 in T.Parallel(64):
@@ -55,8 +59,10 @@ def gdr_wy_kernel(
             T.clear(w)
             T.gemm(ai, t_1, w)
             for i0, i1 in T.Parallel(64, 16):
+                w_1[i0, i1] = w[i0, i1]
+            for i0, i1 in T.Parallel(64, 16):
                 if ((start + i0) < end):
-                    w_ptr[(((((start + i0) * 2) + hv) * 16) + (c0 + i1))] = w[i0, i1]
+                    w_ptr[(((((start + i0) * 2) + hv) * 16) + (c0 + i1))] = w_1[i0, i1]
         for c0_1_it in T.serial(1):
             c0_1 = c0_1_it * 32
             for i0, i1 in T.Parallel(64, 32):
@@ -66,5 +72,7 @@ def gdr_wy_kernel(
             T.clear(u)
             T.gemm(ai, t_2, u)
             for i0, i1 in T.Parallel(64, 32):
+                u_1[i0, i1] = u[i0, i1]
+            for i0, i1 in T.Parallel(64, 32):
                 if ((start + i0) < end):
-                    u_ptr[(((((start + i0) * 2) + hv) * 32) + (c0_1 + i1))] = u[i0, i1]
+                    u_ptr[(((((start + i0) * 2) + hv) * 32) + (c0_1 + i1))] = u_1[i0, i1]

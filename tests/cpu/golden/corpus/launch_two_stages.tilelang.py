@@ -14,6 +14,7 @@ def k_loop(
     c_ptr: T.Tensor((1024,), 'float32'),
 ):
     with T.Kernel(1, threads=128) as bx:
+        a_ptr_v = T.StridedTensor((32, 64), (64, 1), 'float16', data=a_ptr.data)
         b_ptr_v = T.StridedTensor((64, 32), (32, 1), 'float16', data=b_ptr.data)
         c_ptr_v = T.StridedTensor((32, 32), (32, 1), 'float32', data=c_ptr.data)
         acc = T.alloc_fragment((32, 32), 'float32')
@@ -22,8 +23,7 @@ def k_loop(
         T.clear(acc)
         for k_it in T.Pipelined(4, num_stages=2):
             k = k_it * 16
-            for i0, i1 in T.Parallel(32, 16):
-                a[i0, i1] = a_ptr[((i0 * 64) + (k + i1))]
+            T.copy(a_ptr_v[0:32, k:k + 16], a)
             T.copy(b_ptr_v[k:k + 16, 0:32], b)
             T.gemm(a, b, acc)
         T.copy(acc, c_ptr_v[0:32, 0:32])
