@@ -33,7 +33,7 @@ import triton.language as tl
 import tle
 from tle.kernels import gated_delta_rule_launch as launches
 from tle.kernels.gated_delta_rule_kernels import BT, _chunk
-from tle.kernels.gated_delta_rule_launch import block, launch, state_warps
+from tle.kernels.gated_delta_rule_launch import block, state_warps
 
 SPLIT_BLOCK = 64          # sequences a program of the split kernel reads at once
 STARTS_HERE, ENDS_HERE = 1, 2
@@ -127,8 +127,9 @@ def split(cu: torch.Tensor, world: int, rank: int, local_tokens: int, backend: s
     local_cu = torch.empty(n + 1, device=cu.device, dtype=torch.int32)
     roles = torch.empty(n, device=cu.device, dtype=torch.int32)
     links = torch.empty(world, 2, device=cu.device, dtype=torch.int32)
-    gdr_cp_split_kernel[(world,)](cu.int(), local_cu, roles, links.view(-1), n, world, rank, local_tokens,
-                                  BLOCK=SPLIT_BLOCK, backend=backend, num_warps=2)
+    gdr_cp_split_kernel[(world,)](
+        cu.int(), local_cu, roles, links.view(-1), n, world, rank, local_tokens, BLOCK=SPLIT_BLOCK, backend=backend,
+        num_warps=2)
     return local_cu, roles, links
 
 
@@ -289,9 +290,9 @@ def _correct(states, v_new, state_map, update_map, shift, index, chunks, backend
     """states[c] += state_map[c] shift and v_new += update_map shift over the chunks c in `chunks` [lo, hi]."""
     hv, kd, vd = states.shape[1:]
     bv = block(vd, 32)
-    launch(gdr_cp_correct_kernel, (index.shape[0], hv, vd // bv), states, v_new, state_map, update_map,
-           shift.contiguous(), index, chunks, HV=hv, K=kd, V=vd, BV=bv, BT=BT, backend=backend,
-           num_warps=state_warps(kd, bv))
+    gdr_cp_correct_kernel[(index.shape[0], hv, vd // bv)](
+        states, v_new, state_map, update_map, shift.contiguous(), index, chunks, HV=hv, K=kd, V=vd, BV=bv, BT=BT,
+        backend=backend, num_warps=state_warps(kd, bv))
 
 
 def _chunks_of(first: torch.Tensor, seq: torch.Tensor, present: torch.Tensor) -> torch.Tensor:

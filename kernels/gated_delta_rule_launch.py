@@ -28,10 +28,6 @@ def packed(cu_seqlens: torch.Tensor | None, batch: int, length: int, device) -> 
     return cu_seqlens.to(torch.int32)
 
 
-def launch(kernel, grid, *args, **kwargs):
-    kernel[grid](*args, **kwargs)
-
-
 def packed_batch(*xs):
     """[B, T, ...] tensors as the packed batch [1, B * T, ...] (None stays None)."""
     return [None if x is None else x.reshape(1, -1, *x.shape[2:]) for x in xs]
@@ -96,8 +92,7 @@ def chunk_index(cu: torch.Tensor, tokens: int, backend: str) -> tuple[torch.Tens
     index = torch.empty((slots, 2), device=cu.device, dtype=torch.int32)
     first = torch.empty(n + 1, device=cu.device, dtype=torch.int32)
     if n:
-        launch(gdr_chunk_index_kernel, (n,), cu, index, first, n, slots, BT=BT, BLOCK=INDEX_BLOCK, backend=backend,
-               num_warps=2)
+        gdr_chunk_index_kernel[(n,)](cu, index, first, n, slots, BT=BT, BLOCK=INDEX_BLOCK, backend=backend, num_warps=2)
     return index, first
 
 
@@ -107,11 +102,11 @@ def gates_and_inverse(k, g, beta, index, backend):
     hv = g.shape[2]
     gc = torch.empty(b, t, hv, device=k.device, dtype=torch.float32)
     a = torch.empty(b, t, hv, BT, device=k.device, dtype=torch.float32)
-    launch(gdr_kkt_kernel, (index.shape[0], hv), k, g, beta, gc, a, index, H=h, HV=hv, K=kd, BK=block(kd, 64),
-           BT=BT, backend=backend, num_warps=4)
+    gdr_kkt_kernel[(index.shape[0], hv)](
+        k, g, beta, gc, a, index, H=h, HV=hv, K=kd, BK=block(kd, 64), BT=BT, backend=backend, num_warps=4)
     ai = torch.empty(b, t, hv, BT, device=k.device, dtype=k.dtype)
-    launch(gdr_solve_kernel, (index.shape[0], hv), a, ai, index, HV=hv, BT=BT, BC=BC, backend=backend,
-           num_warps=solve_warps(backend))
+    gdr_solve_kernel[(index.shape[0], hv)](
+        a, ai, index, HV=hv, BT=BT, BC=BC, backend=backend, num_warps=solve_warps(backend))
     return gc, ai
 
 
@@ -122,16 +117,17 @@ def states_and_updates(k, v, beta, gc, ai, initial_state, cu, index, first, back
     n = cu.numel() - 1
     w = torch.empty(b, t, hv, kd, device=k.device, dtype=k.dtype)
     u = torch.empty(b, t, hv, vd, device=k.device, dtype=k.dtype)
-    launch(gdr_wy_kernel, (index.shape[0], hv), k, v, beta, gc, ai, w, u, index, H=h, HV=hv, K=kd, V=vd,
-           BK=block(kd, 64), BV=block(vd, 64), BT=BT, backend=backend, num_warps=4)
+    gdr_wy_kernel[(index.shape[0], hv)](
+        k, v, beta, gc, ai, w, u, index, H=h, HV=hv, K=kd, V=vd, BK=block(kd, 64), BV=block(vd, 64), BT=BT,
+        backend=backend, num_warps=4)
     states = torch.empty(index.shape[0], hv, kd, vd, device=k.device, dtype=k.dtype)
     v_new = torch.empty_like(u)
     final = torch.empty(n, hv, kd, vd, device=k.device, dtype=torch.float32)
     bv = block(vd, 32)
     h0 = final if initial_state is None else initial_state      # not read without one
-    launch(gdr_state_kernel, (vd // bv, n, hv), k, w, u, gc, h0, states, v_new, final, cu, first, H=h, HV=hv,
-           K=kd, V=vd, BV=bv, BT=BT, INITIAL=initial_state is not None, UPDATES=True, backend=backend,
-           num_warps=state_warps(kd, bv))
+    gdr_state_kernel[(vd // bv, n, hv)](
+        k, w, u, gc, h0, states, v_new, final, cu, first, H=h, HV=hv, K=kd, V=vd, BV=bv, BT=BT,
+        INITIAL=initial_state is not None, UPDATES=True, backend=backend, num_warps=state_warps(kd, bv))
     return w, u, states, v_new, final
 
 
@@ -141,8 +137,9 @@ def output(q, k, v_new, states, gc, scale, index, backend):
     hv, vd = v_new.shape[2], v_new.shape[3]
     o = torch.empty(b, t, hv, vd, device=q.device, dtype=q.dtype)
     options = output_options(vd, backend)
-    launch(gdr_output_kernel, (index.shape[0], hv, vd // options["BV"]), q, k, v_new, states, gc, o, scale, index,
-           H=h, HV=hv, K=kd, V=vd, BK=block(kd, 64), BT=BT, backend=backend, **options)
+    gdr_output_kernel[(index.shape[0], hv, vd // options["BV"])](
+        q, k, v_new, states, gc, o, scale, index, H=h, HV=hv, K=kd, V=vd, BK=block(kd, 64), BT=BT, backend=backend,
+        **options)
     return o
 
 
@@ -175,8 +172,9 @@ def transition(k, w, gc, cu, first, slots, backend):
     hv = w.shape[2]
     eye, states, v_new, final = _transition_buffers(k, hv, slots)
     bv = block(kd, 32)
-    launch(gdr_state_kernel, (kd // bv, 1, hv), k, w, w, gc, eye, states, v_new, final, cu, first, H=h, HV=hv,
-           K=kd, V=kd, BV=bv, BT=BT, INITIAL=True, UPDATES=False, backend=backend, num_warps=state_warps(kd, bv))
+    gdr_state_kernel[(kd // bv, 1, hv)](
+        k, w, w, gc, eye, states, v_new, final, cu, first, H=h, HV=hv, K=kd, V=kd, BV=bv, BT=BT, INITIAL=True,
+        UPDATES=False, backend=backend, num_warps=state_warps(kd, bv))
     return states, v_new, final
 
 
@@ -188,9 +186,9 @@ def transition_backward(q, k, w, gc, cu, first, slots, backend):
     hv = w.shape[2]
     eye, dstates, dv_new, start = _transition_buffers(k, hv, slots)
     bv = block(kd, 32)
-    launch(gdr_state_backward_kernel, (kd // bv, 1, hv), q, k, w, gc, w, w, eye, dstates, dv_new, start, 1.0,
-           cu, first, H=h, HV=hv, K=kd, V=kd, BV=bv, BT=BT, FINAL_GRAD=True, OUTPUT_GRAD=False, backend=backend,
-           **state_backward_options(kd, bv, backend))
+    gdr_state_backward_kernel[(kd // bv, 1, hv)](
+        q, k, w, gc, w, w, eye, dstates, dv_new, start, 1.0, cu, first, H=h, HV=hv, K=kd, V=kd, BV=bv, BT=BT,
+        FINAL_GRAD=True, OUTPUT_GRAD=False, backend=backend, **state_backward_options(kd, bv, backend))
     return dstates, dv_new, start
 
 
@@ -204,16 +202,17 @@ def state_gradients(q, k, w, gc, do, scale, dfinal, cu, index, first, backend):
     dev = q.device
     options = dv_local_options(vd, backend)
     dv_local = torch.empty(b, t, hv, vd, device=dev, dtype=do.dtype)
-    launch(gdr_dv_local_kernel, (chunks, hv, vd // options["BV"]), q, k, gc, do, dv_local, scale, index, H=h, HV=hv,
-           K=kd, V=vd, BK=block(kd, 64), BT=BT, backend=backend, **options)
+    gdr_dv_local_kernel[(chunks, hv, vd // options["BV"])](
+        q, k, gc, do, dv_local, scale, index, H=h, HV=hv, K=kd, V=vd, BK=block(kd, 64), BT=BT, backend=backend,
+        **options)
     dstates = torch.empty(chunks, hv, kd, vd, device=dev, dtype=k.dtype)
     dv_new = torch.empty(b, t, hv, vd, device=dev, dtype=k.dtype)
     dh0 = torch.empty(n, hv, kd, vd, device=dev, dtype=torch.float32)
     bvs = block(vd, 32)
     dht = dh0 if dfinal is None else dfinal                     # not read without one
-    launch(gdr_state_backward_kernel, (vd // bvs, n, hv), q, k, w, gc, do, dv_local, dht, dstates, dv_new, dh0,
-           scale, cu, first, H=h, HV=hv, K=kd, V=vd, BV=bvs, BT=BT, FINAL_GRAD=dfinal is not None, OUTPUT_GRAD=True,
-           backend=backend, **state_backward_options(kd, bvs, backend))
+    gdr_state_backward_kernel[(vd // bvs, n, hv)](
+        q, k, w, gc, do, dv_local, dht, dstates, dv_new, dh0, scale, cu, first, H=h, HV=hv, K=kd, V=vd, BV=bvs, BT=BT,
+        FINAL_GRAD=dfinal is not None, OUTPUT_GRAD=True, backend=backend, **state_backward_options(kd, bvs, backend))
     return dstates, dv_new, dh0
 
 
@@ -232,16 +231,16 @@ def input_gradients(q, k, v, g, beta, gc, ai, do, scale, states, v_new, dstates,
     dk_out = torch.empty(b, t, hv, kd, device=dev, dtype=torch.float32)
     dw = torch.empty(b, t, hv, kd, device=dev, dtype=k.dtype)
     dg_parts = torch.empty(kd // bk, b, t, hv, device=dev, dtype=torch.float32)
-    launch(gdr_dqkwg_kernel, (chunks, hv, kd // bk), q, k, v_new, gc, do, dv_new, states, dstates, dq, dk_out, dw,
-           dg_parts, scale, index, tokens, H=h, HV=hv, K=kd, V=vd, BK=bk, BV=bv, BT=BT, backend=backend,
-           num_warps=4)
+    gdr_dqkwg_kernel[(chunks, hv, kd // bk)](
+        q, k, v_new, gc, do, dv_new, states, dstates, dq, dk_out, dw, dg_parts, scale, index, tokens, H=h, HV=hv, K=kd,
+        V=vd, BK=bk, BV=bv, BT=BT, backend=backend, num_warps=4)
     dk = torch.empty(b, t, hv, kd, device=dev, dtype=torch.float32 if shared else k.dtype)
     dv = torch.empty_like(v)
     dbeta = torch.empty_like(beta)
     dg = torch.empty_like(g)
-    launch(gdr_wy_backward_kernel, (chunks, hv), k, v, beta, gc, ai, dw, dv_new, dk_out, dg_parts, dk, dv, dbeta, dg,
-           index, tokens, H=h, HV=hv, K=kd, V=vd, BK=bk, BV=bv, BT=BT, NK=kd // bk, backend=backend,
-           num_warps=4, num_stages=wy_backward_stages(backend))
+    gdr_wy_backward_kernel[(chunks, hv)](
+        k, v, beta, gc, ai, dw, dv_new, dk_out, dg_parts, dk, dv, dbeta, dg, index, tokens, H=h, HV=hv, K=kd, V=vd,
+        BK=bk, BV=bv, BT=BT, NK=kd // bk, backend=backend, num_warps=4, num_stages=wy_backward_stages(backend))
     if shared:
         dq = dq.view(b, t, h, hv // h, kd).sum(3).to(q.dtype)
         dk = dk.view(b, t, h, hv // h, kd).sum(3).to(k.dtype)
@@ -271,6 +270,7 @@ def recurrent_forward(q, k, v, g, beta, scale, initial_state, cu, l2norm, backen
     bv = block(vd, 32)
     if n:
         h0 = final if initial_state is None else initial_state      # not read without one
-        launch(gdr_recurrent_kernel, (vd // bv, n, hv), q, k, v, g, beta, h0, o, final, cu, scale, H=h, HV=hv,
-               K=kd, V=vd, BV=bv, INITIAL=initial_state is not None, L2NORM=l2norm, backend=backend, num_warps=4)
+        gdr_recurrent_kernel[(vd // bv, n, hv)](
+            q, k, v, g, beta, h0, o, final, cu, scale, H=h, HV=hv, K=kd, V=vd, BV=bv, INITIAL=initial_state is not None,
+            L2NORM=l2norm, backend=backend, num_warps=4)
     return o.view(b, t, hv, vd), final

@@ -236,6 +236,10 @@ def plan_box(access: Access, mask: Value | None, tile_shape: tuple[int, ...], te
     return plan, why
 
 
+def _has_negative_part(f: Affine) -> bool:
+    return f.const < 0 or any(c < 0 for _, c in f.syms)
+
+
 def _outermost(d: int, tensor_shape, tensor_strides) -> bool:
     """Is dimension d the outermost of more than one element (the largest stride)? Past its end lies past the
     argument's end."""
@@ -321,8 +325,7 @@ def _plan_box(access: Access, mask: Value | None, tile_shape: tuple[int, ...], t
         if d in [axis_dim[a] for a in lower]:
             continue
         known = ranges.bounds(st)
-        least = ranges.least(st)
-        if (known is None or known[0] < 0) and (least.const < 0 or any(c < 0 for _, c in least.syms)):
+        if (known is None or known[0] < 0) and _has_negative_part(ranges.least(st)):
             return None, f"the start along dimension {d} may be negative"
         if not st.syms and st.const >= tensor_shape[d]:
             return None, f"the start along dimension {d} is past its end"

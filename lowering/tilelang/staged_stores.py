@@ -37,9 +37,14 @@ def stages_through_shared(gen: Context, op: Op, src: Buffer, param_value: Value)
         return False
     if not gen.arg[param_value.id].aligned16:
         return False                # a bulk store's global address is 16-byte aligned
-    if gen.warp_group is not None or any(b.parent_op is not None and b.parent_op.has(Trait.LOOP) for b in gen.blocks):
+    if gen.warp_group is not None or _in_loop(gen):
         return False
     return from_product(op.operand("value"))
+
+
+def _in_loop(gen: Context) -> bool:
+    """Is the op being lowered inside a loop?"""
+    return any(b.parent_op is not None and b.parent_op.has(Trait.LOOP) for b in gen.blocks)
 
 
 def from_product(v: Value) -> bool:
@@ -87,7 +92,7 @@ def masked_product_store(gen: Context, op: Op, acc) -> bool:
     rows of at least 16 bytes, outside warp-group branches."""
     if op.defn is not ops.STORE or acc.kind != "box" or op.operand("mask") is None or gen.warp_group is not None:
         return False
-    if not any(b.parent_op is not None and b.parent_op.has(Trait.LOOP) for b in gen.blocks):
+    if not _in_loop(gen):
         return False
     shape = op.operand("value").type.shape
     bits = op.operand("ptr").type.elem.elem.bits
