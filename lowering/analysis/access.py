@@ -141,6 +141,16 @@ def _max_over_tile(d: Affine, shape) -> int | None:
     return m
 
 
+def mask_fails_at(mask: Value | None, tile_shape, aff: AffineAnalysis) -> list[Affine] | None:
+    """Scalar forms F such that the mask is false somewhere in the tile exactly where some F >= 0: each conjunct
+    "D < 0" taken at the tile's corner where D is largest. None where a conjunct is not affine in the scalars
+    and the tile's axes (a loaded index, say)."""
+    conj = mask_conjuncts(mask, aff)
+    if conj is None or any(d.data for d in conj):
+        return None
+    return [Affine(d.const + sum(c * (tile_shape[a] - 1) for a, c in d.axes if c > 0), d.syms) for d in conj]
+
+
 @dataclass
 class DimRange:
     """The part of one tensor dimension a box covers."""

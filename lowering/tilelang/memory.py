@@ -5,7 +5,8 @@ general access is a T.Parallel loop over the flat argument, masked with `T.if_th
 copies where that keeps their meaning. (How index tiles are read is decided in gathers.py.)"""
 from __future__ import annotations
 
-from ..analysis.access import Access, mask_always_true
+from ..analysis.access import Access, mask_always_true, mask_fails_at
+from ..analysis.affine import Affine
 from ..ir import ops
 from ..ir.core import Op, Value
 from ..ir.ops import PLAIN_LOAD, AtomicKind, MemSem
@@ -16,7 +17,7 @@ from ..rules import RuleSet
 from .staged_stores import masked_product_store, product_operand_twin, stages_through_shared
 from .syntax import element, literal, loop_indices, parallel_header, tl_dtype
 from .values import is_zero
-from .views import box, region
+from .views import affine_expr, box, region
 
 RULE_SET = RuleSet()          # this module's rules; codegen.py includes them in the table
 
@@ -199,9 +200,23 @@ def _copy_then_select(gen: Context, op: Op, acc: Access, plan, indent: int):
     gen.emit(f"T.copy({region(gen, acc.param.value, plan)}, {into.region()})", indent)
     idx = loop_indices(len(shape))
     fill = gen.elem(other, idx) if other is not None else literal(0, elem)
-    gen.emit(parallel_header(idx, shape), indent)
-    gen.emit(f"{into.at(idx)} = T.if_then_else({gen.elem(mask, idx)}, {into.at(idx)}, {fill})", indent + 1)
-    return into.name, "T.copy then mask select in shared (the mask bounds it inside the argument)", None
+    # the select runs only where the mask fails somewhere in the box (a walk's last, partial chunk): every
+    # other step keeps the copy as it is
+    fails = mask_fails_at(mask, shape, gen.aff)
+    guarded = bool(fails) and all(f.syms for f in fails)
+    if guarded:
+        gen.emit(f"if {' | '.join(f'({_at_least_zero(gen, f)})' for f in fails)}:", indent)
+    gen.emit(parallel_header(idx, shape), indent + guarded)
+    gen.emit(f"{into.at(idx)} = T.if_then_else({gen.elem(mask, idx)}, {into.at(idx)}, {fill})", indent + guarded + 1)
+    how = "T.copy then mask select in shared (the mask bounds it inside the argument)"
+    return into.name, how + (", the select only where the mask fails in the box" if guarded else ""), None
+
+
+def _at_least_zero(gen: Context, f: Affine) -> str:
+    """`f >= 0` written as its positive terms >= its negative ones: `bos + c * 64 + 63 >= eos`."""
+    pos = Affine(max(f.const, 0), tuple((s, c) for s, c in f.syms if c > 0))
+    neg = Affine(max(-f.const, 0), tuple((s, -c) for s, c in f.syms if c < 0))
+    return f"{affine_expr(gen, pos)} >= {affine_expr(gen, neg)}"
 
 
 def _storage_order(acc: Access, v: Value) -> tuple | None:

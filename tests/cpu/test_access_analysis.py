@@ -8,7 +8,8 @@ import triton.language as tl
 
 import tle
 from tle.lowering.analysis import Affine, AffineAnalysis, classify_accesses
-from tle.lowering.analysis.access import Ranges, classify, mask_always_true, mask_conjuncts, plan_box
+from tle.lowering.analysis.access import (Ranges, classify, mask_always_true, mask_conjuncts, mask_fails_at,
+                                         plan_box)
 from tle.lowering.ir import ops
 
 
@@ -430,6 +431,20 @@ def test_a_mask_inside_the_tensor_selects_a_whole_box():
     plan, why = plan_box(acc, *args[:-1], Ranges(aff, (2, 5)), select=True)
     assert plan is None
 
+
+
+def test_a_selected_mask_fails_only_past_the_last_row():
+    """t < eos over rows bos .. bos + 63 fails somewhere exactly where bos + 63 - eos >= 0: the form the lowering
+    guards the select with (a full chunk skips it)."""
+    k = ir_of(sequence_rows, meta(1, 256, 4, 32), meta(32, 32), meta(3, dtype=torch.int32), HV=4, K=32, BT=64)
+    load = [op for op in ops_of_kind(k, ops.LOAD) if op.operand("mask") is not None][0]
+    aff = analysis(k)
+    (form,) = mask_fails_at(load.operand("mask"), (64, 32), aff)
+    assert form.const == 63 and not form.axes and sorted(c for _, c in form.syms) == [-1, 1]
+    (bos_id, _), = [(s, c) for s, c in form.syms if c == 1]
+    (eos_id, _), = [(s, c) for s, c in form.syms if c == -1]
+    assert aff.symbols[bos_id] is not aff.symbols[eos_id]
+    assert mask_fails_at(None, (64, 32), aff) == []
 
 @tle.jit
 def backward_walk(x_ptr, y_ptr, cu_ptr, K: tl.constexpr, BT: tl.constexpr):

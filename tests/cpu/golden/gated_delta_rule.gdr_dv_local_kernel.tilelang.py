@@ -48,8 +48,9 @@ def gdr_dv_local_kernel(
         for i0 in T.Parallel(64):
             g_i[i0] = T.if_then_else(((start + i0) < end), gc_ptr[(((start + i0) * 2) + hv)], 0.0)
         T.copy(do_ptr_v[0, start:start + 64, hv + bz, 0:32], do)
-        for i0, i1 in T.Parallel(64, 32):
-            do[i0, i1] = T.if_then_else(((start + i0) < end), do[i0, i1], 0.0)
+        if (start + 63 >= end):
+            for i0, i1 in T.Parallel(64, 32):
+                do[i0, i1] = T.if_then_else(((start + i0) < end), do[i0, i1], 0.0)
         for i0, i1 in T.Parallel(64, 64):
             p_t[i0, i1] = (T.if_then_else((((i1 >= i0) & ((start + i0) < end)) & ((start + i1) < end)), (scores_t[i0, i1] * T.exp2((g_i[i1] - g_j[i0]) * 1.4426950408889634)), 0.0) * scale)
         T.clear(dv)

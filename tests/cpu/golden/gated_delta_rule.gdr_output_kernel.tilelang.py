@@ -55,8 +55,9 @@ def gdr_output_kernel(
         for i0 in T.Parallel(64):
             g_col[i0] = T.if_then_else(((start + i0) < end), gc_ptr[(((start + i0) * 2) + hv)], 0.0)
         T.copy(v_new_ptr_v[0, start:start + 64, hv + bz, 0:32], v_new)
-        for i0, i1 in T.Parallel(64, 32):
-            v_new[i0, i1] = T.if_then_else(((start + i0) < end), v_new[i0, i1], 0.0)
+        if (start + 63 >= end):
+            for i0, i1 in T.Parallel(64, 32):
+                v_new[i0, i1] = T.if_then_else(((start + i0) < end), v_new[i0, i1], 0.0)
         for i0, i1 in T.Parallel(64, 64):
             scores_1[i0, i1] = T.if_then_else((((i0 >= i1) & ((start + i0) < end)) & ((start + i1) < end)), (scores[i0, i1] * T.exp2((g[i0] - g_col[i1]) * 1.4426950408889634)), 0.0)
         for i0, i1 in T.Parallel(64, 32):

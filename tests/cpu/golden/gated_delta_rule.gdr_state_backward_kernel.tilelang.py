@@ -68,8 +68,9 @@ def gdr_state_backward_kernel(
             for i0 in T.Parallel(64):
                 g[i0] = T.if_then_else((((bos + (c * 64)) + i0) < eos), gc_ptr[((((bos + (c * 64)) + i0) * 2) + hv)], 0.0)
             T.copy(k_ptr_v[0, c * 64 + bos + T.truncdiv(hv, 2):c * 64 + bos + T.truncdiv(hv, 2) + 64, 0, 0:16], kb)
-            for i0, i1 in T.Parallel(64, 16):
-                kb[i0, i1] = T.if_then_else((((bos + (c * 64)) + i0) < eos), kb[i0, i1], 0.0)
+            if (bos + chunks * 64 >= eos + i * 64 + 1):
+                for i0, i1 in T.Parallel(64, 16):
+                    kb[i0, i1] = T.if_then_else((((bos + (c * 64)) + i0) < eos), kb[i0, i1], 0.0)
             for i0, i1 in T.Parallel(16, 32):
                 dstate_1[i0, i1] = dstate[i0, i1]
             T.clear(acc)
@@ -86,16 +87,18 @@ def gdr_state_backward_kernel(
             for i0, i1 in T.Parallel(64, 16):
                 qb[i0, i1] = T.if_then_else((((bos + (c * 64)) + i0) < eos), q_ptr[((qk_base + (((bos + (c * 64)) + i0) * 16)) + i1)], 0.0)
             T.copy(do_ptr_v[0, c * 64 + bos:c * 64 + bos + 64, bx + hv, 0:32], do)
-            for i0, i1 in T.Parallel(64, 32):
-                do[i0, i1] = T.if_then_else((((bos + (c * 64)) + i0) < eos), do[i0, i1], 0.0)
+            if (bos + chunks * 64 >= eos + i * 64 + 1):
+                for i0, i1 in T.Parallel(64, 32):
+                    do[i0, i1] = T.if_then_else((((bos + (c * 64)) + i0) < eos), do[i0, i1], 0.0)
             for i0, i1 in T.Parallel(64, 16):
                 qd[i0, i1] = (qb[i0, i1] * (T.if_then_else((((bos + (c * 64)) + i0) < eos), T.exp2(g[i0] * 1.4426950408889634), 0.0) * scale))
             for i0, i1 in T.Parallel(16, 32):
                 acc_1[i0, i1] = (dstate[i0, i1] * T.exp2(g_last * 1.4426950408889634))
             T.gemm(qd, do, acc_1, transpose_A=True)
             T.copy(w_ptr_v[0, c * 64 + bos:c * 64 + bos + 64, hv, 0:16], w)
-            for i0, i1 in T.Parallel(64, 16):
-                w[i0, i1] = T.if_then_else((((bos + (c * 64)) + i0) < eos), w[i0, i1], 0.0)
+            if (bos + chunks * 64 >= eos + i * 64 + 1):
+                for i0, i1 in T.Parallel(64, 16):
+                    w[i0, i1] = T.if_then_else((((bos + (c * 64)) + i0) < eos), w[i0, i1], 0.0)
             T.clear(acc_2)
             T.gemm(w, dv_new_1, acc_2, transpose_A=True)
             for i0, i1 in T.Parallel(16, 32):

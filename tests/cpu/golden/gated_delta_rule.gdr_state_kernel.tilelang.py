@@ -52,8 +52,9 @@ def gdr_state_kernel(
         for c in T.Pipelined(T.truncdiv((((eos - bos) + 64) - 1), 64), num_stages=3):
             T.copy(state, h_ptr_v[first + c, hv, bx:bx + 16, 0:32])
             T.copy(w_ptr_v[0, bos + c * 64:bos + c * 64 + 64, hv, 0:16], w)
-            for i0, i1 in T.Parallel(64, 16):
-                w[i0, i1] = T.if_then_else((((bos + (c * 64)) + i0) < eos), w[i0, i1], 0.0)
+            if (bos + c * 64 + 63 >= eos):
+                for i0, i1 in T.Parallel(64, 16):
+                    w[i0, i1] = T.if_then_else((((bos + (c * 64)) + i0) < eos), w[i0, i1], 0.0)
             for i0, i1 in T.Parallel(64, 32):
                 u[i0, i1] = T.if_then_else((((bos + (c * 64)) + i0) < eos), u_ptr[((((((bos + (c * 64)) + i0) * 2) + hv) * 32) + ((bx * 32) + i1))], 0.0)
             for i0, i1 in T.Parallel(16, 32):
@@ -69,8 +70,9 @@ def gdr_state_kernel(
             for i0 in T.Parallel(64):
                 g[i0] = T.if_then_else((((bos + (c * 64)) + i0) < eos), gc_ptr[((((bos + (c * 64)) + i0) * 2) + hv)], 0.0)
             T.copy(k_ptr_v[0, bos + T.truncdiv(hv, 2) + c * 64:bos + T.truncdiv(hv, 2) + c * 64 + 64, 0, 0:16], kb)
-            for i0, i1 in T.Parallel(64, 16):
-                kb[i0, i1] = T.if_then_else((((bos + (c * 64)) + i0) < eos), kb[i0, i1], 0.0)
+            if (bos + c * 64 + 63 >= eos):
+                for i0, i1 in T.Parallel(64, 16):
+                    kb[i0, i1] = T.if_then_else((((bos + (c * 64)) + i0) < eos), kb[i0, i1], 0.0)
             for i0, i1 in T.Parallel(64, 32):
                 kept[i0, i1] = (v_new[i0, i1] * T.if_then_else((((bos + (c * 64)) + i0) < eos), T.exp2((g_last - g[i0]) * 1.4426950408889634), 0.0))
             for i0, i1 in T.Parallel(16, 32):

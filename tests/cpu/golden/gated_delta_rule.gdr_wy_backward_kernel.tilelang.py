@@ -88,8 +88,9 @@ def gdr_wy_backward_kernel(
         end = index_ptr[((2 * entry) + 1)]
         hv = by
         T.copy(ai_ptr_v[0, start:start + 64, hv, 0:64], ai)
-        for i0, i1 in T.Parallel(64, 64):
-            ai[i0, i1] = T.if_then_else(((start + i0) < end), ai[i0, i1], 0.0)
+        if (start + 63 >= end):
+            for i0, i1 in T.Parallel(64, 64):
+                ai[i0, i1] = T.if_then_else(((start + i0) < end), ai[i0, i1], 0.0)
         for i0 in T.Parallel(64):
             beta[i0] = T.if_then_else(((start + i0) < end), beta_ptr[(((start + i0) * 2) + hv)], 0.0)
         for i0 in T.Parallel(64):
