@@ -55,8 +55,8 @@ def gdr_state_backward_kernel(q_ptr, k_ptr, w_ptr, gc_ptr, do_ptr, dv_local_ptr,
                               FINAL_GRAD: tl.constexpr, OUTPUT_GRAD: tl.constexpr, FP32_W: tl.constexpr):
     """Program (value block, sequence, value head): dS of its columns [K, BV] in fp32, from the final state's
     gradient (or 0) back over the sequence's chunks; dh [chunks, HV, K, V] gets dS at each chunk's end.
-    Without OUTPUT_GRAD, do and dv_local are taken as zero and not read: from dS = I that walks the
-    transposed transition dS -> M^T dS of the tokens (context parallelism). FP32_W: the product w^T dv_new
+    Without OUTPUT_GRAD, do and dv_local are taken as zero and not read, and only the start's dS is written:
+    from dS = I that walks the transposed transition dS -> M^T dS of the tokens (context parallelism). FP32_W: the product w^T dv_new
     from fp32 operands (TF32) rather than from w's dtype."""
     cols = tl.program_id(0) * BV + tl.arange(0, BV)
     n, hv = tl.program_id(1), tl.program_id(2)
@@ -72,8 +72,9 @@ def gdr_state_backward_kernel(q_ptr, k_ptr, w_ptr, gc_ptr, do_ptr, dv_local_ptr,
     chunks = (eos - bos + BT - 1) // BT
     for i in range(0, chunks):
         c = chunks - 1 - i
-        tl.store(dh_ptr + ((first + c) * HV + hv) * K * V + kr[:, None] * V + cols[None, :],
-                 dstate.to(dh_ptr.dtype.element_ty))
+        if OUTPUT_GRAD:
+            tl.store(dh_ptr + ((first + c) * HV + hv) * K * V + kr[:, None] * V + cols[None, :],
+                     dstate.to(dh_ptr.dtype.element_ty))
         t = bos + c * BT + tl.arange(0, BT)
         ok = t < eos
         g_last = tl.load(gc_ptr + (tl.minimum(bos + c * BT + BT, eos) - 1) * HV + hv)
@@ -85,10 +86,10 @@ def gdr_state_backward_kernel(q_ptr, k_ptr, w_ptr, gc_ptr, do_ptr, dv_local_ptr,
             dv_local = tl.load(dv_local_ptr + (t[:, None] * HV + hv) * V + cols[None, :], mask=ok[:, None],
                                other=0.0)
             dv_new = dv_local.to(tl.float32) + kept
+            tl.store(dv_new_ptr + (t[:, None] * HV + hv) * V + cols[None, :],
+                     dv_new.to(dv_new_ptr.dtype.element_ty), mask=ok[:, None])
         else:
             dv_new = kept
-        tl.store(dv_new_ptr + (t[:, None] * HV + hv) * V + cols[None, :], dv_new.to(dv_new_ptr.dtype.element_ty),
-                 mask=ok[:, None])
         if OUTPUT_GRAD:
             qb = tl.load(q_ptr + qk_base + t[:, None] * (H * K) + kr[None, :], mask=ok[:, None], other=0.0)
             # the products of the walk in fp32 operands (TF32): dS sums them over the chunks, and with q exp(G)

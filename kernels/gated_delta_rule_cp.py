@@ -14,12 +14,13 @@ do not hand the state on one after another:
 4. each rank folds the ranks before it, S <- M_j S + S_ext_j, into the state its incoming sequence starts
    from (a piece that started on rank j has M_j = 0, which restarts the fold there).
 
-On the kernel backends (`KernelContextParallel`) each rank walks its shard once, its incoming sequence from a
-zero state, and beside it the transition of the incoming piece (the state walk without updates, from I): M_c
-at each chunk's start. Every state and update of the piece is linear in S, so after step 4 the correction
-kernel (`gdr_cp_correct_kernel`) adds M_c S and -w M_c S to them, and the output kernel runs. The backward
-mirrors it: the state gradient walked back once (the outgoing piece's end gradient taken as zero), the
-piece's transposed transition beside it, one all_gather, the fold from the last rank down, the correction.
+On the kernel backends (`KernelContextParallel`) each rank walks its shard once and, beside it, the
+transition M of its incoming piece (the state walk without updates, from I, which writes only its end). The
+incoming piece is walked from zero only where its end state is handed on (the piece spans the rank); after step
+4 it is walked again from its true incoming state, which rewrites its chunk states and updates, and the output
+kernel runs. The backward mirrors it: the state gradient walked back once, the outgoing piece's transposed
+transition beside it, one all_gather, the fold from the last rank down, and the outgoing piece walked back
+again from its true end gradient.
 On the torch backend (`chunk_forward`) the operator itself is composed: the forward over the outgoing piece
 (twice: from its own initial state, and with v = 0 from I), the exchange, the forward with the true initial
 state; autograd differentiates it, the exchange's gradient summed over the ranks (one all_reduce).
@@ -32,8 +33,6 @@ import triton.language as tl
 
 import tle
 from tle.kernels import gated_delta_rule_launch as launches
-from tle.kernels.gated_delta_rule_kernels import BT, _chunk
-from tle.kernels.gated_delta_rule_launch import block, state_warps
 
 SPLIT_BLOCK = 64          # sequences a program of the split kernel reads at once
 STARTS_HERE, ENDS_HERE = 1, 2
@@ -69,35 +68,6 @@ def gdr_cp_split_kernel(cu_ptr, local_cu_ptr, roles_ptr, links_ptr, n_seqs, worl
         tl.store(local_cu_ptr + n_seqs, tl.minimum(tl.maximum(tl.load(cu_ptr + n_seqs) - lo, 0), local_tokens))
     tl.store(links_ptr + 2 * p, incoming)
     tl.store(links_ptr + 2 * p + 1, outgoing)
-
-
-@tle.jit
-def gdr_cp_correct_kernel(h_ptr, v_new_ptr, h_map_ptr, v_new_map_ptr, s_ptr, index_ptr, range_ptr,
-                          HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, BT: tl.constexpr):
-    """Program (chunk, value head, value block), for the chunks range[0] <= chunk < range[1]: adds the share of
-    a state S [HV, K, V] that the chunk's state and its tokens' updates were missing, each linear in S:
-    h[chunk] += h_map[chunk] S and v_new[token] += v_new_map[token] S (h_map [chunks, HV, K, K], v_new_map
-    [tokens, HV, K]). The same for the gradients: dh and dv_new, with the maps of the transposed walk."""
-    c = tl.program_id(0)
-    hv = tl.program_id(1)
-    cols = tl.program_id(2) * BV + tl.arange(0, BV)
-    lo = tl.load(range_ptr)
-    hi = tl.load(range_ptr + 1)
-    if (c >= lo) & (c < hi):
-        start, end = _chunk(index_ptr)
-        t = start + tl.arange(0, BT)
-        ok = t < end
-        kr = tl.arange(0, K)
-        state = tl.load(s_ptr + (hv * K + kr[:, None]) * V + cols[None, :])
-        at = (c * HV + hv) * K + kr[:, None]
-        h_map = tl.load(h_map_ptr + at * K + kr[None, :])
-        h = tl.load(h_ptr + at * V + cols[None, :]).to(tl.float32) + tl.dot(h_map, state.to(h_map.dtype))
-        tl.store(h_ptr + at * V + cols[None, :], h.to(h_ptr.dtype.element_ty))
-        v_map = tl.load(v_new_map_ptr + (t[:, None] * HV + hv) * K + kr[None, :], mask=ok[:, None], other=0.0)
-        v_new = tl.load(v_new_ptr + (t[:, None] * HV + hv) * V + cols[None, :], mask=ok[:, None], other=0.0)
-        v_new = v_new.to(tl.float32) + tl.dot(v_map, state.to(v_map.dtype))
-        tl.store(v_new_ptr + (t[:, None] * HV + hv) * V + cols[None, :], v_new.to(v_new_ptr.dtype.element_ty),
-                 mask=ok[:, None])
 
 
 def split_torch(cu: torch.Tensor, world: int, rank: int, local_tokens: int):
@@ -152,41 +122,6 @@ def _split_example(device, size):
                       kwargs=dict(BLOCK=SPLIT_BLOCK, num_warps=2),
                       outputs={"local_cu": local_cu, "roles": roles, "links": links}, reference=lambda: ref,
                       label=f"{n} sequences over {world} ranks")
-
-
-@tle.example(gdr_cp_correct_kernel)
-def _correct_example(device, size):
-    lengths, hv, kd, vd, dtype = ([70, 50], 2, 16, 32, torch.float32) if size == "small" else \
-        ([4100, 3000], 16, 128, 128, torch.bfloat16)
-    bounds = [0]
-    for length in lengths:
-        bounds.append(bounds[-1] + length)
-    ranges = [[b0 + c, min(b0 + c + BT, b1)] for b0, b1 in zip(bounds, bounds[1:]) for c in range(0, b1 - b0, BT)]
-    slots = len(ranges) + 1                                   # one entry past the last chunk: (0, 0)
-    index = torch.tensor(ranges + [[0, 0]], device=device, dtype=torch.int32)
-    tokens = bounds[-1]
-    # the kernel adds into h and v_new: they start at zero, and the chunks outside the range stay zero
-    h = torch.zeros(slots, hv, kd, vd, device=device, dtype=dtype)
-    v_new = torch.zeros(tokens, hv, vd, device=device, dtype=dtype)
-    h_map = (torch.randn(slots, hv, kd, kd, device=device) / kd ** 0.5).to(dtype)
-    v_map = (torch.randn(tokens, hv, kd, device=device) / kd ** 0.5).to(dtype)
-    state = torch.randn(hv, kd, vd, device=device)
-    lo, hi = 1, len(ranges) - 1                               # the first and last chunks keep their values
-    chunk_range = torch.tensor([lo, hi], device=device, dtype=torch.int32)
-    ref_h, ref_v = h.float().clone(), v_new.float().clone()
-    ref_h[lo:hi] = h_map[lo:hi].float() @ state
-    first, last = ranges[lo][0], ranges[hi - 1][1]
-    ref_v[first:last] = torch.einsum("thk,hkv->thv", v_map[first:last].float(), state)
-    ref = {"h": ref_h.to(dtype), "v_new": ref_v.to(dtype)}
-    bv = block(vd, 32)
-    err = 2 ** -9 if dtype == torch.float32 else 2 ** -6
-    return tle.Launch(grid=(slots, hv, vd // bv),
-                      args=(h.view(-1), v_new.view(-1), h_map.view(-1), v_map.view(-1), state.view(-1), index.view(-1),
-                            chunk_range),
-                      kwargs=dict(HV=hv, K=kd, V=vd, BV=bv, BT=BT, num_warps=state_warps(kd, bv)),
-                      outputs={"h": h, "v_new": v_new}, reference=lambda: ref, accumulates=("h", "v_new"),
-                      tolerances={name: (err * float(r.float().abs().max()), err) for name, r in ref.items()},
-                      flops=2 * (hi - lo) * hv * kd * vd * (kd + BT), label=f"{len(ranges)} chunks, HV{hv} K{kd} V{vd}")
 
 
 def _gather(x: torch.Tensor, group) -> torch.Tensor:
@@ -285,32 +220,23 @@ def chunk_forward(forward, q, k, v, g, beta, scale, initial_state, plan, group, 
     return o, final * _role(roles, ENDS_HERE, state_dtype)
 
 
-# -- the kernel backends: each rank walks its shard once, then corrects the piece that depends on another rank's
-def _correct(states, v_new, state_map, update_map, shift, index, chunks, backend):
-    """states[c] += state_map[c] shift and v_new += update_map shift over the chunks c in `chunks` [lo, hi]."""
-    hv, kd, vd = states.shape[1:]
-    bv = block(vd, 32)
-    gdr_cp_correct_kernel[(index.shape[0], hv, vd // bv)](
-        states, v_new, state_map, update_map, shift.contiguous(), index, chunks, HV=hv, K=kd, V=vd, BV=bv, BT=BT,
-        backend=backend, num_warps=state_warps(kd, bv))
-
-
-def _chunks_of(first: torch.Tensor, seq: torch.Tensor, present: torch.Tensor) -> torch.Tensor:
-    """[first chunk, end chunk] of local sequence `seq` (int32 [2]), empty where it is not `present`."""
-    at = seq.clamp(min=0)
-    return (torch.stack([first[at], first[at + 1]]) * present).int()
+# -- the kernel backends: each rank walks its shard once, then walks again the piece that depends on another rank
+def _emptied(cu: torch.Tensor, seqs: torch.Tensor, to: torch.Tensor) -> torch.Tensor:
+    """cu with every entry where `seqs` holds set to `to`: the sequences bounded only by those entries made empty
+    (a crossing piece the first walk skips), the others as they were."""
+    return torch.where(seqs, to.to(cu.dtype), cu)
 
 
 class KernelContextParallel(torch.autograd.Function):
     """The chunked forward and backward of one rank's shard on a kernel backend.
 
-    Forward: the shard is walked once, its incoming sequence from a zero state; beside it the transition of
-    the incoming piece, M_c at each of its chunks' starts (and -w M_c per token). After the exchange and the
-    fold give the true incoming state S, the piece's chunk states and updates get M_c S and -w M_c S (the
-    correction kernel), its final state M S, and the output kernel runs on the corrected values.
-    Backward, mirrored: the state gradient is walked back once, the outgoing piece's end gradient taken as
-    zero; beside it the piece's transposed transition; the exchange and the fold from the last rank give the
-    true end gradient dS, and the piece's state gradients and dv_new get their share of it."""
+    Forward: the shard is walked once, and beside it the transition M of the incoming piece (its end map only).
+    The incoming piece is skipped by that walk unless its end state from zero is handed on (it spans the rank).
+    After the exchange and the fold give the true incoming state S, the piece is walked from S: its chunk states,
+    updates and final state as the unsplit walk makes them; then the output kernel runs.
+    Backward, mirrored: the state gradient is walked back once (the outgoing piece skipped unless it spans the
+    rank, its end gradient taken as zero); beside it the piece's transposed transition; the exchange and the fold
+    from the last rank give the true end gradient dS, from which the outgoing piece is walked back again."""
 
     @staticmethod
     def forward(ctx, q, k, v, g, beta, initial_state, scale, plan, group, backend):
@@ -324,16 +250,24 @@ class KernelContextParallel(torch.autograd.Function):
         incoming, outgoing, has_in, has_out, spans = _crossings(links, rank)
         index, first = launches.chunk_index(local_cu, t, backend)
         gc, ai = launches.gates_and_inverse(k, g, beta, index, backend)
-        w, _, states, v_new, final = launches.states_and_updates(k, v, beta, gc, ai, h0, local_cu, index, first,
-                                                                 backend)
+        w, u = launches.wy_vectors(k, v, beta, gc, ai, index, backend)
+        states = torch.empty(index.shape[0], hv, kd, vd, device=q.device, dtype=k.dtype)
+        v_new = torch.empty_like(u)
+        # the incoming piece (local tokens 0 .. end, sequence seq_in; the sequences before it are empty here):
+        # the first walk skips it where it ends on this rank
         seq_in = incoming.clamp(min=0)
-        piece = (torch.stack([torch.zeros_like(seq_in), local_cu[seq_in + 1].long()]) * has_in).int()
-        state_map, update_map, transition = launches.transition(k, w, gc, piece, first[seq_in].view(1),
-                                                                index.shape[0], backend)
+        end = local_cu[seq_in + 1] * has_in
+        before = torch.arange(n + 1, device=q.device) <= seq_in
+        walk_cu = _emptied(local_cu, before & has_in & ~spans, end)
+        final = launches.walk(k, w, u, gc, h0, walk_cu, first, states, v_new, backend)
+        piece = torch.stack([torch.zeros_like(end), end]).int()
+        piece_first = first[seq_in].view(1)
+        transition = launches.transition(k, w, gc, piece, piece_first, backend)
         gathered = _gather(torch.cat([_row(final, outgoing), transition[0] * spans], -1), group)
         shift = _fold(gathered, range(rank), vd) * has_in
-        _correct(states, v_new, state_map, update_map, shift, index, _chunks_of(first, incoming, has_in), backend)
-        final[seq_in] += transition[0] @ shift
+        piece_final = launches.walk(k, w, u, gc, shift[None].contiguous(), piece, piece_first, states, v_new,
+                                    backend)
+        final[seq_in] = torch.where(has_in, piece_final[0], final[seq_in])
         o = launches.output(q, k, v_new, states, gc, scale, index, backend)
         ctx.save_for_backward(q, k, v, g, beta, gc, ai, h0.index_add(0, seq_in.view(1), shift[None]), local_cu,
                               roles, links)
@@ -346,23 +280,33 @@ class KernelContextParallel(torch.autograd.Function):
         q, k, v, g, beta, gc, ai, h0, local_cu, roles, links = ctx.saved_tensors
         group, backend, scale = ctx.group, ctx.backend, ctx.scale
         world, rank = dist.get_world_size(group), dist.get_rank(group)
-        t, vd = v.shape[1], v.shape[3]
+        t, hv, vd = v.shape[1:]
+        kd = q.shape[3]
+        n = local_cu.numel() - 1
         do = torch.zeros_like(v) if do is None else do.contiguous()
         dht = torch.zeros_like(h0) if dfinal is None else \
             (dfinal.float() * _role(roles, ENDS_HERE, torch.float32)).contiguous()
         incoming, outgoing, has_in, has_out, spans = _crossings(links, rank)
         index, first = launches.chunk_index(local_cu, t, backend)
         w, _, states, v_new, _ = launches.states_and_updates(k, v, beta, gc, ai, h0, local_cu, index, first, backend)
-        dstates, dv_new, dh0 = launches.state_gradients(q, k, w, gc, do, scale, dht, local_cu, index, first, backend)
+        dv_local = launches.local_dv(q, k, gc, do, scale, index, backend)
+        dstates = torch.empty(index.shape[0], hv, kd, vd, device=q.device, dtype=k.dtype)
+        dv_new = torch.empty_like(v_new)
+        # the outgoing piece (local tokens start .. t, sequence seq_out; the sequences after it are empty here):
+        # the first walk back skips it where it starts on this rank
         seq_out = outgoing.clamp(min=0)
-        piece = torch.stack([torch.where(has_out, local_cu[seq_out].long(), t), torch.full_like(seq_out, t)]).int()
-        state_map, update_map, transition_t = launches.transition_backward(q, k, w, gc, piece,
-                                                                           first[seq_out].view(1), index.shape[0],
-                                                                           backend)
+        start = torch.where(has_out, local_cu[seq_out], t)
+        after = torch.arange(n + 1, device=q.device) > seq_out
+        walk_cu = _emptied(local_cu, after & has_out & ~spans, start)
+        dh0 = launches.walk_back(q, k, w, gc, do, dv_local, scale, dht, walk_cu, first, dstates, dv_new, backend)
+        piece = torch.stack([start, torch.full_like(start, t)]).int()
+        piece_first = first[seq_out].view(1)
+        transition_t = launches.transition_backward(q, k, w, gc, piece, piece_first, backend)
         gathered = _gather(torch.cat([_row(dh0, incoming), transition_t[0] * spans], -1), group)
         shift = _fold(gathered, range(world - 1, rank, -1), vd) * has_out
-        _correct(dstates, dv_new, state_map, update_map, shift, index, _chunks_of(first, outgoing, has_out), backend)
-        dh0[seq_out] += transition_t[0] @ shift
+        piece_dh0 = launches.walk_back(q, k, w, gc, do, dv_local, scale, shift[None].contiguous(), piece,
+                                       piece_first, dstates, dv_new, backend)
+        dh0[seq_out] = torch.where(has_out, piece_dh0[0], dh0[seq_out])
         dq, dk, dv, dg, dbeta = launches.input_gradients(q, k, v, g, beta, gc, ai, do, scale, states, v_new, dstates,
                                                          dv_new, index, backend)
         dinitial = None if ctx.initial_dtype is None else \

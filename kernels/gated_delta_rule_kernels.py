@@ -184,7 +184,8 @@ def gdr_state_kernel(k_ptr, w_ptr, u_ptr, gc_ptr, h0_ptr, h_ptr, v_new_ptr, ht_p
                      BT: tl.constexpr, INITIAL: tl.constexpr, UPDATES: tl.constexpr):
     """Program (value block, sequence, value head): the state of its columns, carried over the sequence's
     chunks in fp32; h [chunks, HV, K, V] gets the state at each chunk's start. Without UPDATES, u is taken as
-    zero and not read: from S = I that walks the transition S -> M S of the tokens (context parallelism)."""
+    zero and not read, and only the end state is written: from S = I that walks the transition S -> M S of the
+    tokens (context parallelism)."""
     cols = tl.program_id(0) * BV + tl.arange(0, BV)
     n, hv = tl.program_id(1), tl.program_id(2)
     bos, eos = tl.load(cu_ptr + n), tl.load(cu_ptr + n + 1)
@@ -197,18 +198,19 @@ def gdr_state_kernel(k_ptr, w_ptr, u_ptr, gc_ptr, h0_ptr, h_ptr, v_new_ptr, ht_p
         state = tl.zeros([K, BV], dtype=tl.float32)
     k_base = k_ptr + (hv // (HV // H)) * K
     for c in range(0, (eos - bos + BT - 1) // BT):
-        tl.store(h_ptr + ((first + c) * HV + hv) * K * V + kr[:, None] * V + cols[None, :],
-                 state.to(h_ptr.dtype.element_ty))
+        if UPDATES:
+            tl.store(h_ptr + ((first + c) * HV + hv) * K * V + kr[:, None] * V + cols[None, :],
+                     state.to(h_ptr.dtype.element_ty))
         t = bos + c * BT + tl.arange(0, BT)
         ok = t < eos
         w = tl.load(w_ptr + (t[:, None] * HV + hv) * K + kr[None, :], mask=ok[:, None], other=0.0)
         if UPDATES:
             u = tl.load(u_ptr + (t[:, None] * HV + hv) * V + cols[None, :], mask=ok[:, None], other=0.0)
             v_new = u.to(tl.float32) - tl.dot(w, state.to(w.dtype))
+            tl.store(v_new_ptr + (t[:, None] * HV + hv) * V + cols[None, :], v_new.to(v_new_ptr.dtype.element_ty),
+                     mask=ok[:, None])
         else:
             v_new = -tl.dot(w, state.to(w.dtype))
-        tl.store(v_new_ptr + (t[:, None] * HV + hv) * V + cols[None, :], v_new.to(v_new_ptr.dtype.element_ty),
-                 mask=ok[:, None])
         g_last = tl.load(gc_ptr + (tl.minimum(bos + c * BT + BT, eos) - 1) * HV + hv)
         g = tl.load(gc_ptr + t * HV + hv, mask=ok, other=0.0)
         kb = tl.load(k_base + t[:, None] * (H * K) + kr[None, :], mask=ok[:, None], other=0.0)

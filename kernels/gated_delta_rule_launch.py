@@ -110,24 +110,40 @@ def gates_and_inverse(k, g, beta, index, backend):
     return gc, ai
 
 
-def states_and_updates(k, v, beta, gc, ai, initial_state, cu, index, first, backend):
-    """w, u, the state at each chunk's start [chunks, HV, K, V] (k's dtype), v_new and the final states (fp32)."""
+def wy_vectors(k, v, beta, gc, ai, index, backend):
+    """w and u (k's dtype), [B, T, HV, K] and [B, T, HV, V]."""
     b, t, h, kd = k.shape
     hv, vd = v.shape[2], v.shape[3]
-    n = cu.numel() - 1
     w = torch.empty(b, t, hv, kd, device=k.device, dtype=k.dtype)
     u = torch.empty(b, t, hv, vd, device=k.device, dtype=k.dtype)
     gdr_wy_kernel[(index.shape[0], hv)](
         k, v, beta, gc, ai, w, u, index, H=h, HV=hv, K=kd, V=vd, BK=block(kd, 64), BV=block(vd, 64), BT=BT,
         backend=backend, num_warps=4)
-    states = torch.empty(index.shape[0], hv, kd, vd, device=k.device, dtype=k.dtype)
-    v_new = torch.empty_like(u)
-    final = torch.empty(n, hv, kd, vd, device=k.device, dtype=torch.float32)
+    return w, u
+
+
+def walk(k, w, u, gc, initial_state, cu, first, states, v_new, backend):
+    """The state walk of the sequences of `cu` (their chunks from slot first[n] on), from `initial_state`
+    [N, HV, K, V] fp32 (None: zeros): writes each chunk's start state into `states` and v_new into `v_new`;
+    returns the final states [N, HV, K, V] fp32."""
+    h, kd = k.shape[2:]
+    hv, vd = u.shape[2], u.shape[3]
+    final = torch.empty(cu.numel() - 1, hv, kd, vd, device=k.device, dtype=torch.float32)
     bv = block(vd, 32)
     h0 = final if initial_state is None else initial_state      # not read without one
-    gdr_state_kernel[(vd // bv, n, hv)](
+    gdr_state_kernel[(vd // bv, cu.numel() - 1, hv)](
         k, w, u, gc, h0, states, v_new, final, cu, first, H=h, HV=hv, K=kd, V=vd, BV=bv, BT=BT,
         INITIAL=initial_state is not None, UPDATES=True, backend=backend, num_warps=state_warps(kd, bv))
+    return final
+
+
+def states_and_updates(k, v, beta, gc, ai, initial_state, cu, index, first, backend):
+    """w, u, the state at each chunk's start [chunks, HV, K, V] (k's dtype), v_new and the final states (fp32)."""
+    w, u = wy_vectors(k, v, beta, gc, ai, index, backend)
+    hv, vd = u.shape[2], u.shape[3]
+    states = torch.empty(index.shape[0], hv, k.shape[3], vd, device=k.device, dtype=k.dtype)
+    v_new = torch.empty_like(u)
+    final = walk(k, w, u, gc, initial_state, cu, first, states, v_new, backend)
     return w, u, states, v_new, final
 
 
@@ -154,65 +170,73 @@ def chunked_forward(q, k, v, g, beta, scale, initial_state, cu, backend):
     return o.view(b, t, *o.shape[2:]), final, gc.view(b, t, -1), ai.view(b, t, *ai.shape[2:])
 
 
-def _transition_buffers(k, hv: int, slots: int):
-    """A transition walk's start, I for every value head [1, HV, K, K] fp32, and its outputs: per chunk
-    [slots, HV, K, K] and per token [B, T, HV, K] in k's dtype, at the walk's far end [1, HV, K, K] fp32."""
-    b, t, _, kd = k.shape
-    eye = torch.eye(kd, device=k.device, dtype=torch.float32).expand(1, hv, kd, kd).contiguous()
-    return (eye, torch.empty(slots, hv, kd, kd, device=k.device, dtype=k.dtype),
-            torch.empty(b, t, hv, kd, device=k.device, dtype=k.dtype),
-            torch.empty(1, hv, kd, kd, device=k.device, dtype=torch.float32))
+def _eye(k, hv: int):
+    """I for every value head [1, HV, K, K] fp32: a transition walk's start."""
+    kd = k.shape[3]
+    return torch.eye(kd, device=k.device, dtype=torch.float32).expand(1, hv, kd, kd).contiguous()
 
 
-def transition(k, w, gc, cu, first, slots, backend):
-    """The transition of the tokens of the one sequence cu = [start, end]: from S = I, the state walk with no
-    updates. (M at each chunk's start [slots, HV, K, K] (k's dtype; the chunks from slot first[0] on),
-    -w M per token [B, T, HV, K] (k's dtype), M after the last chunk [1, HV, K, K] fp32)."""
+def transition(k, w, gc, cu, first, backend):
+    """The transition M of the tokens of the one sequence cu = [start, end], S -> M S ([1, HV, K, K] fp32):
+    from S = I, the state walk with no updates, which writes only its end."""
     h, kd = k.shape[2:]
     hv = w.shape[2]
-    eye, states, v_new, final = _transition_buffers(k, hv, slots)
+    eye, end = _eye(k, hv), torch.empty(1, hv, kd, kd, device=k.device, dtype=torch.float32)
     bv = block(kd, 32)
     gdr_state_kernel[(kd // bv, 1, hv)](
-        k, w, w, gc, eye, states, v_new, final, cu, first, H=h, HV=hv, K=kd, V=kd, BV=bv, BT=BT, INITIAL=True,
+        k, w, w, gc, eye, w, w, end, cu, first, H=h, HV=hv, K=kd, V=kd, BV=bv, BT=BT, INITIAL=True,
         UPDATES=False, backend=backend, num_warps=state_warps(kd, bv))
-    return states, v_new, final
+    return end
 
 
-def transition_backward(q, k, w, gc, cu, first, slots, backend):
-    """The transposed transition of the tokens of the one sequence cu = [start, end]: from dS = I at its end,
-    the state gradient walked back with no output gradient. (dS at each chunk's end [slots, HV, K, K], the
-    dv_new it gives [B, T, HV, K] (k's dtype), M^T at the start [1, HV, K, K] fp32)."""
+def transition_backward(q, k, w, gc, cu, first, backend):
+    """M^T of the tokens of the one sequence cu = [start, end] ([1, HV, K, K] fp32): from dS = I at its end, the
+    state gradient walked back with no output gradient, which writes only its start."""
     h, kd = k.shape[2:]
     hv = w.shape[2]
-    eye, dstates, dv_new, start = _transition_buffers(k, hv, slots)
+    eye, start = _eye(k, hv), torch.empty(1, hv, kd, kd, device=k.device, dtype=torch.float32)
     bv = block(kd, 32)
     gdr_state_backward_kernel[(kd // bv, 1, hv)](
-        q, k, w, gc, w, w, eye, dstates, dv_new, start, 1.0, cu, first, H=h, HV=hv, K=kd, V=kd, BV=bv, BT=BT,
+        q, k, w, gc, w, w, eye, w, w, start, 1.0, cu, first, H=h, HV=hv, K=kd, V=kd, BV=bv, BT=BT,
         FINAL_GRAD=True, OUTPUT_GRAD=False, backend=backend, **state_backward_options(kd, bv, backend))
-    return dstates, dv_new, start
+    return start
+
+
+def local_dv(q, k, gc, do, scale, index, backend):
+    """The output's share of dv_new within each chunk [B, T, HV, V] (do's dtype)."""
+    b, t, h, kd = q.shape
+    hv, vd = do.shape[2], do.shape[3]
+    options = dv_local_options(vd, backend)
+    dv_local = torch.empty(b, t, hv, vd, device=q.device, dtype=do.dtype)
+    gdr_dv_local_kernel[(index.shape[0], hv, vd // options["BV"])](
+        q, k, gc, do, dv_local, scale, index, H=h, HV=hv, K=kd, V=vd, BK=block(kd, 64), BT=BT, backend=backend,
+        **options)
+    return dv_local
+
+
+def walk_back(q, k, w, gc, do, dv_local, scale, dfinal, cu, first, dstates, dv_new, backend):
+    """The state gradient walked back over the sequences of `cu`, from `dfinal` [N, HV, K, V] fp32 (None: zeros):
+    writes dS at each chunk's end into `dstates` and dv_new into `dv_new`; returns the initial states' gradient
+    [N, HV, K, V] fp32."""
+    h, kd = q.shape[2:]
+    hv, vd = do.shape[2], do.shape[3]
+    dh0 = torch.empty(cu.numel() - 1, hv, kd, vd, device=q.device, dtype=torch.float32)
+    bvs = block(vd, 32)
+    dht = dh0 if dfinal is None else dfinal                     # not read without one
+    gdr_state_backward_kernel[(vd // bvs, cu.numel() - 1, hv)](
+        q, k, w, gc, do, dv_local, dht, dstates, dv_new, dh0, scale, cu, first, H=h, HV=hv, K=kd, V=vd, BV=bvs, BT=BT,
+        FINAL_GRAD=dfinal is not None, OUTPUT_GRAD=True, backend=backend, **state_backward_options(kd, bvs, backend))
+    return dh0
 
 
 def state_gradients(q, k, w, gc, do, scale, dfinal, cu, index, first, backend):
     """dv_local, then the state gradient walked back: (dS at each chunk's end [chunks, HV, K, V] (k's dtype),
     dv_new (k's dtype), the initial states' gradient (fp32))."""
-    b, t, h, kd = q.shape
     hv, vd = do.shape[2], do.shape[3]
-    n = cu.numel() - 1
-    chunks = index.shape[0]
-    dev = q.device
-    options = dv_local_options(vd, backend)
-    dv_local = torch.empty(b, t, hv, vd, device=dev, dtype=do.dtype)
-    gdr_dv_local_kernel[(chunks, hv, vd // options["BV"])](
-        q, k, gc, do, dv_local, scale, index, H=h, HV=hv, K=kd, V=vd, BK=block(kd, 64), BT=BT, backend=backend,
-        **options)
-    dstates = torch.empty(chunks, hv, kd, vd, device=dev, dtype=k.dtype)
-    dv_new = torch.empty(b, t, hv, vd, device=dev, dtype=k.dtype)
-    dh0 = torch.empty(n, hv, kd, vd, device=dev, dtype=torch.float32)
-    bvs = block(vd, 32)
-    dht = dh0 if dfinal is None else dfinal                     # not read without one
-    gdr_state_backward_kernel[(vd // bvs, n, hv)](
-        q, k, w, gc, do, dv_local, dht, dstates, dv_new, dh0, scale, cu, first, H=h, HV=hv, K=kd, V=vd, BV=bvs, BT=BT,
-        FINAL_GRAD=dfinal is not None, OUTPUT_GRAD=True, backend=backend, **state_backward_options(kd, bvs, backend))
+    dv_local = local_dv(q, k, gc, do, scale, index, backend)
+    dstates = torch.empty(index.shape[0], hv, q.shape[3], vd, device=q.device, dtype=k.dtype)
+    dv_new = torch.empty(*do.shape, device=q.device, dtype=k.dtype)
+    dh0 = walk_back(q, k, w, gc, do, dv_local, scale, dfinal, cu, first, dstates, dv_new, backend)
     return dstates, dv_new, dh0
 
 
