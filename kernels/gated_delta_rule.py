@@ -278,8 +278,8 @@ def _context_parallel(q, k, v, g, beta, scale, initial_state, cu_seqlens, group,
         raise tle.LaunchError(f"tle.ops.{op}: with 'cp_group' each rank passes its shard of one packed batch: q "
                               f"has batch {q.shape[0]}, expected 1")
     tokens = world * q.shape[1]
-    cu = (torch.tensor([0, tokens], device=q.device, dtype=torch.int32) if cu_seqlens is None
-          else cu_seqlens.to(torch.int32))
+    # made on the device (a copy from the host would wait for the stream's work: a host sync every call)
+    cu = launches.packed(None, 1, tokens, q.device) if cu_seqlens is None else cu_seqlens.to(torch.int32)
     # a given cu_seqlens is checked (one host sync); the one made here needs none
     if cu_seqlens is not None and int(cu[-1]) != tokens:
         raise tle.LaunchError(f"tle.ops.{op}: 'cu_seqlens' ends at {int(cu[-1])} tokens; with 'cp_group' it is the "
