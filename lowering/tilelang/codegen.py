@@ -28,6 +28,7 @@ from ..spec import Spec
 from . import buffers, combines, control, debug, expressions, memory, raw_call, reductions, sorting
 from .context import BACKEND, Context
 from .gathers import index_loads
+from .product_feeds import product_feeds
 from .syntax import GRID_VARS, tl_dtype
 from .warp_group_code import emit_kernel_body
 from .rules import RULES
@@ -51,6 +52,7 @@ def generate(k: KernelIR, spec: Spec, grid, debug: bool = False) -> tuple[str, l
     `debug`: Triton's debug mode is on, so tl.device_assert is checked (debug.py)."""
     gen = Context(k, spec, grid, debug)
     gen.index_loads = index_loads(gen)
+    gen.product_feeds = product_feeds(gen)
     src = _module(gen)
     return src, gen.notes, sorted(gen.report)
 

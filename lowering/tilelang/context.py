@@ -87,6 +87,7 @@ class Context:
         self.blocks: list[Block] = []
         self.keepdims: dict[int, int] = {}     # value id -> the unit axis of a keep_dims reduction
         self.index_loads: set[int] = set()     # loads of index tiles read again at each use (memory.py)
+        self.product_feeds: set[int] = set()   # loads read inside the expression that stages a product's operand
         self.substitutes: dict = {}            # value id -> idx -> expression, while rendering one access
         self._all_values: dict[int, Value] | None = None
         self.pipelined: set[int] = set()       # id() of the for ops emitted as T.Pipelined

@@ -54,6 +54,10 @@ def load(gen: Context, op: Op, indent: int):
     if v.id in gen.index_loads:
         gen.report.append((op.loc.line, "load", acc.kind, "read at each use (an index tile of a gather)"))
         return
+    if v.id in gen.product_feeds:
+        gen.report.append((op.loc.line, "load", acc.kind, "read inside the element-wise expression that makes a "
+                           "product's operand (product_feeds.py)"))
+        return
     if v.type.is_scalar:
         gen.report.append((op.loc.line, "load", acc.kind, "scalar expression"))
         e = f"{param}[{gen.offset(ptr, [])}]"
@@ -88,8 +92,8 @@ def load(gen: Context, op: Op, indent: int):
 
 @RULE_SET.rule(ops.LOAD, role="expression")
 def index_tile_element(gen: Context, op: Op, idx: list[str]) -> str:
-    """An element of an index tile, read where it is used (see index_loads)."""
-    if op.result.id not in gen.index_loads:
+    """An element of an index tile or of a product's feed, read where it is used (index_loads, product_feeds)."""
+    if op.result.id not in gen.index_loads and op.result.id not in gen.product_feeds:
         gen.error("'load' as a value", op)
     return load_expr(gen, op, idx)
 

@@ -122,7 +122,7 @@ class _Simulation:
             if v.id in self.staged:
                 self.surely.add(v.id)
                 return [STATEMENT]
-            if v.id in gen.index_loads:
+            if v.id in gen.index_loads or v.id in gen.product_feeds:
                 return []
             self.surely.add(v.id)
             return [LET] if v.type.is_scalar else [STATEMENT]
