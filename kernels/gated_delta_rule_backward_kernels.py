@@ -56,8 +56,8 @@ def gdr_state_backward_kernel(q_ptr, k_ptr, w_ptr, gc_ptr, do_ptr, dv_local_ptr,
     """Program (value block, sequence, value head): dS of its columns [K, BV] in fp32, from the final state's
     gradient (or 0) back over the sequence's chunks; dh [chunks, HV, K, V] gets dS at each chunk's end.
     Without OUTPUT_GRAD, do and dv_local are taken as zero and not read, and only the start's dS is written:
-    from dS = I that walks the transposed transition dS -> M^T dS of the tokens (context parallelism). FP32_W: the product w^T dv_new
-    from fp32 operands (TF32) rather than from w's dtype."""
+    from dS = I that walks the transposed transition dS -> M^T dS of the tokens (context parallelism).
+    FP32_W: the product w^T dv_new from fp32 operands (TF32) rather than from w's dtype."""
     cols = tl.program_id(0) * BV + tl.arange(0, BV)
     n, hv = tl.program_id(1), tl.program_id(2)
     bos, eos = tl.load(cu_ptr + n), tl.load(cu_ptr + n + 1)

@@ -250,16 +250,14 @@ class KernelContextParallel(torch.autograd.Function):
         incoming, outgoing, has_in, has_out, spans = _crossings(links, rank)
         index, first = launches.chunk_index(local_cu, t, backend)
         gc, ai = launches.gates_and_inverse(k, g, beta, index, backend)
-        w, u = launches.wy_vectors(k, v, beta, gc, ai, index, backend)
-        states = torch.empty(index.shape[0], hv, kd, vd, device=q.device, dtype=k.dtype)
-        v_new = torch.empty_like(u)
         # the incoming piece (local tokens 0 .. end, sequence seq_in; the sequences before it are empty here):
         # the first walk skips it where it ends on this rank
         seq_in = incoming.clamp(min=0)
         end = local_cu[seq_in + 1] * has_in
         before = torch.arange(n + 1, device=q.device) <= seq_in
         walk_cu = _emptied(local_cu, before & has_in & ~spans, end)
-        final = launches.walk(k, w, u, gc, h0, walk_cu, first, states, v_new, backend)
+        w, u, states, v_new, final = launches.states_and_updates(k, v, beta, gc, ai, h0, walk_cu, index, first,
+                                                                 backend)
         piece = torch.stack([torch.zeros_like(end), end]).int()
         piece_first = first[seq_in].view(1)
         transition = launches.transition(k, w, gc, piece, piece_first, backend)

@@ -11,12 +11,17 @@ from .context import Context
 from .values import is_zero
 
 
+def written_arguments(gen: Context) -> set[int]:
+    """id() of the arguments the kernel stores to (or updates atomically): a read of any other one may move."""
+    return {id(gen.access(o).param) for o in gen.kernel.walk() if o.defn in (ops.STORE, ops.ATOMIC, ops.COPY_OUT)}
+
+
 def index_loads(gen: Context) -> set[int]:
     """Loads of 1-D index tiles (values that other accesses gather through) that are read again at
     each use rather than held in a fragment: a fragment's layout follows the first loop that
     writes it, and every gather indexing it from another layout would then run on the few threads
     that own each element. Only when nothing in the kernel writes the indexed argument."""
-    written = {id(gen.access(o).param) for o in gen.kernel.walk() if o.defn in (ops.STORE, ops.ATOMIC, ops.COPY_OUT)}
+    written = written_arguments(gen)
     gathered = set()
     for o in gen.kernel.walk():
         if o.defn in (ops.LOAD, ops.STORE, ops.ATOMIC, ops.COPY_IN, ops.COPY_OUT):

@@ -10,13 +10,14 @@ from __future__ import annotations
 from ..ir import ops
 from ..ir.core import Op, Value
 from .context import Context
+from .gathers import written_arguments
 from .row_products import SAME_LAYOUT
 
 
 def product_feeds(gen: Context) -> set[int]:
     """Ids of the 2-D loads whose one use is an element-wise chain (one use at each step, the same shape, the
     same block) that ends as a product's operand, from an argument nothing in the kernel writes."""
-    written = {id(gen.access(o).param) for o in gen.kernel.walk() if o.defn in (ops.STORE, ops.ATOMIC, ops.COPY_OUT)}
+    written = written_arguments(gen)
     out = set()
     for o in gen.kernel.walk():
         if o.defn is ops.LOAD and o.result.type.rank == 2 and not o.attrs.get("is_async") and \

@@ -432,7 +432,6 @@ def test_a_mask_inside_the_tensor_selects_a_whole_box():
     assert plan is None
 
 
-
 def test_a_selected_mask_fails_only_past_the_last_row():
     """t < eos over rows bos .. bos + 63 fails somewhere exactly where bos + 63 - eos >= 0: the form the lowering
     guards the select with (a full chunk skips it)."""
@@ -445,6 +444,7 @@ def test_a_selected_mask_fails_only_past_the_last_row():
     (eos_id, _), = [(s, c) for s, c in form.syms if c == -1]
     assert aff.symbols[bos_id] is not aff.symbols[eos_id]
     assert mask_fails_at(None, (64, 32), aff) == []
+
 
 @tle.jit
 def backward_walk(x_ptr, y_ptr, cu_ptr, K: tl.constexpr, BT: tl.constexpr):
