@@ -23,6 +23,7 @@ from ..spec import Spec
 from ..transforms import (drop_overwritten_buffer_carries, expand_descriptors, fold_constants, fold_dot_accumulators,
                           hoist_guarded_loads, pipeline_async_loads, rewrite_inductions)
 from .block_size import check_block_size
+from .divergent_barriers import check_barriers
 from .codegen import generate
 from .rules import RULES
 
@@ -133,7 +134,7 @@ class TileLangCompiled(api.Compiled):
         self.notes = notes
         self._kernel = None
         self._program = None
-        self._checked = False       # the compiled block size, checked at the first launch
+        self._checked = False       # the compiled block size and barriers, checked at the first launch
         # how each argument is passed (the kernel is compiled for these shapes and strides): as it is (a
         # scalar), as a flat view, as the strided span it addresses, or as a fresh one-element tensor (empty)
         self._passers = tuple(_passer(*_how_passed(a)) for a in spec.args)
@@ -156,7 +157,9 @@ class TileLangCompiled(api.Compiled):
 
     def launch(self, grid, args):
         if not self._checked:
-            check_block_size(self.kernel.get_kernel_source(), self.ir)
+            cuda = self.kernel.get_kernel_source()
+            check_block_size(cuda, self.ir)
+            check_barriers(cuda, self.ir)
             self._checked = True
         self.kernel(*self._flat(args))
 

@@ -300,9 +300,9 @@ PLANS = {
         ('load', 'box', 'T.copy then mask select in shared'),
         ('load', 'strided', 'T.Parallel into fragment'),
         ('load', 'strided', 'T.Parallel into fragment'),
-        ('load', 'box', "read inside the element-wise expression that makes a product's operand"),
+        ('load', 'box', 'T.Parallel into fragment'),
         ('store', 'box', 'T.Parallel from shared'),
-        ('load', 'box', "read inside the element-wise expression that makes a product's operand"),
+        ('load', 'box', 'T.Parallel into fragment'),
         ('store', 'box', 'T.Parallel from shared'),
     ],
     'layer_norm.layer_norm_fwd_kernel': [

@@ -29,9 +29,11 @@ def gdr_wy_kernel(
         beta = T.alloc_fragment((64,), 'float32')
         t = T.alloc_fragment((64,), 'float32')
         decay = T.alloc_fragment((64,), 'float32')
+        kb = T.alloc_fragment((64, 16), 'float32')
         t_1 = T.alloc_shared((64, 16), 'float32')
         w = T.alloc_fragment((64, 16), 'float32')
         w_1 = T.alloc_shared((64, 16), 'float32')
+        vb = T.alloc_fragment((64, 32), 'float32')
         t_2 = T.alloc_shared((64, 32), 'float32')
         u = T.alloc_fragment((64, 32), 'float32')
         u_1 = T.alloc_shared((64, 32), 'float32')
@@ -52,7 +54,9 @@ def gdr_wy_kernel(
         for c0_it in T.serial(1):
             c0 = c0_it * 16
             for i0, i1 in T.Parallel(64, 16):
-                t_1[i0, i1] = (T.if_then_else(((start + i0) < end), k_ptr[(((T.truncdiv(hv, 2) * 16) + ((start + i0) * 16)) + (c0 + i1))], 0.0) * (beta[i0] * decay[i0]))
+                kb[i0, i1] = T.if_then_else(((start + i0) < end), k_ptr[(((T.truncdiv(hv, 2) * 16) + ((start + i0) * 16)) + (c0 + i1))], 0.0)
+            for i0, i1 in T.Parallel(64, 16):
+                t_1[i0, i1] = (kb[i0, i1] * (beta[i0] * decay[i0]))
             T.clear(w)
             T.gemm(ai, t_1, w)
             for i0, i1 in T.Parallel(64, 16):
@@ -63,7 +67,9 @@ def gdr_wy_kernel(
         for c0_1_it in T.serial(1):
             c0_1 = c0_1_it * 32
             for i0, i1 in T.Parallel(64, 32):
-                t_2[i0, i1] = (T.if_then_else(((start + i0) < end), v_ptr[(((((start + i0) * 2) + hv) * 32) + (c0_1 + i1))], 0.0) * beta[i0])
+                vb[i0, i1] = T.if_then_else(((start + i0) < end), v_ptr[(((((start + i0) * 2) + hv) * 32) + (c0_1 + i1))], 0.0)
+            for i0, i1 in T.Parallel(64, 32):
+                t_2[i0, i1] = (vb[i0, i1] * beta[i0])
             T.clear(u)
             T.gemm(ai, t_2, u)
             for i0, i1 in T.Parallel(64, 32):

@@ -1,0 +1,73 @@
+"""A block-wide barrier inside a branch on the thread index is found in TileLang's CUDA source and refused at the
+first launch (lowering/tilelang/divergent_barriers.py): on the GPU, the launch would hang. Checked on hand-made
+sources, and on what TileLang really emits for the gated delta rule's WY kernel with k read inside the expression
+that makes a product's operand while a broadcast vector (beta exp(g)) lays that expression's loop out one row a
+thread (product_feeds.py keeps k in a fragment there: forced here), where its first launch hung on the H200."""
+import pytest
+import torch
+
+from tle.lowering.errors import LoweringError
+from tle.lowering.tilelang import product_feeds
+from tle.kernels.gated_delta_rule_kernels import gdr_wy_kernel
+from tle.lowering.tilelang.divergent_barriers import check_barriers, divergent_barrier
+from tilelang_oracle import needs_tilelang
+
+
+def _kernel(body: str) -> str:
+    return "extern \"C\" __global__ void k(float* x) {\n  int a = 0;\n" + body + "\n}\n"
+
+
+def test_a_barrier_in_a_thread_branch_is_found_with_its_line_and_branch():
+    src = _kernel("  for (int i = 0; i < 2; ++i) {\n    if ((((int)threadIdx.x) >> 6) == 0) {\n"
+                  "      __syncthreads();\n      a += 1;\n    }\n  }")
+    assert divergent_barrier(src) == (5, "if ((((int)threadIdx.x) >> 6) == 0)")
+
+
+@pytest.mark.parametrize("body", [
+    "  if (threadIdx.x < 128) {\n    a = 1;\n  } else {\n    __syncthreads();\n  }",      # the else of one
+    "  for (int i = threadIdx.x; i < 9; i += 128) {\n    __syncthreads();\n  }",         # a per-thread trip count
+    "  if (threadIdx.x < 64) {\n    if (a < 2) {\n      __syncthreads();\n    }\n  }",  # nested below one
+])
+def test_every_way_in_that_depends_on_the_thread_is_found(body):
+    assert divergent_barrier(_kernel(body)) is not None
+
+
+@pytest.mark.parametrize("body", [
+    "  for (int i = 0; i < 4; ++i) {\n    __syncthreads();\n  }",
+    "  if (a < 3) {\n    __syncthreads();\n  }",
+    "  if (threadIdx.x < 128) {\n    a = 1;\n  }\n  a = 2;\n  if (a) {\n    __syncthreads();\n  }",
+    "  if (threadIdx.x < 128) {\n    a = 1;\n  }\n  __syncthreads();",
+])
+def test_barriers_every_thread_reaches_pass(body):
+    assert divergent_barrier(_kernel(body)) is None
+
+
+def _lower_wy():
+    """The WY kernel of the gated delta rule (w = A (k beta exp(g)), u = A (v beta)) at 2 chunks of one head."""
+    gdr_wy_kernel._cache.clear()            # lowered afresh: one test changes the rule
+    t, h, d = 128, 1, 128
+    bf = dict(dtype=torch.bfloat16)
+    k, v, w, u = (torch.zeros(1, t, h, d, **bf) for _ in range(4))
+    beta, gc, ai = torch.zeros(1, t, h, **bf), torch.zeros(1, t, h), torch.zeros(1, t, h, 64, **bf)
+    index = torch.tensor([[0, 64], [64, 128]], dtype=torch.int32)
+    return gdr_wy_kernel.lower(k, v, beta, gc, ai, w, u, index, H=h, HV=h, K=d, V=d, BK=64, BV=64, BT=64,
+                               grid=(2, h), backend="tilelang")
+
+
+@needs_tilelang
+def test_tilelang_source_of_the_replicated_loop_is_refused(monkeypatch):
+    monkeypatch.setattr(product_feeds, "_laid_out_elsewhere", lambda *a: True)
+    lowered = _lower_wy()
+    assert "k_ptr[" in lowered.source.split("T.gemm")[0].split("T.Parallel(64, 64)")[-1]   # k read inside
+    cuda = lowered.stage("cuda")
+    line, header = divergent_barrier(cuda)
+    assert "threadIdx" in header and "__syncthreads" in cuda.splitlines()[line - 1]
+    with pytest.raises(LoweringError, match=r"gdr_wy_kernel .*barrier.*would hang"):
+        check_barriers(cuda, lowered.compiled.ir)
+
+
+@needs_tilelang
+def test_the_kernel_as_lowered_has_no_such_barrier():
+    lowered = _lower_wy()
+    assert "kb = T.alloc_fragment" in lowered.source
+    assert divergent_barrier(lowered.stage("cuda")) is None
