@@ -33,13 +33,7 @@ def for_(gen: Context, op: Op, indent: int):
     for c, init, r in zip(carried, inits, op.results):
         slots.append(carry_slot(gen, c, init, r, op, indent))
     trip = trip_count(gen, lo, hi, step)
-    stages = op.attrs.get("num_stages")
-    pipelined = stages is not None and stages >= 2
-    if stages is None and op.attrs.get("async_stages"):
-        # the launch's num_stages, which pipeline_async_loads found enough for this loop's is_async loads
-        stages, pipelined = op.attrs["async_stages"], True
-    elif stages is None and _stages_operands(gen, op.body):
-        stages, pipelined = gen.kernel.num_stages, gen.kernel.num_stages >= 2
+    stages, pipelined = loop_stages(gen, op)
     ivn = gen.ids.define(iv)
     simple = is_const(lo, 0) and is_const(step, 1)
     counter = ivn if simple else gen.ids.fresh(ivn + "_it")
@@ -138,6 +132,17 @@ def trip_count(gen: Context, lo, hi, step) -> str:
         lo_, hi_, step_ = bounds
         return str(max(0, -(-(hi_ - lo_) // step_)))
     return f"T.ceildiv({gen.scalar(hi)} - {gen.scalar(lo)}, {gen.scalar(step)})"
+
+
+def loop_stages(gen: Context, op: Op) -> tuple[int | None, bool]:
+    """(num_stages, whether it is emitted as T.Pipelined) of for loop `op`."""
+    stages = op.attrs.get("num_stages")
+    if stages is None and op.attrs.get("async_stages"):
+        # the launch's num_stages, which pipeline_async_loads found enough for this loop's is_async loads
+        return op.attrs["async_stages"], True
+    if stages is None and _stages_operands(gen, op.body):
+        return gen.kernel.num_stages, gen.kernel.num_stages >= 2
+    return stages, stages is not None and stages >= 2
 
 
 def _stages_operands(gen: Context, body: Block) -> bool:

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 from ..ir import ops
 from ..ir.core import Op, Value
+from ..ir.ops import Trait
 from .context import Context
+from .control import loop_stages
 from .gathers import written_arguments
 from .row_products import SAME_LAYOUT
 
@@ -35,13 +37,26 @@ def product_feeds(gen: Context) -> set[int]:
     chains = {}
     for o in gen.kernel.walk():
         if o.defn is ops.LOAD and o.result.type.rank == 2 and not o.attrs.get("is_async") and \
-                o.result.id not in gen.index_loads and id(gen.access(o).param) not in written:
+                o.result.id not in gen.index_loads and id(gen.access(o).param) not in written and \
+                not _in_a_pipelined_loop(gen, o):
             chain = _chain_to_product(gen, o, o.result)
             if chain is not None:
                 chains[o.result.id] = chain
     inline = {v.id for chain in chains.values() for v in chain}      # the values no fragment will hold
     return {vid for vid, chain in chains.items()
             if all(_laid_out_elsewhere(gen, vec, inline) for vec in _broadcast_vectors(gen, chain))}
+
+
+def _in_a_pipelined_loop(gen: Context, op: Op) -> bool:
+    """Is the innermost loop around `op` emitted as T.Pipelined? There TileLang takes the operand's shared tile,
+    written from global memory, for a stage of the pipeline and keeps one per stage: in the gated delta rule's
+    backward walk, two fp32 tiles of 64 x 128 three times over, more shared memory than a block may have."""
+    blk = op.parent
+    while blk is not None and blk.parent_op is not None:
+        if blk.parent_op.has(Trait.LOOP):
+            return blk.parent_op.defn is ops.FOR and loop_stages(gen, blk.parent_op)[1]
+        blk = blk.parent_op.parent
+    return False
 
 
 def _chain_to_product(gen: Context, load: Op, v: Value) -> list[Value] | None:

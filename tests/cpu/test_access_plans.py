@@ -245,7 +245,7 @@ PLANS = {
         ('load', 'box', 'T.copy then mask select in shared'),
         ('load', 'box', 'T.Parallel into fragment'),
         ('store', 'box', 'T.Parallel from shared'),
-        ('load', 'box', "read inside the element-wise expression that makes a product's operand"),
+        ('load', 'box', 'T.Parallel into fragment'),
         ('load', 'box', 'T.copy then mask select in shared'),
         ('load', 'box', 'T.copy then mask select in shared'),
         ('store', 'box', 'T.copy from fragment'),
@@ -971,7 +971,7 @@ PLANS = {
     ],
     'fp8_dot': [
         ('load', 'box', 'T.copy into shared'),
-        ('load', 'box', "read inside the element-wise expression that makes a product's operand"),
+        ('load', 'box', 'T.Parallel into fragment'),
         ('load', 'box', 'T.copy into shared'),
         ('store', 'box', 'T.copy from fragment through shared'),
         ('store', 'box', 'T.copy from fragment through shared'),

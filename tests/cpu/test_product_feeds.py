@@ -80,3 +80,30 @@ def test_the_product_matches_torch(mode):
     assert ((y.double() - ref).abs().max() / ref.abs().max()).item() < 2 ** -7
     if mode == SCALED:
         torch.testing.assert_close(r_out, r * torch.where(ok[:, 0], g, 0.0).exp()[:, None])
+
+
+@tle.jit
+def decayed_products_in_a_loop(q_ptr, g_ptr, x_ptr, r_ptr, y_ptr, r_out_ptr, STEPS: tl.constexpr, R: tl.constexpr,
+                               C: tl.constexpr):
+    """y += (q_s exp(g_s))^T x_s over STEPS blocks of rows, in a loop pipelined in 3 stages; r is stored scaled
+    by exp(g) too (a fragment that lays exp(g) out, as in SCALED above)."""
+    rows = tl.arange(0, R)
+    cols = tl.arange(0, C)
+    acc = tl.zeros([C, C], dtype=tl.float32)
+    for s in tl.range(0, STEPS, num_stages=3):
+        at = (s * R + rows)[:, None] * C + cols[None, :]
+        q = tl.load(q_ptr + at)
+        g = tl.load(g_ptr + s * R + rows)
+        x = tl.load(x_ptr + at)
+        acc += tl.dot(tl.trans(q.to(tl.float32) * tl.exp(g)[:, None]), x)
+        tl.store(r_out_ptr + at, tl.load(r_ptr + at) * tl.exp(g)[:, None])
+    tl.store(y_ptr + cols[:, None] * C + cols[None, :], acc)
+
+
+def test_a_feed_in_a_pipelined_loop_keeps_its_fragment():
+    """There TileLang would keep the operand's fp32 tile once per stage (it is written from global memory)."""
+    q, x = torch.zeros(96, 16, dtype=torch.bfloat16), torch.zeros(96, 16)
+    lowered = decayed_products_in_a_loop.lower(q, torch.zeros(96), x, x, torch.zeros(16, 16), x.clone(), STEPS=3,
+                                               R=32, C=16, grid=(1,), backend="tilelang")
+    assert "T.Pipelined" in lowered.source
+    assert not any(READ_INSIDE in how for _, op, _, how in lowered.compiled.access_report if op == "load")

@@ -47,6 +47,7 @@ def gdr_state_backward_kernel(
         dv_local = T.alloc_fragment((64, 32), 'float32')
         dv_new = T.alloc_fragment((64, 32), 'float32')
         dv_new_1 = T.alloc_shared((64, 32), 'float32')
+        qb = T.alloc_fragment((64, 16), 'float32')
         do = T.alloc_shared((64, 32), 'float32')
         qd = T.alloc_shared((64, 16), 'float32')
         acc_1 = T.alloc_fragment((16, 32), 'float32')
@@ -83,12 +84,14 @@ def gdr_state_backward_kernel(
             for i0, i1 in T.Parallel(64, 32):
                 if (((bos + (c * 64)) + i0) < eos):
                     dv_new_ptr[((((((bos + (c * 64)) + i0) * 2) + hv) * 32) + ((bx * 32) + i1))] = dv_new_1[i0, i1]
+            for i0, i1 in T.Parallel(64, 16):
+                qb[i0, i1] = T.if_then_else((((bos + (c * 64)) + i0) < eos), q_ptr[((qk_base + (((bos + (c * 64)) + i0) * 16)) + i1)], 0.0)
             T.copy(do_ptr_v[0, c * 64 + bos:c * 64 + bos + 64, bx + hv, 0:32], do)
             if (bos + chunks * 64 >= eos + i * 64 + 1):
                 for i0, i1 in T.Parallel(64, 32):
                     do[i0, i1] = T.if_then_else((((bos + (c * 64)) + i0) < eos), do[i0, i1], 0.0)
             for i0, i1 in T.Parallel(64, 16):
-                qd[i0, i1] = (T.if_then_else((((bos + (c * 64)) + i0) < eos), q_ptr[((qk_base + (((bos + (c * 64)) + i0) * 16)) + i1)], 0.0) * (T.if_then_else((((bos + (c * 64)) + i0) < eos), T.exp2(g[i0] * 1.4426950408889634), 0.0) * scale))
+                qd[i0, i1] = (qb[i0, i1] * (T.if_then_else((((bos + (c * 64)) + i0) < eos), T.exp2(g[i0] * 1.4426950408889634), 0.0) * scale))
             for i0, i1 in T.Parallel(16, 32):
                 acc_1[i0, i1] = (dstate[i0, i1] * T.exp2(g_last * 1.4426950408889634))
             T.gemm(qd, do, acc_1, transpose_A=True)
