@@ -23,9 +23,10 @@ from ..spec import Spec
 from ..transforms import (drop_overwritten_buffer_carries, expand_descriptors, fold_constants, fold_dot_accumulators,
                           hoist_guarded_loads, pipeline_async_loads, rewrite_inductions)
 from .block_size import check_block_size
-from .divergent_barriers import check_barriers
 from .codegen import generate
+from .divergent_barriers import check_barriers
 from .rules import RULES
+from .shared_memory import shared_memory_error
 
 STAGES = ("cuda", "ptx")
 
@@ -46,6 +47,14 @@ def _target():
 # (sqrt.approx); nvcc's fast math gives TileLang's kernels the same kind. Without it a division (a sigmoid) or
 # an exp is an IEEE-exact instruction sequence: gelu's forward and geglu's backward were compute-bound on it.
 PASS_CONFIGS = {"tl.enable_fast_math": True}
+
+
+def _shared_memory_limit() -> int | None:
+    """Bytes of shared memory a block may ask for on the current GPU (None without one)."""
+    import torch
+    if not torch.cuda.is_available():
+        return None
+    return torch.cuda.get_device_properties(torch.cuda.current_device()).shared_memory_per_block_optin
 
 
 def compile_unavailable_reason() -> str | None:
@@ -161,7 +170,13 @@ class TileLangCompiled(api.Compiled):
             check_block_size(cuda, self.ir)
             check_barriers(cuda, self.ir)
             self._checked = True
-        self.kernel(*self._flat(args))
+        try:
+            self.kernel(*self._flat(args))
+        except Exception as err:
+            better = shared_memory_error(err, self.ir, _shared_memory_limit())
+            if better is None:
+                raise
+            raise better from err
 
     def interpret(self, args, strict_reads: bool = False):
         """Run the generated program on CPU tensors through the interpreter of TileLang programs (a test

@@ -1,8 +1,11 @@
-"""A block-wide barrier inside a branch on the thread index is found in TileLang's CUDA source and refused at the
-first launch (lowering/tilelang/divergent_barriers.py): on the GPU, the launch would hang. Checked on hand-made
-sources, and on what TileLang really emits for the gated delta rule's WY kernel with k read inside the expression
-that makes a product's operand while a broadcast vector (beta exp(g)) lays that expression's loop out one row a
-thread (product_feeds.py keeps k in a fragment there: forced here), where its first launch hung on the H200."""
+"""What TileLang compiled is checked before, or explained at, its first launch. A block-wide barrier inside a branch
+on the thread index is found in the CUDA source and refused (lowering/tilelang/divergent_barriers.py): on the GPU,
+the launch would hang. A request for more shared memory than the GPU has is named (shared_memory.py).
+
+The barrier check is tried on hand-made sources, and on what TileLang really emits for the gated delta rule's WY
+kernel with k read inside the expression that makes a product's operand while a broadcast vector (beta exp(g))
+lays that expression's loop out one row a thread (product_feeds.py keeps k in a fragment there: forced here),
+where its first launch hung on the H200."""
 import pytest
 import torch
 
@@ -71,3 +74,15 @@ def test_the_kernel_as_lowered_has_no_such_barrier():
     lowered = _lower_wy()
     assert "kb = T.alloc_fragment" in lowered.source
     assert divergent_barrier(lowered.stage("cuda")) is None
+
+
+def test_a_shared_memory_request_past_the_limit_is_named():
+    """TVM's message at the launch (as the H200 gave it for 229 KB), raised again naming the kernel and limit."""
+    from tle.lowering.tilelang.shared_memory import shared_memory_error
+    ir = _lower_wy().compiled.ir
+    err = RuntimeError("InternalError: Failed to set the allowed dynamic shared memory size to 234496 with error: "
+                       "invalid argument")
+    better = shared_memory_error(err, ir, 232448)
+    assert isinstance(better, LoweringError)
+    assert "gdr_wy_kernel" in str(better) and "234496 bytes" in str(better) and "232448" in str(better)
+    assert shared_memory_error(RuntimeError("an illegal memory access was encountered"), ir, 232448) is None
