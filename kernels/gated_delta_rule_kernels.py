@@ -240,8 +240,10 @@ def gdr_output_kernel(q_ptr, k_ptr, v_new_ptr, h_ptr, gc_ptr, o_ptr, scale, inde
         qb = tl.load(q_ptr + qk_base + t[:, None] * (H * K) + kc[None, :], mask=ok[:, None], other=0.0)
         kb = tl.load(k_ptr + qk_base + t[:, None] * (H * K) + kc[None, :], mask=ok[:, None], other=0.0)
         hb = tl.load(h_base + kc[:, None] * V + cols[None, :])
-        inter = tl.dot(qb, hb.to(qb.dtype), inter)
+        # the product with the state last: TileLang frees the step's stage after its product with h, the one
+        # TMA copy among them, so both products must have read q and k by then (stage_reuse.py)
         scores = tl.dot(qb, tl.trans(kb), scores)
+        inter = tl.dot(qb, hb.to(qb.dtype), inter)
     g = tl.load(gc_ptr + t * HV + hv, mask=ok, other=0.0)
     g_col = tl.load(gc_ptr + t * HV + hv, mask=ok, other=0.0)
     causal = (r[:, None] >= r[None, :]) & ok[:, None] & ok[None, :]

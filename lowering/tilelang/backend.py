@@ -27,6 +27,7 @@ from .codegen import generate
 from .divergent_barriers import check_barriers
 from .rules import RULES
 from .shared_memory import shared_memory_error
+from .stage_reuse import check_stage_reuse
 
 STAGES = ("cuda", "ptx")
 
@@ -143,7 +144,7 @@ class TileLangCompiled(api.Compiled):
         self.notes = notes
         self._kernel = None
         self._program = None
-        self._checked = False       # the compiled block size and barriers, checked at the first launch
+        self._checked = False       # the compiled block size, barriers and stages, checked at the first launch
         # how each argument is passed (the kernel is compiled for these shapes and strides): as it is (a
         # scalar), as a flat view, as the strided span it addresses, or as a fresh one-element tensor (empty)
         self._passers = tuple(_passer(*_how_passed(a)) for a in spec.args)
@@ -169,6 +170,7 @@ class TileLangCompiled(api.Compiled):
             cuda = self.kernel.get_kernel_source()
             check_block_size(cuda, self.ir)
             check_barriers(cuda, self.ir)
+            check_stage_reuse(cuda, self.ir)
             self._checked = True
         try:
             self.kernel(*self._flat(args))

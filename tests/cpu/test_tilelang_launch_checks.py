@@ -1,6 +1,8 @@
 """What TileLang compiled is checked before, or explained at, its first launch. A block-wide barrier inside a branch
 on the thread index is found in the CUDA source and refused (lowering/tilelang/divergent_barriers.py): on the GPU,
-the launch would hang. A request for more shared memory than the GPU has is named (shared_memory.py).
+the launch would hang. So is a pipeline stage the compute warps read after freeing it for the producer warps'
+next copy (stage_reuse.py): the results would be wrong. A request for more shared memory than the GPU has is named
+(shared_memory.py).
 
 The barrier check is tried on hand-made sources, and on what TileLang really emits for the gated delta rule's WY
 kernel with k read inside the expression that makes a product's operand while a broadcast vector (beta exp(g))
@@ -8,11 +10,15 @@ lays that expression's loop out one row a thread (product_feeds.py keeps k in a 
 where its first launch hung on the H200."""
 import pytest
 import torch
+import triton.language as tl
+
+import tle
 
 from tle.lowering.errors import LoweringError
 from tle.lowering.tilelang import product_feeds
 from tle.kernels.gated_delta_rule_kernels import gdr_wy_kernel
 from tle.lowering.tilelang.divergent_barriers import check_barriers, divergent_barrier
+from tle.lowering.tilelang.stage_reuse import check_stage_reuse, freed_before_read
 from tilelang_oracle import needs_tilelang
 
 
@@ -86,3 +92,58 @@ def test_a_shared_memory_request_past_the_limit_is_named():
     assert isinstance(better, LoweringError)
     assert "gdr_wy_kernel" in str(better) and "234496 bytes" in str(better) and "232448" in str(better)
     assert shared_memory_error(RuntimeError("an illegal memory access was encountered"), ir, 232448) is None
+
+
+@tle.jit
+def masked_walk(w_ptr, u_ptr, k_ptr, out_ptr, s_ptr, n, m, R: tl.constexpr, C: tl.constexpr, U_FIRST: tl.constexpr):
+    """A state walk over n steps of R rows (the first m valid) with u read ahead (is_async, masked: a cp.async
+    copy); u is read after the step's first product, or (U_FIRST) only before it."""
+    rows = tl.arange(0, R)
+    cols = tl.arange(0, C)
+    s = tl.zeros([C, C], dtype=tl.float32)
+    for c in tl.range(0, n, num_stages=3):
+        at = (c * R + rows)[:, None] * C + cols[None, :]
+        ok = (c * R + rows) < m
+        w = tl.load(w_ptr + at)
+        u = tle.load(u_ptr + at, mask=ok[:, None], other=0.0, is_async=True)
+        if U_FIRST:
+            uf = u.to(tl.float32)
+            tl.store(out_ptr + at, uf)
+            v = -tl.dot(w, s.to(w.dtype))
+        else:
+            v = u.to(tl.float32) - tl.dot(w, s.to(w.dtype))
+            tl.store(out_ptr + at, v)
+        kb = tl.load(k_ptr + at)
+        s = s + tl.dot(tl.trans(kb), v.to(kb.dtype))
+    tl.store(s_ptr + cols[:, None] * C + cols[None, :], s)
+
+
+def _lower_walk(u_first):
+    x = torch.zeros(64 * 8, 64, dtype=torch.bfloat16)
+    return masked_walk.lower(x, x, x, torch.zeros(64 * 8, 64), torch.zeros(64, 64), 8, 500, R=64, C=64,
+                             U_FIRST=u_first, grid=(1,), backend="tilelang")
+
+
+@needs_tilelang
+def test_a_stage_read_after_it_is_freed_is_refused():
+    lowered = _lower_walk(False)
+    cuda = lowered.stage("cuda")
+    line, buf = freed_before_read(cuda)
+    assert buf == "u" and "((bfloat16_t*)u)" in cuda.splitlines()[line - 1]
+    with pytest.raises(LoweringError, match=r"masked_walk .*'u'.*after freeing its pipeline stage"):
+        check_stage_reuse(cuda, lowered.compiled.ir)
+
+
+@needs_tilelang
+def test_a_stage_read_before_it_is_freed_passes():
+    assert freed_before_read(_lower_walk(True).stage("cuda")) is None
+
+
+def test_a_stage_filled_once_is_never_refilled():
+    """A producer wait with a constant phase (no more steps than stages): the freed stage is not filled again."""
+    src = _kernel("  if (threadIdx.x < 128) {\n    for (int c = 0; c < 2; ++c) {\n      mbarrier[(c + 2)].wait(1);\n"
+                  "      tl::cp_async_gs<16>((&(((half_t*)u)[c * 64])), x);\n    }\n  } else {\n"
+                  "    for (int c_1 = 0; c_1 < 2; ++c_1) {\n      mbarrier[c_1].wait(0);\n"
+                  "      mbarrier[(c_1 + 2)].arrive();\n      a += ((half_t*)u)[c_1 * 64];\n    }\n  }")
+    assert freed_before_read(src) is None
+    assert freed_before_read(src.replace(".wait(1)", ".wait(((c / 2) ^ 1))")) == (12, "u")

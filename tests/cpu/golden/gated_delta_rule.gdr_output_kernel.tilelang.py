@@ -25,8 +25,8 @@ def gdr_output_kernel(
     with T.Kernel(4, 2, 1, threads=128) as (bx, by, bz):
         h_ptr_v = T.StridedTensor((4, 2, 16, 32), (1024, 512, 32, 1), 'float32', data=h_ptr.data)
         v_new_ptr_v = T.StridedTensor((1, 140, 2, 32), (8960, 64, 32, 1), 'float32', data=v_new_ptr.data)
-        inter = T.alloc_fragment((64, 32), 'float32')
         scores = T.alloc_fragment((64, 64), 'float32')
+        inter = T.alloc_fragment((64, 32), 'float32')
         qb = T.alloc_shared((64, 16), 'float32')
         kb = T.alloc_shared((64, 16), 'float32')
         hb = T.alloc_shared((16, 32), 'float32')
@@ -39,8 +39,8 @@ def gdr_output_kernel(
         end = index_ptr[((2 * entry) + 1)]
         hv = by
         qk_base = (T.truncdiv(hv, 2) * 16)
-        T.clear(inter)
         T.clear(scores)
+        T.clear(inter)
         for c0_it in T.Pipelined(1, num_stages=3):
             c0 = c0_it * 16
             for i0, i1 in T.Parallel(64, 16):
@@ -48,8 +48,8 @@ def gdr_output_kernel(
             for i0, i1 in T.Parallel(64, 16):
                 kb[i0, i1] = T.if_then_else(((start + i0) < end), k_ptr[((qk_base + ((start + i0) * 16)) + (c0 + i1))], 0.0)
             T.copy(h_ptr_v[bx, hv, bz + c0:bz + c0 + 16, 0:32], hb)
-            T.gemm(qb, hb, inter, policy=T.GemmWarpPolicy.FullRow)
             T.gemm(qb, kb, scores, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
+            T.gemm(qb, hb, inter, policy=T.GemmWarpPolicy.FullRow)
         for i0 in T.Parallel(64):
             g[i0] = T.if_then_else(((start + i0) < end), gc_ptr[(((start + i0) * 2) + hv)], 0.0)
         for i0 in T.Parallel(64):

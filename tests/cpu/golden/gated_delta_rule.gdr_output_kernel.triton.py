@@ -24,8 +24,8 @@ def gdr_output_kernel(q_ptr, k_ptr, v_new_ptr, h_ptr, gc_ptr, o_ptr, scale, inde
         qb = tl.load(q_ptr + qk_base + t[:, None] * 16 + kc[None, :], mask=tl.broadcast_to(ok[:, None], [64, 16]), other=0.0)
         kb = tl.load(k_ptr + qk_base + t[:, None] * 16 + kc[None, :], mask=tl.broadcast_to(ok[:, None], [64, 16]), other=0.0)
         hb = tl.load(h_base + kc[:, None] * 32 + cols[None, :])
-        inter = tl.dot(qb, hb, inter, input_precision='tf32', out_dtype=tl.float32)
         scores = tl.dot(qb, tl.trans(kb), scores, input_precision='tf32', out_dtype=tl.float32)
+        inter = tl.dot(qb, hb, inter, input_precision='tf32', out_dtype=tl.float32)
     g = tl.load(gc_ptr + t * 2 + hv, mask=ok, other=0.0)
     g_col = tl.load(gc_ptr + t * 2 + hv, mask=ok, other=0.0)
     causal = (r[:, None] >= r[None, :]) & ok[:, None] & ok[None, :]
