@@ -287,14 +287,24 @@ class Context:
 
     def in_pipelined_loop(self, op: Op) -> bool:
         """Is `op` inside a loop emitted as T.Pipelined (the innermost loop around it)?"""
-        blk = op.parent
-        while blk is not None and blk.parent_op is not None:
-            if blk.parent_op.has(Trait.LOOP):       # a while loop is never pipelined
-                return id(blk.parent_op) in self.pipelined
-            blk = blk.parent_op.parent
-        return False
+        loop = innermost_loop(op)
+        return loop is not None and id(loop) in self.pipelined
 
     def in_static_pipelined_body(self, op: Op) -> bool:
         """Is `op` a top-level statement of a T.Pipelined loop with a constant trip count?"""
         loop = op.parent.parent_op if op.parent is not None else None
         return loop is not None and loop.defn is ops.FOR and id(loop) in self.static_pipelined
+
+
+def enclosing_loops(op: Op):
+    """The loops (for or while) around `op`, innermost first."""
+    blk = op.parent
+    while blk is not None and blk.parent_op is not None:
+        if blk.parent_op.has(Trait.LOOP):
+            yield blk.parent_op
+        blk = blk.parent_op.parent
+
+
+def innermost_loop(op: Op) -> Op | None:
+    """The innermost loop around `op`, or None."""
+    return next(enclosing_loops(op), None)

@@ -17,8 +17,7 @@ from __future__ import annotations
 
 from ..ir import ops
 from ..ir.core import Op, Value
-from ..ir.ops import Trait
-from .context import Context
+from .context import Context, innermost_loop
 from .control import loop_stages
 from .gathers import written_arguments
 from .row_products import SAME_LAYOUT
@@ -44,19 +43,15 @@ def product_feeds(gen: Context) -> set[int]:
                 chains[o.result.id] = chain
     inline = {v.id for chain in chains.values() for v in chain}      # the values no fragment will hold
     return {vid for vid, chain in chains.items()
-            if all(_laid_out_elsewhere(gen, vec, inline) for vec in _broadcast_vectors(gen, chain))}
+            if all(_laid_out_elsewhere(gen, vec, inline) for vec in _broadcast_vectors(chain))}
 
 
 def _in_a_pipelined_loop(gen: Context, op: Op) -> bool:
     """Is the innermost loop around `op` emitted as T.Pipelined? There TileLang takes the operand's shared tile,
     written from global memory, for a stage of the pipeline and keeps one per stage: in the gated delta rule's
     backward walk, two fp32 tiles of 64 x 128 three times over, more shared memory than a block may have."""
-    blk = op.parent
-    while blk is not None and blk.parent_op is not None:
-        if blk.parent_op.has(Trait.LOOP):
-            return blk.parent_op.defn is ops.FOR and loop_stages(gen, blk.parent_op)[1]
-        blk = blk.parent_op.parent
-    return False
+    loop = innermost_loop(op)            # a while loop is never pipelined
+    return loop is not None and loop.defn is ops.FOR and loop_stages(gen, loop)[1]
 
 
 def _chain_to_product(gen: Context, load: Op, v: Value) -> list[Value] | None:
@@ -78,7 +73,7 @@ def _chain_to_product(gen: Context, load: Op, v: Value) -> list[Value] | None:
     return None
 
 
-def _broadcast_vectors(gen: Context, chain: list[Value]) -> list[Value]:
+def _broadcast_vectors(chain: list[Value]) -> list[Value]:
     """The lower-rank tiles the chain's ops stretch into their operands (g in `q * exp(g)[:, None]`)."""
     out = []
     for prev, v in zip(chain, chain[1:]):

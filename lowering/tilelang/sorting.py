@@ -33,8 +33,7 @@ import re
 from ..ir import ops
 from ..ir import types as ir_types
 from ..ir.core import Op
-from ..ir.ops import Trait
-from .context import Buffer, Context
+from .context import Buffer, Context, enclosing_loops, innermost_loop
 from ..rules import RuleSet
 from .syntax import element, loop_indices, parallel_header, tl_dtype
 
@@ -145,20 +144,12 @@ def _key(e: str, elem: ir_types.DType) -> str:
     return e
 
 
-def _enclosing_loops(op: Op):
-    blk = op.parent
-    while blk is not None and blk.parent_op is not None:
-        if blk.parent_op.has(Trait.LOOP):
-            yield blk.parent_op
-        blk = blk.parent_op.parent
-
-
 def _in_loop(op: Op) -> bool:
-    return next(_enclosing_loops(op), None) is not None
+    return innermost_loop(op) is not None
 
 
 def _check_placement(gen: Context, op: Op, construct: str):
-    if any(id(loop) in gen.pipelined for loop in _enclosing_loops(op)):
+    if any(id(loop) in gen.pipelined for loop in enclosing_loops(op)):
         gen.error(construct + " in a pipelined loop", op,
                   "its steps are separated by block-wide barriers, which TileLang's producer and consumer warps "
                   "of a pipelined loop do not all reach; compute it outside the loop or drop num_stages")

@@ -42,12 +42,14 @@ def freed_before_read(cuda_source: str) -> tuple[int, str] | None:
         if waiting is not None and any(f in line for f in _FILLS):
             for buf in _BUFFER.findall(line):
                 filled_after.setdefault(buf, waiting)
+    if not filled_after:
+        return None
     freed: set[str] = set()
     freed_in = None                          # the loop step the barriers were freed in
     for n, (line, step) in enumerate(zip(lines, steps), 1):
         if step != freed_in:
             freed, freed_in = set(), step      # a new step waits for its stage again
-        if not filled_after or step is None or any(f in line for f in _FILLS) or _WAIT.search(line):
+        if step is None or any(f in line for f in _FILLS) or _WAIT.search(line):
             continue                                   # outside a loop, or the producer's side
         arrive = _ARRIVE.search(line)
         if arrive:
