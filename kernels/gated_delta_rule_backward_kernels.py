@@ -52,7 +52,8 @@ def gdr_dv_local_kernel(q_ptr, k_ptr, gc_ptr, do_ptr, dv_ptr, scale, index_ptr,
 def gdr_state_backward_kernel(q_ptr, k_ptr, w_ptr, gc_ptr, do_ptr, dv_local_ptr, dht_ptr, dh_ptr, dv_new_ptr,
                               dh0_ptr, scale, cu_ptr, first_ptr, H: tl.constexpr, HV: tl.constexpr,
                               K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, BT: tl.constexpr,
-                              FINAL_GRAD: tl.constexpr, OUTPUT_GRAD: tl.constexpr, FP32_W: tl.constexpr):
+                              FINAL_GRAD: tl.constexpr, OUTPUT_GRAD: tl.constexpr, FP32_W: tl.constexpr,
+                              READ_AHEAD: tl.constexpr = True):
     """Program (value block, sequence, value head): dS of its columns [K, BV] in fp32, from the final state's
     gradient (or 0) back over the sequence's chunks; dh [chunks, HV, K, V] gets dS at each chunk's end.
     Without OUTPUT_GRAD, do and dv_local are taken as zero and not read, and only the start's dS is written:
@@ -80,11 +81,12 @@ def gdr_state_backward_kernel(q_ptr, k_ptr, w_ptr, gc_ptr, do_ptr, dv_local_ptr,
         g_last = tl.load(gc_ptr + (tl.minimum(bos + c * BT + BT, eos) - 1) * HV + hv)
         g = tl.load(gc_ptr + t * HV + hv, mask=ok, other=0.0)
         kb = tl.load(k_ptr + qk_base + t[:, None] * (H * K) + kr[None, :], mask=ok[:, None], other=0.0)
-        # the decay from a token to the chunk's end scales the [BT, BV] product in fp32, not k
+        # the decay from a token to the chunk's end scales the [BT, BV] product in fp32, not k; with READ_AHEAD
+        # dv_local and do are read ahead (is_async): the walk pays a wait once per chunk
         kept = tl.dot(kb, dstate.to(kb.dtype)) * tl.where(ok, tl.exp(g_last - g), 0.0)[:, None]
         if OUTPUT_GRAD:
-            dv_local = tl.load(dv_local_ptr + (t[:, None] * HV + hv) * V + cols[None, :], mask=ok[:, None],
-                               other=0.0)
+            dv_local = tle.load(dv_local_ptr + (t[:, None] * HV + hv) * V + cols[None, :], mask=ok[:, None],
+                                other=0.0, is_async=READ_AHEAD)
             dv_new = dv_local.to(tl.float32) + kept
             tl.store(dv_new_ptr + (t[:, None] * HV + hv) * V + cols[None, :],
                      dv_new.to(dv_new_ptr.dtype.element_ty), mask=ok[:, None])
@@ -95,7 +97,8 @@ def gdr_state_backward_kernel(q_ptr, k_ptr, w_ptr, gc_ptr, do_ptr, dv_local_ptr,
             # the products of the walk in fp32 operands (TF32): dS sums them over the chunks, and with q exp(G)
             # rounded to bf16 the initial state's gradient is four times further off
             qd = qb.to(tl.float32) * (tl.where(ok, tl.exp(g), 0.0) * scale)[:, None]
-            do = tl.load(do_ptr + (t[:, None] * HV + hv) * V + cols[None, :], mask=ok[:, None], other=0.0)
+            do = tle.load(do_ptr + (t[:, None] * HV + hv) * V + cols[None, :], mask=ok[:, None], other=0.0,
+                          is_async=READ_AHEAD)
             carried = dstate * tl.exp(g_last) + tl.dot(tl.trans(qd), do.to(tl.float32))
         else:
             carried = dstate * tl.exp(g_last)

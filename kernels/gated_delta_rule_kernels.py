@@ -181,7 +181,7 @@ def gdr_wy_kernel(k_ptr, v_ptr, beta_ptr, gc_ptr, ai_ptr, w_ptr, u_ptr, index_pt
 @tle.jit
 def gdr_state_kernel(k_ptr, w_ptr, u_ptr, gc_ptr, h0_ptr, h_ptr, v_new_ptr, ht_ptr, cu_ptr, first_ptr,
                      H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr,
-                     BT: tl.constexpr, INITIAL: tl.constexpr, UPDATES: tl.constexpr):
+                     BT: tl.constexpr, INITIAL: tl.constexpr, UPDATES: tl.constexpr, READ_AHEAD: tl.constexpr = True):
     """Program (value block, sequence, value head): the state of its columns, carried over the sequence's
     chunks in fp32; h [chunks, HV, K, V] gets the state at each chunk's start. Without UPDATES, u is taken as
     zero and not read, and only the end state is written: from S = I that walks the transition S -> M S of the
@@ -203,16 +203,20 @@ def gdr_state_kernel(k_ptr, w_ptr, u_ptr, gc_ptr, h0_ptr, h_ptr, v_new_ptr, ht_p
                      state.to(h_ptr.dtype.element_ty))
         t = bos + c * BT + tl.arange(0, BT)
         ok = t < eos
+        # the walk is one chain of chunks: what it waits for at a chunk it pays once per chunk. With READ_AHEAD u
+        # is read ahead (is_async); g and g_last are asked for first, their registers awaited only by the decay,
+        # after the chunk's first product
+        g_last = tl.load(gc_ptr + (tl.minimum(bos + c * BT + BT, eos) - 1) * HV + hv)
+        g = tl.load(gc_ptr + t * HV + hv, mask=ok, other=0.0)
         w = tl.load(w_ptr + (t[:, None] * HV + hv) * K + kr[None, :], mask=ok[:, None], other=0.0)
         if UPDATES:
-            u = tl.load(u_ptr + (t[:, None] * HV + hv) * V + cols[None, :], mask=ok[:, None], other=0.0)
+            u = tle.load(u_ptr + (t[:, None] * HV + hv) * V + cols[None, :], mask=ok[:, None], other=0.0,
+                         is_async=READ_AHEAD)
             v_new = u.to(tl.float32) - tl.dot(w, state.to(w.dtype))
             tl.store(v_new_ptr + (t[:, None] * HV + hv) * V + cols[None, :], v_new.to(v_new_ptr.dtype.element_ty),
                      mask=ok[:, None])
         else:
             v_new = -tl.dot(w, state.to(w.dtype))
-        g_last = tl.load(gc_ptr + (tl.minimum(bos + c * BT + BT, eos) - 1) * HV + hv)
-        g = tl.load(gc_ptr + t * HV + hv, mask=ok, other=0.0)
         kb = tl.load(k_base + t[:, None] * (H * K) + kr[None, :], mask=ok[:, None], other=0.0)
         # the decay to the chunk's end scales the [BT, BV] updates in fp32, not k: one rounding fewer
         kept = (v_new * tl.where(ok, tl.exp(g_last - g), 0.0)[:, None]).to(kb.dtype)

@@ -73,8 +73,16 @@ def state_backward_options(kd: int, bv: int, backend: str) -> dict:
     (1.33 against 1.96 ms at K = 128) and 8 warps at K = 256 (1.79 against 1.89). TileLang, which lays out
     TF32 and bf16 products differently, takes both of the walk's products in TF32."""
     if backend == "triton":
-        return dict(FP32_W=False, num_warps=8 if kd > 128 else 4, num_stages=1 if kd > 128 else 3)
-    return dict(FP32_W=True, num_warps=state_warps(kd, bv), num_stages=1 if kd > 128 else None)
+        return dict(FP32_W=False, num_warps=8 if kd > 128 else 4, num_stages=1 if kd > 128 else 3,
+                    READ_AHEAD=read_ahead(kd))
+    return dict(FP32_W=True, num_warps=state_warps(kd, bv), num_stages=1 if kd > 128 else None,
+                READ_AHEAD=read_ahead(kd))
+
+
+def read_ahead(kd: int) -> bool:
+    """Do the state walks read their per-chunk tiles ahead (is_async, at least two pipeline stages)? Not at
+    K = 256, where the tiles of more than one chunk in flight outgrow shared memory."""
+    return kd <= 128
 
 
 def wy_backward_stages(backend: str) -> int | None:
@@ -133,7 +141,8 @@ def walk(k, w, u, gc, initial_state, cu, first, states, v_new, backend):
     h0 = final if initial_state is None else initial_state      # not read without one
     gdr_state_kernel[(vd // bv, cu.numel() - 1, hv)](
         k, w, u, gc, h0, states, v_new, final, cu, first, H=h, HV=hv, K=kd, V=vd, BV=bv, BT=BT,
-        INITIAL=initial_state is not None, UPDATES=True, backend=backend, num_warps=state_warps(kd, bv))
+        INITIAL=initial_state is not None, UPDATES=True, READ_AHEAD=read_ahead(kd), backend=backend,
+        num_warps=state_warps(kd, bv))
     return final
 
 
@@ -185,7 +194,7 @@ def transition(k, w, gc, cu, first, backend):
     bv = block(kd, 32)
     gdr_state_kernel[(kd // bv, 1, hv)](
         k, w, w, gc, eye, w, w, end, cu, first, H=h, HV=hv, K=kd, V=kd, BV=bv, BT=BT, INITIAL=True,
-        UPDATES=False, backend=backend, num_warps=state_warps(kd, bv))
+        UPDATES=False, READ_AHEAD=read_ahead(kd), backend=backend, num_warps=state_warps(kd, bv))
     return end
 
 

@@ -95,9 +95,10 @@ def test_a_shared_memory_request_past_the_limit_is_named():
 
 
 @tle.jit
-def masked_walk(w_ptr, u_ptr, k_ptr, out_ptr, s_ptr, n, m, R: tl.constexpr, C: tl.constexpr, U_FIRST: tl.constexpr):
-    """A state walk over n steps of R rows (the first m valid) with u read ahead (is_async, masked: a cp.async
-    copy); u is read after the step's first product, or (U_FIRST) only before it."""
+def masked_walk(w_ptr, u_ptr, g_ptr, k_ptr, out_ptr, g_out_ptr, s_ptr, n, m, R: tl.constexpr, C: tl.constexpr,
+                G_LATE: tl.constexpr):
+    """A state walk over n steps of R rows (the first m valid), reading u (a masked box) and g (a masked vector, a
+    cp.async copy) ahead (is_async); g is read after the step's first product (G_LATE) or only before it."""
     rows = tl.arange(0, R)
     cols = tl.arange(0, C)
     s = tl.zeros([C, C], dtype=tl.float32)
@@ -106,37 +107,40 @@ def masked_walk(w_ptr, u_ptr, k_ptr, out_ptr, s_ptr, n, m, R: tl.constexpr, C: t
         ok = (c * R + rows) < m
         w = tl.load(w_ptr + at)
         u = tle.load(u_ptr + at, mask=ok[:, None], other=0.0, is_async=True)
-        if U_FIRST:
-            uf = u.to(tl.float32)
-            tl.store(out_ptr + at, uf)
-            v = -tl.dot(w, s.to(w.dtype))
-        else:
-            v = u.to(tl.float32) - tl.dot(w, s.to(w.dtype))
-            tl.store(out_ptr + at, v)
+        g = tle.load(g_ptr + c * R + rows, mask=ok, other=0.0, is_async=True)
+        if not G_LATE:
+            tl.store(g_out_ptr + c * R + rows, g)
+        v = u.to(tl.float32) - tl.dot(w, s.to(w.dtype))
+        tl.store(out_ptr + at, v)
+        if G_LATE:
+            v = v * g[:, None]
         kb = tl.load(k_ptr + at)
         s = s + tl.dot(tl.trans(kb), v.to(kb.dtype))
     tl.store(s_ptr + cols[:, None] * C + cols[None, :], s)
 
 
-def _lower_walk(u_first):
-    x = torch.zeros(64 * 8, 64, dtype=torch.bfloat16)
-    return masked_walk.lower(x, x, x, torch.zeros(64 * 8, 64), torch.zeros(64, 64), 8, 500, R=64, C=64,
-                             U_FIRST=u_first, grid=(1,), backend="tilelang")
+def _lower_walk(g_late):
+    x, g = torch.zeros(64 * 8, 64, dtype=torch.bfloat16), torch.zeros(64 * 8)
+    return masked_walk.lower(x, x, g, x, torch.zeros(64 * 8, 64), g.clone(), torch.zeros(64, 64), 8, 500, R=64,
+                             C=64, G_LATE=g_late, grid=(1,), backend="tilelang")
 
 
 @needs_tilelang
 def test_a_stage_read_after_it_is_freed_is_refused():
-    lowered = _lower_walk(False)
+    lowered = _lower_walk(True)
     cuda = lowered.stage("cuda")
     line, buf = freed_before_read(cuda)
-    assert buf == "u" and "((bfloat16_t*)u)" in cuda.splitlines()[line - 1]
-    with pytest.raises(LoweringError, match=r"masked_walk .*'u'.*after freeing its pipeline stage"):
+    assert buf == "g" and "((float*)g)" in cuda.splitlines()[line - 1]
+    with pytest.raises(LoweringError, match=r"masked_walk .*'g'.*after freeing its pipeline stage"):
         check_stage_reuse(cuda, lowered.compiled.ir)
 
 
 @needs_tilelang
 def test_a_stage_read_before_it_is_freed_passes():
-    assert freed_before_read(_lower_walk(True).stage("cuda")) is None
+    """g read only before the product; u, a masked box, is copied whole (TMA) into a stage of its own."""
+    lowered = _lower_walk(False)
+    assert "T.copy(u_ptr" in lowered.source
+    assert freed_before_read(lowered.stage("cuda")) is None
 
 
 def test_a_stage_filled_once_is_never_refilled():

@@ -3,7 +3,7 @@ import triton
 import triton.language as tl
 
 
-# constexprs: H=1, HV=2, K=16, V=32, BV=32, BT=64, INITIAL=True, UPDATES=True
+# constexprs: H=1, HV=2, K=16, V=32, BV=32, BT=64, INITIAL=True, UPDATES=True, READ_AHEAD=True
 # launch: num_warps=4, num_stages=3
 @triton.jit
 def gdr_state_kernel(k_ptr, w_ptr, u_ptr, gc_ptr, h0_ptr, h_ptr, v_new_ptr, ht_ptr, cu_ptr, first_ptr):
@@ -21,13 +21,13 @@ def gdr_state_kernel(k_ptr, w_ptr, u_ptr, gc_ptr, h0_ptr, h_ptr, v_new_ptr, ht_p
         tl.store(h_ptr + ((first + c) * 2 + hv) * 16 * 32 + kr[:, None] * 32 + cols[None, :], state)
         t = bos + c * 64 + tl.arange(0, 64)
         ok = t < eos
+        g_last = tl.load(gc_ptr + (tl.minimum(bos + c * 64 + 64, eos) - 1) * 2 + hv)
+        g = tl.load(gc_ptr + t * 2 + hv, mask=ok, other=0.0)
         w = tl.load(w_ptr + (t[:, None] * 2 + hv) * 16 + kr[None, :], mask=tl.broadcast_to(ok[:, None], [64, 16]), other=0.0)
-        u = tl.load(u_ptr + (t[:, None] * 2 + hv) * 32 + cols[None, :], mask=tl.broadcast_to(ok[:, None], [64, 32]), other=0.0)
+        u = tl.load(u_ptr + (t[:, None] * 2 + hv) * 32 + cols[None, :], mask=tl.broadcast_to(ok[:, None], [64, 32]), other=0.0)  # tle.load(is_async=True): loop pipelined (num_stages=3); Triton's pipeliner picks the loads it issues ahead as cp.async (ttgir: async_copy_global_to_local)
         t_1 = tl.dot(w, state, tl.full([64, 32], 0.0, tl.float32), input_precision='tf32', out_dtype=tl.float32)
         v_new = u - t_1
         tl.store(v_new_ptr + (t[:, None] * 2 + hv) * 32 + cols[None, :], v_new, mask=tl.broadcast_to(ok[:, None], [64, 32]))
-        g_last = tl.load(gc_ptr + (tl.minimum(bos + c * 64 + 64, eos) - 1) * 2 + hv)
-        g = tl.load(gc_ptr + t * 2 + hv, mask=ok, other=0.0)
         kb = tl.load(k_base + t[:, None] * 16 + kr[None, :], mask=tl.broadcast_to(ok[:, None], [64, 16]), other=0.0)
         kept = v_new * tl.where(ok, tl.exp(g_last - g), 0.0)[:, None]
         t_2 = tl.dot(tl.trans(kb), kept, tl.full([16, 32], 0.0, tl.float32), input_precision='tf32', out_dtype=tl.float32)
