@@ -257,7 +257,10 @@ class ControlFlow:
             if fn is tl.range:
                 for key in ("num_stages", "loop_unroll_factor", "warp_specialize", "flatten",
                             "disallow_acc_multi_buffer", "disable_licm"):
-                    if kwargs.get(key) is not None and kwargs.get(key) is not False:   # keep num_stages=0
+                    # keep num_stages=0; warp_specialize=False asks for something on TileLang (splitting is its
+                    # default there), the other flags only when set
+                    value = kwargs.get(key)
+                    if value is not None and (value is not False or key == "warp_specialize"):
                         attrs[key] = kwargs.pop(key)
                     else:
                         kwargs.pop(key, None)

@@ -23,7 +23,7 @@ from ..spec import Spec
 from ..transforms import (drop_overwritten_buffer_carries, expand_descriptors, fold_constants, fold_dot_accumulators,
                           hoist_guarded_loads, pipeline_async_loads, rewrite_inductions)
 from .block_size import check_block_size
-from .codegen import generate
+from .codegen import PASS_CONFIGS_NAME, generate
 from .divergent_barriers import check_barriers
 from .rules import RULES
 from .shared_memory import shared_memory_error
@@ -68,12 +68,14 @@ def compile_unavailable_reason() -> str | None:
     return None
 
 
-def compile_prim_func(func):
-    """TileLang's compiled kernel of a `@T.prim_func`, for this machine's GPU, with the backend's pass configs."""
+def compile_prim_func(func, kernel_configs: dict | None = None):
+    """TileLang's compiled kernel of a `@T.prim_func`, for this machine's GPU, with the backend's pass configs
+    and those the kernel asks for (`kernel_configs`, the generated module's PASS_CONFIGS)."""
     why = compile_unavailable_reason()
     if why is not None:
         raise CompilerUnavailable("tilelang", why)
-    return _import_tilelang().compile(func, out_idx=None, target=_target(), pass_configs=dict(PASS_CONFIGS))
+    return _import_tilelang().compile(func, out_idx=None, target=_target(),
+                                      pass_configs={**PASS_CONFIGS, **(kernel_configs or {})})
 
 
 def _import_tilelang():
@@ -149,16 +151,19 @@ class TileLangCompiled(api.Compiled):
         # scalar), as a flat view, as the strided span it addresses, or as a fresh one-element tensor (empty)
         self._passers = tuple(_passer(*_how_passed(a)) for a in spec.args)
 
+    def _module(self):
+        _import_tilelang()
+        return load_module(self.path, f"tle_gen_tilelang_{os.path.basename(self.path)[:-3]}")
+
     def prim_func(self):
         """The generated `@T.prim_func`, as TileLang parses it (nothing compiled)."""
-        _import_tilelang()
-        mod = load_module(self.path, f"tle_gen_tilelang_{os.path.basename(self.path)[:-3]}")
-        return getattr(mod, self.ir.name)
+        return getattr(self._module(), self.ir.name)
 
     @property
     def kernel(self):
         if self._kernel is None:
-            self._kernel = compile_prim_func(self.prim_func())
+            mod = self._module()
+            self._kernel = compile_prim_func(getattr(mod, self.ir.name), getattr(mod, PASS_CONFIGS_NAME, None))
         return self._kernel
 
     def _flat(self, args) -> list:

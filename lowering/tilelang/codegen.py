@@ -39,6 +39,9 @@ RULES.include(*(m.RULE_SET for m in (buffers, combines, control, debug, expressi
                                      sorting)))
 
 
+PASS_CONFIGS_NAME = "PASS_CONFIGS"      # the generated module's TileLang pass configs of its own kernel, if any
+
+
 def plan_warp_groups(gen: Context) -> Plan:
     try:
         return Plan(gen.kernel)
@@ -93,6 +96,10 @@ def _module(gen: Context) -> str:
         a = gen.arg[p.value.id]
         if a.is_tensor:
             out.append(f"# {p.name}: shape {tuple(a.shape)}, strides {tuple(a.strides)}")
+    if gen.pass_configs:
+        out.append("")
+        out.append("# what tilelang.compile takes for this kernel, beside the backend's own pass configs")
+        out.append(f"{PASS_CONFIGS_NAME} = {gen.pass_configs!r}")
     out.append("")
     out.append("")
     out.append("@T.prim_func")

@@ -34,6 +34,7 @@ def for_(gen: Context, op: Op, indent: int):
         slots.append(carry_slot(gen, c, init, r, op, indent))
     trip = trip_count(gen, lo, hi, step)
     stages, pipelined = loop_stages(gen, op)
+    _warp_specialization(gen, op)
     ivn = gen.ids.define(iv)
     simple = is_const(lo, 0) and is_const(step, 1)
     counter = ivn if simple else gen.ids.fresh(ivn + "_it")
@@ -73,6 +74,25 @@ def for_(gen: Context, op: Op, indent: int):
         gen.staged_index -= staged
         order, stage = stage_annotation(gen.out.statements_at(indent + 1, body_start), stages)
         header.text = f"for {counter} in T.Pipelined({trip}, num_stages={stages}, order={order}, stage={stage}):"
+
+
+def _warp_specialization(gen: Context, op: Op):
+    """A loop's warp_specialize=False turns TileLang's producer/consumer warp split off for the kernel (a pass
+    config of the whole kernel there). One kernel asking both ways cannot be honored."""
+    asked = op.attrs.get("warp_specialize")
+    if asked is None:
+        return
+    gen.warp_split_asked.add(bool(asked))
+    if len(gen.warp_split_asked) > 1:
+        gen.error("tl.range(warp_specialize=...)", op, "loops of one kernel ask for and against warp "
+                  "specialization; TileLang splits the warps of a whole kernel or of none")
+    if not asked:
+        gen.pass_configs[WARP_SPLIT_OFF] = True
+        gen.report.append((op.loc.line, "for", "loop", f"warp_specialize=False: the kernel compiles with "
+                           f"{WARP_SPLIT_OFF}"))
+
+
+WARP_SPLIT_OFF = "tl.disable_warp_specialized"
 
 
 @RULE_SET.rule(ops.WHILE, role="statement")

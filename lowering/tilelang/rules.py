@@ -139,8 +139,13 @@ RULES.honors(ops.ASSERT, "msg", how="the message of TileLang's tl.device_assert_
 # -- control flow ------------------------------------------------------------------------------------------
 RULES.honors(ops.FOR, "kind", how="T.serial, or T.Pipelined where the loop is pipelined")
 RULES.honors(ops.FOR, "num_stages", how="T.Pipelined(num_stages=...) from 2 stages on, else T.serial")
-RULES.drops(ops.FOR, "loop_unroll_factor", "warp_specialize", "flatten", "disallow_acc_multi_buffer", "disable_licm",
+RULES.drops(ops.FOR, "loop_unroll_factor", "flatten", "disallow_acc_multi_buffer", "disable_licm",
             why="hint dropped, TileLang's T.serial and T.Pipelined loops take no such hint")
+RULES.honors(ops.FOR, "warp_specialize", how="False: the kernel is compiled with TileLang's "
+             "tl.disable_warp_specialized (a switch of the whole kernel in TileLang)")
+RULES.drops(ops.FOR, "warp_specialize", why="True is TileLang's own choice: it splits producer and consumer warps by "
+            "itself where its pipelined copies allow (False is honored: tl.disable_warp_specialized)",
+            when=lambda v: v is True)
 RULES.honors(ops.FOR, "async_stages", how="the num_stages of the loop's T.Pipelined, for its is_async loads")
 RULES.honors(ops.FOR, "async_raised_from", how="pipeline_async_loads says in the notes which num_stages it raised")
 

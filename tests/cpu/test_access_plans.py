@@ -146,6 +146,7 @@ PLANS = {
     'gated_delta_rule.gdr_dqkwg_kernel': [
         ('load', 'scalar', 'scalar expression'),
         ('load', 'scalar', 'scalar expression'),
+        ('for', 'loop', 'warp_specialize=False: the kernel compiles with tl.disable_warp_specialized'),
         ('load', 'box', 'T.Parallel into shared'),
         ('load', 'box', 'T.Parallel into shared'),
         ('load', 'box', 'T.Parallel into shared'),
@@ -184,6 +185,7 @@ PLANS = {
     'gated_delta_rule.gdr_output_kernel': [
         ('load', 'scalar', 'scalar expression'),
         ('load', 'scalar', 'scalar expression'),
+        ('for', 'loop', 'warp_specialize=False: the kernel compiles with tl.disable_warp_specialized'),
         ('load', 'box', 'T.Parallel into shared'),
         ('load', 'box', 'T.Parallel into shared'),
         ('load', 'box', 'T.copy into shared'),

@@ -17,6 +17,9 @@ import tilelang.language as T
 # dg_ptr: shape (1, 2, 70, 2), strides (280, 140, 2, 1)
 # index_ptr: shape (4, 2), strides (2, 1)
 
+# what tilelang.compile takes for this kernel, beside the backend's own pass configs
+PASS_CONFIGS = {'tl.disable_warp_specialized': True}
+
 
 @T.prim_func
 def gdr_dqkwg_kernel(

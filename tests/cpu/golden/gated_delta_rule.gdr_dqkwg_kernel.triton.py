@@ -21,7 +21,7 @@ def gdr_dqkwg_kernel(q_ptr, k_ptr, v_new_ptr, gc_ptr, do_ptr, dv_new_ptr, h_ptr,
     dk_state = tl.full([64, 16], 0.0, tl.float32)
     dw = tl.full([64, 16], 0.0, tl.float32)
     state_dstate = tl.full([16, 32], 0.0, tl.float32)
-    for v0 in range(0, 32, 32):
+    for v0 in tl.range(0, 32, 32, warp_specialize=False):
         vc = v0 + tl.arange(0, 32)
         rows = (t[:, None] * 2 + hv) * 32 + vc[None, :]
         v_new = tl.load(v_new_ptr + rows, mask=tl.broadcast_to(ok[:, None], [64, 32]), other=0.0)

@@ -10,6 +10,9 @@ import tilelang.language as T
 # o_ptr: shape (1, 140, 2, 32), strides (8960, 64, 32, 1)
 # index_ptr: shape (4, 2), strides (2, 1)
 
+# what tilelang.compile takes for this kernel, beside the backend's own pass configs
+PASS_CONFIGS = {'tl.disable_warp_specialized': True}
+
 
 @T.prim_func
 def gdr_output_kernel(

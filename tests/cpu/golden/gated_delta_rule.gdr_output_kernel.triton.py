@@ -19,7 +19,7 @@ def gdr_output_kernel(q_ptr, k_ptr, v_new_ptr, h_ptr, gc_ptr, o_ptr, scale, inde
     h_base = h_ptr + (tl.program_id(0) * 2 + hv) * 16 * 32
     inter = tl.full([64, 32], 0.0, tl.float32)
     scores = tl.full([64, 64], 0.0, tl.float32)
-    for c0 in range(0, 16, 16):
+    for c0 in tl.range(0, 16, 16, warp_specialize=False):
         kc = c0 + tl.arange(0, 16)
         qb = tl.load(q_ptr + qk_base + t[:, None] * 16 + kc[None, :], mask=tl.broadcast_to(ok[:, None], [64, 16]), other=0.0)
         kb = tl.load(k_ptr + qk_base + t[:, None] * 16 + kc[None, :], mask=tl.broadcast_to(ok[:, None], [64, 16]), other=0.0)
