@@ -96,10 +96,11 @@ def _module(gen: Context) -> str:
         a = gen.arg[p.value.id]
         if a.is_tensor:
             out.append(f"# {p.name}: shape {tuple(a.shape)}, strides {tuple(a.strides)}")
-    if gen.pass_configs:
+    pass_configs = control.kernel_pass_configs(gen)
+    if pass_configs:
         out.append("")
         out.append("# what tilelang.compile takes for this kernel, beside the backend's own pass configs")
-        out.append(f"{PASS_CONFIGS_NAME} = {gen.pass_configs!r}")
+        out.append(f"{PASS_CONFIGS_NAME} = {pass_configs!r}")
     out.append("")
     out.append("")
     out.append("@T.prim_func")

@@ -67,8 +67,6 @@ class Context:
         # Triton's debug mode, when the kernel is lowered: tl.device_assert is checked only then (debug.py)
         self.debug = debug
         self.imports_tvm = False               # the module needs `import tvm` (tvm.ir.Op.get of a TileLang op)
-        # TileLang compile settings the kernel asks for (per kernel in TileLang): written into the generated module
-        self.pass_configs: dict[str, object] = {}
         self.warp_split_asked: set[bool] = set()     # control.py: what the loops' warp_specialize asked
         # does any atomic's returned value reach the kernel (then a block can acquire what another released)
         self.reads_atomic_results = any(o.defn in (ops.ATOMIC, ops.ATOMIC_CAS) and self.users.get(o.result.id)

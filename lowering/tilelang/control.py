@@ -87,12 +87,16 @@ def _warp_specialization(gen: Context, op: Op):
         gen.error("tl.range(warp_specialize=...)", op, "loops of one kernel ask for and against warp "
                   "specialization; TileLang splits the warps of a whole kernel or of none")
     if not asked:
-        gen.pass_configs[WARP_SPLIT_OFF] = True
         gen.report.append((op.loc.line, "for", "loop", f"warp_specialize=False: the kernel compiles with "
                            f"{WARP_SPLIT_OFF}"))
 
 
 WARP_SPLIT_OFF = "tl.disable_warp_specialized"
+
+
+def kernel_pass_configs(gen: Context) -> dict[str, object]:
+    """The TileLang compile settings the kernel's loops ask for (per kernel in TileLang)."""
+    return {WARP_SPLIT_OFF: True} if False in gen.warp_split_asked else {}
 
 
 @RULE_SET.rule(ops.WHILE, role="statement")

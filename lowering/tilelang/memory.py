@@ -75,12 +75,14 @@ def load(gen: Context, op: Op, indent: int):
     # the loop's stage 0 (as a T.copy there would be); only where the trip count is a constant:
     # TileLang 0.1.15 fails on a loop of dynamic length holding asynchronous copies
     plain_copy = not pipelined_async and dot_operand and gen.in_static_pipelined_body(op)
-    if pipelined_async and mask is not None and v.type.rank >= 2 and _selected_box(gen, op, acc, mask):
-        # a masked box read ahead is copied whole (TMA) and selected by its mask, as a product's operand is: the
-        # copy of a stage of its own, which TileLang's pipeline frees after the tile's last read. Element by
-        # element (cp.async), TileLang would give it the stage of the loop's first TMA copy, freed after the
-        # product that reads that copy (stage_reuse.py)
-        name, how, perm = read_global(gen, op, None, "shared", False, indent)
+    # a masked box read ahead, whose mask bounds it inside the argument, is copied whole (TMA) and selected by its
+    # mask, as a product's operand is: the copy of a stage of its own, which TileLang's pipeline frees after the
+    # tile's last read. Element by element (cp.async), TileLang would give it the stage of the loop's first TMA
+    # copy, freed after the product that reads that copy (stage_reuse.py)
+    selected = box(gen, op, acc, mask, select=True) if pipelined_async and mask is not None and v.type.rank >= 2 \
+        else None
+    if selected is not None and selected.select:
+        name, how, perm = _copy_then_select(gen, op, acc, selected, indent)
         gen.report.append((op.loc.line, "load", acc.kind, how + ", is_async: a copy TileLang's pipeline issues "
                            "ahead"))
         gen.buffers[v.id] = Buffer(name, v.type.shape, v.type.elem, "shared", gen.blocks[-1], perm)
@@ -139,13 +141,6 @@ def copy_in(gen: Context, op: Op, indent: int):
         how += ", a stage of T.Pipelined (cp.async or TMA where TileLang can)"
     gen.buffers[op.result.id] = buf
     gen.report.append((op.loc.line, "tle.gpu.copy", acc.kind, how.replace("into shared", f"into {buf.name}")))
-
-
-def _selected_box(gen: Context, op: Op, acc: Access, mask: Value) -> bool:
-    """Would the load be copied as a whole box and selected by its mask (the mask bounds it inside the
-    argument)?"""
-    plan = box(gen, op, acc, mask, select=True)
-    return plan is not None and plan.select
 
 
 def read_global(gen: Context, op: Op, into: Buffer | None, scope: str, asynchronous: bool, indent: int):
