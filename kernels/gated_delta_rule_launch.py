@@ -80,6 +80,32 @@ def state_backward_options(kd: int, bv: int, backend: str) -> dict:
                 READ_AHEAD=read_ahead(kd))
 
 
+def state_columns(kd: int, vd: int, walks: int, device) -> int:
+    """Value columns of a state-walk program, for `walks` (sequence, value head) pairs. Each walk is one chain of
+    chunks: 32 columns keep its programs many while the GPU has an SM for each; once 32-column programs would
+    outnumber the SMs, 64 columns read w and k (and q) half as often. At K = 256 the [256, 64] fp32 state
+    outgrows the registers: 32. Triton on the H200 (forward / backward walk, ms): 64 packed sequences of
+    T32768 H32 K=V=128 0.80 / 1.53 -> 0.58 / 1.10, B4 T4096 H16 0.18 / 0.36 -> 0.13 / 0.26; B1 T32768 H32
+    keeps 32 (0.66 / 1.32 against 0.82 / 1.94 with 64)."""
+    narrow = block(vd, 32)
+    sms = multiprocessors(device)
+    if kd > 128 or vd <= narrow or sms is None:
+        return narrow
+    return 64 if walks * (vd // narrow) > sms else narrow
+
+
+def multiprocessors(device) -> int | None:
+    """The SM count of a CUDA device; None elsewhere."""
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else None
+
+
+def state_stages(kd: int, backend: str) -> int | None:
+    """Triton's pipeline stages of the forward walk: 4 at K <= 128 (0.63 against 0.66 ms with 3 at B1 T32768
+    H32 K=V=128), its default 3 at K = 256 (two K = 256 chunks in flight fill shared memory). TileLang: its
+    pipeline plan."""
+    return (4 if kd <= 128 else 3) if backend == "triton" else None
+
+
 def read_ahead(kd: int) -> bool:
     """Do the state walks read their per-chunk tiles ahead (is_async, at least two pipeline stages)? Not at
     K = 256, where the tiles of more than one chunk in flight outgrow shared memory."""
@@ -138,12 +164,12 @@ def walk(k, w, u, gc, initial_state, cu, first, states, v_new, backend):
     h, kd = k.shape[2:]
     hv, vd = u.shape[2], u.shape[3]
     final = torch.empty(cu.numel() - 1, hv, kd, vd, device=k.device, dtype=torch.float32)
-    bv = block(vd, 32)
+    bv = state_columns(kd, vd, final.shape[0] * hv, k.device)
     h0 = final if initial_state is None else initial_state      # not read without one
     gdr_state_kernel[(vd // bv, cu.numel() - 1, hv)](
         k, w, u, gc, h0, states, v_new, final, cu, first, H=h, HV=hv, K=kd, V=vd, BV=bv, BT=BT,
         INITIAL=initial_state is not None, UPDATES=True, READ_AHEAD=read_ahead(kd), backend=backend,
-        num_warps=state_warps(kd, bv))
+        num_warps=state_warps(kd, bv), num_stages=state_stages(kd, backend))
     return final
 
 
@@ -231,7 +257,7 @@ def walk_back(q, k, w, gc, do, dv_local, scale, dfinal, cu, first, dstates, dv_n
     h, kd = q.shape[2:]
     hv, vd = do.shape[2], do.shape[3]
     dh0 = torch.empty(cu.numel() - 1, hv, kd, vd, device=q.device, dtype=torch.float32)
-    bvs = block(vd, 32)
+    bvs = state_columns(kd, vd, dh0.shape[0] * hv, q.device)
     dht = dh0 if dfinal is None else dfinal                     # not read without one
     gdr_state_backward_kernel[(vd // bvs, cu.numel() - 1, hv)](
         q, k, w, gc, do, dv_local, dht, dstates, dv_new, dh0, scale, cu, first, H=h, HV=hv, K=kd, V=vd, BV=bvs, BT=BT,

@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 import tle.ops
+from tle.kernels import gated_delta_rule_launch as launches
 from tilelang_oracle import needs_tilelang, tilelang_through_interpreter
 from tle.kernels.gated_delta_rule_torch import recurrent
 
@@ -18,17 +19,17 @@ K, V = 16, 16
 BOUND = {"triton": 1e-5, "tilelang": 2 ** -7}
 
 
-def _inputs(lengths, with_state, seed):
+def _inputs(lengths, with_state, seed, vd=V):
     gen = torch.Generator().manual_seed(seed)
     t = sum(lengths)
     q = torch.randn(1, t, 1, K, generator=gen)
     k = F.normalize(torch.randn(1, t, 1, K, generator=gen), dim=-1)
-    v = torch.randn(1, t, 2, V, generator=gen)
+    v = torch.randn(1, t, 2, vd, generator=gen)
     g = F.logsigmoid(torch.randn(1, t, 2, generator=gen))
     beta = torch.rand(1, t, 2, generator=gen)
-    h0 = torch.randn(len(lengths), 2, K, V, generator=gen) if with_state else None
+    h0 = torch.randn(len(lengths), 2, K, vd, generator=gen) if with_state else None
     cu = torch.tensor([0] + lengths).cumsum(0) if len(lengths) > 1 else None
-    upstream = (torch.randn(1, t, 2, V, generator=gen), torch.randn(len(lengths), 2, K, V, generator=gen))
+    upstream = (torch.randn(1, t, 2, vd, generator=gen), torch.randn(len(lengths), 2, K, vd, generator=gen))
     return (q, k, v, g, beta), h0, cu, upstream
 
 
@@ -65,16 +66,34 @@ CASES = [([1], True), ([63], False), ([64], True), ([65], True), ([200], False),
 @pytest.mark.parametrize("lengths, with_state", CASES, ids=lambda c: str(c))
 def test_lengths_around_the_chunk(backend, lengths, with_state):
     xs, h0, cu, upstream = _inputs(lengths, with_state, seed=sum(lengths))
-    ref = _outputs_and_gradients(
+    ref = _reference(xs, h0, cu, upstream)
+    got = _kernel_outputs_and_gradients(backend, xs, h0, cu, upstream)
+    names = ["o", "final", "dq", "dk", "dv", "dg", "dbeta", "dh0"][:len(ref)]
+    for name, a, r in zip(names, got, ref):
+        assert a.shape == r.shape, name
+        assert _largest_error(a, r) < BOUND[backend], (name, _largest_error(a, r))
+
+
+def _reference(xs, h0, cu, upstream):
+    return _outputs_and_gradients(
         lambda *a, initial_state: recurrent(*[x.double() for x in a], None,
                                             None if initial_state is None else initial_state.double(), True,
                                             cu_seqlens=cu),
         xs, h0, [u.double() for u in upstream])
 
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_wide_state_walks(backend, monkeypatch):
+    """More walks (sequence, value head) than the device has SMs (one, pretended here): the state walks take 64
+    value columns a program, as on a full GPU, and compute the same outputs and gradients."""
+    monkeypatch.setattr(launches, "multiprocessors", lambda device: 1)
+    assert launches.state_columns(K, 64, 2, torch.device("cpu")) == 64
+    lengths = [0, 65, 7, 64]
+    xs, h0, cu, upstream = _inputs(lengths, True, seed=3, vd=64)
+    ref = _reference(xs, h0, cu, upstream)
     got = _kernel_outputs_and_gradients(backend, xs, h0, cu, upstream)
-    names = ["o", "final", "dq", "dk", "dv", "dg", "dbeta", "dh0"][:len(ref)]
-    for name, a, r in zip(names, got, ref):
-        assert a.shape == r.shape, name
+    for name, a, r in zip(["o", "final", "dq", "dk", "dv", "dg", "dbeta", "dh0"], got, ref):
         assert _largest_error(a, r) < BOUND[backend], (name, _largest_error(a, r))
 
 
@@ -87,10 +106,7 @@ def test_packed_batch_in_bf16(backend):
     bounds of the fp64 recurrence, 2^-6 of the largest magnitude for the outputs and 2^-5 for the gradients."""
     lengths = [0, 1, 63, 64, 0, 65, 7]
     xs, h0, cu, upstream = _inputs(lengths, True, seed=5)
-    ref = _outputs_and_gradients(
-        lambda *a, initial_state: recurrent(*[x.double() for x in a], None, initial_state.double(), True,
-                                            cu_seqlens=cu),
-        xs, h0, [u.double() for u in upstream])
+    ref = _reference(xs, h0, cu, upstream)
     low = [x if x is xs[3] else x.bfloat16() for x in xs]          # the gates stay fp32, as models keep them
 
     got = _kernel_outputs_and_gradients(backend, low, h0, cu, upstream)

@@ -38,6 +38,8 @@ CASES = [  # (B, T, H, HV, K, V, packed lengths)
     (1, 700, 2, 2, 64, 64, [1, 0, 130, 64, 505]),
     (1, 257, 1, 2, 256, 256, None),
     (3, 65, 4, 4, 128, 64, None),
+    # more walks (sequence, value head) than 32-column programs have SMs: the state walks take 64 columns
+    (1, 1417, 2, 8, 128, 128, [0, 1, 63, 64, 65, 130, 200, 33, 97, 150, 5, 256, 70, 40, 120, 123]),
 ]
 
 
