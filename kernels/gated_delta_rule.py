@@ -41,7 +41,7 @@ from tle.kernels.gated_delta_rule_launch import INDEX_BLOCK, block as _block, pa
 from tle.kernels import gated_delta_rule_cp as context_parallel
 from tle.kernels import gated_delta_rule_launch as launches
 from tle.kernels.l2_norm import l2_norm
-from tle.oplib import BenchSpec, Operator, Sample, check_tensor
+from tle.oplib import BenchSpec, Operator, Sample, Sweep, check_tensor
 from tle.oplib.arith import cdiv
 from tle.oplib.recipe import Recipe, Stage
 
@@ -738,7 +738,8 @@ OPERATOR = (
                                      (1, 16384, 16, 256)],
                              make=_bench_make, flops=_bench_flops, eager=_eager, peers={"fla": _fla_peer},
                              check=_bench_check,
-                             shape_help="BxTxHxD, or 1xTxHxDxN: N packed sequences of mixed lengths")),
+                             shape_help="BxTxHxD, or 1xTxHxDxN: N packed sequences of mixed lengths",
+                             sweep=Sweep("T", (1, 32768, 32, 128), 1, (4096, 8192, 16384, 32768, 65536)))),
     Operator("fused_recurrent_gated_delta_rule", fn=fused_recurrent_gated_delta_rule, reference=reference,
              samples=samples, forward_only="a decoding operator: train with chunk_gated_delta_rule",
              dtypes=(torch.float16, torch.bfloat16, torch.float32), tolerances=EXAMPLE_ERROR_RTOL,

@@ -2,7 +2,7 @@
 the page (its Notes kept), the plot, and the measuring loop run end to end on the CPU (`--device cpu`, a
 wall-clock dry run) over small operators defined here: a right and a wrong tle backend, peers that are
 missing or lack the case, an operator with its own check, a forward-only one, one counting its flops
-(TFLOP/s); and once over rms_norm."""
+(TFLOP/s), one with a sweep (--sweep: its table and plot against the swept size); and once over rms_norm."""
 import dataclasses
 import json
 import os
@@ -12,7 +12,7 @@ import torch
 
 from tle.benchmark import cli, page, plot, records
 from tle.benchmark.measure import Case, Row
-from tle.oplib.operator import BenchSpec, Operator, Sample
+from tle.oplib.operator import BenchSpec, Operator, Sample, Sweep
 
 
 # -- small operators ------------------------------------------------------------------------------------------
@@ -366,3 +366,58 @@ def test_support_lines_name_each_gradient_once():
     from tle.benchmark.page import support_lines
     op = Operator("scale", fn=_scale, reference=lambda x, w: x * w, samples=lambda d, t: [], grad_inputs=(0, 1, "w"))
     assert "- forward and backward (gradients of x, w)" in support_lines(op)
+
+
+# -- a sweep: one size taken over several values --------------------------------------------------------------------
+SWEPT = {**OPS, "swept": dataclasses.replace(OPS["matmul"], name="swept", bench=dataclasses.replace(
+    OPS["matmul"].bench, shapes=[(8, 16, 32)], sweep=Sweep("N", (8, 16, 32), 1, (8, 16, 32))))}
+
+
+def test_sweep_shapes_and_its_errors(capsys):
+    sweep = SWEPT["swept"].bench.sweep
+    assert sweep.shapes() == [(8, 8, 32), (8, 16, 32), (8, 32, 32)] and sweep.held() == "8xNx32"
+    with pytest.raises(ValueError, match="outside the shape"):
+        Sweep("N", (8, 16), 2, (8, 16))
+    with pytest.raises(ValueError, match="distinct and ascending"):
+        Sweep("N", (8, 16), 1, (16, 8))
+    for args, message in ((["--operator", "matmul", "--sweep"], "matmul has no sweep (BenchSpec.sweep)"),
+                          (["--operator", "swept", "--sweep", "--shapes", "8x8x8"], "not with --shapes")):
+        with pytest.raises(SystemExit) as e:
+            cli.main(args, operators=SWEPT)
+        assert e.value.code == 2 and message in capsys.readouterr().err
+    a = cli.parse_args(["--all", "--sweep"], SWEPT)
+    assert a.operators == ["swept"] and "scale has no sweep (BenchSpec.sweep)" in a.skipped
+
+
+def test_dry_run_of_a_sweep(tmp_path, capsys):
+    # the default shape alone is one point of the sweep: no section for it
+    assert run(["--operator", "swept", "--backends", "triton", "--mode", "fwd"], tmp_path, SWEPT) == 0
+    assert "## Against N" not in open(tmp_path / "swept.md").read()
+    assert run(["--operator", "swept", "--sweep", "--backends", "triton", "--mode", "fwd,bwd"], tmp_path,
+               SWEPT) == 0
+    assert {r["shape"] for r in json.load(open(tmp_path / "swept.json"))} == {"8x8x32 bf16", "8x16x32 bf16",
+                                                                             "8x32x32 bf16"}
+    # the default shapes' run after it: the main tables hold the default shapes, the sweep its own section
+    assert run(["--operator", "swept", "--backends", "triton", "--mode", "fwd,bwd"], tmp_path, SWEPT) == 0
+    text = open(tmp_path / "swept.md").read()
+    main, swept = text.split("## Against N")
+    assert "- sweep (`--sweep`): 8xNx32, N = 8, 16, 32" in main
+    assert "| implementation | 8x16x32 bf16 |" in main and "8x8x32" not in main.split("## Support")[1]
+    assert "Shapes 8xNx32, N from 8 to 32 (`tle-bench --sweep`)." in swept
+    assert swept.count("| implementation | 8x8x32 bf16 | 8x16x32 bf16 | 8x32x32 bf16 |") == 4   # ms, TFLOP/s; 2 modes
+    assert "### fwd" in swept and "### bwd" in swept and swept.index("## Notes") > swept.index("### bwd")
+    if plot.available():
+        assert {"swept-fwd-N.png", "swept-bwd-N.png"} <= set(os.listdir(tmp_path))
+        assert "![swept fwd against N](swept-fwd-N.png)" in swept
+        with open(tmp_path / "swept-fwd-N.png", "rb") as f:
+            assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_sweep_plot_needs_its_records(tmp_path):
+    pytest.importorskip("matplotlib")
+    sweep = SWEPT["swept"].bench.sweep
+    labels = [f"{'x'.join(map(str, s))} bf16" for s in sweep.shapes()]
+    recs = [dict(_rec(s, "fwd", "triton", 1.0 + i, metric="ms"), op="swept") for i, s in enumerate(labels)]
+    assert not plot.write_sweep(str(tmp_path / "a.png"), "swept", "bwd", recs, labels, sweep, "TFLOP/s")
+    assert not os.path.exists(tmp_path / "a.png")
+    assert plot.write_sweep(str(tmp_path / "b.png"), "swept", "fwd", recs, labels, sweep, "TFLOP/s")

@@ -1,13 +1,17 @@
 """tle-bench: the operators of tle.ops timed beside torch, torch.compile and their peers, on a GPU.
 
     tle-bench --operator rms_norm [--operator ...|--all] [--device cuda] [--backends triton,tilelang]
-              [--shapes 32768x8192,...] [--dtype bf16] [--mode fwd,bwd] [--out docs/benchmark] [--no-peers]
+              [--shapes 32768x8192,...|--sweep] [--dtype bf16] [--mode fwd,bwd] [--out docs/benchmark]
+              [--no-peers]
     tle-bench --list
 
 For each operator, shape and mode: every implementation is checked against the eager torch code evaluated
 in fp32, then timed with triton.testing.do_bench. Prints a table per operator and mode (TB/s, or TFLOP/s
 for an operator whose BenchSpec counts flops, and the ratio to torch); merges the JSON records into
 <out>/<op>.json, plots <out>/<op>-<mode>.png and writes <out>/<op>.md (keeping its "## Notes" section).
+--sweep measures the shapes of the operator's sweep (BenchSpec.sweep: one size taken over several values,
+e.g. the sequence length T); the page gives them a table and a plot, <out>/<op>-<mode>-<axis>.png, of ms
+and the throughput against that size.
 Exits 1 when a tle backend failed its check or raised, 2 on a usage error or without CUDA. `--device cpu`
 is a dry run of the loop with a wall-clock timer, for tests: never a measurement (it writes files only
 with --out). torch.compile compiles once per shape and input kind (forward; forward with gradients), the
@@ -62,6 +66,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--shapes", default=None,
                    help="comma-separated shapes, sizes joined by x (e.g. 32768x8192,4096x4096); "
                         "default: the operator's own")
+    p.add_argument("--sweep", action="store_true",
+                   help="the shapes of the operator's sweep (BenchSpec.sweep), for the plot against its size")
     p.add_argument("--dtype", default="bf16", help="bf16 (default), fp16 or fp32")
     p.add_argument("--mode", default=DEFAULT_MODES,
                    help=f"comma-separated, of {', '.join(MODES)} (default {DEFAULT_MODES})")
@@ -115,6 +121,17 @@ def parse_args(argv, operators: dict) -> argparse.Namespace:
         p.error("--mode names no mode (modes: fwd, bwd, full)")
     a.modes = [m for m in MODES if m in a.modes]
     a.shape_list = None
+    a.skipped = []
+    if a.sweep:
+        if a.shapes is not None:
+            p.error("--sweep measures the operator's own sweep: not with --shapes")
+        for name in list(a.operators):
+            if operators[name].bench.sweep is None:
+                why = f"{name} has no sweep (BenchSpec.sweep)"
+                if not a.all:
+                    p.error(why)
+                a.operators.remove(name)                # --all: the operators that have one
+                a.skipped.append(why)
     if a.shapes is not None:
         a.shape_list = []
         for text in _split(a.shapes):
@@ -125,7 +142,6 @@ def parse_args(argv, operators: dict) -> argparse.Namespace:
                         f"(a part may be a word where the operator's shapes have one, e.g. 32768x8192xmean)")
         if not a.shape_list:
             p.error("--shapes names no shape")
-        a.skipped = []
         for name in list(a.operators):
             spec = operators[name].bench
             ranks = sorted({len(s) for s in spec.shapes})
@@ -176,6 +192,17 @@ def print_tables(name: str, cases: list, observation_: dict, order: list[str], o
     out.flush()
 
 
+def write_sweep_plots(out_dir: str, op, records_: list[dict], dtype, metric: str) -> dict:
+    """The plots against the operator's sweep size of the records in `dtype`, by mode ({} without a sweep)."""
+    sweep = op.bench.sweep
+    if sweep is None:
+        return {}
+    labels = [shape_label(s, dtype) for s in sweep.shapes()]
+    return {mode: page.sweep_plot_name(op.name, mode, sweep) for mode in MODES
+            if plot.write_sweep(os.path.join(out_dir, page.sweep_plot_name(op.name, mode, sweep)), op.name, mode,
+                                records_, labels, sweep, metric)}
+
+
 def main(argv=None, operators: dict | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if operators is None:
@@ -202,7 +229,8 @@ def main(argv=None, operators: dict | None = None) -> int:
         if args.torch_dtype not in op.dtypes:
             print(f"tle-bench: {name} does not take {args.dtype}; skipped", file=sys.stderr)
             continue
-        plans.append((op, args.shape_list or [tuple(s) for s in op.bench.shapes]))
+        shapes = op.bench.sweep.shapes() if args.sweep else (args.shape_list or [tuple(s) for s in op.bench.shapes])
+        plans.append((op, shapes))
     out_dir = args.out if args.out is not None else (DEFAULT_OUT if device.type == "cuda" else None)
     for op, _ in plans if out_dir else ():
         try:                                   # a broken records file: say so before measuring, not after
@@ -235,7 +263,8 @@ def main(argv=None, operators: dict | None = None) -> int:
                     plot.write(os.path.join(out_dir, page.plot_name(op.name, mode)), op.name, mode, mine, order,
                                metric):
                 plots[mode] = page.plot_name(op.name, mode)
-        page.write(base + ".md", op, command, obs, mine, cases, order, plots)
+        sweep_plots = write_sweep_plots(out_dir, op, mine, args.torch_dtype, metric)
+        page.write(base + ".md", op, command, obs, mine, cases, order, plots, sweep_plots)
         written.append(base + ".{json,md}")
     progress.close()
     if written:

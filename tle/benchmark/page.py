@@ -9,7 +9,7 @@ import torch
 
 from tle.benchmark import check as checks
 from tle.benchmark import tables
-from tle.benchmark.measure import MODES, TBS, TFLOPS, grad_names, metric_of
+from tle.benchmark.measure import MODES, TBS, TFLOPS, grad_names, metric_of, shape_label
 from tle.benchmark.provenance import SHORT_DTYPES
 from tle.benchmark.timing import DESCRIPTION
 from tle.oplib.backend import OP_BACKENDS
@@ -40,6 +40,42 @@ def plot_name(op: str, mode: str) -> str:
     return f"{op}-{mode}.png"
 
 
+def sweep_plot_name(op: str, mode: str, sweep) -> str:
+    return f"{op}-{mode}-{sweep.axis}.png"
+
+
+def sweep_labels(op) -> list[str]:
+    """The shape labels of the operator's sweep, in every dtype it takes ([] without one)."""
+    spec = op.bench
+    if spec is None or spec.sweep is None:
+        return []
+    return [shape_label(s, d) for d in op.dtypes for s in spec.sweep.shapes()]
+
+
+def _sweep_section(op, observation: dict, records: list[dict], cases: list, metric: str,
+                   plots: dict | None) -> list[str]:
+    """The sweep's tables and plots, by mode ([] where fewer than two of its shapes were measured)."""
+    sweep, labels = op.bench.sweep, sweep_labels(op)
+    records = [r for r in records if r.get("shape") in labels]
+    cases = [c for c in cases if c.shape in labels]
+    if len({r["shape"] for r in records} | {c.shape for c in cases}) < 2:
+        return []
+    held = sweep.held()
+    lines = ["", f"## Against {sweep.axis}", "",
+             f"Shapes {held}, {sweep.axis} from {sweep.sizes[0]} to {sweep.sizes[-1]} (`tle-bench --sweep`)."]
+    for mode in MODES:
+        ms, _ = tables.table(mode, records, cases, observation, "ms", labels)
+        if not ms:
+            continue
+        rate, _ = tables.table(mode, records, cases, observation, metric, labels)
+        lines += ["", f"### {mode}", "", "ms:", "", *ms]
+        if rate:
+            lines += ["", f"{metric} (ratio to torch):", "", *rate]
+        if plots and plots.get(mode):
+            lines += ["", f"![{op.name} {mode} against {sweep.axis}]({plots[mode]})"]
+    return lines
+
+
 def _dtype_name(d: torch.dtype) -> str:
     return SHORT_DTYPES.get(d, str(d).replace("torch.", ""))
 
@@ -56,14 +92,24 @@ def support_lines(op) -> list[str]:
     if spec is not None:
         shapes = ", ".join("x".join(map(str, s)) for s in spec.shapes)
         out.append(f"- default shapes{f' ({spec.shape_help})' if spec.shape_help else ''}: {shapes}")
+        if spec.sweep is not None:
+            sw = spec.sweep
+            out.append(f"- sweep (`--sweep`): {sw.held()}, {sw.axis} = {', '.join(map(str, sw.sizes))}")
         peers = ["torch (eager, the anchor)", "torch.compile"] + list(spec.peers)
         out.append(f"- compared with: {', '.join(peers)}")
     return out
 
 
 def render(op, command: str, observation: dict, records: list[dict], cases: list, order: list[str] = (),
-           plots: dict | None = None, notes: str | None = None) -> str:
+           plots: dict | None = None, notes: str | None = None, sweep_plots: dict | None = None) -> str:
     spec = op.bench
+    # a sweep's shapes beyond the default ones have their own section
+    defaults = {shape_label(tuple(s), d) for d in op.dtypes for s in spec.shapes} if spec is not None else set()
+    swept = set(sweep_labels(op)) - defaults
+    all_records, all_cases = records, cases
+    records = [r for r in records if r.get("shape") not in swept]
+    cases = [c for c in cases if c.shape not in swept]
+    order = [s for s in order if s not in swept]
     versions = observation.get("versions", {})
     dry = observation.get("gpu") == "cpu"
     metric = metric_of(spec) if spec is not None else TBS
@@ -101,18 +147,20 @@ def render(op, command: str, observation: dict, records: list[dict], cases: list
                 lines.append("- largest errors the checks measured: " + "; ".join(errs))
         if plots and plots.get(mode):
             lines += ["", f"![{op.name} {mode}]({plots[mode]})"]
+    if spec is not None and spec.sweep is not None:
+        lines += _sweep_section(op, observation, all_records, all_cases, metric, sweep_plots)
     lines += ["", (notes or f"{NOTES_HEADING}\n\n{NOTES_PLACEHOLDER}\n").rstrip(), ""]
     return "\n".join(lines)
 
 
 def write(path: str, op, command: str, observation: dict, records: list[dict], cases: list,
-          order: list[str] = (), plots: dict | None = None) -> None:
+          order: list[str] = (), plots: dict | None = None, sweep_plots: dict | None = None) -> None:
     """Write the page, keeping the "## Notes" section of the page already there."""
     notes = None
     if os.path.exists(path):
         with open(path) as f:
             notes = kept_notes(f.read())
-    text = render(op, command, observation, records, cases, order, plots, notes)
+    text = render(op, command, observation, records, cases, order, plots, notes, sweep_plots)
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(path, "w") as f:
         f.write(text)

@@ -32,6 +32,30 @@ class Sample:
                       {k: values.get(k, v) for k, v in self.kwargs.items()}, self.label)
 
 
+@dataclass(frozen=True)
+class Sweep:
+    """One size of a shape taken over several values, the others held (`tle-bench --sweep`: a table and a plot
+    against it). axis: its name as the page writes it ("T"); base: the shape held; index: the swept size's
+    position in it; sizes: the values it takes, ascending."""
+    axis: str
+    base: tuple
+    index: int
+    sizes: tuple
+
+    def __post_init__(self):
+        if not 0 <= self.index < len(self.base):
+            raise ValueError(f"Sweep index {self.index} is outside the shape {self.base}")
+        if not self.sizes or list(self.sizes) != sorted(set(self.sizes)):
+            raise ValueError(f"Sweep sizes {self.sizes} must be distinct and ascending")
+
+    def shapes(self) -> list[tuple]:
+        return [self.base[:self.index] + (size,) + self.base[self.index + 1:] for size in self.sizes]
+
+    def held(self) -> str:
+        """The shape with the swept size named, e.g. "1xTx32x128"."""
+        return "x".join(self.axis if i == self.index else str(v) for i, v in enumerate(self.base))
+
+
 @dataclass
 class BenchSpec:
     """How tle-bench measures an operator.
@@ -56,7 +80,9 @@ class BenchSpec:
         outputs (a tuple); grads: the gradients of the grad inputs present (a tuple, empty in fwd mode; None
         where the implementation gives none); upstream: the upstream gradients used (one per output, None
         for an output that takes none). Its docstring's first line is the error criterion the benchmark page
-        states."""
+        states;
+    sweep: None, or a Sweep of one size: `tle-bench --sweep` measures its shapes, and the page adds a table and
+        a plot against that size."""
     shapes: list[tuple]
     make: Callable
     eager: Callable
@@ -65,6 +91,7 @@ class BenchSpec:
     peers: dict[str, Callable] = field(default_factory=dict)
     shape_help: str = ""          # how a shape string reads, e.g. "ROWSxCOLS"
     check: Callable | None = None
+    sweep: Sweep | None = None
 
     def __post_init__(self):
         if self.bytes is None and self.flops is None:
