@@ -198,9 +198,9 @@ def write_sweep_plots(out_dir: str, op, records_: list[dict], dtype, metric: str
     if sweep is None:
         return {}
     labels = [shape_label(s, dtype) for s in sweep.shapes()]
-    return {mode: page.sweep_plot_name(op.name, mode, sweep) for mode in MODES
-            if plot.write_sweep(os.path.join(out_dir, page.sweep_plot_name(op.name, mode, sweep)), op.name, mode,
-                                records_, labels, sweep, metric)}
+    names = {mode: page.sweep_plot_name(op.name, mode, sweep) for mode in MODES}
+    return {mode: name for mode, name in names.items()
+            if plot.write_sweep(os.path.join(out_dir, name), op.name, mode, records_, labels, sweep, metric)}
 
 
 def main(argv=None, operators: dict | None = None) -> int:
@@ -248,7 +248,7 @@ def main(argv=None, operators: dict | None = None) -> int:
         failed |= any(c.failed for c in cases)
         failed |= any(r.kind == "tle" and r.status in ("fail", "error") for c in cases for r in c.rows)
         order = [shape_label(s, args.torch_dtype) for s in shapes] + \
-                [shape_label(tuple(s), d) for d in op.dtypes for s in op.bench.shapes]
+                page.shape_labels(op, op.bench.shapes)
         progress.clear()
         metric = metric_of(op.bench)
         print_tables(op.name, cases, obs, order, metric=metric)

@@ -44,18 +44,24 @@ def sweep_plot_name(op: str, mode: str, sweep) -> str:
     return f"{op}-{mode}-{sweep.axis}.png"
 
 
+def shape_labels(op, shapes) -> list[str]:
+    """The labels of `shapes` in every dtype the operator takes, as its records name them."""
+    return [shape_label(tuple(s), d) for d in op.dtypes for s in shapes]
+
+
 def sweep_labels(op) -> list[str]:
     """The shape labels of the operator's sweep, in every dtype it takes ([] without one)."""
     spec = op.bench
     if spec is None or spec.sweep is None:
         return []
-    return [shape_label(s, d) for d in op.dtypes for s in spec.sweep.shapes()]
+    return shape_labels(op, spec.sweep.shapes())
 
 
-def _sweep_section(op, observation: dict, records: list[dict], cases: list, metric: str,
+def _sweep_section(op, labels: list[str], observation: dict, records: list[dict], cases: list, metric: str,
                    plots: dict | None) -> list[str]:
-    """The sweep's tables and plots, by mode ([] where fewer than two of its shapes were measured)."""
-    sweep, labels = op.bench.sweep, sweep_labels(op)
+    """The tables and plots of the sweep, whose shapes' labels are `labels`, by mode ([] where fewer than two of
+    its shapes were measured)."""
+    sweep = op.bench.sweep
     records = [r for r in records if r.get("shape") in labels]
     cases = [c for c in cases if c.shape in labels]
     if len({r["shape"] for r in records} | {c.shape for c in cases}) < 2:
@@ -104,8 +110,8 @@ def render(op, command: str, observation: dict, records: list[dict], cases: list
            plots: dict | None = None, notes: str | None = None, sweep_plots: dict | None = None) -> str:
     spec = op.bench
     # a sweep's shapes beyond the default ones have their own section
-    defaults = {shape_label(tuple(s), d) for d in op.dtypes for s in spec.shapes} if spec is not None else set()
-    swept = set(sweep_labels(op)) - defaults
+    swept_labels = sweep_labels(op)
+    swept = set(swept_labels) - set(shape_labels(op, spec.shapes if spec is not None else ()))
     all_records, all_cases = records, cases
     records = [r for r in records if r.get("shape") not in swept]
     cases = [c for c in cases if c.shape not in swept]
@@ -147,8 +153,8 @@ def render(op, command: str, observation: dict, records: list[dict], cases: list
                 lines.append("- largest errors the checks measured: " + "; ".join(errs))
         if plots and plots.get(mode):
             lines += ["", f"![{op.name} {mode}]({plots[mode]})"]
-    if spec is not None and spec.sweep is not None:
-        lines += _sweep_section(op, observation, all_records, all_cases, metric, sweep_plots)
+    if swept_labels:
+        lines += _sweep_section(op, swept_labels, observation, all_records, all_cases, metric, sweep_plots)
     lines += ["", (notes or f"{NOTES_HEADING}\n\n{NOTES_PLACEHOLDER}\n").rstrip(), ""]
     return "\n".join(lines)
 
