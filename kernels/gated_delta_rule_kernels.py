@@ -225,6 +225,50 @@ def gdr_state_kernel(k_ptr, w_ptr, u_ptr, gc_ptr, h0_ptr, h_ptr, v_new_ptr, ht_p
 
 
 @tle.jit
+def gdr_state_output_kernel(q_ptr, k_ptr, w_ptr, u_ptr, gc_ptr, h0_ptr, o_ptr, ht_ptr, cu_ptr, scale,
+                            H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr,
+                            BT: tl.constexpr, INITIAL: tl.constexpr, READ_AHEAD: tl.constexpr = True):
+    """The state walk and the output in one pass, program (value block, sequence, value head): at each chunk
+    v_new = u - w S, o = scale (exp(G) q S + (causal exp(G_i - G_j) q k^T) v_new), then
+    S <- exp(G_last) S + k^T (exp(G_last - G) v_new). Neither the chunk states nor v_new leave the program:
+    the forward writes only o and the final states (the backward recomputes both)."""
+    cols = tl.program_id(0) * BV + tl.arange(0, BV)
+    n, hv = tl.program_id(1), tl.program_id(2)
+    bos, eos = tl.load(cu_ptr + n), tl.load(cu_ptr + n + 1)
+    kr = tl.arange(0, K)
+    r = tl.arange(0, BT)
+    state_at = (n * HV + hv) * K * V + kr[:, None] * V + cols[None, :]
+    if INITIAL:
+        state = tl.load(h0_ptr + state_at)
+    else:
+        state = tl.zeros([K, BV], dtype=tl.float32)
+    qk_base = (hv // (HV // H)) * K
+    for c in range(0, (eos - bos + BT - 1) // BT):
+        t = bos + c * BT + r
+        ok = t < eos
+        g_last = tl.load(gc_ptr + (tl.minimum(bos + c * BT + BT, eos) - 1) * HV + hv)
+        g = tl.load(gc_ptr + t * HV + hv, mask=ok, other=0.0)
+        g_col = tl.load(gc_ptr + t * HV + hv, mask=ok, other=0.0)
+        w = tl.load(w_ptr + (t[:, None] * HV + hv) * K + kr[None, :], mask=ok[:, None], other=0.0)
+        u = tle.load(u_ptr + (t[:, None] * HV + hv) * V + cols[None, :], mask=ok[:, None], other=0.0,
+                     is_async=READ_AHEAD)
+        qb = tl.load(q_ptr + qk_base + t[:, None] * (H * K) + kr[None, :], mask=ok[:, None], other=0.0)
+        kb = tl.load(k_ptr + qk_base + t[:, None] * (H * K) + kr[None, :], mask=ok[:, None], other=0.0)
+        # the state in k's dtype serves the chain's product and the output's, as the chunk states stored in
+        # k's dtype serve the output kernel
+        low = state.to(w.dtype)
+        v_new = u.to(tl.float32) - tl.dot(w, low)
+        scores = tl.dot(qb, tl.trans(kb))
+        causal = (r[:, None] >= r[None, :]) & ok[:, None] & ok[None, :]
+        scores = tl.where(causal, scores * tl.exp(g[:, None] - g_col[None, :]), 0.0)
+        o = (tl.dot(qb, low) * tl.exp(g)[:, None] + tl.dot(scores.to(w.dtype), v_new.to(w.dtype))) * scale
+        tl.store(o_ptr + (t[:, None] * HV + hv) * V + cols[None, :], o.to(o_ptr.dtype.element_ty), mask=ok[:, None])
+        kept = (v_new * tl.where(ok, tl.exp(g_last - g), 0.0)[:, None]).to(kb.dtype)
+        state = state * tl.exp(g_last) + tl.dot(tl.trans(kb), kept)
+    tl.store(ht_ptr + state_at, state)
+
+
+@tle.jit
 def gdr_output_kernel(q_ptr, k_ptr, v_new_ptr, h_ptr, gc_ptr, o_ptr, scale, index_ptr,
                       H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr,
                       BV: tl.constexpr, BT: tl.constexpr):

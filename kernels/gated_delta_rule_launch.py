@@ -15,7 +15,7 @@ from tle.kernels.gated_delta_rule_backward_kernels import (gdr_dqkwg_kernel, gdr
                                                            gdr_state_backward_kernel, gdr_wy_backward_kernel)
 from tle.kernels.gated_delta_rule_kernels import (BC, BT, gdr_chunk_index_kernel, gdr_kkt_kernel,
                                                   gdr_output_kernel, gdr_recurrent_kernel, gdr_solve_kernel,
-                                                  gdr_state_kernel, gdr_wy_kernel)
+                                                  gdr_state_kernel, gdr_state_output_kernel, gdr_wy_kernel)
 from tle.oplib.arith import cdiv
 
 INDEX_BLOCK = 64          # sequences (and chunks) a program of the chunk-list kernel reads at once
@@ -195,14 +195,37 @@ def output(q, k, v_new, states, gc, scale, index, backend):
     return o
 
 
+def fused_stages(kd: int, backend: str) -> int | None:
+    """Pipeline stages of the walk with the output: q, k and w of a chunk take 48 KB at K = 128 (three chunks
+    in flight fit), 96 KB at K = 256 (one)."""
+    if kd > 128:
+        return 1
+    return 3 if backend == "triton" else None
+
+
+def walk_output(q, k, w, u, gc, scale, initial_state, cu, backend):
+    """o [1, tokens, HV, V] and the final states [N, HV, K, V] fp32 from one pass over each sequence's chunks."""
+    h, kd = k.shape[2:]
+    hv, vd = u.shape[2], u.shape[3]
+    o = torch.empty(*u.shape, device=q.device, dtype=q.dtype)
+    final = torch.empty(cu.numel() - 1, hv, kd, vd, device=k.device, dtype=torch.float32)
+    bv = state_columns(kd, vd, final.shape[0] * hv, k.device)
+    h0 = final if initial_state is None else initial_state      # not read without one
+    gdr_state_output_kernel[(vd // bv, cu.numel() - 1, hv)](
+        q, k, w, u, gc, h0, o, final, cu, scale, H=h, HV=hv, K=kd, V=vd, BV=bv, BT=BT,
+        INITIAL=initial_state is not None, READ_AHEAD=read_ahead(kd), backend=backend,
+        num_warps=state_warps(kd, bv), num_stages=fused_stages(kd, backend))
+    return o, final
+
+
 def chunked_forward(q, k, v, g, beta, scale, initial_state, cu, backend):
-    """(o, final state, G, Ai) from the six kernels (cu: int32 cumulative lengths over the flattened tokens)."""
+    """(o, final state, G, Ai) from five kernels (cu: int32 cumulative lengths over the flattened tokens)."""
     b, t = q.shape[:2]
     q, k, v, g, beta = packed_batch(q, k, v, g, beta)
     index, first = chunk_index(cu, b * t, backend)
     gc, ai = gates_and_inverse(k, g, beta, index, backend)
-    _, _, states, v_new, final = states_and_updates(k, v, beta, gc, ai, initial_state, cu, index, first, backend)
-    o = output(q, k, v_new, states, gc, scale, index, backend)
+    w, u = wy_vectors(k, v, beta, gc, ai, index, backend)
+    o, final = walk_output(q, k, w, u, gc, scale, initial_state, cu, backend)
     return o.view(b, t, *o.shape[2:]), final, gc.view(b, t, -1), ai.view(b, t, *ai.shape[2:])
 
 
