@@ -36,7 +36,7 @@ from tle.kernels.gated_delta_rule_backward_kernels import (gdr_dqkwg_kernel, gdr
                                                            gdr_state_backward_kernel, gdr_wy_backward_kernel)
 from tle.kernels.gated_delta_rule_kernels import (BC, BT, gdr_chunk_index_kernel, gdr_kkt_kernel,
                                                   gdr_output_kernel, gdr_recurrent_kernel, gdr_solve_kernel,
-                                                  gdr_state_kernel, gdr_wy_kernel)
+                                                  gdr_state_kernel, gdr_state_output_kernel, gdr_wy_kernel)
 from tle.kernels.gated_delta_rule_launch import INDEX_BLOCK, block as _block, packed as _packed, state_warps
 from tle.kernels import gated_delta_rule_cp as context_parallel
 from tle.kernels import gated_delta_rule_launch as launches
@@ -468,6 +468,22 @@ def _output_example(device, size):
                      m["gc"].contiguous(), o, c["scale"], index),
                     dict(H=h, HV=hv, K=kd, V=vd, BK=_block(kd, 64), BV=bv, BT=BT), {"o": o}, ("o",),
                     flops=2 * b * t * hv * (kd * vd + BT * (kd + vd)))
+
+
+@tle.example(gdr_state_output_kernel)
+def _state_output_example(device, size):
+    c = _example_inputs(device, size)
+    b, t, h, hv, kd, vd = c["dims"]
+    m = c["math"]
+    o = _nan((b, t, hv, vd), device, c["dtype"])
+    final = _nan((b, hv, kd, vd), device, torch.float32)
+    bv = _block(vd, 32)
+    w, u = (m[name].to(c["dtype"]).contiguous() for name in ("w", "u"))
+    return _example(c, (vd // bv, b, hv),
+                    (c["q"], c["k"], w, u, m["gc"].contiguous(), c["h0"], o, final, c["cu"], c["scale"]),
+                    dict(H=h, HV=hv, K=kd, V=vd, BV=bv, BT=BT, INITIAL=True), {"o": o, "final": final},
+                    ("o", "final"), warps=max(1, min(4, kd * bv // 128)),
+                    flops=2 * b * t * hv * (3 * kd * vd + BT * (kd + vd)))
 
 
 @tle.example(gdr_recurrent_kernel)
