@@ -16,6 +16,8 @@ chunk's start:
 - `gdr_state_kernel`: walks a sequence's chunks: stores S, v_new = u - w S, then
   S <- exp(G_last) S + k^T (exp(G_last - G) v_new); the final state at the end.
 - `gdr_output_kernel`: o = scale (exp(G) q S + (causal exp(G_i - G_j) q k^T) v_new).
+- `gdr_state_output_kernel`: the walk and the output in one pass (the forward's); the backward and context
+  parallelism use the two above, which keep the chunk states and v_new.
 - `gdr_recurrent_kernel`: the recurrence token by token (decoding).
 """
 from __future__ import annotations
