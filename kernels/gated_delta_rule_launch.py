@@ -195,37 +195,63 @@ def output(q, k, v_new, states, gc, scale, index, backend):
     return o
 
 
-def fused_stages(kd: int, backend: str) -> int | None:
-    """Pipeline stages of the walk with the output: q, k and w of a chunk take 48 KB at K = 128 (three chunks
-    in flight fit), 96 KB at K = 256 (one)."""
-    if kd > 128:
-        return 1
+def fused_stages(backend: str) -> int | None:
+    """Pipeline stages of the walk with the output: q, k and w of a chunk take 48 KB at K = 128, three chunks in
+    flight fit (Triton: 1.41 against 1.72 ms with 2 at B1 T32768 H32 K=V=128)."""
     return 3 if backend == "triton" else None
 
 
+def walk_writes_output(kd: int, vd: int, walks: int, device, backend: str) -> bool:
+    """Does the forward's state walk write the output itself (gdr_state_output_kernel), rather than hand the
+    chunk states and v_new to the output kernel through memory? Fusing saves that round trip and a launch, and
+    puts the output's products on each walk's chain of chunks: it pays once the walks' programs are many, so
+    that the SMs have other programs to run while one waits on its chain. Measured on the H200 (ms, walk + output
+    unfused -> fused), Triton: 64 packed sequences of T32768 H32 K=V=128 1.10 -> 0.93, B4 T4096 H16 0.25 -> 0.22,
+    but B1 T32768 H32 (128 programs of 32 columns) 1.21 -> 1.43 and K=V=64 0.67 -> 1.13; TileLang, whose output
+    kernel costs more: 1.38 -> 1.07, 0.32 -> 0.24, B1 T32768 H32 1.56 -> 1.35, but K=V=64 (64 programs)
+    0.97 -> 1.13. So Triton fuses once the 32-column programs outnumber the SMs, TileLang once they outnumber
+    half of them. Never at K = 256: one chunk's q, k and w (96 KB) leave no room to read ahead, and Triton 3.6's
+    build of the fused walk at K = 256 read out of bounds on the H200."""
+    sms = multiprocessors(device)
+    if kd > 128 or sms is None:
+        return False
+    programs = walks * (vd // block(vd, 32))
+    return programs > (sms if backend == "triton" else sms // 2)
+
+
 def walk_output(q, k, w, u, gc, scale, initial_state, cu, backend):
-    """o [1, tokens, HV, V] and the final states [N, HV, K, V] fp32 from one pass over each sequence's chunks."""
+    """o [1, tokens, HV, V] and the final states [N, HV, K, V] fp32 from one pass over each sequence's chunks
+    (K <= 128, see walk_writes_output)."""
     h, kd = k.shape[2:]
     hv, vd = u.shape[2], u.shape[3]
+    if kd > 128:
+        raise ValueError(f"the fused walk takes K <= 128 (k's last size), got {kd}")
     o = torch.empty(*u.shape, device=q.device, dtype=q.dtype)
     final = torch.empty(cu.numel() - 1, hv, kd, vd, device=k.device, dtype=torch.float32)
     bv = state_columns(kd, vd, final.shape[0] * hv, k.device)
     h0 = final if initial_state is None else initial_state      # not read without one
     gdr_state_output_kernel[(vd // bv, cu.numel() - 1, hv)](
         q, k, w, u, gc, h0, o, final, cu, scale, H=h, HV=hv, K=kd, V=vd, BV=bv, BT=BT,
-        INITIAL=initial_state is not None, READ_AHEAD=read_ahead(kd), backend=backend,
-        num_warps=state_warps(kd, bv), num_stages=fused_stages(kd, backend))
+        INITIAL=initial_state is not None, READ_AHEAD=True, backend=backend,
+        num_warps=state_warps(kd, bv), num_stages=fused_stages(backend))
     return o, final
 
 
 def chunked_forward(q, k, v, g, beta, scale, initial_state, cu, backend):
-    """(o, final state, G, Ai) from five kernels (cu: int32 cumulative lengths over the flattened tokens)."""
+    """(o, final state, G, Ai) from five kernels or six (see walk_writes_output; cu: int32 cumulative lengths
+    over the flattened tokens)."""
     b, t = q.shape[:2]
     q, k, v, g, beta = packed_batch(q, k, v, g, beta)
     index, first = chunk_index(cu, b * t, backend)
     gc, ai = gates_and_inverse(k, g, beta, index, backend)
-    w, u = wy_vectors(k, v, beta, gc, ai, index, backend)
-    o, final = walk_output(q, k, w, u, gc, scale, initial_state, cu, backend)
+    hv, kd, vd = v.shape[2], k.shape[3], v.shape[3]
+    if walk_writes_output(kd, vd, (cu.numel() - 1) * hv, k.device, backend):
+        w, u = wy_vectors(k, v, beta, gc, ai, index, backend)
+        o, final = walk_output(q, k, w, u, gc, scale, initial_state, cu, backend)
+    else:
+        _, _, states, v_new, final = states_and_updates(k, v, beta, gc, ai, initial_state, cu, index, first,
+                                                        backend)
+        o = output(q, k, v_new, states, gc, scale, index, backend)
     return o.view(b, t, *o.shape[2:]), final, gc.view(b, t, -1), ai.view(b, t, *ai.shape[2:])
 
 

@@ -86,9 +86,11 @@ def _reference(xs, h0, cu, upstream):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_wide_state_walks(backend, monkeypatch):
     """More walks (sequence, value head) than the device has SMs (one, pretended here): the state walks take 64
-    value columns a program, as on a full GPU, and compute the same outputs and gradients."""
+    value columns a program and the forward's walk writes the output, as on a full GPU, and they compute the
+    same outputs and gradients."""
     monkeypatch.setattr(launches, "multiprocessors", lambda device: 1)
     assert launches.state_columns(K, 64, 2, torch.device("cpu")) == 64
+    assert launches.walk_writes_output(K, 64, 2, torch.device("cpu"), backend)
     lengths = [0, 65, 7, 64]
     xs, h0, cu, upstream = _inputs(lengths, True, seed=3, vd=64)
     ref = _reference(xs, h0, cu, upstream)
