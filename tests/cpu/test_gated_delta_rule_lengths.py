@@ -99,6 +99,23 @@ def test_wide_state_walks(backend, monkeypatch):
         assert _largest_error(a, r) < BOUND[backend], (name, _largest_error(a, r))
 
 
+def test_where_the_walk_writes_the_output(monkeypatch):
+    """The forward's walk writes the output itself once its 32-column programs outnumber the SMs (Triton) or half
+    of them (TileLang), never at K = 256, and not off CUDA (no SM count): the rule of walk_writes_output."""
+    cpu = torch.device("cpu")
+    assert not launches.walk_writes_output(128, 128, 10 ** 6, cpu, "triton")
+    monkeypatch.setattr(launches, "multiprocessors", lambda device: 132)
+    # 32 walks of 4 programs: 128, under 132 SMs but over 66
+    assert not launches.walk_writes_output(128, 128, 32, cpu, "triton")
+    assert launches.walk_writes_output(128, 128, 32, cpu, "tilelang")
+    assert launches.walk_writes_output(128, 128, 34, cpu, "triton")
+    assert not launches.walk_writes_output(64, 64, 32, cpu, "tilelang")
+    assert not launches.walk_writes_output(256, 256, 10 ** 6, cpu, "tilelang")
+    x = torch.zeros(1, 64, 1, 256)
+    with pytest.raises(ValueError, match="K <= 128"):
+        launches.walk_output(x, x, x, x, x[..., 0], 1.0, None, torch.tensor([0, 64], dtype=torch.int32), "triton")
+
+
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
 @pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
 @pytest.mark.parametrize("backend", BACKENDS)
