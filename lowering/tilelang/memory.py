@@ -69,18 +69,26 @@ def load(gen: Context, op: Op, indent: int):
         gen.scalars[v.id] = name
         return
     pipelined_async = op.attrs.get("async", PLAIN_LOAD).pipelined
-    dot_operand = any(u.defn is ops.DOT for u in gen.value_users(v))
-    scope = "shared" if pipelined_async or dot_operand or read_by_split(gen, v) else "fragment"
-    # a plain load of a dot operand at the top of a pipelined loop is, to TileLang, one more copy of
-    # the loop's stage 0 (as a T.copy there would be); only where the trip count is a constant:
-    # TileLang 0.1.15 fails on a loop of dynamic length holding asynchronous copies
-    plain_copy = not pipelined_async and dot_operand and gen.in_static_pipelined_body(op)
     # a masked box read ahead, whose mask bounds it inside the argument, is copied whole (TMA) and selected by its
     # mask, as a product's operand is: the copy of a stage of its own, which TileLang's pipeline frees after the
     # tile's last read. Element by element (cp.async), TileLang would give it the stage of the loop's first TMA
     # copy, freed after the product that reads that copy (stage_reuse.py)
     selected = box(gen, op, acc, mask, select=True) if pipelined_async and mask is not None and v.type.rank >= 2 \
         else None
+    dropped = False
+    if selected is not None and selected.select and gen.warp_split_off:
+        # the copy and the select are two writes, which TileLang's pipeline planner puts in different stages and
+        # refuses ("Multiple writes to overlapping buffer regions") unless the kernel's warps are split into
+        # producers and consumers: without the split the hint is dropped
+        pipelined_async, selected, dropped = False, None, True
+        gen.notes.append(f"line {op.loc.line}: tle.load(is_async=True) of a masked box read as a plain load: "
+                         "TileLang cannot pipeline its copy and mask select in a kernel with warp_specialize=False")
+    dot_operand = any(u.defn is ops.DOT for u in gen.value_users(v))
+    scope = "shared" if pipelined_async or dot_operand or read_by_split(gen, v) else "fragment"
+    # a plain load of a dot operand at the top of a pipelined loop is, to TileLang, one more copy of
+    # the loop's stage 0 (as a T.copy there would be); only where the trip count is a constant:
+    # TileLang 0.1.15 fails on a loop of dynamic length holding asynchronous copies
+    plain_copy = not pipelined_async and dot_operand and gen.in_static_pipelined_body(op)
     if selected is not None and selected.select:
         name, how, perm = _copy_then_select(gen, op, acc, selected, indent)
         gen.report.append((op.loc.line, "load", acc.kind, how + ", is_async: a copy TileLang's pipeline issues "
@@ -94,9 +102,11 @@ def load(gen: Context, op: Op, indent: int):
     kind = "TMA or cp.async bulk copy" if how.startswith("T.copy") else "cp.async per thread"
     if pipelined_async:
         how += f", is_async: stage 0 of T.Pipelined (num_stages={op.attrs['async_stages']}), {kind}"
-    elif plain_copy:
+    elif dropped:
+        how += ", is_async dropped: a masked box's copy and select without producer warps (see the notes)"
+    if plain_copy:
         how += f", stage 0 of its T.Pipelined loop like the loop's other copies, {kind}"
-    elif op.attrs.get("is_async"):
+    elif op.attrs.get("is_async") and not dropped and not pipelined_async:
         how += f", is_async: {op.attrs.get('async', 'plain')}"
     gen.report.append((op.loc.line, "load", acc.kind, how))
     gen.buffers[v.id] = Buffer(name, v.type.shape, v.type.elem, scope, gen.blocks[-1], perm)

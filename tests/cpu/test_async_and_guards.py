@@ -255,3 +255,58 @@ def test_a_guarded_loop_with_an_effect_beside_the_branch_keeps_every_step(backen
     run_on(backend, guarded_sum_copying_each_step, (1,), x, out, steps, limit, N=n, BLOCK=block)
     torch.testing.assert_close(out, _reference(x, limit, n, block))
     torch.testing.assert_close(steps, torch.ones(n * block))
+
+
+@tle.jit
+def masked_rows_product(a_ptr, b_ptr, out_ptr, start, end, V: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr):
+    """out = a b^T over rows start .. start + BT of a and b (rows from end on read as zero), in a loop that turns
+    TileLang's producer warps off."""
+    r = tl.arange(0, BT)
+    t = start + r
+    ok = t < end
+    acc = tl.zeros([BT, BT], dtype=tl.float32)
+    for v0 in tl.range(0, V, BV, warp_specialize=False):
+        vc = v0 + tl.arange(0, BV)
+        a = tle.load(a_ptr + t[:, None] * V + vc[None, :], mask=ok[:, None], other=0.0, is_async=True)
+        b = tle.load(b_ptr + t[:, None] * V + vc[None, :], mask=ok[:, None], other=0.0, is_async=True)
+        acc = tl.dot(a, tl.trans(b), acc)
+    tl.store(out_ptr + r[:, None] * BT + r[None, :], acc)
+
+
+def _masked_rows_args():
+    gen = torch.Generator().manual_seed(0)
+    a, b = torch.randn(200, 128, generator=gen), torch.randn(200, 128, generator=gen)
+    return a, b, torch.full((64, 64), float("nan"))
+
+
+def test_tilelang_masked_async_box_without_producer_warps_is_a_plain_load_and_says_so():
+    """A masked box read ahead is copied whole and selected in its buffer; TileLang's pipeline planner refuses
+    those two writes in a kernel without producer warps ("Multiple writes to overlapping buffer regions"), so
+    there the hint is dropped, with a note and the load's report saying so."""
+    a, b, out = _masked_rows_args()
+    lw = masked_rows_product.lower(a.bfloat16(), b.bfloat16(), out, 130, 180, V=128, BT=64, BV=64, grid=(1,),
+                                   backend="tilelang", num_warps=4)
+    dropped = [n for n in lw.notes if "read as a plain load" in n]
+    assert len(dropped) == 2, lw.notes                       # a and b
+    assert "warp_specialize=False" in dropped[0]
+    assert "T.copy(" not in lw.source.split("T.Pipelined")[1].split("T.gemm")[0]
+    assert any("is_async dropped" in how for _, _, _, how in lw.compiled.access_report)
+
+
+@pytest.mark.parametrize("backend", ["triton", "tilelang"])
+def test_masked_async_box_without_producer_warps_computes_the_product(backend):
+    a, b, out = _masked_rows_args()
+    run_on(backend, masked_rows_product, (1,), a, b, out, 130, 180, V=128, BT=64, BV=64)
+    rows = torch.zeros(64, 128)
+    rows[:50] = 1
+    ref = (a[130:194] * rows) @ (b[130:194] * rows).T
+    torch.testing.assert_close(out, ref, atol=2e-2, rtol=1e-2)
+
+
+@needs_tilelang
+@pytest.mark.slow
+def test_tilelang_builds_a_masked_async_box_without_producer_warps():
+    a, b, out = _masked_rows_args()
+    lw = masked_rows_product.lower(a.bfloat16(), b.bfloat16(), out, 130, 180, V=128, BT=64, BV=64, grid=(1,),
+                                   backend="tilelang", num_warps=4)
+    assert ".entry" in lw.stage("ptx")
