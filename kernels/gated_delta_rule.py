@@ -482,7 +482,7 @@ def _state_output_example(device, size):
     return _example(c, (vd // bv, b, hv),
                     (c["q"], c["k"], w, u, m["gc"].contiguous(), c["h0"], o, final, c["cu"], c["scale"]),
                     dict(H=h, HV=hv, K=kd, V=vd, BV=bv, BT=BT, INITIAL=True), {"o": o, "final": final},
-                    ("o", "final"), warps=max(1, min(4, kd * bv // 128)),
+                    ("o", "final"), warps=state_warps(kd, bv),
                     flops=2 * b * t * hv * (3 * kd * vd + BT * (kd + vd)))
 
 

@@ -19,6 +19,7 @@ from tle.kernels.gated_delta_rule_kernels import (BC, BT, gdr_chunk_index_kernel
 from tle.oplib.arith import cdiv
 
 INDEX_BLOCK = 64          # sequences (and chunks) a program of the chunk-list kernel reads at once
+FUSED_WALK_MAX_K = 128    # the largest K the forward's walk with the output takes (walk_writes_output)
 
 
 def packed(cu_seqlens: torch.Tensor | None, batch: int, length: int, device) -> torch.Tensor:
@@ -157,15 +158,22 @@ def wy_vectors(k, v, beta, gc, ai, index, backend):
     return w, u
 
 
+def _walk_start(k, u, initial_state, cu):
+    """(the final states to fill [N, HV, K, V] fp32, the initial state the walk reads, its value columns) of a
+    state walk over the sequences of `cu`."""
+    kd, hv, vd = k.shape[3], u.shape[2], u.shape[3]
+    final = torch.empty(cu.numel() - 1, hv, kd, vd, device=k.device, dtype=torch.float32)
+    h0 = final if initial_state is None else initial_state      # not read without one
+    return final, h0, state_columns(kd, vd, final.shape[0] * hv, k.device)
+
+
 def walk(k, w, u, gc, initial_state, cu, first, states, v_new, backend):
     """The state walk of the sequences of `cu` (their chunks from slot first[n] on), from `initial_state`
     [N, HV, K, V] fp32 (None: zeros): writes each chunk's start state into `states` and v_new into `v_new`;
     returns the final states [N, HV, K, V] fp32."""
     h, kd = k.shape[2:]
     hv, vd = u.shape[2], u.shape[3]
-    final = torch.empty(cu.numel() - 1, hv, kd, vd, device=k.device, dtype=torch.float32)
-    bv = state_columns(kd, vd, final.shape[0] * hv, k.device)
-    h0 = final if initial_state is None else initial_state      # not read without one
+    final, h0, bv = _walk_start(k, u, initial_state, cu)
     gdr_state_kernel[(vd // bv, cu.numel() - 1, hv)](
         k, w, u, gc, h0, states, v_new, final, cu, first, H=h, HV=hv, K=kd, V=vd, BV=bv, BT=BT,
         INITIAL=initial_state is not None, UPDATES=True, READ_AHEAD=read_ahead(kd), backend=backend,
@@ -213,7 +221,7 @@ def walk_writes_output(kd: int, vd: int, walks: int, device, backend: str) -> bo
     half of them. Never at K = 256: one chunk's q, k and w (96 KB) leave no room to read ahead, and Triton 3.6's
     build of the fused walk at K = 256 read out of bounds on the H200."""
     sms = multiprocessors(device)
-    if kd > 128 or sms is None:
+    if kd > FUSED_WALK_MAX_K or sms is None:
         return False
     programs = walks * (vd // block(vd, 32))
     return programs > (sms if backend == "triton" else sms // 2)
@@ -224,12 +232,10 @@ def walk_output(q, k, w, u, gc, scale, initial_state, cu, backend):
     (K <= 128, see walk_writes_output)."""
     h, kd = k.shape[2:]
     hv, vd = u.shape[2], u.shape[3]
-    if kd > 128:
-        raise ValueError(f"the fused walk takes K <= 128 (k's last size), got {kd}")
+    if kd > FUSED_WALK_MAX_K:
+        raise ValueError(f"the fused walk takes K <= {FUSED_WALK_MAX_K} (k's last size), got {kd}")
     o = torch.empty(*u.shape, device=q.device, dtype=q.dtype)
-    final = torch.empty(cu.numel() - 1, hv, kd, vd, device=k.device, dtype=torch.float32)
-    bv = state_columns(kd, vd, final.shape[0] * hv, k.device)
-    h0 = final if initial_state is None else initial_state      # not read without one
+    final, h0, bv = _walk_start(k, u, initial_state, cu)
     gdr_state_output_kernel[(vd // bv, cu.numel() - 1, hv)](
         q, k, w, u, gc, h0, o, final, cu, scale, H=h, HV=hv, K=kd, V=vd, BV=bv, BT=BT,
         INITIAL=initial_state is not None, READ_AHEAD=True, backend=backend,

@@ -69,7 +69,8 @@ class Context:
         self.imports_tvm = False               # the module needs `import tvm` (tvm.ir.Op.get of a TileLang op)
         self.warp_split_asked: set[bool] = set()     # control.py: what the loops' warp_specialize asked
         # a loop asking warp_specialize=False turns TileLang's producer/consumer split off for the whole kernel
-        self.warp_split_off = any(o.defn is ops.FOR and o.attrs.get("warp_specialize") is False for o in k.walk())
+        self.warp_split_off = any(o.defn is ops.FOR and o.attrs.get("warp_specialize") is not None and
+                                  not o.attrs["warp_specialize"] for o in k.walk())
         # does any atomic's returned value reach the kernel (then a block can acquire what another released)
         self.reads_atomic_results = any(o.defn in (ops.ATOMIC, ops.ATOMIC_CAS) and self.users.get(o.result.id)
                                         for o in k.walk())

@@ -102,12 +102,13 @@ def load(gen: Context, op: Op, indent: int):
     kind = "TMA or cp.async bulk copy" if how.startswith("T.copy") else "cp.async per thread"
     if pipelined_async:
         how += f", is_async: stage 0 of T.Pipelined (num_stages={op.attrs['async_stages']}), {kind}"
-    elif dropped:
-        how += ", is_async dropped: a masked box's copy and select without producer warps (see the notes)"
-    if plain_copy:
-        how += f", stage 0 of its T.Pipelined loop like the loop's other copies, {kind}"
-    elif op.attrs.get("is_async") and not dropped and not pipelined_async:
-        how += f", is_async: {op.attrs.get('async', 'plain')}"
+    else:
+        if dropped:
+            how += ", is_async dropped: a masked box's copy and select without producer warps (see the notes)"
+        if plain_copy:
+            how += f", stage 0 of its T.Pipelined loop like the loop's other copies, {kind}"
+        elif op.attrs.get("is_async") and not dropped:
+            how += f", is_async: {op.attrs.get('async', 'plain')}"
     gen.report.append((op.loc.line, "load", acc.kind, how))
     gen.buffers[v.id] = Buffer(name, v.type.shape, v.type.elem, scope, gen.blocks[-1], perm)
 
