@@ -570,7 +570,7 @@ def _state_backward_example(device, size):
     return _example(c, (vd // bv, b, hv),
                     (c["q"], c["k"], _given(c, "w"), c["math"]["gc"].contiguous(), c["do"], _given(c, "dv_local"),
                      c["dht"], dstates, dv_new, dh0, c["scale"], c["cu"], first),
-                    dict(H=h, HV=hv, K=kd, V=vd, BV=bv, BT=BT, FINAL_GRAD=True, OUTPUT_GRAD=True, FP32_W=True),
+                    dict(H=h, HV=hv, K=kd, V=vd, BV=bv, BT=BT, FINAL_GRAD=True, OUTPUT_GRAD=True, SPLIT_Q=True),
                     {"dstates": dstates, "dv_new": dv_new, "dh0": dh0}, ("dstates", "dv_new", "dh0"),
                     warps=state_warps(kd, bv), flops=6 * b * t * hv * kd * vd)
 

@@ -52,13 +52,15 @@ def gdr_dv_local_kernel(q_ptr, k_ptr, gc_ptr, do_ptr, dv_ptr, scale, index_ptr,
 def gdr_state_backward_kernel(q_ptr, k_ptr, w_ptr, gc_ptr, do_ptr, dv_local_ptr, dht_ptr, dh_ptr, dv_new_ptr,
                               dh0_ptr, scale, cu_ptr, first_ptr, H: tl.constexpr, HV: tl.constexpr,
                               K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, BT: tl.constexpr,
-                              FINAL_GRAD: tl.constexpr, OUTPUT_GRAD: tl.constexpr, FP32_W: tl.constexpr,
+                              FINAL_GRAD: tl.constexpr, OUTPUT_GRAD: tl.constexpr, SPLIT_Q: tl.constexpr,
                               READ_AHEAD: tl.constexpr = True):
     """Program (value block, sequence, value head): dS of its columns [K, BV] in fp32, from the final state's
     gradient (or 0) back over the sequence's chunks; dh [chunks, HV, K, V] gets dS at each chunk's end.
     Without OUTPUT_GRAD, do and dv_local are taken as zero and not read, and only the start's dS is written:
     from dS = I that walks the transposed transition dS -> M^T dS of the tokens (context parallelism).
-    FP32_W: the product w^T dv_new from fp32 operands (TF32) rather than from w's dtype."""
+    The product with q: from fp32 operands (TF32), or with SPLIT_Q from two 16-bit ones, q exp(G) scale split
+    into its 16-bit rounding and the rest (a tensor-core product of half the operand bytes, and as precise);
+    the product with w from w's dtype, as FLA takes it."""
     cols = tl.program_id(0) * BV + tl.arange(0, BV)
     n, hv = tl.program_id(1), tl.program_id(2)
     bos, eos = tl.load(cu_ptr + n), tl.load(cu_ptr + n + 1)
@@ -94,20 +96,28 @@ def gdr_state_backward_kernel(q_ptr, k_ptr, w_ptr, gc_ptr, do_ptr, dv_local_ptr,
             dv_new = kept
         if OUTPUT_GRAD:
             qb = tl.load(q_ptr + qk_base + t[:, None] * (H * K) + kr[None, :], mask=ok[:, None], other=0.0)
-            # the products of the walk in fp32 operands (TF32): dS sums them over the chunks, and with q exp(G)
-            # rounded to bf16 the initial state's gradient is four times further off
-            qd = qb.to(tl.float32) * (tl.where(ok, tl.exp(g), 0.0) * scale)[:, None]
-            do = tle.load(do_ptr + (t[:, None] * HV + hv) * V + cols[None, :], mask=ok[:, None], other=0.0,
-                          is_async=READ_AHEAD)
-            carried = dstate * tl.exp(g_last) + tl.dot(tl.trans(qd), do.to(tl.float32))
+            # dS sums this product over the chunks: rounded to q's dtype, q exp(G) scale leaves the initial
+            # state's gradient four times further off than from fp32 operands (TF32)
+            if SPLIT_Q:
+                # the row factor goes through shared memory: read from the [BT] gate tile, TileLang would lay
+                # the [BT, K] product out as that tile, each row on four threads, computed on a quarter of them
+                row = tle.gpu.alloc([BT], tl.float32)
+                tle.gpu.local_store(row, tl.where(ok, tl.exp(g), 0.0) * scale)
+                qd = qb.to(tl.float32) * tle.gpu.local_load(row)[:, None]
+                qd_high = qd.to(qb.dtype)
+                qd_low = (qd - qd_high.to(tl.float32)).to(qb.dtype)
+                do = tle.load(do_ptr + (t[:, None] * HV + hv) * V + cols[None, :], mask=ok[:, None], other=0.0,
+                              is_async=READ_AHEAD)
+                carried = tl.dot(tl.trans(qd_low), do, tl.dot(tl.trans(qd_high), do, dstate * tl.exp(g_last)))
+            else:
+                qd = qb.to(tl.float32) * (tl.where(ok, tl.exp(g), 0.0) * scale)[:, None]
+                do = tle.load(do_ptr + (t[:, None] * HV + hv) * V + cols[None, :], mask=ok[:, None], other=0.0,
+                              is_async=READ_AHEAD)
+                carried = dstate * tl.exp(g_last) + tl.dot(tl.trans(qd), do.to(tl.float32))
         else:
             carried = dstate * tl.exp(g_last)
         w = tl.load(w_ptr + (t[:, None] * HV + hv) * K + kr[None, :], mask=ok[:, None], other=0.0)
-        if OUTPUT_GRAD and FP32_W:
-            # the same precision as the product above: TileLang lays out TF32 and bf16 products differently
-            dstate = carried - tl.dot(tl.trans(w.to(tl.float32)), dv_new)
-        else:
-            dstate = carried - tl.dot(tl.trans(w), dv_new.to(w.dtype))
+        dstate = carried - tl.dot(tl.trans(w), dv_new.to(w.dtype))
     tl.store(dh0_ptr + state_at, dstate)
 
 

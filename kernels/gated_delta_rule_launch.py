@@ -69,15 +69,17 @@ def dv_local_options(vd: int, backend: str) -> dict:
 
 
 def state_backward_options(kd: int, bv: int, backend: str) -> dict:
-    """Warps, pipeline stages and the w product's precision of the backward state walk. At K = 256 its q, k and
-    w tiles of more than one chunk in flight outgrow shared memory (295 KB of the H200's 227 KB), so one
-    stage. Triton takes w^T dv_new from bf16 operands, as FLA does, with 4 warps and 3 stages at K <= 128
-    (1.33 against 1.96 ms at K = 128) and 8 warps at K = 256 (1.79 against 1.89). TileLang, which lays out
-    TF32 and bf16 products differently, takes both of the walk's products in TF32."""
+    """Warps, pipeline stages and the q product of the backward state walk (ms on the H200, B1 T32768 H32
+    K=V=128 / 64 packed sequences of it / B1 T16384 H16 K=V=256). Triton at K <= 128: TF32, 4 warps, 3 stages
+    (1.27 / 1.18; with SPLIT_Q 1.31 / 1.47). At K = 256 the fp32 q tile of two chunks in flight outgrows
+    shared memory: SPLIT_Q, 8 warps and 2 stages (1.30, against 1.79 with TF32 and one stage). TileLang:
+    SPLIT_Q (1.74 / 1.39 against 3.05 / 2.47 in TF32, whose transposed operand it takes as mma_sync), one
+    stage at K = 256."""
     if backend == "triton":
-        return dict(FP32_W=False, num_warps=8 if kd > 128 else 4, num_stages=1 if kd > 128 else 3,
+        wide = kd > 128
+        return dict(SPLIT_Q=wide, num_warps=8 if wide else 4, num_stages=2 if wide else 3,
                     READ_AHEAD=read_ahead(kd))
-    return dict(FP32_W=True, num_warps=state_warps(kd, bv), num_stages=1 if kd > 128 else None,
+    return dict(SPLIT_Q=True, num_warps=state_warps(kd, bv), num_stages=1 if kd > 128 else None,
                 READ_AHEAD=read_ahead(kd))
 
 

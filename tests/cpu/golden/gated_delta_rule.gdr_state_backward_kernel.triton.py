@@ -3,7 +3,7 @@ import triton
 import triton.language as tl
 
 
-# constexprs: H=1, HV=2, K=16, V=32, BV=32, BT=64, FINAL_GRAD=True, OUTPUT_GRAD=True, FP32_W=True, READ_AHEAD=True
+# constexprs: H=1, HV=2, K=16, V=32, BV=32, BT=64, FINAL_GRAD=True, OUTPUT_GRAD=True, SPLIT_Q=True, READ_AHEAD=True
 # launch: num_warps=4, num_stages=3
 @triton.jit
 def gdr_state_backward_kernel(q_ptr, k_ptr, w_ptr, gc_ptr, do_ptr, dv_local_ptr, dht_ptr, dh_ptr, dv_new_ptr, dh0_ptr, scale, cu_ptr, first_ptr):
@@ -32,10 +32,13 @@ def gdr_state_backward_kernel(q_ptr, k_ptr, w_ptr, gc_ptr, do_ptr, dv_local_ptr,
         dv_new = dv_local + kept
         tl.store(dv_new_ptr + (t[:, None] * 2 + hv) * 32 + cols[None, :], dv_new, mask=tl.broadcast_to(ok[:, None], [64, 32]))
         qb = tl.load(q_ptr + qk_base + t[:, None] * 16 + kr[None, :], mask=tl.broadcast_to(ok[:, None], [64, 16]), other=0.0)
-        qd = qb * (tl.where(ok, tl.exp(g), 0.0) * scale)[:, None]
+        # tle.gpu.alloc row [64] fp32: a register tile (stock Triton has no explicit shared memory)
+        row = tl.where(ok, tl.exp(g), 0.0) * scale
+        qd = qb * row[:, None]
+        qd_low = qd - qd
         do = tl.load(do_ptr + (t[:, None] * 2 + hv) * 32 + cols[None, :], mask=tl.broadcast_to(ok[:, None], [64, 32]), other=0.0)  # tle.load(is_async=True): loop pipelined (num_stages=3); Triton's pipeliner picks the loads it issues ahead as cp.async (ttgir: async_copy_global_to_local)
-        t_2 = tl.dot(tl.trans(qd), do, tl.full([16, 32], 0.0, tl.float32), input_precision='tf32', out_dtype=tl.float32)
-        carried = dstate * tl.exp(g_last) + t_2
+        t_2 = tl.dot(tl.trans(qd), do, dstate * tl.exp(g_last), input_precision='tf32', out_dtype=tl.float32)
+        carried = tl.dot(tl.trans(qd_low), do, t_2, input_precision='tf32', out_dtype=tl.float32)
         w = tl.load(w_ptr + (t[:, None] * 2 + hv) * 16 + kr[None, :], mask=tl.broadcast_to(ok[:, None], [64, 16]), other=0.0)
         t_3 = tl.dot(tl.trans(w), dv_new, tl.full([16, 32], 0.0, tl.float32), input_precision='tf32', out_dtype=tl.float32)
         dstate = carried - t_3
