@@ -67,10 +67,11 @@ class Context:
         # Triton's debug mode, when the kernel is lowered: tl.device_assert is checked only then (debug.py)
         self.debug = debug
         self.imports_tvm = False               # the module needs `import tvm` (tvm.ir.Op.get of a TileLang op)
-        self.warp_split_asked: set[bool] = set()     # control.py: what the loops' warp_specialize asked
-        # a loop asking warp_specialize=False turns TileLang's producer/consumer split off for the whole kernel
-        self.warp_split_off = any(o.defn is ops.FOR and o.attrs.get("warp_specialize") is not None and
-                                  not o.attrs["warp_specialize"] for o in k.walk())
+        # what the loops' warp_specialize ask (control.py); one asking False turns TileLang's producer/consumer
+        # split off for the whole kernel, which the loads of every loop must know before they are lowered
+        self.warp_split_asked = {bool(o.attrs["warp_specialize"]) for o in k.walk()
+                                 if o.defn is ops.FOR and o.attrs.get("warp_specialize") is not None}
+        self.warp_split_off = False in self.warp_split_asked
         # does any atomic's returned value reach the kernel (then a block can acquire what another released)
         self.reads_atomic_results = any(o.defn in (ops.ATOMIC, ops.ATOMIC_CAS) and self.users.get(o.result.id)
                                         for o in k.walk())

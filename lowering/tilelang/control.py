@@ -82,7 +82,6 @@ def _warp_specialization(gen: Context, op: Op):
     asked = op.attrs.get("warp_specialize")
     if asked is None:
         return
-    gen.warp_split_asked.add(bool(asked))
     if len(gen.warp_split_asked) > 1:
         gen.error("tl.range(warp_specialize=...)", op, "loops of one kernel ask for and against warp "
                   "specialization; TileLang splits the warps of a whole kernel or of none")
@@ -96,7 +95,7 @@ WARP_SPLIT_OFF = "tl.disable_warp_specialized"
 
 def kernel_pass_configs(gen: Context) -> dict[str, object]:
     """The TileLang compile settings the kernel's loops ask for (per kernel in TileLang)."""
-    return {WARP_SPLIT_OFF: True} if False in gen.warp_split_asked else {}
+    return {WARP_SPLIT_OFF: True} if gen.warp_split_off else {}
 
 
 @RULE_SET.rule(ops.WHILE, role="statement")
