@@ -35,8 +35,9 @@ from tle.kernels import gated_delta_rule_torch as reference_math
 from tle.kernels.gated_delta_rule_backward_kernels import (gdr_dqkwg_kernel, gdr_dv_local_kernel,
                                                            gdr_state_backward_kernel, gdr_wy_backward_kernel)
 from tle.kernels.gated_delta_rule_kernels import (BC, BT, gdr_chunk_index_kernel, gdr_kkt_kernel,
-                                                  gdr_output_kernel, gdr_recurrent_kernel, gdr_solve_kernel,
-                                                  gdr_state_kernel, gdr_state_output_kernel, gdr_wy_kernel)
+                                                  gdr_output_kernel, gdr_recurrent_kernel, gdr_scores_kernel,
+                                                  gdr_solve_kernel, gdr_state_kernel, gdr_state_output_kernel,
+                                                  gdr_wy_kernel)
 from tle.kernels.gated_delta_rule_launch import INDEX_BLOCK, block as _block, packed as _packed, state_warps
 from tle.kernels import gated_delta_rule_cp as context_parallel
 from tle.kernels import gated_delta_rule_launch as launches
@@ -342,8 +343,9 @@ def _example_inputs(device, size):
 
     def flat(x):
         return reference_math.from_chunks(x, t)
+    scores = reference_math.causal_decay(gcc) * (qc @ kc.transpose(-1, -2))
     math_ = dict(gc=G.float(), a=flat(a), ai=flat(ai), w=flat(w), u=flat(u), v_new=flat(v_new),
-                 states=starts.movedim(1, 2).reshape(-1, hv, kd, vd), final=final, o=flat(o))
+                 states=starts.movedim(1, 2).reshape(-1, hv, kd, vd), final=final, o=flat(o), scores=flat(scores))
     chunked = dict(q=qc, k=kc, v=vc, G=gcc, beta=bc, ai=ai, w=w, starts=starts, v_new=v_new)
     return dict(q=q, k=k, v=v, g=g, beta=beta, h0=h0, scale=scale, dims=(b, t, h, hv, kd, vd), dtype=dtype,
                 cu=_packed(None, b, t, device), index=_example_index(b, t, device), math=math_, chunked=chunked)
@@ -480,10 +482,22 @@ def _state_output_example(device, size):
     bv = _block(vd, 32)
     w, u = (m[name].to(c["dtype"]).contiguous() for name in ("w", "u"))
     return _example(c, (vd // bv, b, hv),
-                    (c["q"], c["k"], w, u, m["gc"].contiguous(), c["h0"], o, final, c["cu"], c["scale"]),
-                    dict(H=h, HV=hv, K=kd, V=vd, BV=bv, BT=BT, INITIAL=True), {"o": o, "final": final},
+                    (c["q"], c["k"], w, u, m["gc"].contiguous(), c["q"], c["h0"], o, final, c["cu"], c["scale"]),
+                    dict(H=h, HV=hv, K=kd, V=vd, BV=bv, BT=BT, INITIAL=True, SCORES_GIVEN=False),
+                    {"o": o, "final": final},
                     ("o", "final"), warps=state_warps(kd, bv),
                     flops=2 * b * t * hv * (3 * kd * vd + BT * (kd + vd)))
+
+
+@tle.example(gdr_scores_kernel)
+def _scores_example(device, size):
+    c = _example_inputs(device, size)
+    b, t, h, hv, kd, vd = c["dims"]
+    scores = _nan((b, t, hv, BT), device, c["dtype"])
+    index = c["index"][0]
+    return _example(c, (index.shape[0], hv), (c["q"], c["k"], c["math"]["gc"].contiguous(), scores, index),
+                    dict(H=h, HV=hv, K=kd, BK=_block(kd, 64), BT=BT), {"scores": scores}, ("scores",),
+                    flops=2 * b * t * hv * BT * kd)
 
 
 @tle.example(gdr_recurrent_kernel)

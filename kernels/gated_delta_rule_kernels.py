@@ -18,6 +18,8 @@ chunk's start:
 - `gdr_output_kernel`: o = scale (exp(G) q S + (causal exp(G_i - G_j) q k^T) v_new).
 - `gdr_state_output_kernel`: the walk and the output in one pass (the forward's); the backward and context
   parallelism use the two above, which keep the chunk states and v_new.
+- `gdr_scores_kernel`: causal exp(G_i - G_j) q k^T of each chunk, for the walk with the output to read rather
+  than compute on its chain of chunks.
 - `gdr_recurrent_kernel`: the recurrence token by token (decoding).
 """
 from __future__ import annotations
@@ -227,13 +229,16 @@ def gdr_state_kernel(k_ptr, w_ptr, u_ptr, gc_ptr, h0_ptr, h_ptr, v_new_ptr, ht_p
 
 
 @tle.jit
-def gdr_state_output_kernel(q_ptr, k_ptr, w_ptr, u_ptr, gc_ptr, h0_ptr, o_ptr, ht_ptr, cu_ptr, scale,
+def gdr_state_output_kernel(q_ptr, k_ptr, w_ptr, u_ptr, gc_ptr, scores_ptr, h0_ptr, o_ptr, ht_ptr, cu_ptr, scale,
                             H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr,
-                            BT: tl.constexpr, INITIAL: tl.constexpr, READ_AHEAD: tl.constexpr = True):
+                            BT: tl.constexpr, INITIAL: tl.constexpr, SCORES_GIVEN: tl.constexpr,
+                            READ_AHEAD: tl.constexpr = True):
     """The state walk and the output in one pass, program (value block, sequence, value head): at each chunk
     v_new = u - w S, o = scale (exp(G) q S + (causal exp(G_i - G_j) q k^T) v_new), then
     S <- exp(G_last) S + k^T (exp(G_last - G) v_new). Neither the chunk states nor v_new leave the program:
-    the forward writes only o and the final states (the backward recomputes both)."""
+    the forward writes only o and the final states (the backward recomputes both). With SCORES_GIVEN the
+    causal scores are read from scores_ptr [tokens, HV, BT] (gdr_scores_kernel), off the chain of chunks;
+    otherwise they are computed here and scores_ptr is not read."""
     cols = tl.program_id(0) * BV + tl.arange(0, BV)
     n, hv = tl.program_id(1), tl.program_id(2)
     bos, eos = tl.load(cu_ptr + n), tl.load(cu_ptr + n + 1)
@@ -260,14 +265,42 @@ def gdr_state_output_kernel(q_ptr, k_ptr, w_ptr, u_ptr, gc_ptr, h0_ptr, o_ptr, h
         # k's dtype serve the output kernel
         low = state.to(w.dtype)
         v_new = u.to(tl.float32) - tl.dot(w, low)
-        scores = tl.dot(qb, tl.trans(kb))
-        causal = (r[:, None] >= r[None, :]) & ok[:, None] & ok[None, :]
-        scores = tl.where(causal, scores * tl.exp(g[:, None] - g_col[None, :]), 0.0)
-        o = (tl.dot(qb, low) * tl.exp(g)[:, None] + tl.dot(scores.to(w.dtype), v_new.to(w.dtype))) * scale
+        if SCORES_GIVEN:
+            scores = tl.load(scores_ptr + (t[:, None] * HV + hv) * BT + r[None, :], mask=ok[:, None], other=0.0)
+        else:
+            scores = tl.dot(qb, tl.trans(kb))
+            causal = (r[:, None] >= r[None, :]) & ok[:, None] & ok[None, :]
+            scores = tl.where(causal, scores * tl.exp(g[:, None] - g_col[None, :]), 0.0).to(w.dtype)
+        o = (tl.dot(qb, low) * tl.exp(g)[:, None] + tl.dot(scores, v_new.to(w.dtype))) * scale
         tl.store(o_ptr + (t[:, None] * HV + hv) * V + cols[None, :], o.to(o_ptr.dtype.element_ty), mask=ok[:, None])
         kept = (v_new * tl.where(ok, tl.exp(g_last - g), 0.0)[:, None]).to(kb.dtype)
         state = state * tl.exp(g_last) + tl.dot(tl.trans(kb), kept)
     tl.store(ht_ptr + state_at, state)
+
+
+@tle.jit
+def gdr_scores_kernel(q_ptr, k_ptr, gc_ptr, scores_ptr, index_ptr, H: tl.constexpr, HV: tl.constexpr,
+                      K: tl.constexpr, BK: tl.constexpr, BT: tl.constexpr):
+    """Program (chunk, value head): the chunk's causal scores exp(G_i - G_j) q_i.k_j (j <= i), [BT, BT] rounded
+    to the scores' dtype as the output's product takes them, into scores [tokens, HV, BT]."""
+    start, end = _chunk(index_ptr)
+    hv = tl.program_id(1)
+    r = tl.arange(0, BT)
+    t = start + r
+    ok = t < end
+    qk_base = (hv // (HV // H)) * K
+    scores = tl.zeros([BT, BT], dtype=tl.float32)
+    for c0 in range(0, K, BK):
+        kc = c0 + tl.arange(0, BK)
+        qb = tl.load(q_ptr + qk_base + t[:, None] * (H * K) + kc[None, :], mask=ok[:, None], other=0.0)
+        kb = tl.load(k_ptr + qk_base + t[:, None] * (H * K) + kc[None, :], mask=ok[:, None], other=0.0)
+        scores = tl.dot(qb, tl.trans(kb), scores)
+    g = tl.load(gc_ptr + t * HV + hv, mask=ok, other=0.0)
+    g_col = tl.load(gc_ptr + t * HV + hv, mask=ok, other=0.0)
+    causal = (r[:, None] >= r[None, :]) & ok[:, None] & ok[None, :]
+    scores = tl.where(causal, scores * tl.exp(g[:, None] - g_col[None, :]), 0.0)
+    tl.store(scores_ptr + (t[:, None] * HV + hv) * BT + r[None, :], scores.to(scores_ptr.dtype.element_ty),
+             mask=ok[:, None])
 
 
 @tle.jit

@@ -14,8 +14,9 @@ import torch
 from tle.kernels.gated_delta_rule_backward_kernels import (gdr_dqkwg_kernel, gdr_dv_local_kernel,
                                                            gdr_state_backward_kernel, gdr_wy_backward_kernel)
 from tle.kernels.gated_delta_rule_kernels import (BC, BT, gdr_chunk_index_kernel, gdr_kkt_kernel,
-                                                  gdr_output_kernel, gdr_recurrent_kernel, gdr_solve_kernel,
-                                                  gdr_state_kernel, gdr_state_output_kernel, gdr_wy_kernel)
+                                                  gdr_output_kernel, gdr_recurrent_kernel, gdr_scores_kernel,
+                                                  gdr_solve_kernel, gdr_state_kernel, gdr_state_output_kernel,
+                                                  gdr_wy_kernel)
 from tle.oplib.arith import cdiv
 
 INDEX_BLOCK = 64          # sequences (and chunks) a program of the chunk-list kernel reads at once
@@ -219,35 +220,59 @@ def walk_writes_output(kd: int, vd: int, walks: int, device, backend: str) -> bo
     unfused -> fused), Triton: 64 packed sequences of T32768 H32 K=V=128 1.10 -> 0.93, B4 T4096 H16 0.25 -> 0.22,
     but B1 T32768 H32 (128 programs of 32 columns) 1.21 -> 1.43 and K=V=64 0.67 -> 1.13; TileLang, whose output
     kernel costs more: 1.38 -> 1.07, 0.32 -> 0.24, B1 T32768 H32 1.56 -> 1.35, but K=V=64 (64 programs)
-    0.97 -> 1.13. So Triton fuses once the 32-column programs outnumber the SMs, TileLang once they outnumber
-    half of them. Never at K = 256: one chunk's q, k and w (96 KB) leave no room to read ahead, and Triton 3.6's
-    build of the fused walk at K = 256 read out of bounds on the H200."""
+    0.97 -> 1.13. So Triton fuses once the 32-column programs outnumber the SMs (half of them at K = 128, where
+    it reads the scores from a pass before, scores_ahead), TileLang once they outnumber half. Never at K = 256:
+    one chunk's q, k and w (96 KB) leave no room to read ahead, and Triton 3.6's build of the fused walk at
+    K = 256 read out of bounds on the H200."""
     sms = multiprocessors(device)
     if kd > FUSED_WALK_MAX_K or sms is None:
         return False
     programs = walks * (vd // block(vd, 32))
-    return programs > (sms if backend == "triton" else sms // 2)
+    return programs > (sms if backend == "triton" and not scores_ahead(kd, backend) else sms // 2)
 
 
-def walk_output(q, k, w, u, gc, scale, initial_state, cu, backend):
+def scores_ahead(kd: int, backend: str) -> bool:
+    """Does the walk with the output read each chunk's causal scores from gdr_scores_kernel rather than compute
+    q k^T on its chain of chunks? It takes a product off every chunk's critical path for one parallel pass over
+    q and k. Measured on the H200 (ms, Triton, the fused walk with the scores kernel against the fused walk
+    alone / the walk and the output unfused): B1 T32768 H32 K=V=128 0.99 against 1.41 / 1.21, 64 packed
+    sequences of it 0.79 against 0.91 / 1.10, B4 T4096 H16 0.19 against 0.22 / 0.26; so at K = 128 Triton
+    fuses once the 32-column programs outnumber half the SMs, as TileLang does. Not at K = 64 (0.70 against
+    0.67 unfused at B1 T32768 H32), nor on TileLang (1.40 against 1.23 fused alone at B1 T32768 H32)."""
+    return backend == "triton" and kd == FUSED_WALK_MAX_K
+
+
+def causal_scores(q, k, gc, index, backend):
+    """Each chunk's causal exp(G_i - G_j) q k^T [1, tokens, HV, BT] in q's dtype."""
+    b, t, h, kd = q.shape
+    hv = gc.shape[2]
+    scores = torch.empty(b, t, hv, BT, device=q.device, dtype=q.dtype)
+    gdr_scores_kernel[(index.shape[0], hv)](q, k, gc, scores, index, H=h, HV=hv, K=kd, BK=block(kd, 64), BT=BT,
+                                            backend=backend, num_warps=4)
+    return scores
+
+
+def walk_output(q, k, w, u, gc, scale, initial_state, cu, index, backend):
     """o [1, tokens, HV, V] and the final states [N, HV, K, V] fp32 from one pass over each sequence's chunks
-    (K <= 128, see walk_writes_output)."""
+    (K <= 128, see walk_writes_output), reading the causal scores from a pass before it where scores_ahead."""
     h, kd = k.shape[2:]
     hv, vd = u.shape[2], u.shape[3]
     if kd > FUSED_WALK_MAX_K:
         raise ValueError(f"the fused walk takes K <= {FUSED_WALK_MAX_K} (k's last size), got {kd}")
+    given = scores_ahead(kd, backend)
+    scores = causal_scores(q, k, gc, index, backend) if given else q      # not read without SCORES_GIVEN
     o = torch.empty(*u.shape, device=q.device, dtype=q.dtype)
     final, h0, bv = _walk_start(k, u, initial_state, cu)
     gdr_state_output_kernel[(vd // bv, cu.numel() - 1, hv)](
-        q, k, w, u, gc, h0, o, final, cu, scale, H=h, HV=hv, K=kd, V=vd, BV=bv, BT=BT,
-        INITIAL=initial_state is not None, READ_AHEAD=True, backend=backend,
+        q, k, w, u, gc, scores, h0, o, final, cu, scale, H=h, HV=hv, K=kd, V=vd, BV=bv, BT=BT,
+        INITIAL=initial_state is not None, SCORES_GIVEN=given, READ_AHEAD=True, backend=backend,
         num_warps=state_warps(kd, bv), num_stages=fused_stages(backend))
     return o, final
 
 
 def chunked_forward(q, k, v, g, beta, scale, initial_state, cu, backend):
-    """(o, final state, G, Ai) from five kernels or six (see walk_writes_output; cu: int32 cumulative lengths
-    over the flattened tokens)."""
+    """(o, final state, G, Ai) from five kernels or six (see walk_writes_output and scores_ahead; cu: int32
+    cumulative lengths over the flattened tokens)."""
     b, t = q.shape[:2]
     q, k, v, g, beta = packed_batch(q, k, v, g, beta)
     index, first = chunk_index(cu, b * t, backend)
@@ -255,7 +280,7 @@ def chunked_forward(q, k, v, g, beta, scale, initial_state, cu, backend):
     hv, kd, vd = v.shape[2], k.shape[3], v.shape[3]
     if walk_writes_output(kd, vd, (cu.numel() - 1) * hv, k.device, backend):
         w, u = wy_vectors(k, v, beta, gc, ai, index, backend)
-        o, final = walk_output(q, k, w, u, gc, scale, initial_state, cu, backend)
+        o, final = walk_output(q, k, w, u, gc, scale, initial_state, cu, index, backend)
     else:
         _, _, states, v_new, final = states_and_updates(k, v, beta, gc, ai, initial_state, cu, index, first,
                                                         backend)

@@ -283,6 +283,15 @@ PLANS = {
         ('store', 'box', 'T.Parallel from shared'),
         ('store', 'box', 'T.copy from fragment'),
     ],
+    'gated_delta_rule.gdr_scores_kernel': [
+        ('load', 'scalar', 'scalar expression'),
+        ('load', 'scalar', 'scalar expression'),
+        ('load', 'box', 'T.Parallel into shared'),
+        ('load', 'box', 'T.Parallel into shared'),
+        ('load', 'strided', 'T.Parallel into fragment'),
+        ('load', 'strided', 'T.Parallel into fragment'),
+        ('store', 'box', 'T.Parallel'),
+    ],
     'gated_delta_rule.gdr_wy_backward_kernel': [
         ('load', 'scalar', 'scalar expression'),
         ('load', 'scalar', 'scalar expression'),

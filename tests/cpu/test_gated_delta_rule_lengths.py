@@ -100,20 +100,48 @@ def test_wide_state_walks(backend, monkeypatch):
 
 
 def test_where_the_walk_writes_the_output(monkeypatch):
-    """The forward's walk writes the output itself once its 32-column programs outnumber the SMs (Triton) or half
-    of them (TileLang), never at K = 256, and not off CUDA (no SM count): the rule of walk_writes_output."""
+    """The forward's walk writes the output itself once its 32-column programs outnumber the SMs (Triton at
+    K = 64) or half of them (TileLang, and Triton at K = 128, where it reads the scores from a pass before), never
+    at K = 256, and not off CUDA (no SM count): the rules of walk_writes_output and scores_ahead."""
     cpu = torch.device("cpu")
     assert not launches.walk_writes_output(128, 128, 10 ** 6, cpu, "triton")
+    assert launches.scores_ahead(128, "triton")
+    assert not launches.scores_ahead(64, "triton") and not launches.scores_ahead(128, "tilelang")
     monkeypatch.setattr(launches, "multiprocessors", lambda device: 132)
     # 32 walks of 4 programs: 128, under 132 SMs but over 66
-    assert not launches.walk_writes_output(128, 128, 32, cpu, "triton")
+    assert launches.walk_writes_output(128, 128, 32, cpu, "triton")
     assert launches.walk_writes_output(128, 128, 32, cpu, "tilelang")
-    assert launches.walk_writes_output(128, 128, 34, cpu, "triton")
+    assert not launches.walk_writes_output(128, 128, 16, cpu, "triton")
+    # K = 64: 64 walks of 2 programs, under 132; 67 of them over
+    assert not launches.walk_writes_output(64, 64, 64, cpu, "triton")
+    assert launches.walk_writes_output(64, 64, 67, cpu, "triton")
     assert not launches.walk_writes_output(64, 64, 32, cpu, "tilelang")
     assert not launches.walk_writes_output(256, 256, 10 ** 6, cpu, "tilelang")
     x = torch.zeros(1, 64, 1, 256)
+    index = torch.tensor([[0, 64]], dtype=torch.int32)
     with pytest.raises(ValueError, match="K <= 128"):
-        launches.walk_output(x, x, x, x, x[..., 0], 1.0, None, torch.tensor([0, 64], dtype=torch.int32), "triton")
+        launches.walk_output(x, x, x, x, x[..., 0], 1.0, None, torch.tensor([0, 64], dtype=torch.int32), index,
+                             "triton")
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_walk_reading_the_scores_ahead(backend, monkeypatch):
+    """The walk with the output reading each chunk's causal scores from gdr_scores_kernel (as Triton does at
+    K = 128 on a GPU; taken here on both backends at K = 16, the SM count pretended): the same outputs and
+    gradients."""
+    monkeypatch.setattr(launches, "multiprocessors", lambda device: 1)
+    monkeypatch.setattr(launches, "scores_ahead", lambda kd, backend: True)
+    read = []
+    real = launches.causal_scores
+    monkeypatch.setattr(launches, "causal_scores", lambda *a: read.append(1) or real(*a))
+    lengths = [0, 65, 7, 64]
+    xs, h0, cu, upstream = _inputs(lengths, True, seed=4, vd=64)
+    ref = _reference(xs, h0, cu, upstream)
+    got = _kernel_outputs_and_gradients(backend, xs, h0, cu, upstream)
+    assert read, "the forward did not take the scores kernel"
+    for name, a, r in zip(["o", "final", "dq", "dk", "dv", "dg", "dbeta", "dh0"], got, ref):
+        assert _largest_error(a, r) < BOUND[backend], (name, _largest_error(a, r))
 
 
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
