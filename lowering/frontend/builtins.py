@@ -644,6 +644,11 @@ def device_assert(tr, cond, msg="", mask=None):
     tr.b.assert_(cond.v, str(msg))
 
 
+@builtin(tl.debug_barrier)
+def debug_barrier(tr):
+    tr.b.barrier()
+
+
 # -- matrix product -----------------------------------------------------------------------------------
 @builtin(tl.dot)
 def dot(tr, input, other, acc=None, input_precision=None, allow_tf32=None, max_num_imprecise_acc=None,

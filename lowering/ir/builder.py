@@ -216,6 +216,9 @@ class Builder:
     def assert_(self, cond: Value, msg: str) -> Op:
         return self._op(ops.ASSERT, [cond], [], {"msg": msg})
 
+    def barrier(self) -> Op:
+        return self._op(ops.BARRIER, [], [], {})
+
     def dot(self, a: Value, b: Value, acc: Value, out_dtype: ir_types.DType, attrs: dict) -> Value:
         shape = (a.type.shape[0], b.type.shape[1])
         return self._one(ops.DOT, [a, b, acc], [ir_types.tile(shape, out_dtype)], {"out_dtype": out_dtype, **attrs})

@@ -450,6 +450,9 @@ PRINT = OpDef("print", ("*values",), {"prefix": Attr("the text before the values
 ASSERT = OpDef("assert", ("cond",), {"msg": Attr("the message of a failed assertion", _STR)}, frozenset(),
                "tl.device_assert: every element of cond must hold (checked when Triton's debug mode is on)",
                spelled="tl.device_assert")
+BARRIER = OpDef("barrier", (), {}, frozenset(),
+                "tl.debug_barrier: every thread of the program waits here until all have arrived, and the program's "
+                "memory writes before it are seen by its reads after it", spelled="tl.debug_barrier")
 FOR = OpDef("for", ("lower", "upper", "step", "*inits"), {
     "kind": Attr("how the loop was written (tl.static_range is unrolled by the frontend)", LoopKind),
     "num_stages": Attr("software-pipeline depth the kernel asked for", _INT),

@@ -25,7 +25,8 @@ shared-memory loops that it maps onto fewer than 32 threads (a tile of 16 elemen
 run in step, which neither the hardware (independent thread scheduling) nor the compiler (free to move a
 read of element i ^ d above the store of element i) promises. With the barriers in the source TileLang
 adds none of its own. A loop that TileLang pipelines may be split between producer and consumer warps,
-where a block-wide barrier would deadlock: there these constructs are refused."""
+where a block-wide barrier would deadlock: there these constructs are refused. A kernel's own `tl.debug_barrier`
+is the same `T.sync_threads()`, refused in the same places."""
 from __future__ import annotations
 
 import re
@@ -148,11 +149,23 @@ def _in_loop(op: Op) -> bool:
     return innermost_loop(op) is not None
 
 
-def _check_placement(gen: Context, op: Op, construct: str):
+_STEPS_APART = ("its steps are separated by block-wide barriers, which TileLang's producer and consumer warps of a "
+                "pipelined loop do not all reach; compute it outside the loop or drop num_stages")
+
+
+def _check_placement(gen: Context, op: Op, construct: str, why: str = _STEPS_APART):
     if any(id(loop) in gen.pipelined for loop in enclosing_loops(op)):
-        gen.error(construct + " in a pipelined loop", op,
-                  "its steps are separated by block-wide barriers, which TileLang's producer and consumer warps "
-                  "of a pipelined loop do not all reach; compute it outside the loop or drop num_stages")
+        gen.error(construct + " in a pipelined loop", op, why)
+
+
+@RULE_SET.rule(ops.BARRIER, role="statement")
+def debug_barrier(gen: Context, op: Op, indent: int):
+    # a kernel's own barrier (between its writes to global memory and its reads of them): written out as the
+    # steps' barriers are, and refused where they are
+    _check_placement(gen, op, "tl.debug_barrier",
+                     "a block-wide barrier, which TileLang's producer and consumer warps of a pipelined loop do not "
+                     "all reach; put it outside the loop or drop num_stages")
+    gen.emit(BARRIER, indent)
 
 
 @RULE_SET.rule(ops.HISTOGRAM, role="statement")

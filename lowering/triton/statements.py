@@ -216,6 +216,11 @@ def device_assert(gen, op: Op, indent: int):
     gen.emit(f"tl.device_assert({gen.expr(op.operand('cond'))}, {op.attrs['msg']!r})", indent)
 
 
+@_rule(ops.BARRIER)
+def debug_barrier(gen, op: Op, indent: int):
+    gen.emit("tl.debug_barrier()", indent)
+
+
 @_rule(ops.IF)
 def if_(gen, op: Op, indent: int):
     names = [gen.ids.define(r) for r in op.results]
