@@ -219,15 +219,18 @@ def _as_i64(v: int) -> int:
     return v - (1 << 64) if v >= (1 << 63) else v
 
 
-def draw_seed_offset(device: torch.device, counters: int) -> tuple[int, int]:
-    """(seed, offset) from torch's default generator of `device`, moved past `counters` Philox counters."""
-    if device.type == "cuda":
-        index = device.index if device.index is not None else torch.cuda.current_device()
-        gen = torch.cuda.default_generators[index]
+def draw_seed_offset(device: torch.device, counters: int, generator: torch.Generator | None = None) -> tuple[int, int]:
+    """(seed, offset) from `generator` (None: torch's default generator of `device`), moved past `counters`
+    Philox counters."""
+    gen, on_cuda = generator, generator is not None and generator.device.type == "cuda"
+    if gen is None and device.type == "cuda":
+        gen = torch.cuda.default_generators[device.index if device.index is not None else torch.cuda.current_device()]
+        on_cuda = True
+    if on_cuda:
         words = gen.get_offset()
         gen.set_offset(words + 4 * counters)
         return gen.initial_seed(), words // 4
-    seed = int(torch.randint(-2**63, 2**63 - 1, (), dtype=torch.int64))
+    seed = int(torch.randint(-2**63, 2**63 - 1, (), dtype=torch.int64, generator=gen))
     return seed & U64, 0
 
 

@@ -37,7 +37,7 @@ import torch
 
 import tle
 from tle.kernels import sampling_torch
-from tle.kernels.dropout_add import U64, _as_i64
+from tle.kernels.dropout_add import U64, _as_i64, draw_seed_offset
 from tle.kernels.philox import split_u64
 from tle.kernels.sampling_kernels import sample_draw_kernel, sample_threshold_kernel, top_k_top_p_mask_kernel
 from tle.oplib import BenchSpec, Operator, Sample, check_float, check_kernel_dtypes
@@ -240,39 +240,22 @@ def _check_logits(logits, op: str):
         raise tle.LaunchError(f"tle.ops.{op}: 'logits' has {logits.shape[1]} columns; at most 2^31 - 1")
 
 
-def draw_seed_offset(device: torch.device, counters: int, generator: torch.Generator | None) -> tuple[int, int]:
-    """(seed, offset) from `generator` (None: torch's default generator of `device`), moved past `counters`
-    Philox counters (see tle.ops.dropout_add)."""
-    from tle.kernels.dropout_add import draw_seed_offset as from_default
-    if generator is None:
-        return from_default(device, counters)
-    if generator.device.type == "cuda":
-        words = generator.get_offset()
-        generator.set_offset(words + 4 * counters)
-        return generator.initial_seed(), words // 4
-    seed = int(torch.randint(-2**63, 2**63 - 1, (), dtype=torch.int64, generator=generator))
-    return seed & U64, 0
-
-
 def _sample_arguments(logits, temperature, top_k, top_p, min_p):
     """(inv_temp, top_k, top_p, min_p) as [B] tensors, the arguments checked."""
     _check_logits(logits, "sample")
-    rows, n_cols = logits.shape
+    rows = logits.shape[0]
     device = logits.device
     temp = _per_row(temperature, "temperature", rows, device, torch.float32, 1.0,
                     lambda t: t >= 0 and t == t, "a number >= 0 (0: the largest logit) or a [B] tensor")
     inv_temp = torch.where(temp > 0, 1.0 / temp, torch.zeros((), device=device))
-    k = _per_row(top_k, "top_k", rows, device, torch.int32, n_cols, lambda k: isinstance(k, int) and k >= 1,
-                 "an int >= 1 or a [B] integer tensor")
-    p = _per_row(top_p, "top_p", rows, device, torch.float32, 1.0, lambda p: 0 < p <= 1,
-                 "a number in (0, 1] or a [B] tensor")
+    k, p = _mask_arguments(logits, top_k, top_p)
     mp = _per_row(min_p, "min_p", rows, device, torch.float32, 0.0, lambda p: 0 <= p <= 1,
                   "a number in [0, 1] or a [B] tensor")
     return inv_temp, k, p, mp
 
 
 def _mask_arguments(logits, top_k, top_p):
-    _check_logits(logits, "top_k_top_p_mask")
+    """(top_k, top_p) as [B] tensors, checked."""
     rows, n_cols = logits.shape
     k = _per_row(top_k, "top_k", rows, logits.device, torch.int32, n_cols, lambda k: isinstance(k, int) and k >= 1,
                  "an int >= 1 or a [B] integer tensor")
@@ -305,6 +288,7 @@ def top_k_top_p_mask(logits: torch.Tensor, top_k=None, top_p=None, *, backend: s
                      fallback: str | None = None) -> torch.Tensor:
     """logits [B, V] where kept by top_k, then top_p over the renormalized top-k set, -inf elsewhere (the
     logits' dtype); forward only (see the module's docstring)."""
+    _check_logits(logits, "top_k_top_p_mask")
     k, p = _mask_arguments(logits, top_k, top_p)
     b = TOP_K_TOP_P_MASK.resolve(logits.device, backend, fallback)
     check_kernel_dtypes("top_k_top_p_mask", b, logits=logits)
@@ -320,6 +304,7 @@ def sample_reference(logits, temperature=1.0, top_k=None, top_p=None, min_p=None
 
 
 def mask_reference(logits, top_k=None, top_p=None):
+    _check_logits(logits, "top_k_top_p_mask")
     return sampling_torch.top_k_top_p_mask(logits, *_mask_arguments(logits, top_k, top_p))
 
 
@@ -426,5 +411,5 @@ OPERATOR = (
                              peers={"flashinfer": _flashinfer}, shape_help="BxVxFILTERS (FILTERS: k<top_k>p<top_p in "
                              "hundredths>, e.g. k50p90, k50, p90)", check=_bench_check)),
     Operator("top_k_top_p_mask", fn=top_k_top_p_mask, reference=mask_reference, samples=mask_samples,
-             forward_only="a filter: the kept logits pass unchanged and the rest become -inf, so it is not differentiated"),
+             forward_only="a filter: the kept logits pass unchanged, the rest become -inf; not differentiated"),
 )
