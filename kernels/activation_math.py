@@ -6,6 +6,7 @@ backend for fp64 inputs) and take the activation as a name, a constexpr in the k
     "silu"        x * sigmoid(x)
     "gelu"        x * Phi(x) = 0.5 * x * (1 + erf(x / sqrt(2)))
     "gelu_tanh"   0.5 * x * (1 + tanh(u)),  u = sqrt(2 / pi) * (x + 0.044715 * x^3)
+    "relu"        max(x, 0), derivative 1 where x > 0 (0 at x = 0, as torch's)
 
 The tanh form is written through a sigmoid: 0.5 * (1 + tanh(u)) = sigmoid(2u), so it is x * sigmoid(2u),
 the same shape as silu (x * sigmoid(z) with z = x); its derivative is then
@@ -19,7 +20,7 @@ import triton.language as tl
 import tle
 from tle.errors import LaunchError
 
-ACTIVATIONS = ("silu", "gelu", "gelu_tanh")
+ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "relu")
 GELU_APPROXIMATIONS = ("none", "tanh")
 
 
@@ -61,6 +62,8 @@ def activation(x, ACT: tl.constexpr):
         act = x * normal_cdf(x)
     elif ACT == "gelu_tanh":
         act = x * tl.sigmoid(1.5957691216057308 * (x + 0.044715 * x * x * x))     # 2u
+    elif ACT == "relu":
+        act = tl.maximum(x, 0.0)
     else:
         act = x * tl.sigmoid(x)
     return act
@@ -77,6 +80,9 @@ def activation_and_grad(x, ACT: tl.constexpr):
         s = tl.sigmoid(1.5957691216057308 * (x + 0.044715 * x * x * x))          # sigmoid(2u)
         act = x * s
         dact = s + act * (1.0 - s) * (1.5957691216057308 + 0.21406444881780076 * x * x)  # d(2u)/dx
+    elif ACT == "relu":
+        act = tl.maximum(x, 0.0)
+        dact = tl.where(x > 0.0, 1.0, 0.0)
     else:
         s = tl.sigmoid(x)
         act = x * s
@@ -94,6 +100,8 @@ def torch_activation(x: torch.Tensor, act: str) -> torch.Tensor:
         return 0.5 * x * (1.0 + torch.erf(x * 0.7071067811865476))
     if act == "gelu_tanh":
         return x * torch.sigmoid(_TWO_SQRT_2_OVER_PI * (x + _GELU_K * x * x * x))
+    if act == "relu":
+        return torch.clamp_min(x, 0.0)
     return x * torch.sigmoid(x)
 
 
@@ -105,6 +113,8 @@ def torch_activation_and_grad(x: torch.Tensor, act: str) -> tuple[torch.Tensor, 
         s = torch.sigmoid(_TWO_SQRT_2_OVER_PI * (x + _GELU_K * x * x * x))
         y = x * s
         return y, s + y * (1.0 - s) * (_TWO_SQRT_2_OVER_PI + 0.21406444881780076 * x * x)
+    if act == "relu":
+        return torch.clamp_min(x, 0.0), (x > 0).to(x.dtype)
     s = torch.sigmoid(x)
     y = x * s
     return y, s + y * (1.0 - s)
@@ -114,4 +124,6 @@ def reference_activation(x: torch.Tensor, act: str) -> torch.Tensor:
     """torch's own functions (differentiable, any dtype): the tests' ground truth."""
     if act == "silu":
         return torch.nn.functional.silu(x)
+    if act == "relu":
+        return torch.nn.functional.relu(x)
     return torch.nn.functional.gelu(x, approximate="tanh" if act == "gelu_tanh" else "none")

@@ -391,6 +391,13 @@ PLANS = {
         ('store', 'box', 'T.copy from fragment'),
         ('store', 'box', 'T.copy from fragment'),
     ],
+    'linear_gemm.linear_gemm_kernel': [
+        ('load', 'box', 'T.copy into shared'),
+        ('load', 'box', 'T.copy into shared'),
+        ('load', 'box', 'T.Parallel into fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+    ],
     'column_sum.column_sum_kernel': [
         ('load', 'box', 'T.copy into fragment'),
         ('store', 'box', 'T.copy from fragment'),
