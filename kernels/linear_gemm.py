@@ -45,7 +45,7 @@ def _operand(desc, row, col, TRANSPOSED: tl.constexpr):
 
 
 @tle.jit
-def _output_tile(a_desc, b_desc, b2_desc, bias_ptr, c_desc, pre_desc, pre2_desc, tile, M, N, K,
+def _output_tile(a_desc, b_desc, b2_desc, bias_ptr, c_desc, pre_ptr, pre2_ptr, stride_pre, tile, M, N, K,
                  A_T: tl.constexpr, B_T: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
                  GATED: tl.constexpr, SAVE_PRE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, NUM_STAGES: tl.constexpr):
@@ -58,13 +58,18 @@ def _output_tile(a_desc, b_desc, b2_desc, bias_ptr, c_desc, pre_desc, pre2_desc,
         acc = tl.dot(a, _operand(b_desc, k, off_n, B_T), acc)
         if GATED:
             acc2 = tl.dot(a, _operand(b2_desc, k, off_n, B_T), acc2)
+    cols = off_n + tl.arange(0, BLOCK_N)
     if HAS_BIAS:
-        cols = off_n + tl.arange(0, BLOCK_N)
         acc += tl.load(bias_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
     if SAVE_PRE:
-        pre_desc.store([off_m, off_n], acc.to(pre_desc.dtype))
+        # stored from registers: a descriptor store would take another tile of shared memory (64 KB at 128x256),
+        # a pipeline stage's worth on Triton (1.37x the forward's time at 8192^3 with 2 stages instead of 3)
+        rows = off_m + tl.arange(0, BLOCK_M)
+        at = rows.to(tl.int64)[:, None] * stride_pre + cols[None, :]
+        inside = (rows < M)[:, None] & (cols < N)[None, :]
+        tl.store(pre_ptr + at, acc.to(pre_ptr.dtype.element_ty), mask=inside)
         if GATED:
-            pre2_desc.store([off_m, off_n], acc2.to(pre2_desc.dtype))
+            tl.store(pre2_ptr + at, acc2.to(pre2_ptr.dtype.element_ty), mask=inside)
     if GATED:
         acc = activation(acc, "silu") * acc2
     elif ACT != "none":
@@ -93,26 +98,18 @@ def linear_gemm_kernel(a_ptr, b_ptr, b2_ptr, bias_ptr, c_ptr, pre_ptr, pre2_ptr,
         else:
             b2_desc = tl.make_tensor_descriptor(b2_ptr, shape=[K, N], strides=[N, 1], block_shape=[BLOCK_K, BLOCK_N])
     c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[N, 1], block_shape=[BLOCK_M, BLOCK_N])
-    pre_desc = c_desc
-    pre2_desc = c_desc
-    if SAVE_PRE:
-        pre_desc = tl.make_tensor_descriptor(pre_ptr, shape=[M, N], strides=[stride_pre, 1],
-                                             block_shape=[BLOCK_M, BLOCK_N])
-        if GATED:
-            pre2_desc = tl.make_tensor_descriptor(pre2_ptr, shape=[M, N], strides=[stride_pre, 1],
-                                                  block_shape=[BLOCK_M, BLOCK_N])
     if PERSISTENT:
         tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
         for tile in tl.range(tl.program_id(0), tiles, NUM_PROGRAMS, warp_specialize=True):
-            _output_tile(a_desc, b_desc, b2_desc, bias_ptr, c_desc, pre_desc, pre2_desc, tile, M, N, K, A_T, B_T,
-                         HAS_BIAS, ACT, GATED, SAVE_PRE, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_STAGES)
+            _output_tile(a_desc, b_desc, b2_desc, bias_ptr, c_desc, pre_ptr, pre2_ptr, stride_pre, tile, M, N, K,
+                         A_T, B_T, HAS_BIAS, ACT, GATED, SAVE_PRE, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_STAGES)
     else:
-        _output_tile(a_desc, b_desc, b2_desc, bias_ptr, c_desc, pre_desc, pre2_desc, tl.program_id(0), M, N, K, A_T,
-                     B_T, HAS_BIAS, ACT, GATED, SAVE_PRE, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_STAGES)
+        _output_tile(a_desc, b_desc, b2_desc, bias_ptr, c_desc, pre_ptr, pre2_ptr, stride_pre, tl.program_id(0), M, N,
+                     K, A_T, B_T, HAS_BIAS, ACT, GATED, SAVE_PRE, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_STAGES)
 
 
 # -- configurations, measured on the H200 (docs/benchmark/linear_act.md) -------------------------------------
-def config(m: int, n: int, k: int, backend: str, gated: bool = False, save_pre: bool = False) -> dict:
+def config(m: int, n: int, k: int, backend: str, gated: bool = False) -> dict:
     """Tiles, stages, warps and program layout of a product C[m, n] = A[m, k] B[k, n] on `backend`. Triton:
     persistent and warp-specialized (128x256 tiles: 1.59 ms at 8192^3 against 1.90 for a tile a program);
     TileLang: a tile a program (its own producer/consumer split; its persistent loop measured slower).
@@ -121,10 +118,6 @@ def config(m: int, n: int, k: int, backend: str, gated: bool = False, save_pre: 
     cfg = dict(BLOCK_M=128, BLOCK_N=block_n, BLOCK_K=64, GROUP_M=8, NUM_STAGES=3, num_warps=8)
     if min(m, n) < 1024 or k < 256:
         cfg.update(BLOCK_M=64, BLOCK_N=128 if not gated else 64, NUM_STAGES=4, num_warps=4)
-    elif save_pre and backend == "triton":
-        # each descriptor store stages its tile in shared memory: two (three, gated) of them and 3 stages of
-        # operands pass the 227 KB of an SM
-        cfg["NUM_STAGES"] = 2
     cfg["PERSISTENT"] = backend == "triton"
     return cfg
 
@@ -136,7 +129,7 @@ def launch(a, b, c, *, a_t=False, b_t=False, bias=None, act="none", b2=None, pre
     doc says; c, pre and pre2 are written. Shapes are the caller's to check."""
     m, n = c.shape
     k = a.shape[0] if a_t else a.shape[1]
-    cfg = config(m, n, k, backend, gated=b2 is not None, save_pre=pre is not None)
+    cfg = config(m, n, k, backend, gated=b2 is not None)
     tiles = cdiv(m, cfg["BLOCK_M"]) * cdiv(n, cfg["BLOCK_N"])
     programs = min(tiles, num_sms or _sm_count(c.device)) if cfg["PERSISTENT"] else tiles
     linear_gemm_kernel[(programs,)](
@@ -162,7 +155,7 @@ def _example(device, size):
     w = torch.randn(n, k, device=device).to(dtype)
     bias = torch.randn(n, device=device).to(dtype)
     y, pre = (torch.full((m, n), float("nan"), device=device, dtype=dtype) for _ in range(2))
-    cfg = config(m, n, k, "triton", save_pre=True)
+    cfg = config(m, n, k, "triton")
     act = "gelu" if small else "silu"
     tiles = cdiv(m, cfg["BLOCK_M"]) * cdiv(n, cfg["BLOCK_N"])
     programs = min(tiles, 132)
