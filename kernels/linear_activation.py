@@ -173,9 +173,12 @@ def _save(ctx, inputs, output):
     ctx.has_bias = bias is not None
     ctx.save_for_backward(x, weight, output[1])
     ctx.mark_non_differentiable(output[1])
+    ctx.set_materialize_grads(False)        # no zero-filled [M, N] gradient for the pre-activation output
 
 
 def _grads(ctx, backward, dy, _dpre):
+    if dy is None:                          # no gradient reached the output (grads are not materialized)
+        return None, None, None
     x, weight, pre = ctx.saved_tensors
     dx, dw, db = backward(dy, x, weight, pre, ctx.activation, ctx.has_bias)
     return dx, dw, (db if ctx.has_bias else None)
@@ -209,10 +212,11 @@ def _swiglu_save(ctx, inputs, output):
     x, w_gate_up, _ = inputs
     ctx.save_for_backward(x, w_gate_up, output[1])
     ctx.mark_non_differentiable(output[1])
+    ctx.set_materialize_grads(False)
 
 
 def _swiglu_grads(ctx, backward, dy, _dpre):
-    return backward(dy, *ctx.saved_tensors)
+    return (None, None) if dy is None else backward(dy, *ctx.saved_tensors)
 
 
 LINEAR_SWIGLU = Recipe(

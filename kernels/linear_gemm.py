@@ -15,6 +15,8 @@ warp-specialized). Tiles are taken in groups of GROUP_M row blocks, so that the 
 L2. Edges: descriptor loads read zeros past M, N and K, and stores drop what lies past M and N."""
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton.language as tl
 
@@ -144,7 +146,14 @@ def launch(a, b, c, *, a_t=False, b_t=False, bias=None, act="none", b2=None, pre
 
 
 def _sm_count(device: torch.device) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
+    return _cuda_sm_count(device.index if device.index is not None else torch.cuda.current_device()) \
+        if device.type == "cuda" else 4
+
+
+@functools.lru_cache(maxsize=None)
+def _cuda_sm_count(index: int) -> int:
+    """Multiprocessors of CUDA device `index`, asked once (the launch is on the host's critical path)."""
+    return torch.cuda.get_device_properties(index).multi_processor_count
 
 
 # -- example launches (tle show / compare, the kernel tests and goldens) -----------------------------------
