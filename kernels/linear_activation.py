@@ -151,16 +151,22 @@ def _kernel_swiglu_backward(dy, x, w_gate_up, pre, backend):
     return _kernel_grads(dpre, x, w_gate_up, False, backend)[:2]
 
 
+def _dense(t: torch.Tensor) -> torch.Tensor:
+    """`t` contiguous and starting on 16 bytes (what a tensor descriptor reads; a copy where it is not)."""
+    t = t.contiguous()
+    return t if t.data_ptr() % 16 == 0 else t.clone()
+
+
 # -- the operators' recipes: custom ops on [M, K] inputs, and autograd ----------------------------------------
 def _linear_act(run, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], activation: str,
                 save_pre: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    return run(x, weight, bias, activation, save_pre)
+    return run(_dense(x), _dense(weight), bias, activation, save_pre)
 
 
 def _linear_act_backward(run, dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, pre: torch.Tensor,
                          activation: str, has_bias: bool
                          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return run(dy.contiguous(), x, weight, pre, activation, has_bias)
+    return run(_dense(dy), _dense(x), _dense(weight), pre, activation, has_bias)
 
 
 def _forward_fake(x, weight, bias, activation, save_pre):
@@ -195,12 +201,12 @@ LINEAR_ACT = Recipe(
 
 
 def _swiglu(run, x: torch.Tensor, w_gate_up: torch.Tensor, save_pre: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    return run(x, w_gate_up, save_pre)
+    return run(_dense(x), _dense(w_gate_up), save_pre)
 
 
 def _swiglu_backward(run, dy: torch.Tensor, x: torch.Tensor, w_gate_up: torch.Tensor,
                      pre: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    return run(dy.contiguous(), x, w_gate_up, pre)
+    return run(_dense(dy), _dense(x), _dense(w_gate_up), pre)
 
 
 def _swiglu_fake(x, w_gate_up, save_pre):
