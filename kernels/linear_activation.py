@@ -157,21 +157,36 @@ def _dense(t: torch.Tensor) -> torch.Tensor:
     return t if t.data_ptr() % 16 == 0 else t.clone()
 
 
-# -- the operators' recipes: custom ops on [M, K] inputs, and autograd ----------------------------------------
+def _rows(t: torch.Tensor) -> torch.Tensor:
+    """`t` [..., C] as a dense [rows, C] matrix."""
+    return _dense(t.reshape(-1, t.shape[-1]))
+
+
+# -- the operators' recipes: custom ops on x [..., K] (the stages fold it into rows), and autograd ----------
 def _linear_act(run, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], activation: str,
                 save_pre: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    return run(_dense(x), _dense(weight), bias, activation, save_pre)
+    y, pre = run(_rows(x), _dense(weight), bias, activation, save_pre)
+    return y.view(*x.shape[:-1], weight.shape[0]), pre
 
 
 def _linear_act_backward(run, dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, pre: torch.Tensor,
                          activation: str, has_bias: bool
                          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return run(_dense(dy), _dense(x), _dense(weight), pre, activation, has_bias)
+    dx, dw, db = run(_rows(dy), _rows(x), _dense(weight), pre, activation, has_bias)
+    return dx.view(x.shape), dw, db
 
 
 def _forward_fake(x, weight, bias, activation, save_pre):
-    shape = (x.shape[0], weight.shape[0])
-    return x.new_empty(shape), (x.new_empty(shape) if save_pre else x.new_empty(0))
+    n = weight.shape[0]
+    return x.new_empty((*x.shape[:-1], n)), (x.new_empty((_leading(x), n)) if save_pre else x.new_empty(0))
+
+
+def _leading(x: torch.Tensor) -> int:
+    """The number of rows of x [..., K]: the product of its leading sizes."""
+    rows = 1
+    for size in x.shape[:-1]:
+        rows *= size
+    return rows
 
 
 def _save(ctx, inputs, output):
@@ -201,17 +216,19 @@ LINEAR_ACT = Recipe(
 
 
 def _swiglu(run, x: torch.Tensor, w_gate_up: torch.Tensor, save_pre: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    return run(_dense(x), _dense(w_gate_up), save_pre)
+    y, pre = run(_rows(x), _dense(w_gate_up), save_pre)
+    return y.view(*x.shape[:-1], w_gate_up.shape[0] // 2), pre
 
 
 def _swiglu_backward(run, dy: torch.Tensor, x: torch.Tensor, w_gate_up: torch.Tensor,
                      pre: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    return run(_dense(dy), _dense(x), _dense(w_gate_up), pre)
+    dx, dw = run(_rows(dy), _rows(x), _dense(w_gate_up), pre)
+    return dx.view(x.shape), dw
 
 
 def _swiglu_fake(x, w_gate_up, save_pre):
-    m, i = x.shape[0], w_gate_up.shape[0] // 2
-    return x.new_empty((m, i)), (x.new_empty((m, 2 * i)) if save_pre else x.new_empty(0))
+    i = w_gate_up.shape[0] // 2
+    return x.new_empty((*x.shape[:-1], i)), (x.new_empty((_leading(x), 2 * i)) if save_pre else x.new_empty(0))
 
 
 def _swiglu_save(ctx, inputs, output):
@@ -258,10 +275,6 @@ def _needs_grad(*tensors) -> bool:
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
-def _rows(x: torch.Tensor) -> torch.Tensor:
-    return x.reshape(-1, x.shape[-1]).contiguous()
-
-
 def linear_act(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
                activation: str | None = "silu", *, backend: str | None = None,
                fallback: str | None = None) -> torch.Tensor:
@@ -278,9 +291,8 @@ def linear_act(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None 
         if bias.dtype != x.dtype:
             raise LaunchError(f"tle.ops.linear_act: 'bias' has dtype {bias.dtype}, 'x' {x.dtype}; they must match")
     save = act != "none" and _needs_grad(x, weight, bias)
-    y, _ = LINEAR_ACT(_rows(x), weight.contiguous(), None if bias is None else bias.contiguous(), act, save,
-                      backend=b)
-    return y.view(*x.shape[:-1], weight.shape[0])
+    y, _ = LINEAR_ACT(x, weight, None if bias is None else bias.contiguous(), act, save, backend=b)
+    return y
 
 
 def linear_swiglu(x: torch.Tensor, w_gate_up: torch.Tensor, *, backend: str | None = None,
@@ -292,8 +304,8 @@ def linear_swiglu(x: torch.Tensor, w_gate_up: torch.Tensor, *, backend: str | No
     if w_gate_up.shape[0] % 2:
         raise LaunchError(f"tle.ops.linear_swiglu: 'w_gate_up' has {w_gate_up.shape[0]} rows; expected 2I "
                           f"(the gate's I rows, then the up projection's)")
-    y, _ = LINEAR_SWIGLU(_rows(x), w_gate_up.contiguous(), _needs_grad(x, w_gate_up), backend=b)
-    return y.view(*x.shape[:-1], w_gate_up.shape[0] // 2)
+    y, _ = LINEAR_SWIGLU(x, w_gate_up, _needs_grad(x, w_gate_up), backend=b)
+    return y
 
 
 # -- tests and benchmarks -----------------------------------------------------------------------------------
