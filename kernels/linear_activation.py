@@ -24,6 +24,7 @@ last tile's epilogue runs); on TileLang a program per 128x256 tile, which TileLa
 consumer warps itself."""
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import torch
@@ -31,7 +32,7 @@ import torch
 import tle
 from tle.errors import LaunchError
 from tle.kernels import activations, gated_activations, linear_gemm
-from tle.kernels.activation_math import ACTIVATIONS, reference_activation, torch_activation, torch_activation_and_grad
+from tle.kernels.activation_math import ACTIVATIONS, reference_activation, torch_activation
 from tle.kernels.column_sum import column_sum
 from tle.oplib import BenchSpec, Operator, Sample, check_float
 from tle.oplib.operator import Sweep
@@ -66,27 +67,24 @@ def _torch_grads(dpre, x, weight, has_bias):
 
 
 def _torch_backward(dy, x, weight, pre, activation, has_bias):
+    # the element-wise operators' torch backwards, on the pre-activation in the compute dtype
     ct = torch_compute_dtype(x)
-    dpre = dy.to(ct)
-    if activation != "none":
-        dpre = dpre * torch_activation_and_grad(pre.to(ct), activation)[1]
+    dpre = dy.to(ct) if activation == "none" else activations._torch_backward(dy, pre.to(ct), activation)
     return _torch_grads(dpre, x, weight, has_bias)
 
 
 def _torch_swiglu(x, w_gate_up, save_pre):
     pre = _torch_product(x, w_gate_up, None)
     i = w_gate_up.shape[0] // 2
-    y = torch_activation(pre[:, :i], "silu") * pre[:, i:]
+    y = gated_activations._torch_forward(pre[:, :i], pre[:, i:], "silu")
     return y.to(x.dtype), (pre.to(x.dtype) if save_pre else x.new_empty(0))
 
 
 def _torch_swiglu_backward(dy, x, w_gate_up, pre):
     ct = torch_compute_dtype(x)
     i = w_gate_up.shape[0] // 2
-    gate, up, dyc = pre[:, :i].to(ct), pre[:, i:].to(ct), dy.to(ct)
-    act, dact = torch_activation_and_grad(gate, "silu")
-    dpre = torch.cat([dyc * up * dact, dyc * act], dim=1)
-    return _torch_grads(dpre, x, w_gate_up, False)[:2]
+    dgate, dup = gated_activations._torch_backward(dy, pre[:, :i].to(ct), pre[:, i:].to(ct), "silu")
+    return _torch_grads(torch.cat([dgate, dup], dim=1), x, w_gate_up, False)[:2]
 
 
 # -- the kernel backends ------------------------------------------------------------------------------------
@@ -178,15 +176,10 @@ def _linear_act_backward(run, dy: torch.Tensor, x: torch.Tensor, weight: torch.T
 
 def _forward_fake(x, weight, bias, activation, save_pre):
     n = weight.shape[0]
-    return x.new_empty((*x.shape[:-1], n)), (x.new_empty((_leading(x), n)) if save_pre else x.new_empty(0))
+    pre = x.new_empty((math.prod(x.shape[:-1]), n)) if save_pre else x.new_empty(0)
+    return x.new_empty((*x.shape[:-1], n)), pre
 
 
-def _leading(x: torch.Tensor) -> int:
-    """The number of rows of x [..., K]: the product of its leading sizes."""
-    rows = 1
-    for size in x.shape[:-1]:
-        rows *= size
-    return rows
 
 
 def _save(ctx, inputs, output):
@@ -228,7 +221,8 @@ def _swiglu_backward(run, dy: torch.Tensor, x: torch.Tensor, w_gate_up: torch.Te
 
 def _swiglu_fake(x, w_gate_up, save_pre):
     i = w_gate_up.shape[0] // 2
-    return x.new_empty((*x.shape[:-1], i)), (x.new_empty((_leading(x), 2 * i)) if save_pre else x.new_empty(0))
+    pre = x.new_empty((math.prod(x.shape[:-1]), 2 * i)) if save_pre else x.new_empty(0)
+    return x.new_empty((*x.shape[:-1], i)), pre
 
 
 def _swiglu_save(ctx, inputs, output):
@@ -345,7 +339,8 @@ def linear_swiglu_samples(device, dtype):
 
 def _bench_make(shape, dtype, device):
     m, k, n = shape
-    return Sample((_tensor(device, dtype, m, k), _tensor(device, dtype, n, k, scale=k ** -0.5)), dict(activation="silu"))
+    return Sample((_tensor(device, dtype, m, k), _tensor(device, dtype, n, k, scale=k ** -0.5)),
+                  dict(activation="silu"))
 
 
 def _bench_flops(sample, mode):

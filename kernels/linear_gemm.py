@@ -15,14 +15,13 @@ warp-specialized). Tiles are taken in groups of GROUP_M row blocks, so that the 
 L2. Edges: descriptor loads read zeros past M, N and K, and stores drop what lies past M and N."""
 from __future__ import annotations
 
-import functools
-
 import torch
 import triton.language as tl
 
 import tle
 from tle.kernels.activation_math import activation, torch_activation
 from tle.oplib.arith import cdiv
+from tle.oplib.tensors import programs
 
 
 @tle.jit
@@ -128,7 +127,7 @@ def config(m: int, n: int, k: int, backend: str, gated: bool = False) -> dict:
 
 
 def launch(a, b, c, *, a_t=False, b_t=False, bias=None, act="none", b2=None, pre=None, pre2=None,
-           backend: str, num_sms: int | None = None):
+           backend: str):
     """c[M, N] = the product of a and b (in their stored orientations a_t / b_t) with bias, activation, gating
     (b2) and saved pre-activations (pre, and pre2 when gated: [M, N] views of one row stride) as the kernel
     doc says; c, pre and pre2 are written. Shapes are the caller's to check."""
@@ -136,24 +135,13 @@ def launch(a, b, c, *, a_t=False, b_t=False, bias=None, act="none", b2=None, pre
     k = a.shape[0] if a_t else a.shape[1]
     cfg = config(m, n, k, backend, gated=b2 is not None)
     tiles = cdiv(m, cfg["BLOCK_M"]) * cdiv(n, cfg["BLOCK_N"])
-    programs = min(tiles, num_sms or _sm_count(c.device)) if cfg["PERSISTENT"] else tiles
-    linear_gemm_kernel[(programs,)](
+    n_programs = programs(c.device, 1, tiles) if cfg["PERSISTENT"] else tiles
+    linear_gemm_kernel[(n_programs,)](
         a, b, b if b2 is None else b2, c if bias is None else bias, c, c if pre is None else pre,
-        c if pre2 is None else pre2, m, n, k, n if pre is None else pre.stride(0), programs,
+        c if pre2 is None else pre2, m, n, k, n if pre is None else pre.stride(0), n_programs,
         A_T=a_t, B_T=b_t, HAS_BIAS=bias is not None, ACT=act, GATED=b2 is not None, SAVE_PRE=pre is not None,
         backend=backend, **cfg)
     return c
-
-
-def _sm_count(device: torch.device) -> int:
-    return _cuda_sm_count(device.index if device.index is not None else torch.cuda.current_device()) \
-        if device.type == "cuda" else 4
-
-
-@functools.lru_cache(maxsize=None)
-def _cuda_sm_count(index: int) -> int:
-    """Multiprocessors of CUDA device `index`, asked once (the launch is on the host's critical path)."""
-    return torch.cuda.get_device_properties(index).multi_processor_count
 
 
 # -- example launches (tle show / compare, the kernel tests and goldens) -----------------------------------
@@ -170,12 +158,12 @@ def _example(device, size):
     cfg = config(m, n, k, "triton")
     act = "gelu" if small else "silu"
     tiles = cdiv(m, cfg["BLOCK_M"]) * cdiv(n, cfg["BLOCK_N"])
-    programs = min(tiles, 132)
+    n_programs = min(tiles, 132)
 
     def reference():
         p = x.float() @ w.float().T + bias.float()
         return {"y": torch_activation(p, act), "pre": p}
-    return tle.Launch(grid=(programs,), args=(x, w, w, bias, y, pre, pre, m, n, k, n, programs),
+    return tle.Launch(grid=(n_programs,), args=(x, w, w, bias, y, pre, pre, m, n, k, n, n_programs),
                       kwargs=dict(A_T=False, B_T=True, HAS_BIAS=True, ACT=act, GATED=False, SAVE_PRE=True, **cfg),
                       outputs={"y": y, "pre": pre}, reference=reference, flops=2 * m * n * k,
                       label=f"{m}x{n}x{k} {str(dtype)[6:]} {act}, bias, pre-activation saved")
