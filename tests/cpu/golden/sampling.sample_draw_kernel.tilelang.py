@@ -24,7 +24,7 @@ def sample_draw_kernel(
     offset_lo: T.int32,
     offset_hi: T.int32,
 ):
-    with T.Kernel(6, threads=256) as bx:
+    with T.Kernel(6, threads=512) as bx:
         v = T.alloc_fragment((64,), 'float32')
         e = T.alloc_fragment((64,), 'float32')
         sum_1 = T.alloc_fragment((1,), 'float32')

@@ -4,7 +4,7 @@ import triton.language as tl
 
 
 # constexprs: CAP=64, BLOCK=512
-# launch: num_warps=8, num_stages=3
+# launch: num_warps=16, num_stages=3
 @triton.jit
 def sample_draw_kernel(logits_ptr, inv_temp_ptr, vals_ptr, cols_ptr, stats_ptr, out_ptr, row_stride, n_cols, seed_lo, seed_hi, offset_lo, offset_hi):
     row = tl.program_id(0)

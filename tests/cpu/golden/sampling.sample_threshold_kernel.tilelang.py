@@ -24,7 +24,7 @@ def sample_threshold_kernel(
     cols_ptr: T.Tensor((384,), 'int32'),
     stats_ptr: T.Tensor((24,), 'float32'),
 ):
-    with T.Kernel(6, threads=256) as bx:
+    with T.Kernel(6, threads=512) as bx:
         run_sum = T.alloc_fragment((512,), 'float32')
         run_max = T.alloc_fragment((512,), 'float32')
         t_3 = T.alloc_fragment((512,), 'float32')

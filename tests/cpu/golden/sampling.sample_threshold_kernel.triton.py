@@ -4,7 +4,7 @@ import triton.language as tl
 
 
 # constexprs: CAP=64, BLOCK=512, BLOCK_L=512, F=8, ROUNDS=24
-# launch: num_warps=8, num_stages=3
+# launch: num_warps=16, num_stages=3
 @triton.jit
 def sample_threshold_kernel(logits_ptr, inv_temp_ptr, top_k_ptr, top_p_ptr, min_p_ptr, vals_ptr, cols_ptr, stats_ptr, row_stride, n_cols):
     row = tl.program_id(0)

@@ -20,7 +20,7 @@ def top_k_top_p_mask_kernel(
     cols_ptr: T.Tensor((384,), 'int32'),
     out_ptr: T.Tensor((1800,), 'float32'),
 ):
-    with T.Kernel(6, threads=256) as bx:
+    with T.Kernel(6, threads=512) as bx:
         logits_ptr_v = T.StridedTensor((6, 300), (300, 1), 'float32', data=logits_ptr.data)
         out_ptr_v = T.StridedTensor((6, 300), (300, 1), 'float32', data=out_ptr.data)
         run_sum = T.alloc_fragment((512,), 'float32')

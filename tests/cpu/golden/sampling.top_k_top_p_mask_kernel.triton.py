@@ -4,7 +4,7 @@ import triton.language as tl
 
 
 # constexprs: CAP=64, BLOCK=512, BLOCK_L=512, F=8, ROUNDS=24
-# launch: num_warps=8, num_stages=3
+# launch: num_warps=16, num_stages=3
 @triton.jit
 def top_k_top_p_mask_kernel(logits_ptr, top_k_ptr, top_p_ptr, vals_ptr, cols_ptr, out_ptr, row_stride, out_row_stride, n_cols):
     row = tl.program_id(0)
