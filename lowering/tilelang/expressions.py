@@ -66,7 +66,21 @@ def materializes(gen: Context, op: Op, held) -> bool:
         return False
     us = gen.users.get(v.id, [])
     nested = any(u.parent is not op.parent for u in us)
-    return cost(v, held) >= 4 and (len(us) > 1 or nested)
+    return cost(v, held) >= 4 and (len(us) > 1 or nested or broadcast_later(gen, v))
+
+
+def broadcast_later(gen: Context, v: Value) -> bool:
+    """Is tile `v` stretched by a broadcast (through unit axes and reshapes) before anything computes with it?
+    Written inline, it would be recomputed for every element of the wider tile: an exp of a [2048] row in a
+    [8, 2048] comparison is 8 exps an element, an [M] rescale factor in an [M, D] accumulator D of them."""
+    todo = list(gen.users.get(v.id, []))
+    while todo:
+        u = todo.pop()
+        if u.defn is ops.BROADCAST:
+            return True
+        if u.defn in (ops.EXPAND_DIMS, ops.RESHAPE):
+            todo.extend(gen.users.get(u.result.id, []))
+    return False
 
 
 def cost(v: Value, held) -> int:

@@ -45,6 +45,8 @@ def dropout_add_fwd_kernel(
         p1_7 = T.alloc_fragment((1024,), 'uint64')
         p0_8 = T.alloc_fragment((1024,), 'uint64')
         p1_8 = T.alloc_fragment((1024,), 'uint64')
+        c0 = T.alloc_fragment((1024,), 'uint32')
+        c2 = T.alloc_fragment((1024,), 'uint32')
         t_2 = T.alloc_fragment((1024, 4), 'float32')
         T.copy(x_ptr_v[bx * 1024:bx * 1024 + 1024, 0:4], x)
         T.copy(r_ptr_v[bx * 1024:bx * 1024 + 1024, 0:4], r)
@@ -107,6 +109,10 @@ def dropout_add_fwd_kernel(
             p0_8[i0] = (T.cast(((T.cast((p1_7[i0] >> T.uint64(32)), 'uint32') ^ T.cast(p1_6[i0], 'uint32')) ^ k0_7), 'uint64') * T.uint64(3528531795))
         for i0 in T.Parallel(1024):
             p1_8[i0] = (T.cast(((T.cast((p0_7[i0] >> T.uint64(32)), 'uint32') ^ T.cast(p0_6[i0], 'uint32')) ^ k1_7), 'uint64') * T.uint64(3449720151))
+        for i0 in T.Parallel(1024):
+            c0[i0] = ((T.cast((p1_8[i0] >> T.uint64(32)), 'uint32') ^ T.cast(p1_7[i0], 'uint32')) ^ k0_8)
+        for i0 in T.Parallel(1024):
+            c2[i0] = ((T.cast((p0_8[i0] >> T.uint64(32)), 'uint32') ^ T.cast(p0_7[i0], 'uint32')) ^ k1_8)
         for i0, i1 in T.Parallel(1024, 4):
-            t_2[i0, i1] = (T.if_then_else((T.cast(T.if_then_else((i1 == 0), ((T.cast((p1_8[i0] >> T.uint64(32)), 'uint32') ^ T.cast(p1_7[i0], 'uint32')) ^ k0_8), T.if_then_else((i1 == 1), T.cast(p1_8[i0], 'uint32'), T.if_then_else((i1 == 2), ((T.cast((p0_8[i0] >> T.uint64(32)), 'uint32') ^ T.cast(p0_7[i0], 'uint32')) ^ k1_8), T.cast(p0_8[i0], 'uint32')))), 'int64') >= T.cast(threshold, 'int64')), (x[i0, i1] * scale), 0.0) + r[i0, i1])
+            t_2[i0, i1] = (T.if_then_else((T.cast(T.if_then_else((i1 == 0), c0[i0], T.if_then_else((i1 == 1), T.cast(p1_8[i0], 'uint32'), T.if_then_else((i1 == 2), c2[i0], T.cast(p0_8[i0], 'uint32')))), 'int64') >= T.cast(threshold, 'int64')), (x[i0, i1] * scale), 0.0) + r[i0, i1])
         T.copy(t_2, y_ptr_v[bx * 1024:bx * 1024 + 1024, 0:4])

@@ -41,6 +41,8 @@ def dropout_bwd_kernel(
         p1_7 = T.alloc_fragment((1024,), 'uint64')
         p0_8 = T.alloc_fragment((1024,), 'uint64')
         p1_8 = T.alloc_fragment((1024,), 'uint64')
+        c0 = T.alloc_fragment((1024,), 'uint32')
+        c2 = T.alloc_fragment((1024,), 'uint32')
         dx = T.alloc_fragment((1024, 4), 'float32')
         T.copy(dy_ptr_v[bx * 1024:bx * 1024 + 1024, 0:4], dy)
         off_lo = T.reinterpret(offset_lo, 'uint32')
@@ -102,6 +104,10 @@ def dropout_bwd_kernel(
             p0_8[i0] = (T.cast(((T.cast((p1_7[i0] >> T.uint64(32)), 'uint32') ^ T.cast(p1_6[i0], 'uint32')) ^ k0_7), 'uint64') * T.uint64(3528531795))
         for i0 in T.Parallel(1024):
             p1_8[i0] = (T.cast(((T.cast((p0_7[i0] >> T.uint64(32)), 'uint32') ^ T.cast(p0_6[i0], 'uint32')) ^ k1_7), 'uint64') * T.uint64(3449720151))
+        for i0 in T.Parallel(1024):
+            c0[i0] = ((T.cast((p1_8[i0] >> T.uint64(32)), 'uint32') ^ T.cast(p1_7[i0], 'uint32')) ^ k0_8)
+        for i0 in T.Parallel(1024):
+            c2[i0] = ((T.cast((p0_8[i0] >> T.uint64(32)), 'uint32') ^ T.cast(p0_7[i0], 'uint32')) ^ k1_8)
         for i0, i1 in T.Parallel(1024, 4):
-            dx[i0, i1] = T.if_then_else((T.cast(T.if_then_else((i1 == 0), ((T.cast((p1_8[i0] >> T.uint64(32)), 'uint32') ^ T.cast(p1_7[i0], 'uint32')) ^ k0_8), T.if_then_else((i1 == 1), T.cast(p1_8[i0], 'uint32'), T.if_then_else((i1 == 2), ((T.cast((p0_8[i0] >> T.uint64(32)), 'uint32') ^ T.cast(p0_7[i0], 'uint32')) ^ k1_8), T.cast(p0_8[i0], 'uint32')))), 'int64') >= T.cast(threshold, 'int64')), (dy[i0, i1] * scale), 0.0)
+            dx[i0, i1] = T.if_then_else((T.cast(T.if_then_else((i1 == 0), c0[i0], T.if_then_else((i1 == 1), T.cast(p1_8[i0], 'uint32'), T.if_then_else((i1 == 2), c2[i0], T.cast(p0_8[i0], 'uint32')))), 'int64') >= T.cast(threshold, 'int64')), (dy[i0, i1] * scale), 0.0)
         T.copy(dx, dx_ptr_v[bx * 1024:bx * 1024 + 1024, 0:4])

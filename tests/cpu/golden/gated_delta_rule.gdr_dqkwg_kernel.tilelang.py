@@ -58,16 +58,17 @@ def gdr_dqkwg_kernel(
         dscores_1 = T.alloc_fragment((64, 64), 'float32')
         qb = T.alloc_shared((64, 16), 'float32')
         kb = T.alloc_shared((64, 16), 'float32')
+        t = T.alloc_fragment((64,), 'float32')
         dscores_2 = T.alloc_shared((64, 64), 'float32')
+        t_1 = T.alloc_fragment((64,), 'float32')
         dk_state_1 = T.alloc_fragment((64, 16), 'float32')
-        dk_state_2 = T.alloc_fragment((64, 16), 'float32')
-        t = T.alloc_fragment((64, 16), 'float32')
+        t_2 = T.alloc_fragment((64, 16), 'float32')
         sum_1 = T.alloc_fragment((64,), 'float32')
-        t_1 = T.alloc_fragment((64, 16), 'float32')
+        t_3 = T.alloc_fragment((64, 16), 'float32')
         sum_2 = T.alloc_fragment((64,), 'float32')
         sum_3 = T.alloc_fragment((16,), 'float32')
         sum_4 = T.alloc_fragment((1,), 'float32')
-        t_2 = T.alloc_fragment((64, 16), 'float32')
+        t_4 = T.alloc_fragment((64, 16), 'float32')
         sum_5 = T.alloc_fragment((64,), 'float32')
         sum_6 = T.alloc_fragment((1,), 'float32')
         entry = bx
@@ -111,27 +112,29 @@ def gdr_dqkwg_kernel(
         if (start + 63 >= end):
             for i0, i1 in T.Parallel(64, 16):
                 kb[i0, i1] = T.if_then_else(((start + i0) < end), kb[i0, i1], 0.0)
+        for i0 in T.Parallel(64):
+            t[i0] = (T.exp2(g[i0] * 1.4426950408889634) * scale)
         for i0, i1 in T.Parallel(64, 64):
             dscores_2[i0, i1] = dscores_1[i0, i1]
         for i0, i1 in T.Parallel(64, 16):
-            dq_state[i0, i1] = (dq_state[i0, i1] * (T.exp2(g[i0] * 1.4426950408889634) * scale))
+            dq_state[i0, i1] = (dq_state[i0, i1] * t[i0])
         T.gemm(dscores_2, kb, dq_state, policy=T.GemmWarpPolicy.FullRow)
+        for i0 in T.Parallel(64):
+            t_1[i0] = T.if_then_else(((start + i0) < end), T.exp2((g_last - g[i0]) * 1.4426950408889634), 0.0)
         for i0, i1 in T.Parallel(64, 16):
-            dk_state_1[i0, i1] = (dk_state[i0, i1] * T.if_then_else(((start + i0) < end), T.exp2((g_last - g[i0]) * 1.4426950408889634), 0.0))
+            dk_state_1[i0, i1] = (dk_state[i0, i1] * t_1[i0])
+        T.gemm(dscores_2, qb, dk_state_1, transpose_A=True, policy=T.GemmWarpPolicy.FullRow)
         for i0, i1 in T.Parallel(64, 16):
-            dk_state_2[i0, i1] = dk_state_1[i0, i1]
-        T.gemm(dscores_2, qb, dk_state_2, transpose_A=True, policy=T.GemmWarpPolicy.FullRow)
+            t_2[i0, i1] = (dq_state[i0, i1] * qb[i0, i1])
+        T.reduce_sum(t_2, sum_1, dim=1)
         for i0, i1 in T.Parallel(64, 16):
-            t[i0, i1] = (dq_state[i0, i1] * qb[i0, i1])
-        T.reduce_sum(t, sum_1, dim=1)
-        for i0, i1 in T.Parallel(64, 16):
-            t_1[i0, i1] = (dk_state_2[i0, i1] * kb[i0, i1])
-        T.reduce_sum(t_1, sum_2, dim=1)
+            t_3[i0, i1] = (dk_state_1[i0, i1] * kb[i0, i1])
+        T.reduce_sum(t_3, sum_2, dim=1)
         T.reduce_sum(state_dstate, sum_3, dim=1)
         T.reduce_sum(sum_3, sum_4, dim=0)
         for i0, i1 in T.Parallel(64, 16):
-            t_2[i0, i1] = (dk_state_1[i0, i1] * kb[i0, i1])
-        T.reduce_sum(t_2, sum_5, dim=1)
+            t_4[i0, i1] = ((dk_state[i0, i1] * t_1[i0]) * kb[i0, i1])
+        T.reduce_sum(t_4, sum_5, dim=1)
         T.reduce_sum(sum_5, sum_6, dim=0)
         dgate_last = ((T.exp2(g_last * 1.4426950408889634) * sum_4[0]) + sum_6[0])
         for i0, i1 in T.Parallel(64, 16):
@@ -139,7 +142,7 @@ def gdr_dqkwg_kernel(
                 dq_ptr[(((((start + i0) * 2) + hv) * 16) + ((bz * 16) + i1))] = dq_state[i0, i1]
         for i0, i1 in T.Parallel(64, 16):
             if ((start + i0) < end):
-                dk_ptr[(((((start + i0) * 2) + hv) * 16) + ((bz * 16) + i1))] = dk_state_2[i0, i1]
+                dk_ptr[(((((start + i0) * 2) + hv) * 16) + ((bz * 16) + i1))] = dk_state_1[i0, i1]
         for i0, i1 in T.Parallel(64, 16):
             if ((start + i0) < end):
                 dw_ptr[(((((start + i0) * 2) + hv) * 16) + ((bz * 16) + i1))] = (-dw[i0, i1])

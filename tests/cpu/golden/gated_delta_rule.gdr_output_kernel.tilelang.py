@@ -36,6 +36,7 @@ def gdr_output_kernel(
         g = T.alloc_fragment((64,), 'float32')
         g_col = T.alloc_fragment((64,), 'float32')
         v_new = T.alloc_shared((64, 32), 'float32')
+        t = T.alloc_fragment((64,), 'float32')
         scores_1 = T.alloc_shared((64, 64), 'float32')
         entry = bx
         start = index_ptr[(2 * entry)]
@@ -61,10 +62,12 @@ def gdr_output_kernel(
         if (start + 63 >= end):
             for i0, i1 in T.Parallel(64, 32):
                 v_new[i0, i1] = T.if_then_else(((start + i0) < end), v_new[i0, i1], 0.0)
+        for i0 in T.Parallel(64):
+            t[i0] = T.exp2(g[i0] * 1.4426950408889634)
         for i0, i1 in T.Parallel(64, 64):
             scores_1[i0, i1] = T.if_then_else((((i0 >= i1) & ((start + i0) < end)) & ((start + i1) < end)), (scores[i0, i1] * T.exp2((g[i0] - g_col[i1]) * 1.4426950408889634)), 0.0)
         for i0, i1 in T.Parallel(64, 32):
-            inter[i0, i1] = (inter[i0, i1] * T.exp2(g[i0] * 1.4426950408889634))
+            inter[i0, i1] = (inter[i0, i1] * t[i0])
         T.gemm(scores_1, v_new, inter, policy=T.GemmWarpPolicy.FullRow)
         for i0, i1 in T.Parallel(64, 32):
             if ((start + i0) < end):

@@ -45,9 +45,9 @@ def gdr_state_backward_kernel(
         kb = T.alloc_shared((64, 16), 'float32')
         dstate_1 = T.alloc_shared((16, 32), 'float32')
         acc = T.alloc_fragment((64, 32), 'float32')
+        t = T.alloc_fragment((64,), 'float32')
         dv_local = T.alloc_shared((64, 32), 'float32')
-        dv_new = T.alloc_fragment((64, 32), 'float32')
-        dv_new_1 = T.alloc_shared((64, 32), 'float32')
+        dv_new = T.alloc_shared((64, 32), 'float32')
         qb = T.alloc_fragment((64, 16), 'float32')
         row = T.alloc_shared((64,), 'float32')
         do = T.alloc_shared((64, 32), 'float32')
@@ -78,17 +78,17 @@ def gdr_state_backward_kernel(
                 dstate_1[i0, i1] = dstate[i0, i1]
             T.clear(acc)
             T.gemm(kb, dstate_1, acc, policy=T.GemmWarpPolicy.FullRow)
+            for i0 in T.Parallel(64):
+                t[i0] = T.if_then_else((((bos + (c * 64)) + i0) < eos), T.exp2((g_last - g[i0]) * 1.4426950408889634), 0.0)
             T.copy(dv_local_ptr_v[0, c * 64 + bos:c * 64 + bos + 64, bx + hv, 0:32], dv_local)
             if (bos + chunks * 64 >= eos + i * 64 + 1):
                 for i0, i1 in T.Parallel(64, 32):
                     dv_local[i0, i1] = T.if_then_else((((bos + (c * 64)) + i0) < eos), dv_local[i0, i1], 0.0)
             for i0, i1 in T.Parallel(64, 32):
-                dv_new[i0, i1] = (dv_local[i0, i1] + (acc[i0, i1] * T.if_then_else((((bos + (c * 64)) + i0) < eos), T.exp2((g_last - g[i0]) * 1.4426950408889634), 0.0)))
-            for i0, i1 in T.Parallel(64, 32):
-                dv_new_1[i0, i1] = dv_new[i0, i1]
+                dv_new[i0, i1] = (dv_local[i0, i1] + (acc[i0, i1] * t[i0]))
             for i0, i1 in T.Parallel(64, 32):
                 if (((bos + (c * 64)) + i0) < eos):
-                    dv_new_ptr[((((((bos + (c * 64)) + i0) * 2) + hv) * 32) + ((bx * 32) + i1))] = dv_new_1[i0, i1]
+                    dv_new_ptr[((((((bos + (c * 64)) + i0) * 2) + hv) * 32) + ((bx * 32) + i1))] = dv_new[i0, i1]
             for i0, i1 in T.Parallel(64, 16):
                 qb[i0, i1] = T.if_then_else((((bos + (c * 64)) + i0) < eos), q_ptr[((qk_base + (((bos + (c * 64)) + i0) * 16)) + i1)], 0.0)
             for i0 in T.Parallel(64):
@@ -110,7 +110,7 @@ def gdr_state_backward_kernel(
                 for i0, i1 in T.Parallel(64, 16):
                     w[i0, i1] = T.if_then_else((((bos + (c * 64)) + i0) < eos), w[i0, i1], 0.0)
             T.clear(acc_2)
-            T.gemm(w, dv_new_1, acc_2, transpose_A=True)
+            T.gemm(w, dv_new, acc_2, transpose_A=True)
             for i0, i1 in T.Parallel(16, 32):
                 dstate[i0, i1] = (acc_1[i0, i1] - acc_2[i0, i1])
         T.copy(dstate, dh0_ptr_v[n, hv, bx:bx + 16, 0:32])

@@ -42,6 +42,7 @@ def gdr_state_kernel(
         acc = T.alloc_fragment((64, 32), 'float32')
         v_new = T.alloc_shared((64, 32), 'float32')
         kb = T.alloc_shared((64, 16), 'float32')
+        t = T.alloc_fragment((64,), 'float32')
         kept = T.alloc_shared((64, 32), 'float32')
         acc_1 = T.alloc_fragment((16, 32), 'float32')
         n = by
@@ -76,8 +77,10 @@ def gdr_state_kernel(
             if (bos + c * 64 + 63 >= eos):
                 for i0, i1 in T.Parallel(64, 16):
                     kb[i0, i1] = T.if_then_else((((bos + (c * 64)) + i0) < eos), kb[i0, i1], 0.0)
+            for i0 in T.Parallel(64):
+                t[i0] = T.if_then_else((((bos + (c * 64)) + i0) < eos), T.exp2((g_last - g[i0]) * 1.4426950408889634), 0.0)
             for i0, i1 in T.Parallel(64, 32):
-                kept[i0, i1] = (v_new[i0, i1] * T.if_then_else((((bos + (c * 64)) + i0) < eos), T.exp2((g_last - g[i0]) * 1.4426950408889634), 0.0))
+                kept[i0, i1] = (v_new[i0, i1] * t[i0])
             for i0, i1 in T.Parallel(16, 32):
                 acc_1[i0, i1] = (state[i0, i1] * T.exp2(g_last * 1.4426950408889634))
             T.gemm(kb, kept, acc_1, transpose_A=True)

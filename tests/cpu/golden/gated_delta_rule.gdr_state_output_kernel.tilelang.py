@@ -46,9 +46,11 @@ def gdr_state_output_kernel(
         acc = T.alloc_fragment((64, 32), 'float32')
         scores = T.alloc_fragment((64, 64), 'float32')
         acc_1 = T.alloc_fragment((64, 32), 'float32')
+        t = T.alloc_fragment((64,), 'float32')
         scores_1 = T.alloc_shared((64, 64), 'float32')
         v_new = T.alloc_shared((64, 32), 'float32')
         o = T.alloc_shared((64, 32), 'float32')
+        t_1 = T.alloc_fragment((64,), 'float32')
         kept = T.alloc_shared((64, 32), 'float32')
         acc_2 = T.alloc_fragment((16, 32), 'float32')
         n = by
@@ -86,20 +88,24 @@ def gdr_state_output_kernel(
             T.gemm(qb, kb, scores, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
             T.clear(acc_1)
             T.gemm(qb, state_1, acc_1, policy=T.GemmWarpPolicy.FullRow)
+            for i0 in T.Parallel(64):
+                t[i0] = T.exp2(g[i0] * 1.4426950408889634)
             for i0, i1 in T.Parallel(64, 64):
                 scores_1[i0, i1] = T.if_then_else((((i0 >= i1) & (((bos + (c * 64)) + i0) < eos)) & (((bos + (c * 64)) + i1) < eos)), (scores[i0, i1] * T.exp2((g[i0] - g_col[i1]) * 1.4426950408889634)), 0.0)
             for i0, i1 in T.Parallel(64, 32):
                 v_new[i0, i1] = (u[i0, i1] - acc[i0, i1])
             for i0, i1 in T.Parallel(64, 32):
-                acc_1[i0, i1] = (acc_1[i0, i1] * T.exp2(g[i0] * 1.4426950408889634))
+                acc_1[i0, i1] = (acc_1[i0, i1] * t[i0])
             T.gemm(scores_1, v_new, acc_1, policy=T.GemmWarpPolicy.FullRow)
             for i0, i1 in T.Parallel(64, 32):
                 o[i0, i1] = (acc_1[i0, i1] * scale)
             for i0, i1 in T.Parallel(64, 32):
                 if (((bos + (c * 64)) + i0) < eos):
                     o_ptr[((((((bos + (c * 64)) + i0) * 2) + hv) * 32) + ((bx * 32) + i1))] = o[i0, i1]
+            for i0 in T.Parallel(64):
+                t_1[i0] = T.if_then_else((((bos + (c * 64)) + i0) < eos), T.exp2((g_last - g[i0]) * 1.4426950408889634), 0.0)
             for i0, i1 in T.Parallel(64, 32):
-                kept[i0, i1] = (v_new[i0, i1] * T.if_then_else((((bos + (c * 64)) + i0) < eos), T.exp2((g_last - g[i0]) * 1.4426950408889634), 0.0))
+                kept[i0, i1] = (v_new[i0, i1] * t_1[i0])
             for i0, i1 in T.Parallel(16, 32):
                 acc_2[i0, i1] = (state[i0, i1] * T.exp2(g_last * 1.4426950408889634))
             T.gemm(kb, kept, acc_2, transpose_A=True)

@@ -39,8 +39,10 @@ def layer_norm_bwd_kernel(
         rstd = T.alloc_fragment((2,), 'float32')
         t = T.alloc_fragment((2, 1024), 'float32')
         sum_1 = T.alloc_fragment((2,), 'float32')
+        c_hat = T.alloc_fragment((2,), 'float32')
         g = T.alloc_fragment((2, 1024), 'float32')
         sum_2 = T.alloc_fragment((2,), 'float32')
+        c_one = T.alloc_fragment((2,), 'float32')
         dx = T.alloc_fragment((2, 1024), 'float32')
         sum_3 = T.alloc_fragment((1024,), 'float32')
         sum_4 = T.alloc_fragment((1024,), 'float32')
@@ -56,11 +58,15 @@ def layer_norm_bwd_kernel(
             for i0, i1 in T.Parallel(2, 1024):
                 t[i0, i1] = ((dy[i0, i1] * w[i1]) * ((x[i0, i1] - mean[i0]) * rstd[i0]))
             T.reduce_sum(t, sum_1, dim=1)
+            for i0 in T.Parallel(2):
+                c_hat[i0] = (sum_1[i0] / T.cast(1000, 'float32'))
             for i0, i1 in T.Parallel(2, 1024):
                 g[i0, i1] = (dy[i0, i1] * w[i1])
             T.reduce_sum(g, sum_2, dim=1)
+            for i0 in T.Parallel(2):
+                c_one[i0] = (sum_2[i0] / T.cast(1000, 'float32'))
             for i0, i1 in T.Parallel(2, 1024):
-                dx[i0, i1] = (((g[i0, i1] - (((x[i0, i1] - mean[i0]) * rstd[i0]) * (sum_1[i0] / T.cast(1000, 'float32')))) - (sum_2[i0] / T.cast(1000, 'float32'))) * rstd[i0])
+                dx[i0, i1] = (((g[i0, i1] - (((x[i0, i1] - mean[i0]) * rstd[i0]) * c_hat[i0])) - c_one[i0]) * rstd[i0])
             T.copy(dx, dx_ptr_v[pid * 10 + i * 2:pid * 10 + i * 2 + 2, 0:1024])
             for i0, i1 in T.Parallel(2, 1024):
                 dw[i0, i1] = (dw[i0, i1] + (dy[i0, i1] * ((x[i0, i1] - mean[i0]) * rstd[i0])))

@@ -36,6 +36,7 @@ def rms_norm_bwd_kernel(
         rstd = T.alloc_fragment((2,), 'float32')
         t = T.alloc_fragment((2, 1024), 'float32')
         sum_1 = T.alloc_fragment((2,), 'float32')
+        dot = T.alloc_fragment((2,), 'float32')
         dx = T.alloc_fragment((2, 1024), 'float32')
         sum_2 = T.alloc_fragment((1024,), 'float32')
         pid = bx
@@ -49,8 +50,10 @@ def rms_norm_bwd_kernel(
             for i0, i1 in T.Parallel(2, 1024):
                 t[i0, i1] = ((dy[i0, i1] * w[i1]) * (h[i0, i1] * rstd[i0]))
             T.reduce_sum(t, sum_1, dim=1)
+            for i0 in T.Parallel(2):
+                dot[i0] = (sum_1[i0] / T.cast(1000, 'float32'))
             for i0, i1 in T.Parallel(2, 1024):
-                dx[i0, i1] = ((((dy[i0, i1] * w[i1]) - ((h[i0, i1] * rstd[i0]) * (sum_1[i0] / T.cast(1000, 'float32')))) * rstd[i0]) + dh[i0, i1])
+                dx[i0, i1] = ((((dy[i0, i1] * w[i1]) - ((h[i0, i1] * rstd[i0]) * dot[i0])) * rstd[i0]) + dh[i0, i1])
             T.copy(dx, dx_ptr_v[pid * 10 + i * 2:pid * 10 + i * 2 + 2, 0:1024])
             for i0, i1 in T.Parallel(2, 1024):
                 dw[i0, i1] = (dw[i0, i1] + (dy[i0, i1] * (h[i0, i1] * rstd[i0])))

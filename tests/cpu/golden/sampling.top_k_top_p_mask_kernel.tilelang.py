@@ -36,41 +36,42 @@ def top_k_top_p_mask_kernel(
         count = T.alloc_fragment((8, 512), 'int32')
         mass = T.alloc_fragment((8, 512), 'float32')
         t_4 = T.alloc_fragment((512,), 'float32')
+        t_5 = T.alloc_fragment((512,), 'float32')
         count_1 = T.alloc_fragment((8,), 'int32')
         mass_1 = T.alloc_fragment((8,), 'float32')
-        t_5 = T.alloc_fragment((8,), 'int32')
+        t_6 = T.alloc_fragment((8,), 'int32')
         first = T.alloc_fragment((1,), 'int32')
-        t_6 = T.alloc_fragment((8,), 'float32')
+        t_7 = T.alloc_fragment((8,), 'float32')
         sum_1 = T.alloc_fragment((1,), 'float32')
-        t_7 = T.alloc_fragment((8,), 'int32')
+        t_8 = T.alloc_fragment((8,), 'int32')
         sum_2 = T.alloc_fragment((1,), 'int32')
-        t_8 = T.alloc_fragment((8,), 'float32')
-        sum_3 = T.alloc_fragment((1,), 'float32')
         t_9 = T.alloc_fragment((8,), 'float32')
+        sum_3 = T.alloc_fragment((1,), 'float32')
+        t_10 = T.alloc_fragment((8,), 'float32')
         sum_4 = T.alloc_fragment((1,), 'float32')
-        t_10 = T.alloc_fragment((8,), 'int32')
+        t_11 = T.alloc_fragment((8,), 'int32')
         sum_5 = T.alloc_fragment((1,), 'int32')
-        t_11 = T.alloc_fragment((8,), 'float32')
+        t_12 = T.alloc_fragment((8,), 'float32')
         sum_6 = T.alloc_fragment((1,), 'float32')
-        t_12 = T.alloc_fragment((512,), 'float32')
+        t_13 = T.alloc_fragment((512,), 'float32')
         cumsum = T.alloc_shared((512,), 'int32')
-        t_13 = T.alloc_fragment((512,), 'int32')
+        t_14 = T.alloc_fragment((512,), 'int32')
         sum_7 = T.alloc_fragment((1,), 'int32')
-        t_14 = T.alloc_fragment((64,), 'float32')
+        t_15 = T.alloc_fragment((64,), 'float32')
         v = T.alloc_shared((64,), 'float32')
         v_swap = T.alloc_shared((64,), 'float32')
         e = T.alloc_fragment((64,), 'float32')
         cumsum_1 = T.alloc_shared((64,), 'float32')
-        t_15 = T.alloc_fragment((64,), 'int32')
+        t_16 = T.alloc_fragment((64,), 'int32')
         min_1 = T.alloc_fragment((1,), 'int32')
-        t_16 = T.alloc_fragment((64,), 'float32')
+        t_17 = T.alloc_fragment((64,), 'float32')
         sum_8 = T.alloc_fragment((1,), 'float32')
-        t_17 = T.alloc_fragment((64,), 'int32')
+        t_18 = T.alloc_fragment((64,), 'int32')
         sum_9 = T.alloc_fragment((1,), 'int32')
-        t_18 = T.alloc_fragment((64,), 'float32')
+        t_19 = T.alloc_fragment((64,), 'float32')
         sum_10 = T.alloc_fragment((1,), 'float32')
         x = T.alloc_fragment((512,), 'float32')
-        t_19 = T.alloc_fragment((512,), 'float32')
+        t_20 = T.alloc_fragment((512,), 'float32')
         row = bx
         T.clear(run_sum)
         for i0 in T.Parallel(512):
@@ -121,38 +122,40 @@ def top_k_top_p_mask_kernel(
                         start_1 = start_1_it * 512
                         for i0 in T.Parallel(512):
                             t_4[i0] = T.if_then_else(((start_1 + i0) < 300), logits_ptr[((T.cast(row, 'int64') * T.int64(300)) + (start_1 + i0))], -T.infinity('float32'))
+                        for i0 in T.Parallel(512):
+                            t_5[i0] = T.exp2(((t_4[i0] * 1.0) - top[0]) * 1.4426950408889634)
                         for i0, i1 in T.Parallel(8, 512):
                             count[i0, i1] = (count[i0, i1] + T.cast(((t_4[i1] * 1.0) >= pivots[i0]), 'int32'))
                         for i0, i1 in T.Parallel(8, 512):
-                            mass[i0, i1] = (mass[i0, i1] + T.if_then_else(((t_4[i1] * 1.0) >= pivots[i0]), T.exp2(((t_4[i1] * 1.0) - top[0]) * 1.4426950408889634), 0.0))
+                            mass[i0, i1] = (mass[i0, i1] + T.if_then_else(((t_4[i1] * 1.0) >= pivots[i0]), t_5[i1], 0.0))
                     T.reduce_sum(count, count_1, dim=1)
                     T.reduce_sum(mass, mass_1, dim=1)
                     for i0 in T.Parallel(8):
-                        t_5[i0] = T.cast((T.cast(T.if_then_else((by_mass != 0), (mass_1[i0] >= want_mass), (count_1[i0] >= want_count)), 'int32') == 0), 'int32')
-                    T.reduce_sum(t_5, first, dim=0)
+                        t_6[i0] = T.cast((T.cast(T.if_then_else((by_mass != 0), (mass_1[i0] >= want_mass), (count_1[i0] >= want_count)), 'int32') == 0), 'int32')
+                    T.reduce_sum(t_6, first, dim=0)
                     for i0 in T.Parallel(8):
-                        t_6[i0] = T.if_then_else((i0 == first[0]), pivots[i0], 0.0)
-                    T.reduce_sum(t_6, sum_1, dim=0)
+                        t_7[i0] = T.if_then_else((i0 == first[0]), pivots[i0], 0.0)
+                    T.reduce_sum(t_7, sum_1, dim=0)
                     lo_1 = T.if_then_else((first[0] < 8), sum_1[0], lo)
                     for i0 in T.Parallel(8):
-                        t_7[i0] = T.if_then_else((i0 == first[0]), count_1[i0], 0)
-                    T.reduce_sum(t_7, sum_2, dim=0)
+                        t_8[i0] = T.if_then_else((i0 == first[0]), count_1[i0], 0)
+                    T.reduce_sum(t_8, sum_2, dim=0)
                     lo_count_1 = T.if_then_else((first[0] < 8), sum_2[0], lo_count)
                     for i0 in T.Parallel(8):
-                        t_8[i0] = T.if_then_else((i0 == first[0]), mass_1[i0], 0.0)
-                    T.reduce_sum(t_8, sum_3, dim=0)
+                        t_9[i0] = T.if_then_else((i0 == first[0]), mass_1[i0], 0.0)
+                    T.reduce_sum(t_9, sum_3, dim=0)
                     lo_mass_1 = T.if_then_else((first[0] < 8), sum_3[0], lo_mass)
                     for i0 in T.Parallel(8):
-                        t_9[i0] = T.if_then_else((i0 == (first[0] - 1)), pivots[i0], 0.0)
-                    T.reduce_sum(t_9, sum_4, dim=0)
+                        t_10[i0] = T.if_then_else((i0 == (first[0] - 1)), pivots[i0], 0.0)
+                    T.reduce_sum(t_10, sum_4, dim=0)
                     hi_1 = T.if_then_else((first[0] > 0), sum_4[0], hi)
                     for i0 in T.Parallel(8):
-                        t_10[i0] = T.if_then_else((i0 == (first[0] - 1)), count_1[i0], 0)
-                    T.reduce_sum(t_10, sum_5, dim=0)
+                        t_11[i0] = T.if_then_else((i0 == (first[0] - 1)), count_1[i0], 0)
+                    T.reduce_sum(t_11, sum_5, dim=0)
                     hi_count_1 = T.if_then_else((first[0] > 0), sum_5[0], hi_count)
                     for i0 in T.Parallel(8):
-                        t_11[i0] = T.if_then_else((i0 == (first[0] - 1)), mass_1[i0], 0.0)
-                    T.reduce_sum(t_11, sum_6, dim=0)
+                        t_12[i0] = T.if_then_else((i0 == (first[0] - 1)), mass_1[i0], 0.0)
+                    T.reduce_sum(t_12, sum_6, dim=0)
                     hi_mass_1 = T.if_then_else((first[0] > 0), sum_6[0], hi_mass)
                     rounds_1 = (rounds + 1)
                     lo = lo_1
@@ -170,27 +173,27 @@ def top_k_top_p_mask_kernel(
                 for start_2_it in T.serial(1):
                     start_2 = start_2_it * 512
                     for i0 in T.Parallel(512):
-                        t_12[i0] = T.if_then_else(((start_2 + i0) < 300), logits_ptr[((T.cast(row, 'int64') * T.int64(300)) + (start_2 + i0))], -T.infinity('float32'))
+                        t_13[i0] = T.if_then_else(((start_2 + i0) < 300), logits_ptr[((T.cast(row, 'int64') * T.int64(300)) + (start_2 + i0))], -T.infinity('float32'))
                     for i0 in T.Parallel(512):
-                        cumsum[i0] = T.cast((((t_12[i0] * 1.0) >= lo) & ((t_12[i0] * 1.0) < hi_2)), 'int32')
+                        cumsum[i0] = T.cast((((t_13[i0] * 1.0) >= lo) & ((t_13[i0] * 1.0) < hi_2)), 'int32')
                     T.cumsum(cumsum, dim=0, reverse=False)
                     for i0 in T.Parallel(512):
-                        if ((((t_12[i0] * 1.0) >= lo) & ((t_12[i0] * 1.0) < hi_2)) & (((taken_1 + cumsum[i0]) - 1) < 64)):
-                            vals_ptr[((row * 64) + ((taken_1 + cumsum[i0]) - 1))] = (t_12[i0] * 1.0)
+                        if ((((t_13[i0] * 1.0) >= lo) & ((t_13[i0] * 1.0) < hi_2)) & (((taken_1 + cumsum[i0]) - 1) < 64)):
+                            vals_ptr[((row * 64) + ((taken_1 + cumsum[i0]) - 1))] = (t_13[i0] * 1.0)
                     for i0 in T.Parallel(512):
-                        if ((((t_12[i0] * 1.0) >= lo) & ((t_12[i0] * 1.0) < hi_2)) & (((taken_1 + cumsum[i0]) - 1) < 64)):
+                        if ((((t_13[i0] * 1.0) >= lo) & ((t_13[i0] * 1.0) < hi_2)) & (((taken_1 + cumsum[i0]) - 1) < 64)):
                             cols_ptr[((row * 64) + ((taken_1 + cumsum[i0]) - 1))] = (start_2 + i0)
                     for i0 in T.Parallel(512):
-                        t_13[i0] = T.cast((((t_12[i0] * 1.0) >= lo) & ((t_12[i0] * 1.0) < hi_2)), 'int32')
-                    T.reduce_sum(t_13, sum_7, dim=0)
+                        t_14[i0] = T.cast((((t_13[i0] * 1.0) >= lo) & ((t_13[i0] * 1.0) < hi_2)), 'int32')
+                    T.reduce_sum(t_14, sum_7, dim=0)
                     taken_2 = (taken_1 + sum_7[0])
                     taken_1 = taken_2
                 T.sync_threads()
                 for i0 in T.Parallel(64):
-                    t_14[i0] = T.if_then_else((i0 < taken_1), vals_ptr[((row * 64) + i0)], -T.infinity('float32'))
+                    t_15[i0] = T.if_then_else((i0 < taken_1), vals_ptr[((row * 64) + i0)], -T.infinity('float32'))
                 T.sync_threads()
                 for i0 in T.Parallel(64):
-                    v_swap[i0] = t_14[i0]
+                    v_swap[i0] = t_15[i0]
                 T.sync_threads()
                 for i0 in T.Parallel(64):  # runs of 2, alternately ascending and descending: element i0 against i0 ^ 1
                     v[i0] = T.if_then_else((v_swap[i0] > v_swap[i0 ^ 1]) != (((i0 & 2) == 0) != ((i0 & 1) == 0)), v_swap[i0 ^ 1], v_swap[i0])
@@ -261,20 +264,20 @@ def top_k_top_p_mask_kernel(
                     cumsum_1[i0] = e[i0]
                 T.cumsum(cumsum_1, dim=0, reverse=False)
                 for i0 in T.Parallel(64):
-                    t_15[i0] = T.if_then_else((T.if_then_else((by_mass != 0), ((hi_mass_2 + cumsum_1[i0]) >= want_mass), (((hi_count_2 + i0) + 1) >= want_count)) & (i0 < taken_1)), i0, 64)
-                T.reduce_min(t_15, min_1, dim=0)
+                    t_16[i0] = T.if_then_else((T.if_then_else((by_mass != 0), ((hi_mass_2 + cumsum_1[i0]) >= want_mass), (((hi_count_2 + i0) + 1) >= want_count)) & (i0 < taken_1)), i0, 64)
+                T.reduce_min(t_16, min_1, dim=0)
                 first_1 = T.min(min_1[0], (taken_1 - 1))
                 for i0 in T.Parallel(64):
-                    t_16[i0] = T.if_then_else((i0 == first_1), v[i0], 0.0)
-                T.reduce_sum(t_16, sum_8, dim=0)
+                    t_17[i0] = T.if_then_else((i0 == first_1), v[i0], 0.0)
+                T.reduce_sum(t_17, sum_8, dim=0)
                 tau_1 = T.if_then_else(((taken_1 > 0) & (taken_1 <= 64)), sum_8[0], lo)
                 for i0 in T.Parallel(64):
-                    t_17[i0] = T.cast(((v[i0] >= tau_1) & (i0 < taken_1)), 'int32')
-                T.reduce_sum(t_17, sum_9, dim=0)
+                    t_18[i0] = T.cast(((v[i0] >= tau_1) & (i0 < taken_1)), 'int32')
+                T.reduce_sum(t_18, sum_9, dim=0)
                 kept_count_1 = (hi_count_2 + sum_9[0])
                 for i0 in T.Parallel(64):
-                    t_18[i0] = T.if_then_else(((v[i0] >= tau_1) & (i0 < taken_1)), e[i0], 0.0)
-                T.reduce_sum(t_18, sum_10, dim=0)
+                    t_19[i0] = T.if_then_else(((v[i0] >= tau_1) & (i0 < taken_1)), e[i0], 0.0)
+                T.reduce_sum(t_19, sum_10, dim=0)
                 kept_mass_1 = (hi_mass_2 + sum_10[0])
                 T.sync_threads()
                 whole = whole_1
@@ -286,5 +289,5 @@ def top_k_top_p_mask_kernel(
             start_3 = start_3_it * 512
             T.copy(logits_ptr_v[row, start_3:start_3 + 512], x)
             for i0 in T.Parallel(512):
-                t_19[i0] = T.if_then_else((x[i0] >= tau), x[i0], -T.infinity('float32'))
-            T.copy(t_19, out_ptr_v[row, start_3:start_3 + 512])
+                t_20[i0] = T.if_then_else((x[i0] >= tau), x[i0], -T.infinity('float32'))
+            T.copy(t_20, out_ptr_v[row, start_3:start_3 + 512])

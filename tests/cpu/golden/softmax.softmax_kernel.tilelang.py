@@ -20,6 +20,7 @@ def softmax_kernel(
         max_1 = T.alloc_fragment((2,), 'float32')
         e = T.alloc_fragment((2, 1024), 'float32')
         sum_1 = T.alloc_fragment((2,), 'float32')
+        t = T.alloc_fragment((2,), 'float32')
         y = T.alloc_fragment((2, 1024), 'float32')
         T.copy(x_ptr_v[bx * 2:bx * 2 + 2, 0:1024], x)
         for i0, i1 in T.Parallel(2, 1024):
@@ -28,6 +29,8 @@ def softmax_kernel(
         for i0, i1 in T.Parallel(2, 1024):
             e[i0, i1] = T.exp2((x_1[i0, i1] - max_1[i0]) * 1.4426950408889634)
         T.reduce_sum(e, sum_1, dim=1)
+        for i0 in T.Parallel(2):
+            t[i0] = (1.0 / sum_1[i0])
         for i0, i1 in T.Parallel(2, 1024):
-            y[i0, i1] = (e[i0, i1] * (1.0 / sum_1[i0]))
+            y[i0, i1] = (e[i0, i1] * t[i0])
         T.copy(y, y_ptr_v[bx * 2:bx * 2 + 2, 0:1024])

@@ -25,8 +25,9 @@ def reduce_forms(
         c_ptr_v = T.StridedTensor((16, 20), (20, 1), 'float32', data=c_ptr.data)
         x = T.alloc_fragment((16, 32), 'float32')
         sum_1 = T.alloc_fragment((16,), 'float32')
+        t = T.alloc_fragment((16, 1), 'float32')
         centered = T.alloc_fragment((16, 32), 'float32')
-        t = T.alloc_fragment((16, 32), 'float32')
+        t_1 = T.alloc_fragment((16, 32), 'float32')
         min_1 = T.alloc_fragment((32,), 'float32')
         steps = T.alloc_fragment((16, 32), 'float32')
         argmin = T.alloc_fragment((16,), 'int32')
@@ -36,12 +37,14 @@ def reduce_forms(
         max_1 = T.alloc_fragment((32,), 'int32')
         T.copy(x_ptr_v[0:16, 0:32], x)
         T.reduce_sum(x, sum_1, dim=1)
+        for i0, i1 in T.Parallel(16, 1):
+            t[i0, i1] = (sum_1[i0] / T.cast(20, 'float32'))
         for i0, i1 in T.Parallel(16, 32):
-            centered[i0, i1] = (x[i0, i1] - (sum_1[i0] / T.cast(20, 'float32')))
+            centered[i0, i1] = (x[i0, i1] - t[i0, 0])
         T.copy(centered, c_ptr_v[0:16, 0:32])
         for i0, i1 in T.Parallel(16, 32):
-            t[i0, i1] = T.if_then_else((i1 < 20), x[i0, i1], T.infinity('float32'))
-        T.reduce_min(t, min_1, dim=0)
+            t_1[i0, i1] = T.if_then_else((i1 < 20), x[i0, i1], T.infinity('float32'))
+        T.reduce_min(t_1, min_1, dim=0)
         T.copy(min_1, mn_ptr[0:32])
         for i0, i1 in T.Parallel(16, 32):
             steps[i0, i1] = T.if_then_else((i1 < 20), T.floor((x[i0, i1] * 2.0)), T.infinity('float32'))
