@@ -199,6 +199,31 @@ def test_an_index_cast_to_an_integer_of_its_width_costs_nothing():
     assert torch.equal(a, h.int()) and torch.equal(b, (h >> 1).int())
 
 
+# -- a costly tile stretched by a broadcast is computed once per element of its own ------------------------------
+@tle.jit
+def ladder_mass(x_ptr, piv_ptr, out_ptr, F: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    y = tl.load(x_ptr + offs)
+    pivots = tl.load(piv_ptr + tl.arange(0, F))
+    e = tl.exp(y)
+    mass = tl.sum(tl.where(y[None, :] >= pivots[:, None], e[None, :], 0.0), 1)
+    tl.store(out_ptr + tl.arange(0, F), mass)
+
+
+@needs_tilelang
+def test_a_costly_tile_read_through_a_broadcast_is_materialized():
+    """exp(y) [BLOCK] has one use, a broadcast into an [F, BLOCK] select: written inline it would be computed F
+    times an element, so it is held in a fragment of its own shape, computed in a [BLOCK] loop."""
+    x, piv, out = torch.randn(64), torch.tensor([-1.0, 0.0, 0.5, 2.0]), torch.full((4,), float("nan"))
+    src = _lower(ladder_mass, x, piv, out, F=4, BLOCK=64).source
+    assert "e = T.alloc_fragment((64,), 'float32')" in src, src
+    exps = [ln for ln in src.splitlines() if "T.exp" in ln]
+    assert len(exps) == 1 and exps[0].strip().startswith("e[i0] ="), src
+    interpret_tilelang(ladder_mass, (1,), x, piv, out, F=4, BLOCK=64)
+    expected = torch.where(x[None, :] >= piv[:, None], x.exp()[None, :], 0.0).sum(1)
+    torch.testing.assert_close(out, expected)
+
+
 # -- a warp group's row copies: cp.async only for contiguous rows masked on rows only --------------------------
 R, C = 64, 16
 
