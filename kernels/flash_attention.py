@@ -574,7 +574,8 @@ def check_attention_inputs(q, k, v, varlen: bool, causal, scale) -> float:
     if k.shape[-1] != d:
         raise tle.LaunchError(f"'k' has head dim {k.shape[-1]}; expected {d}, q's")
     if h_kv == 0 or h % h_kv:
-        raise tle.LaunchError(f"'k' has {h_kv} heads, which does not divide q's {h} heads")
+        raise tle.LaunchError(f"'k' has {h_kv} heads, which does not divide q's {h} heads" +
+                              ("" if varlen else _other_layout_hint(q, k)))
     if not isinstance(causal, bool):
         raise tle.LaunchError(f"'causal' must be a bool, got {causal!r}")
     if scale is None:
@@ -582,6 +583,17 @@ def check_attention_inputs(q, k, v, varlen: bool, causal, scale) -> float:
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
         raise tle.LaunchError(f"'scale' must be a finite float or None, got {scale!r}")
     return float(scale)
+
+
+def _other_layout_hint(q, k) -> str:
+    """What to say where q and k do not fit [B, S, H, D] but fit [B, H, S, D], the layout of
+    torch's scaled_dot_product_attention (axes 1 and 2 swapped)."""
+    h, h_kv = q.shape[1], k.shape[1]
+    if h_kv == 0 or h % h_kv:
+        return ""
+    return (f". If they are laid out [B, H, S, D] (torch's scaled_dot_product_attention layout, in which they fit: "
+            f"{h} query heads over {h_kv} key heads): this operator takes [B, S, H, D]; pass q, k and v transposed "
+            f"(x.transpose(1, 2)) and transpose the output back")
 
 
 GRID_AXIS_MAX = 65535          # CUDA's limit on grid axis 1, which the kernels give a program per (batch, head)

@@ -226,6 +226,11 @@ def test_flash_attention_folded_forward_in_triton_interpreter(monkeypatch):
     (lambda q, k, v: tle.ops.flash_attention(q, k.repeat(1, 1, 2, 1)[:, :, :3], v.repeat(1, 1, 2, 1)[:, :, :3],
                                              backend="torch"),
      "'k' has 3 heads, which does not divide q's 4 heads"),
+    (lambda q, k, v: tle.ops.flash_attention(q.transpose(1, 2), k[:, :2].transpose(1, 2), v[:, :2].transpose(1, 2),
+                                             backend="torch"),
+     r"'k' has 2 heads, which does not divide q's 5 heads. If they are laid out \[B, H, S, D\] \(torch's "
+     r"scaled_dot_product_attention layout, in which they fit: 4 query heads over 2 key heads\): this operator "
+     r"takes \[B, S, H, D\]"),
     (lambda q, k, v: tle.ops.flash_attention(q, k[..., :8], v[..., :8], backend="torch"), "'k' has head dim 8"),
     (lambda q, k, v: tle.ops.flash_attention(q, k, v.float(), backend="torch"), "'v' has dtype float32"),
     (lambda q, k, v: tle.ops.flash_attention(q[0], k[0], v[0], backend="torch"), r"'q' has shape \(5, 4, 16\)"),
