@@ -573,7 +573,7 @@ def check_attention_inputs(q, k, v, varlen: bool, causal, scale) -> float:
     h, d, h_kv = q.shape[-2], q.shape[-1], k.shape[-2]
     if k.shape[-1] != d:
         raise tle.LaunchError(f"'k' has head dim {k.shape[-1]}; expected {d}, q's")
-    if h_kv == 0 or h % h_kv:
+    if not _heads_divide(h, h_kv):
         raise tle.LaunchError(f"'k' has {h_kv} heads, which does not divide q's {h} heads" +
                               ("" if varlen else _other_layout_hint(q, k)))
     if not isinstance(causal, bool):
@@ -585,11 +585,16 @@ def check_attention_inputs(q, k, v, varlen: bool, causal, scale) -> float:
     return float(scale)
 
 
+def _heads_divide(h: int, h_kv: int) -> bool:
+    """Can h query heads share h_kv key/value heads (grouped-query: h_kv divides h)?"""
+    return h_kv != 0 and h % h_kv == 0
+
+
 def _other_layout_hint(q, k) -> str:
     """What to say where q and k do not fit [B, S, H, D] but fit [B, H, S, D], the layout of
     torch's scaled_dot_product_attention (axes 1 and 2 swapped)."""
     h, h_kv = q.shape[1], k.shape[1]
-    if h_kv == 0 or h % h_kv:
+    if not _heads_divide(h, h_kv):
         return ""
     return (f". If they are laid out [B, H, S, D] (torch's scaled_dot_product_attention layout, in which they fit: "
             f"{h} query heads over {h_kv} key heads): this operator takes [B, S, H, D]; pass q, k and v transposed "

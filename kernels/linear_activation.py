@@ -180,8 +180,6 @@ def _forward_fake(x, weight, bias, activation, save_pre):
     return x.new_empty((*x.shape[:-1], n)), pre
 
 
-
-
 def _save(ctx, inputs, output):
     x, weight, bias, ctx.activation, _ = inputs
     ctx.has_bias = bias is not None
