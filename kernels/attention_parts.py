@@ -5,11 +5,14 @@ inputs."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import triton.language as tl
 
 import tle
+from tle.kernels.dropout_add import scale_of, threshold_of
+from tle.kernels.philox import stream_words_torch
 from tle.oplib.rows import torch_compute_dtype
 
 
@@ -86,29 +89,78 @@ def cu_or_dummy(cu, like):
     return cu if cu is not None else like
 
 
+# -- what shapes the scores beyond q kᵀ · scale ------------------------------------------------------------
+@dataclass(frozen=True)
+class Scores:
+    """How an attention call turns q kᵀ · scale into probabilities, beyond the softmax:
+
+    - window (left, right): query i sees key j when i + base - left <= j <= i + base + right, base = S_k - S_q
+      (the diagonal through the bottom-right corner); None leaves that side open. Causal is (None, 0); the
+      top-left causal mask (SDPA's, when S_q != S_k) is (None, S_q - S_k).
+    - softcap > 0: scores become softcap · tanh(scores / softcap) (logit soft-capping, after the scale).
+    - bias: added to the scores (after the cap), broadcast to [B, H, S_q, S_k]; -inf masks a key out.
+    - dropout_p > 0: the probabilities are dropped, each kept one scaled by 1 / (1 - p), with the mask of the
+      Philox stream of (seed, offset) over the [B, H, S_q, S_k] elements (kernels/philox.py); the lse and
+      the normalizer are of the probabilities before dropout.
+    A query that sees no key gets output 0 and lse -inf."""
+    window: tuple[int | None, int | None] = (None, None)
+    softcap: float = 0.0
+    bias: torch.Tensor | None = None
+    dropout_p: float = 0.0
+    seed: int = 0
+    offset: int = 0
+
+
+CAUSAL = Scores(window=(None, 0))
+
+
 # -- the torch forward: fp32 (fp64 for fp64 inputs), one sequence at a time ----------------------------------
-def _keep(s_q, s_k, causal, device):
-    """[S_q, S_k]: which keys each query sees (causal: aligned to the bottom-right corner)."""
-    if not causal:
-        return torch.ones(s_q, s_k, dtype=torch.bool, device=device)
+def _keep(s_q, s_k, window, device):
+    """[S_q, S_k]: which keys each query sees (the window of Scores)."""
+    left, right = window
     i = torch.arange(s_q, device=device)[:, None]
     j = torch.arange(s_k, device=device)[None, :]
-    return j <= i + (s_k - s_q)
+    keep = torch.ones(s_q, s_k, dtype=torch.bool, device=device)
+    if right is not None:
+        keep = keep & (j <= i + (s_k - s_q) + right)
+    if left is not None:
+        keep = keep & (j >= i + (s_k - s_q) - left)
+    return keep
 
 
-def _dense_attention(q, k, v, causal, scale):
+def _logits(q, kk, scale, sc: Scores):
+    """The scores [B, H, S_q, S_k] before the window's mask, and the soft cap's tanh (None without one)."""
+    s = torch.einsum("bqhd,bkhd->bhqk", q, kk) * scale
+    t = None
+    if sc.softcap > 0:
+        t = torch.tanh(s / sc.softcap)
+        s = sc.softcap * t
+    if sc.bias is not None:
+        s = s + sc.bias.to(s.dtype)
+    return s, t
+
+
+def dropout_keep(shape, sc: Scores, device):
+    """The dropout's mask over [B, H, S_q, S_k] (bool), the words every backend draws (kernels/philox.py)."""
+    words = stream_words_torch(math.prod(shape), sc.seed, sc.offset, device)
+    return (words >= threshold_of(sc.dropout_p)).reshape(shape)
+
+
+def _dense_attention(q, k, v, scale, sc: Scores = CAUSAL):
     """out [B, S_q, H, D] and lse [B, H, S_q] of dense inputs, differentiable (the reference uses it too): a query
     that sees no key gets 0 and lse -inf, with finite gradients."""
     group = q.shape[2] // k.shape[2]
     kk, vv = k.repeat_interleave(group, dim=2), v.repeat_interleave(group, dim=2)
-    s = torch.einsum("bqhd,bkhd->bhqk", q, kk) * scale
-    keep = _keep(q.shape[1], k.shape[1], causal, q.device)
-    seen = keep.any(-1)[:, None]                                         # [S_q, 1]
-    s = torch.where(keep, s, torch.where(seen, -math.inf, 0.0))          # an unseen row: finite, zeroed below
+    s, _ = _logits(q, kk, scale, sc)
+    s = torch.where(_keep(q.shape[1], k.shape[1], sc.window, q.device), s, -math.inf)
+    seen = (s > -math.inf).any(-1, keepdim=True)                        # [B, H, S_q, 1]
+    s = torch.where(seen, s, 0.0)                                       # an unseen row: finite, zeroed below
     lse = torch.logsumexp(s, dim=-1)
-    p = torch.exp(s - lse[..., None]) * keep
+    p = torch.where(seen, torch.exp(s - lse[..., None]), 0.0)
+    if sc.dropout_p > 0:
+        p = p * dropout_keep(p.shape, sc, q.device) * scale_of(sc.dropout_p)
     out = torch.einsum("bhqk,bkhd->bqhd", p, vv)
-    return out, torch.where(seen[:, 0], lse, -math.inf)
+    return out, torch.where(seen[..., 0], lse, -math.inf)
 
 
 def sequence_slices(cu_q, cu_k):
@@ -117,16 +169,16 @@ def sequence_slices(cu_q, cu_k):
     return [(slice(qs[i], qs[i + 1]), slice(ks[i], ks[i + 1])) for i in range(len(qs) - 1)]
 
 
-def _torch_forward(q, k, v, cu_q, cu_k, causal, scale):
+def _torch_forward(q, k, v, cu_q, cu_k, sc: Scores, scale):
     ct = torch_compute_dtype(q)
     qf, kf, vf = q.to(ct), k.to(ct), v.to(ct)
     if cu_q is None:
-        out, lse = _dense_attention(qf, kf, vf, causal, scale)
+        out, lse = _dense_attention(qf, kf, vf, scale, sc)
         return out.to(q.dtype).contiguous(), lse.float().contiguous()
     out = q.new_zeros(q.shape)
     lse = torch.empty(q.shape[1], q.shape[0], device=q.device, dtype=torch.float32)
     for rq, rk in sequence_slices(cu_q, cu_k):
-        o, l = _dense_attention(qf[None, rq], kf[None, rk], vf[None, rk], causal, scale)
+        o, l = _dense_attention(qf[None, rq], kf[None, rk], vf[None, rk], scale, sc)
         out[rq], lse[:, rq] = o[0].to(q.dtype), l[0].float()
     return out, lse
 

@@ -33,8 +33,11 @@ import triton.language as tl
 
 import tle
 from tle.kernels import flash_attention_warp_groups as warp_groups
-from tle.kernels.attention_parts import (Problem, _dense_attention, _example_inputs, _folded_softmax, _fwd_program,
-                                         _keep, _sequence, _torch_forward, cu_or_dummy, nan_like, sequence_slices)
+from tle.kernels.attention_parts import (CAUSAL, Problem, Scores, _dense_attention, _example_inputs, _folded_softmax,
+                                         _fwd_program, _keep, _logits, _sequence, _torch_forward, cu_or_dummy,
+                                         dropout_keep, nan_like, sequence_slices)
+from tle.kernels.dropout_add import U64, _as_i64, scale_of, threshold_of
+from tle.kernels.philox import element_words, split_u64
 from tle.oplib import BenchSpec, Operator, Sample, check_tensor
 from tle.oplib.arith import cdiv
 from tle.oplib.recipe import Recipe, Stage
@@ -47,24 +50,99 @@ KERNEL_DTYPES = (torch.float16, torch.bfloat16)
 KERNEL_HEAD_DIMS = (16, 32, 64, 128, 256)
 
 
+# -- what every kernel does to a tile of scores (Scores, in attention_parts.py) ------------------------------
+@tle.jit
+def _scores(raw, r2, c2, len_q, len_k, bias_base, stride_bias_m, stride_bias_n, qk_scale, softcap,
+            SOFTCAP: tl.constexpr, BIAS: tl.constexpr):
+    """A tile of scores in base 2 (log2(e) folded in: qk_scale = scale · log2(e)) from its raw products q·k; r2
+    and c2 are its query rows and key columns, shaped to broadcast to the tile ([M, 1] and [1, N], or
+    transposed). With SOFTCAP also the cap's tanh t, whose 1 - t² the backward's dS takes (the raw products
+    otherwise, unused)."""
+    if SOFTCAP:
+        # t = tanh(x), x = raw · scale / softcap, as 1 - 2 / (exp(2x) + 1): exact at both ends, where exp2
+        # overflows to inf or falls to 0
+        t = 1.0 - 2.0 / (tl.math.exp2(raw * (qk_scale * 2.0 / softcap)) + 1.0)
+        s = t * (softcap * 1.4426950408889634)
+    else:
+        t = raw
+        s = raw * qk_scale
+    if BIAS:
+        bias = tl.load(bias_base + r2 * stride_bias_m + c2 * stride_bias_n, mask=(r2 < len_q) & (c2 < len_k),
+                       other=0.0)
+        s = s + bias.to(tl.float32) * 1.4426950408889634
+    return s, t
+
+
+@tle.jit
+def _in_window(keep, r2, c2, diag, left_edge, CAUSAL: tl.constexpr, LOCAL: tl.constexpr):
+    """keep, and-ed with the window: query r2 sees key c2 when r2 + left_edge <= c2 <= r2 + diag."""
+    if CAUSAL:
+        keep = keep & (c2 <= r2 + diag)
+    if LOCAL:
+        keep = keep & (c2 >= r2 + left_edge)
+    return keep
+
+
+@tle.jit
+def _window_keep(r2, c2, diag, left_edge, CAUSAL: tl.constexpr, LOCAL: tl.constexpr):
+    """The window alone (at least one edge): where query r2 sees key c2."""
+    if CAUSAL:
+        keep = c2 <= r2 + diag
+        if LOCAL:
+            keep = keep & (c2 >= r2 + left_edge)
+    else:
+        keep = c2 >= r2 + left_edge
+    return keep
+
+
+@tle.jit
+def _dropout_keep(r2, c2, bh, seqlen_q, seqlen_k, seed_lo, seed_hi, offset_lo, offset_hi, drop_threshold):
+    """Which probabilities of a tile (query rows r2, key columns c2, of head bh = b · H + h) dropout keeps: those
+    whose word, element (bh · S_q + row) · S_k + col of the Philox stream, is at least the threshold."""
+    e = (bh * seqlen_q + r2).to(tl.int64) * seqlen_k + c2
+    return element_words(e, seed_lo, seed_hi, offset_lo, offset_hi).to(tl.int64) >= drop_threshold
+
+
+@tle.jit
+def _key_blocks(m0, len_q, len_k, diag, left_edge, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                CAUSAL: tl.constexpr, LOCAL: tl.constexpr, EDGE_MASKED: tl.constexpr):
+    """The key blocks a program of queries [m0, m0 + BLOCK_M) walks: (lo, full, hi), blocks [lo, full) seen whole
+    by every one of its queries, [full, hi) masked. EDGE_MASKED: the last, partial block of keys is masked."""
+    lo = 0
+    hi = len_k
+    full = len_k
+    if EDGE_MASKED:
+        full = len_k // BLOCK_N * BLOCK_N
+    if CAUSAL:
+        hi = tl.minimum(len_k, tl.maximum(m0 + BLOCK_M + diag, 0))
+        full = tl.minimum(full, tl.maximum(m0 + diag + 1, 0) // BLOCK_N * BLOCK_N)
+    hi = tl.where(m0 < len_q, hi, 0)      # a block past a packed sequence's end reads nothing
+    if LOCAL:
+        lo = tl.minimum(tl.maximum(m0 + left_edge, 0) // BLOCK_N * BLOCK_N, hi)
+        full = lo                         # any block may cross the window's left edge: all are masked
+    full = tl.minimum(full, hi)
+    return lo, full, hi
+
+
 # -- the forward ------------------------------------------------------------------------------------------
 @tle.jit
-def _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, offs_m, lo, hi, len_k, diag,
-                qk_scale, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                MASKED: tl.constexpr, CAUSAL: tl.constexpr, FOLD: tl.constexpr):
-    """The online softmax over key blocks [lo, hi); MASKED adds the key-length and causal masks.
-    FOLD (a scale in (0, 1e4)): _folded_softmax, and the mask is the product's starting value (0 or -inf), so
-    no pass over the scores applies it. Otherwise the scores are scaled first and masked after (a negative
-    scale would turn a -inf start over)."""
+def _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, bias_base, stride_kn, stride_vn, stride_bias_m, stride_bias_n,
+                offs_m, lo, hi, len_q, len_k, diag, left_edge, qk_scale, softcap, bh, seqlen_q, seqlen_k, seed_lo,
+                seed_hi, offset_lo, offset_hi, drop_threshold, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+                BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr, LOCAL: tl.constexpr,
+                FOLD: tl.constexpr, BIAS: tl.constexpr, SOFTCAP: tl.constexpr, DROPOUT: tl.constexpr):
+    """The online softmax over key blocks [lo, hi); MASKED adds the key-length mask and the window's.
+    FOLD (a scale in (0, 1e4), no cap, no bias): _folded_softmax, and the mask is the product's starting value
+    (0 or -inf), so no pass over the scores applies it. Otherwise the scores are scaled first and masked after
+    (a negative scale would turn a -inf start over)."""
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
     for start_n in range(lo, hi, BLOCK_N):
         cols = start_n + offs_n
         k = tl.load(k_base + cols[:, None] * stride_kn + offs_d[None, :], mask=(cols < len_k)[:, None], other=0.0)
         if MASKED:
-            keep = (cols < len_k)[None, :]
-            if CAUSAL:
-                keep = keep & (cols[None, :] <= offs_m[:, None] + diag)
+            keep = _in_window((cols < len_k)[None, :], offs_m[:, None], cols[None, :], diag, left_edge, CAUSAL,
+                              LOCAL)
         if FOLD:
             if MASKED:
                 start = tl.where(keep, tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32), -float("inf"))
@@ -73,13 +151,17 @@ def _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, offs_m, 
                 qk = tl.dot(q, tl.trans(k))
             p, alpha, l_i, m_new = _folded_softmax(qk, m_i, l_i, qk_scale)
         else:
-            qk = tl.dot(q, tl.trans(k)) * qk_scale
+            qk, _ = _scores(tl.dot(q, tl.trans(k)), offs_m[:, None], cols[None, :], len_q, len_k, bias_base,
+                            stride_bias_m, stride_bias_n, qk_scale, softcap, SOFTCAP, BIAS)
             if MASKED:
                 qk = tl.where(keep, qk, -float("inf"))
             m_new = tl.maximum(m_i, tl.max(qk, 1))
             alpha = tl.math.exp2(m_i - m_new)
             p = tl.math.exp2(qk - m_new[:, None])
             l_i = l_i * alpha + tl.sum(p, 1)
+        if DROPOUT:                       # l_i sums the probabilities before dropout
+            p = tl.where(_dropout_keep(offs_m[:, None], cols[None, :], bh, seqlen_q, seqlen_k, seed_lo, seed_hi,
+                                       offset_lo, offset_hi, drop_threshold), p, 0.0)
         v = tl.load(v_base + cols[:, None] * stride_vn + offs_d[None, :], mask=(cols < len_k)[:, None], other=0.0)
         acc = acc * alpha[:, None]
         acc = tl.dot(p.to(v.dtype), v, acc)
@@ -87,20 +169,34 @@ def _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, offs_m, 
     return acc, l_i, m_i
 
 
-@tle.jit
+# seed, offset and threshold change from call to call: runtime values (TileLang compiles in the integer
+# arguments it is not told to keep), so a kernel compiles once per shape
+_RUNTIME_INTS = ("seed_lo", "seed_hi", "offset_lo", "offset_hi", "drop_threshold")
+
+
+@tle.jit(do_not_specialize=_RUNTIME_INTS)
 def flash_attention_fwd_kernel(
         q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_q_ptr, cu_k_ptr, sm_scale,
         stride_qb, stride_qm, stride_qh, stride_kb, stride_kn, stride_kh, stride_vb, stride_vn, stride_vh,
         stride_ob, stride_om, stride_oh, stride_lb, stride_lh, seqlen_q, seqlen_k,
+        bias_ptr, stride_bias_b, stride_bias_h, stride_bias_m, stride_bias_n, window_left, window_right, softcap,
+        seed_lo, seed_hi, offset_lo, offset_hi, drop_threshold, drop_scale,
         H: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
         BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, VARLEN: tl.constexpr, SPLIT: tl.constexpr,
-        FOLD: tl.constexpr = False):
+        FOLD: tl.constexpr = False, LOCAL: tl.constexpr = False, BIAS: tl.constexpr = False,
+        SOFTCAP: tl.constexpr = False, DROPOUT: tl.constexpr = False):
     pid_m = tl.program_id(0)
+    bh = tl.program_id(1)
     len_q, len_k, q_base, k_base, v_base, o_base, lse_base = _fwd_program(
         q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_q_ptr, cu_k_ptr, stride_qb, stride_qm, stride_qh, stride_kb,
         stride_kn, stride_kh, stride_vb, stride_vn, stride_vh, stride_ob, stride_om, stride_oh, stride_lb, stride_lh,
         seqlen_q, seqlen_k, H, GROUP, VARLEN)
-    diag = len_k - len_q                  # query i sees key j <= i + diag (causal, bottom-right)
+    # the window (Scores): query i sees keys i + left_edge <= j <= i + diag, about the bottom-right diagonal
+    diag = len_k - len_q + window_right
+    left_edge = len_k - len_q - window_left
+    bias_base = bias_ptr
+    if BIAS:
+        bias_base = bias_ptr + (bh // H) * stride_bias_b + (bh % H) * stride_bias_h
 
     m0 = pid_m * BLOCK_M
     offs_m = m0 + tl.arange(0, BLOCK_M)
@@ -108,31 +204,34 @@ def flash_attention_fwd_kernel(
     row_ok = offs_m < len_q
     q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :], mask=row_ok[:, None], other=0.0)
 
-    # the key blocks: [0, full) seen whole by every query of the block, [full, hi) masked
-    hi = len_k
-    full = len_k // BLOCK_N * BLOCK_N
-    if CAUSAL:
-        hi = tl.minimum(len_k, tl.maximum(m0 + BLOCK_M + diag, 0))
-        full = tl.minimum(full, tl.maximum(m0 + diag + 1, 0) // BLOCK_N * BLOCK_N)
-    hi = tl.where(m0 < len_q, hi, 0)      # a block past a packed sequence's end reads nothing
-    full = tl.minimum(full, hi)
-
+    lo, full, hi = _key_blocks(m0, len_q, len_k, diag, left_edge, BLOCK_M, BLOCK_N, CAUSAL, LOCAL, True)
     # exp(x * scale) = exp2(x * scale * log2(e)); m_i starts finite so a row that sees no key stays at 0
     qk_scale = sm_scale * 1.4426950408889634
     m_i = tl.zeros([BLOCK_M], dtype=tl.float32) - 1.0e30
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     if SPLIT:       # two loops: the blocks no mask touches without mask arithmetic
-        acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, offs_m, 0, full, len_k,
-                                    diag, qk_scale, HEAD_DIM, BLOCK_M, BLOCK_N, False, CAUSAL, FOLD)
-        acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, offs_m, full, hi, len_k,
-                                    diag, qk_scale, HEAD_DIM, BLOCK_M, BLOCK_N, True, CAUSAL, FOLD)
+        acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, bias_base, stride_kn, stride_vn,
+                                    stride_bias_m, stride_bias_n, offs_m, lo, full, len_q, len_k, diag, left_edge,
+                                    qk_scale, softcap, bh, seqlen_q, seqlen_k, seed_lo, seed_hi, offset_lo, offset_hi,
+                                    drop_threshold, HEAD_DIM, BLOCK_M, BLOCK_N, False, CAUSAL, LOCAL, FOLD,
+                                    BIAS, SOFTCAP, DROPOUT)
+        acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, bias_base, stride_kn, stride_vn,
+                                    stride_bias_m, stride_bias_n, offs_m, full, hi, len_q, len_k, diag, left_edge,
+                                    qk_scale, softcap, bh, seqlen_q, seqlen_k, seed_lo, seed_hi, offset_lo, offset_hi,
+                                    drop_threshold, HEAD_DIM, BLOCK_M, BLOCK_N, True, CAUSAL, LOCAL, FOLD,
+                                    BIAS, SOFTCAP, DROPOUT)
     else:           # one loop, masked throughout: half the loop buffers (shared memory, on TileLang)
-        acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, offs_m, 0, hi, len_k,
-                                    diag, qk_scale, HEAD_DIM, BLOCK_M, BLOCK_N, True, CAUSAL, FOLD)
+        acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, bias_base, stride_kn, stride_vn,
+                                    stride_bias_m, stride_bias_n, offs_m, lo, hi, len_q, len_k, diag, left_edge,
+                                    qk_scale, softcap, bh, seqlen_q, seqlen_k, seed_lo, seed_hi, offset_lo, offset_hi,
+                                    drop_threshold, HEAD_DIM, BLOCK_M, BLOCK_N, True, CAUSAL, LOCAL, FOLD,
+                                    BIAS, SOFTCAP, DROPOUT)
 
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
     out = acc / l_safe[:, None]
+    if DROPOUT:
+        out = out * drop_scale
     tl.store(o_base + offs_m[:, None] * stride_om + offs_d[None, :], out.to(o_ptr.dtype.element_ty),
              mask=row_ok[:, None])
     if FOLD:
@@ -162,8 +261,21 @@ def flash_attention_bwd_preprocess_kernel(
 
 
 @tle.jit
-def _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qm, stride_dom, offs_n, lo, hi,
-                 len_q, diag, qk_scale, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, MASKED: tl.constexpr):
+def _row_lse2(lse_base, rows, row_ok, BIAS: tl.constexpr):
+    """The forward's lse of rows in base 2. With a bias a row that sees keys can have every score -inf (lse -inf):
+    0 then, so exp2(score - lse) is 0 rather than NaN."""
+    lse2 = tl.load(lse_base + rows, mask=row_ok, other=0.0) * 1.4426950408889634
+    if BIAS:
+        lse2 = tl.where(lse2 == -float("inf"), 0.0, lse2)
+    return lse2
+
+
+@tle.jit
+def _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base, bias_base, stride_qm, stride_dom,
+                 stride_bias_m, stride_bias_n, offs_n, lo, hi, len_q, len_k, diag, left_edge, qk_scale, softcap, bh,
+                 seqlen_q, seqlen_k, seed_lo, seed_hi, offset_lo, offset_hi, drop_threshold, drop_scale,
+                 HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+                 LOCAL: tl.constexpr, BIAS: tl.constexpr, SOFTCAP: tl.constexpr, DROPOUT: tl.constexpr):
     """dK and dV of one key block from query blocks [lo, hi) of one head, all transposed ([keys, queries])."""
     offs_d = tl.arange(0, HEAD_DIM)
     for start_m in range(lo, hi, BLOCK_M):
@@ -172,32 +284,47 @@ def _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qm,
         q = tl.load(q_base + rows[:, None] * stride_qm + offs_d[None, :], mask=row_ok[:, None], other=0.0)
         do = tl.load(do_base + rows[:, None] * stride_dom + offs_d[None, :], mask=row_ok[:, None], other=0.0)
         # rows past the sequence read q = dO = lse = delta = 0: their terms vanish
-        lse2 = tl.load(lse_base + rows, mask=row_ok, other=0.0) * 1.4426950408889634
+        lse2 = _row_lse2(lse_base, rows, row_ok, BIAS)
         delta = tl.load(delta_base + rows, mask=row_ok, other=0.0)
-        p_t = tl.math.exp2(tl.dot(k, tl.trans(q)) * qk_scale - lse2[None, :])
+        s_t, t_t = _scores(tl.dot(k, tl.trans(q)), rows[None, :], offs_n[:, None], len_q, len_k, bias_base,
+                           stride_bias_m, stride_bias_n, qk_scale, softcap, SOFTCAP, BIAS)
+        p_t = tl.math.exp2(s_t - lse2[None, :])
         if MASKED:
-            p_t = tl.where(offs_n[:, None] <= rows[None, :] + diag, p_t, 0.0)
-        dv = tl.dot(p_t.to(do.dtype), do, dv)
+            p_t = tl.where(_window_keep(rows[None, :], offs_n[:, None], diag, left_edge, CAUSAL, LOCAL), p_t, 0.0)
+        if DROPOUT:                       # dV takes the dropped probabilities, dS the dropped dP
+            kept = _dropout_keep(rows[None, :], offs_n[:, None], bh, seqlen_q, seqlen_k, seed_lo, seed_hi,
+                                 offset_lo, offset_hi, drop_threshold)
+            dv = tl.dot(tl.where(kept, p_t * drop_scale, 0.0).to(do.dtype), do, dv)
+        else:
+            dv = tl.dot(p_t.to(do.dtype), do, dv)
         dp_t = tl.dot(v, tl.trans(do))
+        if DROPOUT:
+            dp_t = tl.where(kept, dp_t * drop_scale, 0.0)
         ds_t = p_t * (dp_t - delta[None, :])
+        if SOFTCAP:
+            ds_t = ds_t * (1.0 - t_t * t_t)
         dk = tl.dot(ds_t.to(q.dtype), q, dk)
     return dk, dv
 
 
-@tle.jit
+@tle.jit(do_not_specialize=_RUNTIME_INTS)
 def flash_attention_bwd_dkdv_kernel(
         q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, cu_q_ptr, cu_k_ptr, sm_scale,
         stride_qb, stride_qm, stride_qh, stride_kb, stride_kn, stride_kh, stride_vb, stride_vn, stride_vh,
         stride_dob, stride_dom, stride_doh, stride_dkb, stride_dkn, stride_dkh, stride_dvb, stride_dvn,
-        stride_dvh, stride_lb, stride_lh, seqlen_q, seqlen_k, H_KV: tl.constexpr, GROUP: tl.constexpr,
-        HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-        VARLEN: tl.constexpr, SPLIT: tl.constexpr):
+        stride_dvh, stride_lb, stride_lh, seqlen_q, seqlen_k, bias_ptr, stride_bias_b, stride_bias_h, stride_bias_m,
+        stride_bias_n, window_left, window_right, softcap, seed_lo, seed_hi, offset_lo, offset_hi, drop_threshold,
+        drop_scale, H_KV: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+        BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, VARLEN: tl.constexpr, SPLIT: tl.constexpr,
+        LOCAL: tl.constexpr = False, BIAS: tl.constexpr = False, SOFTCAP: tl.constexpr = False,
+        DROPOUT: tl.constexpr = False):
     pid_n = tl.program_id(0)
     b = tl.program_id(1) // H_KV
     h_kv = tl.program_id(1) % H_KV
     q_start, len_q = _sequence(cu_q_ptr, b, seqlen_q, VARLEN)
     k_start, len_k = _sequence(cu_k_ptr, b, seqlen_k, VARLEN)
-    diag = len_k - len_q
+    diag = len_k - len_q + window_right
+    left_edge = len_k - len_q - window_left
 
     n0 = pid_n * BLOCK_N
     offs_n = n0 + tl.arange(0, BLOCK_N)
@@ -208,14 +335,18 @@ def flash_attention_bwd_dkdv_kernel(
     v = tl.load(v_ptr + b * stride_vb + (k_start + offs_n)[:, None] * stride_vn + h_kv * stride_vh
                 + offs_d[None, :], mask=col_ok[:, None], other=0.0)
 
-    # the query blocks: causal ones start at the first query that sees key n0, and those before `full`
-    # see only part of the block's keys
+    # the query blocks that see the keys [n0, n0 + BLOCK_N): [lo, full) masked, [full, hi) whole. Causal: from
+    # the first query that sees key n0, masked before `full`; a left edge: up to the last query that sees the
+    # block's last key, all masked
     lo = 0
     full = 0
+    hi = tl.where(n0 < len_k, len_q, 0)
     if CAUSAL:
         lo = tl.maximum(n0 - diag, 0) // BLOCK_M * BLOCK_M
         full = tl.maximum(lo, tl.cdiv(tl.maximum(n0 + BLOCK_N - 1 - diag, 0), BLOCK_M) * BLOCK_M)
-    hi = tl.where(n0 < len_k, len_q, 0)
+    if LOCAL:
+        hi = tl.minimum(hi, tl.maximum(n0 + BLOCK_N - left_edge, 0))
+        full = hi
     full = tl.minimum(full, hi)
 
     qk_scale = sm_scale * 1.4426950408889634
@@ -223,18 +354,31 @@ def flash_attention_bwd_dkdv_kernel(
     dv = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
     for g in range(GROUP):               # every query head reading this KV head: the GQA sum, in order
         h = h_kv * GROUP + g
+        bh = tl.program_id(1) * GROUP + g                # b · H + h
         q_base = q_ptr + b * stride_qb + q_start * stride_qm + h * stride_qh
         do_base = do_ptr + b * stride_dob + q_start * stride_dom + h * stride_doh
         lse_base = lse_ptr + b * stride_lb + h * stride_lh + q_start
         delta_base = delta_ptr + b * stride_lb + h * stride_lh + q_start
+        bias_base = bias_ptr
+        if BIAS:
+            bias_base = bias_ptr + b * stride_bias_b + h * stride_bias_h
         if SPLIT:
-            dk, dv = _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qm, stride_dom,
-                                  offs_n, lo, full, len_q, diag, qk_scale, HEAD_DIM, BLOCK_M, True)
-            dk, dv = _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qm, stride_dom,
-                                  offs_n, full, hi, len_q, diag, qk_scale, HEAD_DIM, BLOCK_M, False)
+            dk, dv = _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base, bias_base, stride_qm,
+                                  stride_dom, stride_bias_m, stride_bias_n, offs_n, lo, full, len_q, len_k, diag,
+                                  left_edge, qk_scale, softcap, bh, seqlen_q, seqlen_k, seed_lo, seed_hi, offset_lo,
+                                  offset_hi, drop_threshold, drop_scale, HEAD_DIM, BLOCK_M, True, CAUSAL, LOCAL,
+                                  BIAS, SOFTCAP, DROPOUT)
+            dk, dv = _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base, bias_base, stride_qm,
+                                  stride_dom, stride_bias_m, stride_bias_n, offs_n, full, hi, len_q, len_k, diag,
+                                  left_edge, qk_scale, softcap, bh, seqlen_q, seqlen_k, seed_lo, seed_hi, offset_lo,
+                                  offset_hi, drop_threshold, drop_scale, HEAD_DIM, BLOCK_M, False, CAUSAL, LOCAL,
+                                  BIAS, SOFTCAP, DROPOUT)
         else:
-            dk, dv = _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qm, stride_dom,
-                                  offs_n, lo, hi, len_q, diag, qk_scale, HEAD_DIM, BLOCK_M, CAUSAL)
+            dk, dv = _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base, bias_base, stride_qm,
+                                  stride_dom, stride_bias_m, stride_bias_n, offs_n, lo, hi, len_q, len_k, diag,
+                                  left_edge, qk_scale, softcap, bh, seqlen_q, seqlen_k, seed_lo, seed_hi, offset_lo,
+                                  offset_hi, drop_threshold, drop_scale, HEAD_DIM, BLOCK_M, CAUSAL or LOCAL, CAUSAL,
+                                  LOCAL, BIAS, SOFTCAP, DROPOUT)
 
     dk = dk * sm_scale
     tl.store(dk_ptr + b * stride_dkb + (k_start + offs_n)[:, None] * stride_dkn + h_kv * stride_dkh
@@ -244,36 +388,53 @@ def flash_attention_bwd_dkdv_kernel(
 
 
 @tle.jit
-def _dq_blocks(dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_vn, offs_m, lo, hi, len_k, diag,
-               qk_scale, HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr):
+def _dq_blocks(dq, q, do, lse2, delta, k_base, v_base, bias_base, stride_kn, stride_vn, stride_bias_m,
+               stride_bias_n, offs_m, lo, hi, len_q, len_k, diag, left_edge, qk_scale, softcap, bh, seqlen_q,
+               seqlen_k, seed_lo, seed_hi, offset_lo, offset_hi, drop_threshold, drop_scale, HEAD_DIM: tl.constexpr,
+               BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr, LOCAL: tl.constexpr,
+               BIAS: tl.constexpr, SOFTCAP: tl.constexpr, DROPOUT: tl.constexpr):
     """dQ of one query block from key blocks [lo, hi); keys past the sequence read k = v = 0 and add nothing."""
     offs_d = tl.arange(0, HEAD_DIM)
     for start_n in range(lo, hi, BLOCK_N):
         cols = start_n + tl.arange(0, BLOCK_N)
         k = tl.load(k_base + cols[:, None] * stride_kn + offs_d[None, :], mask=(cols < len_k)[:, None], other=0.0)
         v = tl.load(v_base + cols[:, None] * stride_vn + offs_d[None, :], mask=(cols < len_k)[:, None], other=0.0)
-        p = tl.math.exp2(tl.dot(q, tl.trans(k)) * qk_scale - lse2[:, None])
+        s, t = _scores(tl.dot(q, tl.trans(k)), offs_m[:, None], cols[None, :], len_q, len_k, bias_base,
+                       stride_bias_m, stride_bias_n, qk_scale, softcap, SOFTCAP, BIAS)
+        p = tl.math.exp2(s - lse2[:, None])
         if MASKED:
-            p = tl.where(cols[None, :] <= offs_m[:, None] + diag, p, 0.0)
+            p = tl.where(_window_keep(offs_m[:, None], cols[None, :], diag, left_edge, CAUSAL, LOCAL), p, 0.0)
         dp = tl.dot(do, tl.trans(v))
+        if DROPOUT:
+            dp = tl.where(_dropout_keep(offs_m[:, None], cols[None, :], bh, seqlen_q, seqlen_k, seed_lo, seed_hi,
+                                        offset_lo, offset_hi, drop_threshold), dp * drop_scale, 0.0)
         ds = p * (dp - delta[:, None])
+        if SOFTCAP:
+            ds = ds * (1.0 - t * t)
         dq = tl.dot(ds.to(k.dtype), k, dq)
     return dq
 
 
-@tle.jit
+@tle.jit(do_not_specialize=_RUNTIME_INTS)
 def flash_attention_bwd_dq_kernel(
         q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, cu_q_ptr, cu_k_ptr, sm_scale,
         stride_qb, stride_qm, stride_qh, stride_kb, stride_kn, stride_kh, stride_vb, stride_vn, stride_vh,
         stride_dob, stride_dom, stride_doh, stride_dqb, stride_dqm, stride_dqh, stride_lb, stride_lh,
-        seqlen_q, seqlen_k, H: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
-        BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, VARLEN: tl.constexpr, SPLIT: tl.constexpr):
+        seqlen_q, seqlen_k,
+        bias_ptr, stride_bias_b, stride_bias_h, stride_bias_m, stride_bias_n, window_left, window_right, softcap,
+        seed_lo, seed_hi, offset_lo, offset_hi, drop_threshold, drop_scale,
+        H: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+        BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, VARLEN: tl.constexpr, SPLIT: tl.constexpr,
+        LOCAL: tl.constexpr = False, BIAS: tl.constexpr = False, SOFTCAP: tl.constexpr = False,
+        DROPOUT: tl.constexpr = False):
     pid_m = tl.program_id(0)
-    b = tl.program_id(1) // H
-    h = tl.program_id(1) % H
+    bh = tl.program_id(1)
+    b = bh // H
+    h = bh % H
     q_start, len_q = _sequence(cu_q_ptr, b, seqlen_q, VARLEN)
     k_start, len_k = _sequence(cu_k_ptr, b, seqlen_k, VARLEN)
-    diag = len_k - len_q
+    diag = len_k - len_q + window_right
+    left_edge = len_k - len_q - window_left
 
     m0 = pid_m * BLOCK_M
     offs_m = m0 + tl.arange(0, BLOCK_M)
@@ -284,29 +445,31 @@ def flash_attention_bwd_dq_kernel(
                 mask=row_ok[:, None], other=0.0)
     do = tl.load(do_ptr + b * stride_dob + rows[:, None] * stride_dom + h * stride_doh + offs_d[None, :],
                  mask=row_ok[:, None], other=0.0)
-    lse2 = tl.load(lse_ptr + b * stride_lb + h * stride_lh + rows, mask=row_ok, other=0.0) * 1.4426950408889634
+    lse2 = _row_lse2(lse_ptr + b * stride_lb + h * stride_lh, rows, row_ok, BIAS)
     delta = tl.load(delta_ptr + b * stride_lb + h * stride_lh + rows, mask=row_ok, other=0.0)
 
-    hi = len_k
-    full = len_k
-    if CAUSAL:
-        hi = tl.minimum(len_k, tl.maximum(m0 + BLOCK_M + diag, 0))
-        full = tl.minimum(hi, tl.maximum(m0 + diag + 1, 0) // BLOCK_N * BLOCK_N)
-    hi = tl.where(m0 < len_q, hi, 0)
-    full = tl.minimum(full, hi)
-
+    lo, full, hi = _key_blocks(m0, len_q, len_k, diag, left_edge, BLOCK_M, BLOCK_N, CAUSAL, LOCAL, False)
     k_base = k_ptr + b * stride_kb + k_start * stride_kn + (h // GROUP) * stride_kh
     v_base = v_ptr + b * stride_vb + k_start * stride_vn + (h // GROUP) * stride_vh
+    bias_base = bias_ptr
+    if BIAS:
+        bias_base = bias_ptr + b * stride_bias_b + h * stride_bias_h
     qk_scale = sm_scale * 1.4426950408889634
     dq = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     if SPLIT:
-        dq = _dq_blocks(dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_vn, offs_m, 0, full, len_k, diag,
-                        qk_scale, HEAD_DIM, BLOCK_N, False)
-        dq = _dq_blocks(dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_vn, offs_m, full, hi, len_k, diag,
-                        qk_scale, HEAD_DIM, BLOCK_N, True)
+        dq = _dq_blocks(dq, q, do, lse2, delta, k_base, v_base, bias_base, stride_kn, stride_vn, stride_bias_m,
+                        stride_bias_n, offs_m, lo, full, len_q, len_k, diag, left_edge, qk_scale, softcap, bh, seqlen_q,
+                        seqlen_k, seed_lo, seed_hi, offset_lo, offset_hi, drop_threshold, drop_scale, HEAD_DIM,
+                        BLOCK_N, False, CAUSAL, LOCAL, BIAS, SOFTCAP, DROPOUT)
+        dq = _dq_blocks(dq, q, do, lse2, delta, k_base, v_base, bias_base, stride_kn, stride_vn, stride_bias_m,
+                        stride_bias_n, offs_m, full, hi, len_q, len_k, diag, left_edge, qk_scale, softcap, bh, seqlen_q,
+                        seqlen_k, seed_lo, seed_hi, offset_lo, offset_hi, drop_threshold, drop_scale, HEAD_DIM,
+                        BLOCK_N, True, CAUSAL, LOCAL, BIAS, SOFTCAP, DROPOUT)
     else:
-        dq = _dq_blocks(dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_vn, offs_m, 0, hi, len_k, diag,
-                        qk_scale, HEAD_DIM, BLOCK_N, CAUSAL)
+        dq = _dq_blocks(dq, q, do, lse2, delta, k_base, v_base, bias_base, stride_kn, stride_vn, stride_bias_m,
+                        stride_bias_n, offs_m, lo, hi, len_q, len_k, diag, left_edge, qk_scale, softcap,
+                        bh, seqlen_q, seqlen_k, seed_lo, seed_hi, offset_lo, offset_hi, drop_threshold, drop_scale,
+                        HEAD_DIM, BLOCK_N, CAUSAL or LOCAL, CAUSAL, LOCAL, BIAS, SOFTCAP, DROPOUT)
     dq = dq * sm_scale
     tl.store(dq_ptr + b * stride_dqb + rows[:, None] * stride_dqm + h * stride_dqh + offs_d[None, :],
              dq.to(dq_ptr.dtype.element_ty), mask=row_ok[:, None])
@@ -328,17 +491,25 @@ def fwd_config(head_dim: int, max_seqlen_q: int, backend: str) -> dict:
     return dict(cfg, SPLIT=backend == "triton")
 
 
-def fwd_kernel(head_dim: int, max_seqlen_q: int, backend: str, *, sm90: bool, scale: float = 1.0):
-    """The forward's kernel and launch. On TileLang on sm_90, for head dims up to 64 and more than 64 queries:
-    flash_attention_warp_groups's kernel. Otherwise flash_attention_fwd_kernel, on TileLang at head dims 65-128
-    with FOLD where the scale allows it. Both folded forms take a scale in (0, 1e4): positive, so the mask's
-    -inf stays -inf, and small enough that the running maximum's start (-1e30, unscaled) stays finite once
-    scaled. The figures behind each choice: docs/benchmark/flash_attention.md."""
+def _plain(sc: Scores) -> bool:
+    """No cap, bias or dropout, and no window beyond the causal mask: what the warp-group forward computes."""
+    return sc.window in ((None, None), (None, 0)) and sc.softcap == 0 and sc.bias is None and sc.dropout_p == 0
+
+
+def fwd_kernel(head_dim: int, max_seqlen_q: int, backend: str, *, sm90: bool, scale: float = 1.0,
+               scores: Scores = CAUSAL):
+    """The forward's kernel and launch. On TileLang on sm_90, for head dims up to 64 and more than 64 queries,
+    plain scores (_plain): flash_attention_warp_groups's kernel. Otherwise flash_attention_fwd_kernel, on
+    TileLang at head dims 65-128 with FOLD where the scale allows it and no cap or bias adds to the scores. Both
+    folded forms take a scale in (0, 1e4): positive, so the mask's -inf stays -inf, and small enough that the
+    running maximum's start (-1e30, unscaled) stays finite once scaled. The figures behind each choice:
+    docs/benchmark/flash_attention.md."""
     fold = 0 < scale < 1e4
-    if backend == "tilelang" and sm90 and head_dim <= 64 and max_seqlen_q > 64 and fold:
+    if backend == "tilelang" and sm90 and head_dim <= 64 and max_seqlen_q > 64 and fold and _plain(scores):
         return warp_groups.flash_attention_fwd_warp_groups_kernel, warp_groups.fwd_warp_groups_config(head_dim)
     # FOLD where it was measured faster (D128); at D64 with 128x128 tiles causal it ran slower, and Triton's
     # causal D128 too, so those keep the scaled form until measured otherwise
+    fold = fold and scores.softcap == 0 and scores.bias is None
     return flash_attention_fwd_kernel, dict(fwd_config(head_dim, max_seqlen_q, backend),
                                             FOLD=fold and backend == "tilelang" and 64 < head_dim <= 128)
 
@@ -362,24 +533,44 @@ def bwd_configs(head_dim: int, backend: str) -> tuple[dict, dict]:
 PREPROCESS_BLOCK_M = 64
 
 
+def score_args(sc: Scores, like: torch.Tensor) -> tuple:
+    """The kernels' arguments bias_ptr .. drop_scale for `sc` (`like`: the pointer passed, never read, without a
+    bias; an open side of the window passes 0, never read)."""
+    bias, strides = (sc.bias, tuple(sc.bias.stride())) if sc.bias is not None else (like, (0, 0, 0, 0))
+    left, right = sc.window
+    return (bias, *strides, left or 0, right or 0, float(sc.softcap), *split_u64(sc.seed), *split_u64(sc.offset),
+            threshold_of(sc.dropout_p), scale_of(sc.dropout_p))
+
+
+def score_flags(sc: Scores) -> dict:
+    """The kernels' constexprs for `sc`."""
+    left, right = sc.window
+    return dict(CAUSAL=right is not None, LOCAL=left is not None, BIAS=sc.bias is not None, SOFTCAP=sc.softcap > 0,
+                DROPOUT=sc.dropout_p > 0)
+
+
 # -- the kernel backends ------------------------------------------------------------------------------------
-def _kernel_forward(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, backend):
+def _kernel_forward(q, k, v, cu_q, cu_k, max_q, max_k, sc, scale, backend):
     pr = Problem(q, k, cu_q, cu_k, max_q, max_k)
     out = q.new_empty(q.shape)            # contiguous, whatever q's strides (as the fake op says)
     lse = torch.empty(pr.lse_shape(q), device=q.device, dtype=torch.float32)
     if out.numel() == 0 or pr.b == 0:
         return out, lse.fill_(-math.inf)
-    kernel, cfg = fwd_kernel(pr.d, pr.seqlen_q, backend, sm90=targets_sm90(q.device), scale=scale)
+    kernel, cfg = fwd_kernel(pr.d, pr.seqlen_q, backend, sm90=targets_sm90(q.device), scale=scale, scores=sc)
+    if kernel is flash_attention_fwd_kernel:
+        scores, flags = score_args(sc, lse), score_flags(sc)
+    else:                                 # the warp-group forward: plain scores, causal or not
+        scores, flags = (), dict(CAUSAL=sc.window[1] is not None)
     grid = (cdiv(pr.seqlen_q, cfg["BLOCK_M"]), pr.b * pr.h)
     kernel[grid](
         q, k, v, out, lse, cu_or_dummy(cu_q, lse), cu_or_dummy(cu_k, lse), scale,
         *pr.strides(q), *pr.strides(k), *pr.strides(v), *pr.strides(out), *pr.lse_strides(lse),
-        pr.seqlen_q, pr.seqlen_k, H=pr.h, GROUP=pr.group, HEAD_DIM=pr.d, CAUSAL=causal, VARLEN=pr.varlen,
-        backend=backend, **cfg)
+        pr.seqlen_q, pr.seqlen_k, *scores, H=pr.h, GROUP=pr.group, HEAD_DIM=pr.d, VARLEN=pr.varlen,
+        backend=backend, **flags, **cfg)
     return out, lse
 
 
-def _kernel_backward(do, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, causal, scale, backend):
+def _kernel_backward(do, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, sc, scale, backend):
     pr = Problem(q, k, cu_q, cu_k, max_q, max_k)
     dq, dk, dv = q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
     if pr.b == 0 or q.numel() == 0:
@@ -393,86 +584,100 @@ def _kernel_backward(do, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, causal, sc
         out, do, delta, cu_q_arg, *pr.strides(out), *pr.strides(do), *pr.lse_strides(lse), pr.seqlen_q,
         H=pr.h, HEAD_DIM=pr.d, BLOCK_M=PREPROCESS_BLOCK_M, VARLEN=pr.varlen, backend=backend, num_warps=4)
     kv_cfg, q_cfg = bwd_configs(pr.d, backend)
+    scores, flags = score_args(sc, lse), score_flags(sc)
     flash_attention_bwd_dkdv_kernel[(cdiv(pr.seqlen_k, kv_cfg["BLOCK_N"]), pr.b * pr.h_kv)](
         q, k, v, do, lse, delta, dk, dv, cu_q_arg, cu_k_arg, scale, *pr.strides(q), *pr.strides(k), *pr.strides(v),
-        *pr.strides(do), *pr.strides(dk), *pr.strides(dv), *pr.lse_strides(lse), pr.seqlen_q, pr.seqlen_k,
-        H_KV=pr.h_kv, GROUP=pr.group, HEAD_DIM=pr.d, CAUSAL=causal, VARLEN=pr.varlen, backend=backend, **kv_cfg)
+        *pr.strides(do), *pr.strides(dk), *pr.strides(dv), *pr.lse_strides(lse), pr.seqlen_q, pr.seqlen_k, *scores,
+        H_KV=pr.h_kv, GROUP=pr.group, HEAD_DIM=pr.d, VARLEN=pr.varlen, backend=backend, **flags, **kv_cfg)
     flash_attention_bwd_dq_kernel[(cdiv(pr.seqlen_q, q_cfg["BLOCK_M"]), pr.b * pr.h)](
         q, k, v, do, lse, delta, dq, cu_q_arg, cu_k_arg, scale, *pr.strides(q), *pr.strides(k), *pr.strides(v),
-        *pr.strides(do), *pr.strides(dq), *pr.lse_strides(lse), pr.seqlen_q, pr.seqlen_k,
-        H=pr.h, GROUP=pr.group, HEAD_DIM=pr.d, CAUSAL=causal, VARLEN=pr.varlen, backend=backend, **q_cfg)
+        *pr.strides(do), *pr.strides(dq), *pr.lse_strides(lse), pr.seqlen_q, pr.seqlen_k, *scores,
+        H=pr.h, GROUP=pr.group, HEAD_DIM=pr.d, VARLEN=pr.varlen, backend=backend, **flags, **q_cfg)
     return dq, dk, dv
 
 
 # -- the torch backend: the same formulas in torch, fp32 (fp64 for fp64 inputs), one sequence at a time -------
-def _dense_attention_backward(do, q, k, v, out, lse, causal, scale):
+def _dense_attention_backward(do, q, k, v, out, lse, scale, sc: Scores):
     group = q.shape[2] // k.shape[2]
     kk, vv = k.repeat_interleave(group, dim=2), v.repeat_interleave(group, dim=2)
-    keep = _keep(q.shape[1], k.shape[1], causal, q.device)
-    s = torch.einsum("bqhd,bkhd->bhqk", q, kk) * scale
+    s, t = _logits(q, kk, scale, sc)
+    keep = _keep(q.shape[1], k.shape[1], sc.window, q.device)
+    lse = torch.where(lse == -math.inf, 0.0, lse)          # a row that sees no key: every score is masked
     p = torch.where(keep, torch.exp(s - lse[..., None]), 0.0)
     delta = (do * out).sum(-1).transpose(1, 2)                          # [B, H, S_q]
     dp = torch.einsum("bqhd,bkhd->bhqk", do, vv)
+    p_dropped = p
+    if sc.dropout_p > 0:
+        kept = dropout_keep(p.shape, sc, q.device) * scale_of(sc.dropout_p)
+        p_dropped, dp = p * kept, dp * kept
     ds = p * (dp - delta[..., None])
+    if t is not None:
+        ds = ds * (1 - t * t)
     dq = torch.einsum("bhqk,bkhd->bqhd", ds, kk) * scale
     dk = torch.einsum("bhqk,bqhd->bkhd", ds, q) * scale
-    dv = torch.einsum("bhqk,bqhd->bkhd", p, do)
+    dv = torch.einsum("bhqk,bqhd->bkhd", p_dropped, do)
     b, s_k, h_kv, d = k.shape
     return dq, dk.view(b, s_k, h_kv, group, d).sum(3), dv.view(b, s_k, h_kv, group, d).sum(3)
 
 
-def _torch_backward(do, q, k, v, out, lse, cu_q, cu_k, causal, scale):
+def _torch_backward(do, q, k, v, out, lse, cu_q, cu_k, sc, scale):
     ct = torch_compute_dtype(q)
     t = [x.to(ct) for x in (do, q, k, v, out)]
     if cu_q is None:
-        grads = _dense_attention_backward(*t, lse.to(ct), causal, scale)
+        grads = _dense_attention_backward(*t, lse.to(ct), scale, sc)
         return tuple(g.to(x.dtype).contiguous() for g, x in zip(grads, (q, k, v)))
     dq, dk, dv = q.new_zeros(q.shape), k.new_zeros(k.shape), v.new_zeros(v.shape)
     for rq, rk in sequence_slices(cu_q, cu_k):
         g = _dense_attention_backward(*(x[None, r] for x, r in zip(t, (rq, rq, rk, rk, rq))),
-                                      lse[None, :, rq].to(ct), causal, scale)
+                                      lse[None, :, rq].to(ct), scale, sc)
         dq[rq], dk[rk], dv[rk] = (x[0].to(q.dtype) for x in g)
     return dq, dk, dv
 
 
 # -- the operator's recipe: its custom ops and autograd ---------------------------------------------------
-def _attention(run, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor | None,
-               cu_seqlens_k: torch.Tensor | None, max_seqlen_q: int, max_seqlen_k: int, causal: bool,
-               scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-    return run(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale)
+# The ops take the window's edges as optional ints (None: open), the dropout's seed and offset as int64
+# holding their 64 unsigned bits; bias is not differentiable (the public functions refuse one that asks)
+def _attention(run, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None,
+               cu_seqlens_q: torch.Tensor | None, cu_seqlens_k: torch.Tensor | None, max_seqlen_q: int,
+               max_seqlen_k: int, window_left: int | None, window_right: int | None, softcap: float,
+               dropout_p: float, seed: int, offset: int, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    sc = Scores((window_left, window_right), softcap, bias, dropout_p, seed & U64, offset & U64)
+    return run(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, sc, scale)
 
 
 def _attention_backward(run, do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
-                        lse: torch.Tensor, cu_seqlens_q: torch.Tensor | None, cu_seqlens_k: torch.Tensor | None,
-                        max_seqlen_q: int, max_seqlen_k: int, causal: bool,
-                        scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                        lse: torch.Tensor, bias: torch.Tensor | None, cu_seqlens_q: torch.Tensor | None,
+                        cu_seqlens_k: torch.Tensor | None, max_seqlen_q: int, max_seqlen_k: int,
+                        window_left: int | None, window_right: int | None, softcap: float, dropout_p: float,
+                        seed: int, offset: int, scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     do = do if do.stride(-1) == 1 else do.contiguous()
-    return run(do, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale)
+    sc = Scores((window_left, window_right), softcap, bias, dropout_p, seed & U64, offset & U64)
+    return run(do, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, sc, scale)
 
 
-def _torch_stage(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale):     # the longest sequences size grids only
-    return _torch_forward(q, k, v, cu_q, cu_k, causal, scale)
+def _torch_stage(q, k, v, cu_q, cu_k, max_q, max_k, sc, scale):     # the longest sequences size grids only
+    return _torch_forward(q, k, v, cu_q, cu_k, sc, scale)
 
 
-def _torch_backward_stage(do, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, causal, scale):
-    return _torch_backward(do, q, k, v, out, lse, cu_q, cu_k, causal, scale)
+def _torch_backward_stage(do, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, sc, scale):
+    return _torch_backward(do, q, k, v, out, lse, cu_q, cu_k, sc, scale)
 
 
-def _forward_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale):
+def _forward_fake(q, k, v, bias, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *_):
     pr = Problem(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     return q.new_empty(q.shape), q.new_empty(pr.lse_shape(q), dtype=torch.float32)
 
 
 def _save(ctx, inputs, output):
-    q, k, v, cu_q, cu_k, *ctx.args = inputs
+    q, k, v, bias, cu_q, cu_k, *ctx.args = inputs
     out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k)
+    ctx.save_for_backward(q, k, v, out, lse, bias, cu_q, cu_k)
     ctx.mark_non_differentiable(lse)
 
 
 def _grads(ctx, backward, dout, _dlse):
-    q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
-    return backward(dout, q, k, v, out, lse, cu_q, cu_k, *ctx.args)
+    q, k, v, out, lse, bias, cu_q, cu_k = ctx.saved_tensors
+    return backward(dout, q, k, v, out, lse, bias, cu_q, cu_k, *ctx.args)
 
 
 FLASH_ATTENTION = Recipe(
@@ -483,10 +688,23 @@ FLASH_ATTENTION = Recipe(
     save=_save, grads=_grads)
 
 
+def attention_op(q, k, v, sc: Scores, scale: float, backend: str, *, cu_seqlens_q=None, cu_seqlens_k=None,
+                 max_seqlen_q=None, max_seqlen_k=None):
+    """The tle::flash_attention op on checked inputs ([B, S, H, D], or packed with cu_seqlens and the longest
+    lengths): (out, lse)."""
+    if cu_seqlens_q is None:
+        max_seqlen_q, max_seqlen_k = q.shape[1], k.shape[1]
+    q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+    left, right = sc.window
+    return FLASH_ATTENTION(q, k, v, sc.bias, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, left, right,
+                           float(sc.softcap), float(sc.dropout_p), _as_i64(sc.seed), _as_i64(sc.offset), scale,
+                           backend=backend)
+
+
 # -- example launches (tle show / compare, the kernel tests and goldens) ----------------------------------------
 def _example_saved(q, k, v, scale):
     """What the forward saves (out, lse) and an upstream gradient, for the backward kernels' examples."""
-    out, lse = _torch_forward(q, k, v, None, None, True, scale)
+    out, lse = _torch_forward(q, k, v, None, None, CAUSAL, scale)
     do = torch.randn(q.shape, generator=torch.Generator().manual_seed(1)).to(q.device, q.dtype)
     return out, lse, do
 
@@ -499,12 +717,13 @@ def _fwd_example(device, size):
     cfg = fwd_config(pr.d, pr.seqlen_q, "tilelang")      # one loop: a launch both lowerings can run
 
     def ref():
-        o, l = _torch_forward(q, k, v, None, None, True, scale)
+        o, l = _torch_forward(q, k, v, None, None, CAUSAL, scale)
         return {"out": o, "lse": l}
     return tle.Launch(grid=(cdiv(pr.seqlen_q, cfg["BLOCK_M"]), pr.b * pr.h),
                       args=(q, k, v, out, lse, lse, lse, scale, *pr.strides(q), *pr.strides(k), *pr.strides(v),
-                            *pr.strides(out), *pr.lse_strides(lse), pr.seqlen_q, pr.seqlen_k),
-                      kwargs=dict(H=pr.h, GROUP=pr.group, HEAD_DIM=pr.d, CAUSAL=True, VARLEN=False, FOLD=True, **cfg),
+                            *pr.strides(out), *pr.lse_strides(lse), pr.seqlen_q, pr.seqlen_k, *score_args(CAUSAL, lse)),
+                      kwargs=dict(H=pr.h, GROUP=pr.group, HEAD_DIM=pr.d, VARLEN=False, FOLD=True, **score_flags(CAUSAL),
+                                  **cfg),
                       outputs={"out": out, "lse": lse}, reference=ref,
                       flops=2 * pr.b * pr.h * pr.seqlen_q * pr.seqlen_k * pr.d, label=label)
 
@@ -529,7 +748,7 @@ def _bwd_launch(kernel_name, device, size):
     out, lse, do = _example_saved(q, k, v, scale)
     delta = (out.float() * do.float()).sum(-1).transpose(1, 2).contiguous()
     refs = dict(zip(("dq", "dk", "dv"), _torch_backward(do.float(), q.float(), k.float(), v.float(), out.float(), lse,
-                                                        None, None, True, scale)))
+                                                        None, None, CAUSAL, scale)))
     common = (*pr.strides(q), *pr.strides(k), *pr.strides(v), *pr.strides(do))
     kv_cfg, q_cfg = bwd_configs(pr.d, "tilelang")
     flops = 2 * pr.b * pr.h * pr.seqlen_q * pr.seqlen_k * pr.d     # causal: half of 4·B·H·S²·D per matmul pair
@@ -537,16 +756,17 @@ def _bwd_launch(kernel_name, device, size):
         dk, dv = nan_like(k), nan_like(v)
         return tle.Launch(grid=(cdiv(pr.seqlen_k, kv_cfg["BLOCK_N"]), pr.b * pr.h_kv),
                           args=(q, k, v, do, lse, delta, dk, dv, lse, lse, scale, *common, *pr.strides(dk),
-                                *pr.strides(dv), *pr.lse_strides(lse), pr.seqlen_q, pr.seqlen_k),
-                          kwargs=dict(H_KV=pr.h_kv, GROUP=pr.group, HEAD_DIM=pr.d, CAUSAL=True, VARLEN=False,
+                                *pr.strides(dv), *pr.lse_strides(lse), pr.seqlen_q, pr.seqlen_k,
+                                *score_args(CAUSAL, lse)),
+                          kwargs=dict(H_KV=pr.h_kv, GROUP=pr.group, HEAD_DIM=pr.d, VARLEN=False, **score_flags(CAUSAL),
                                       **kv_cfg),
                           outputs={"dk": dk, "dv": dv}, reference=lambda: {"dk": refs["dk"], "dv": refs["dv"]},
                           flops=2 * flops, label=label)
     dq = nan_like(q)
     return tle.Launch(grid=(cdiv(pr.seqlen_q, q_cfg["BLOCK_M"]), pr.b * pr.h),
                       args=(q, k, v, do, lse, delta, dq, lse, lse, scale, *common, *pr.strides(dq),
-                            *pr.lse_strides(lse), pr.seqlen_q, pr.seqlen_k),
-                      kwargs=dict(H=pr.h, GROUP=pr.group, HEAD_DIM=pr.d, CAUSAL=True, VARLEN=False, **q_cfg),
+                            *pr.lse_strides(lse), pr.seqlen_q, pr.seqlen_k, *score_args(CAUSAL, lse)),
+                      kwargs=dict(H=pr.h, GROUP=pr.group, HEAD_DIM=pr.d, VARLEN=False, **score_flags(CAUSAL), **q_cfg),
                       outputs={"dq": dq}, reference=lambda: {"dq": refs["dq"]}, flops=3 * flops // 2, label=label)
 
 
@@ -652,15 +872,38 @@ def longest_sequence(cu, name, rows, given, given_name):
     return given
 
 
+def check_window(window_size, causal) -> tuple[int | None, int | None]:
+    """FlashAttention's window_size=(left, right), -1 an open side; causal is right = 0. Returns Scores.window."""
+    if (not isinstance(window_size, (tuple, list)) or len(window_size) != 2
+            or any(isinstance(w, bool) or not isinstance(w, int) or w < -1 for w in window_size)):
+        raise tle.LaunchError(f"'window_size' is {window_size!r}; expected (left, right): two ints, each >= 0, "
+                              f"or -1 for an open side")
+    left, right = (None if w == -1 else w for w in window_size)
+    if causal:
+        if right not in (None, 0):
+            raise tle.LaunchError(f"'window_size' is {tuple(window_size)!r} with causal=True, which sees no key to "
+                                  f"the right of the diagonal: give right as 0 or -1")
+        right = 0
+    return left, right
+
+
+def check_softcap(softcap) -> float:
+    if isinstance(softcap, bool) or not isinstance(softcap, (int, float)) or not 0 <= softcap < math.inf:
+        raise tle.LaunchError(f"'softcap' is {softcap!r}; expected a finite float >= 0 (0: no soft-capping)")
+    return float(softcap)
+
+
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
-                    scale: float | None = None, *, cu_seqlens_q: torch.Tensor | None = None,
-                    cu_seqlens_k: torch.Tensor | None = None, max_seqlen_q: int | None = None,
-                    max_seqlen_k: int | None = None, return_lse: bool = False, backend: str | None = None,
-                    fallback: str | None = None):
-    """softmax(q kᵀ · scale [+ causal mask]) v over [B, S, H, D] inputs (or packed [total, H, D] with
-    cu_seqlens); the module docstring gives the layouts and the mask. Returns out, or (out, lse)."""
+                    scale: float | None = None, *, window_size: tuple[int, int] = (-1, -1), softcap: float = 0.0,
+                    cu_seqlens_q: torch.Tensor | None = None, cu_seqlens_k: torch.Tensor | None = None,
+                    max_seqlen_q: int | None = None, max_seqlen_k: int | None = None, return_lse: bool = False,
+                    backend: str | None = None, fallback: str | None = None):
+    """softmax(q kᵀ · scale [+ window / causal mask, soft cap]) v over [B, S, H, D] inputs (or packed
+    [total, H, D] with cu_seqlens); the module docstring gives the layouts and the masks. Returns out, or
+    (out, lse)."""
     varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
     scale = check_attention_inputs(q, k, v, varlen, causal, scale)
+    sc = Scores(window=check_window(window_size, causal), softcap=check_softcap(softcap))
     if not varlen and k.shape[0] != q.shape[0]:
         raise tle.LaunchError(f"'k' has batch {k.shape[0]}; expected {q.shape[0]}, q's")
     if varlen:
@@ -670,36 +913,36 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         check_cu_seqlens(cu_seqlens_k, "cu_seqlens_k", q.device, batch=cu_seqlens_q.shape[0] - 1)
         max_seqlen_q = longest_sequence(cu_seqlens_q, "cu_seqlens_q", q.shape[0], max_seqlen_q, "max_seqlen_q")
         max_seqlen_k = longest_sequence(cu_seqlens_k, "cu_seqlens_k", k.shape[0], max_seqlen_k, "max_seqlen_k")
-    else:
-        if max_seqlen_q is not None or max_seqlen_k is not None:
-            raise tle.LaunchError("'max_seqlen_q' / 'max_seqlen_k' go with packed inputs (cu_seqlens_q/_k)")
-        max_seqlen_q, max_seqlen_k = q.shape[1], k.shape[1]
+    elif max_seqlen_q is not None or max_seqlen_k is not None:
+        raise tle.LaunchError("'max_seqlen_q' / 'max_seqlen_k' go with packed inputs (cu_seqlens_q/_k)")
     b = FLASH_ATTENTION.resolve(q.device, backend, fallback)
     check_kernel_inputs("flash_attention", b, cu_seqlens_q.shape[0] - 1 if varlen else q.shape[0], q=q, k=k, v=v)
-    q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
-    out, lse = FLASH_ATTENTION(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale,
-                               backend=b)
+    out, lse = attention_op(q, k, v, sc, scale, b, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                            max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
     return (out, lse) if return_lse else out
 
 
 # -- tests and benchmarks -----------------------------------------------------------------------------------
-def reference(q, k, v, causal=False, scale=None, *, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
-              max_seqlen_k=None, return_lse=False):
+def reference(q, k, v, causal=False, scale=None, *, window_size=(-1, -1), softcap=0.0, cu_seqlens_q=None,
+              cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, return_lse=False):
     """The tests' ground truth, plain differentiable torch (no custom op): F.scaled_dot_product_attention where
-    every query sees a key, else the scores written out, one packed sequence at a time."""
+    every query sees a key and no window or cap applies, else the scores written out, one packed sequence at a
+    time."""
     scale = q.shape[-1] ** -0.5 if scale is None else scale
-    if cu_seqlens_q is None and not return_lse and not (causal and q.shape[1] > k.shape[1]):
+    sc = Scores(window=check_window(window_size, causal), softcap=softcap)
+    if (cu_seqlens_q is None and not return_lse and not (causal and q.shape[1] > k.shape[1])
+            and tuple(window_size) == (-1, -1) and not softcap):
         square = q.shape[1] == k.shape[1]
-        mask = _keep(q.shape[1], k.shape[1], True, q.device) if causal and not square else None
+        mask = _keep(q.shape[1], k.shape[1], CAUSAL.window, q.device) if causal and not square else None
         return torch.nn.functional.scaled_dot_product_attention(
             q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask, is_causal=causal and square,
             scale=scale, enable_gqa=q.shape[2] != k.shape[2]).transpose(1, 2)
     if cu_seqlens_q is None:
-        out, lse = _dense_attention(q, k, v, causal, scale)
+        out, lse = _dense_attention(q, k, v, scale, sc)
     else:
         outs, lses = [], []
         for rq, rk in sequence_slices(cu_seqlens_q, cu_seqlens_k):
-            o, l = _dense_attention(q[None, rq], k[None, rk], v[None, rk], causal, scale)
+            o, l = _dense_attention(q[None, rq], k[None, rk], v[None, rk], scale, sc)
             outs.append(o[0])
             lses.append(l[0])
         out, lse = torch.cat(outs), torch.cat(lses, dim=1)
@@ -722,9 +965,9 @@ def samples(device, dtype):
     def heads_first(b, s, h, d):
         return t(h, b, s, d).permute(1, 2, 0, 3)       # batch 1: its stride equals the head stride
 
-    def varlen(lq, lk, h, h_kv, d, causal, label):
+    def varlen(lq, lk, h, h_kv, d, causal, label, **kw):
         (q, k, v), (cu_q, cu_k) = _packed(lq, lk, h, h_kv, d, t, device)
-        return Sample((q, k, v, causal), dict(cu_seqlens_q=cu_q, cu_seqlens_k=cu_k), label=label)
+        return Sample((q, k, v, causal), dict(cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, **kw), label=label)
 
     return [Sample((*dense(1, 5, 7, 2, 1, 16), True), label="causal S_q5 S_k7 MQA D16"),
             varlen([2, 3], [3, 1], 2, 2, 16, True, "varlen causal D16"),
@@ -745,7 +988,19 @@ def samples(device, dtype):
             Sample(_negative_scores(dense(1, 80, 255, 2, 1, 32)), dict(scale=0.5),
                    label="S_q80 S_k255 MQA D32, every score negative: a key past the end would stand out"),
             Sample((*dense(1, 20, 33, 2, 1, 32), True), dict(scale=-0.25),
-                   label="causal S_q20 S_k33 MQA, a negative scale: no folded form (scaled, then masked)")]
+                   label="causal S_q20 S_k33 MQA, a negative scale: no folded form (scaled, then masked)"),
+            Sample(dense(1, 150, 150, 2, 1, 32), dict(window_size=(40, 10)),
+                   label="window (40, 10) S150 MQA D32: both edges cross key blocks"),
+            Sample((*dense(2, 70, 90, 2, 2, 64), True), dict(window_size=(25, -1), return_lse=True),
+                   label="causal with a left window (25) S_q70 S_k90, lse"),
+            Sample(dense(1, 33, 20, 2, 1, 32), dict(window_size=(3, 0)),
+                   label="window (3, 0) S_q33 S_k20: queries whose window holds no key"),
+            Sample(dense(1, 40, 150, 2, 2, 64), dict(window_size=(-1, 5), softcap=2.5),
+                   label="right edge only (5), soft cap 2.5 S_q40 S_k150"),
+            Sample((*dense(1, 129, 129, 4, 2, 128), True), dict(softcap=1.5),
+                   label="causal soft cap 1.5 S129 GQA D128"),
+            varlen([17, 90, 3], [30, 90, 0], 2, 1, 32, True, "varlen causal, window (20, 0)",
+                   window_size=(20, 0), softcap=5.0)]
 
 
 def _negative_scores(qkv):

@@ -12,8 +12,8 @@ import torch
 import triton.language as tl
 
 import tle
-from tle.kernels.attention_parts import (Problem, _example_inputs, _folded_softmax, _fwd_program, _torch_forward,
-                                         cu_or_dummy, nan_like)
+from tle.kernels.attention_parts import (CAUSAL, Problem, _example_inputs, _folded_softmax, _fwd_program,
+                                         _torch_forward, cu_or_dummy, nan_like)
 from tle.oplib.arith import cdiv
 
 
@@ -139,7 +139,7 @@ def _fwd_warp_groups_example(device, size):
     cfg = fwd_warp_groups_config(pr.d)
 
     def ref():
-        o, l = _torch_forward(q, k, v, None, None, True, scale)
+        o, l = _torch_forward(q, k, v, None, None, CAUSAL, scale)
         return {"out": o, "lse": l}
     return tle.Launch(grid=(cdiv(pr.seqlen_q, cfg["BLOCK_M"]), pr.b * pr.h),
                       args=(q, k, v, out, lse, cu_or_dummy(None, lse), cu_or_dummy(None, lse), scale,
