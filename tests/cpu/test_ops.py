@@ -74,7 +74,7 @@ def test_tilelang_kernels_in_interpreter(name):
 # operators whose tiles and warps follow the problem (head dim, sequence length, heads per group): each
 # sample's TileLang kernels are also built for sm_90a, as TileLang refuses at build time warp partitions that
 # its interpreter runs
-BUILT_PER_SAMPLE = ("flash_attention", "silu_attention", "sparse_mla")
+BUILT_PER_SAMPLE = ("flash_attention", "scaled_dot_product_attention", "silu_attention", "sparse_mla")
 
 
 @needs_tilelang
@@ -154,6 +154,75 @@ def test_backend_order_call_module_env(monkeypatch):
         tle.ops.rms_norm(x, tle.ops.RMSNorm(8, backend="torch").weight, backend="tilelang")
 
 
+def _sdpa_inputs(h=4, h_kv=4, l=6, s=7, e=16):
+    return (torch.randn(2, h, l, e), torch.randn(2, h_kv, s, e), torch.randn(2, h_kv, s, e))
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda q, k, v: tle.ops.scaled_dot_product_attention(q, k[:, :2], v[:, :2], backend="torch"),
+     "pass enable_gqa=True"),
+    (lambda q, k, v: tle.ops.scaled_dot_product_attention(q, k[:, :3], v[:, :3], enable_gqa=True, backend="torch"),
+     "does not divide query's 4 heads"),
+    (lambda q, k, v: tle.ops.scaled_dot_product_attention(q, k, v, torch.ones(6, 7, dtype=torch.bool),
+                                                          is_causal=True, backend="torch"),
+     "'attn_mask' and is_causal=True go separately"),
+    (lambda q, k, v: tle.ops.scaled_dot_product_attention(q, k, v, torch.zeros(6, 7, requires_grad=True),
+                                                          backend="torch"), "'attn_mask' requires grad"),
+    (lambda q, k, v: tle.ops.scaled_dot_product_attention(q, k, v, torch.ones(3, 6, 7, dtype=torch.bool),
+                                                          backend="torch"), r"does not broadcast to \[2, 4, 6, 7\]"),
+    (lambda q, k, v: tle.ops.scaled_dot_product_attention(q, k, v[..., :8], backend="torch"),
+     "'value' has head dim 8"),
+    (lambda q, k, v: tle.ops.scaled_dot_product_attention(q, k, v, dropout_p=1.5, backend="torch"),
+     "'dropout_p' is the dropout probability"),
+    (lambda q, k, v: tle.ops.scaled_dot_product_attention(q, k, v, torch.ones(6, 7, dtype=torch.int32),
+                                                          backend="torch"), "'attn_mask' has dtype int32"),
+    (lambda q, k, v: tle.ops.scaled_dot_product_attention(q[0], k, v, backend="torch"), "'key' has rank 4"),
+    (lambda q, k, v: tle.ops.scaled_dot_product_attention(q, k, v, backend="triton"), "'q' has dtype float32"),
+])
+def test_scaled_dot_product_attention_bad_inputs(call, match):
+    with pytest.raises((tle.LaunchError, tle.BackendUnavailable), match=match):
+        call(*_sdpa_inputs())
+
+
+def test_scaled_dot_product_attention_is_torchs():
+    """Where torch's SDPA draws no random bits, the same call gives torch's result (fp64, the torch backend):
+    top-left causal with L != S, GQA, bool and float masks broadcast from [L, S], one head [B, L, E]."""
+    torch.manual_seed(0)
+    q, k, v = (t.double() for t in _sdpa_inputs(4, 2, 9, 13))
+    mask = torch.rand(9, 13) > 0.4
+    for kw in (dict(is_causal=True), dict(attn_mask=mask), dict(attn_mask=torch.randn(9, 13, dtype=torch.float64)),
+               dict(is_causal=True, scale=0.7)):
+        got = tle.ops.scaled_dot_product_attention(q, k, v, enable_gqa=True, backend="torch", **kw)
+        want = torch.nn.functional.scaled_dot_product_attention(q, k, v, enable_gqa=True, **kw)
+        torch.testing.assert_close(got, want)
+    got = tle.ops.scaled_dot_product_attention(q[:, 0], k[:, 0], v[:, 0], is_causal=True, backend="torch")
+    torch.testing.assert_close(got, torch.nn.functional.scaled_dot_product_attention(q[:, 0], k[:, 0], v[:, 0],
+                                                                                      is_causal=True))
+
+
+def test_scaled_dot_product_attention_dropout_follows_the_generator():
+    """seed=None draws from torch's generator: the same torch.manual_seed gives the same output, another seed
+    another; the kept share is about 1 - p."""
+    q, k, v = (t.double() for t in _sdpa_inputs(2, 2, 64, 64))
+    outs = []
+    for seed in (1, 1, 2):
+        torch.manual_seed(seed)
+        outs.append(tle.ops.scaled_dot_product_attention(q, k, v, dropout_p=0.5, backend="torch"))
+    assert torch.equal(outs[0], outs[1]) and not torch.equal(outs[0], outs[2])
+    ones = tle.ops.scaled_dot_product_attention(q, k, torch.ones_like(v), dropout_p=0.5, seed=3, backend="torch")
+    assert abs(ones.mean().item() - 1.0) < 0.05           # E[kept / (1 - p)] = 1
+
+
+def test_flash_attention_window_and_softcap_checks():
+    q, k, v = torch.randn(1, 5, 2, 16), torch.randn(1, 5, 2, 16), torch.randn(1, 5, 2, 16)
+    with pytest.raises(tle.LaunchError, match="'window_size' is"):
+        tle.ops.flash_attention(q, k, v, window_size=(-2, 0), backend="torch")
+    with pytest.raises(tle.LaunchError, match="with causal=True"):
+        tle.ops.flash_attention(q, k, v, True, window_size=(4, 2), backend="torch")
+    with pytest.raises(tle.LaunchError, match="'softcap' is"):
+        tle.ops.flash_attention(q, k, v, softcap=-1.0, backend="torch")
+
+
 @pytest.mark.parametrize("bad, match", [
     (lambda: tle.ops.rms_norm(torch.arange(8).reshape(2, 4), backend="torch"), "'x' has dtype int64"),
     (lambda: tle.ops.rms_norm(torch.randn(2, 4), torch.randn(5), backend="torch"), r"'weight' has shape \(5,\)"),
@@ -211,12 +280,12 @@ def test_flash_attention_compiles_fullgraph(backend, packed):
 def test_flash_attention_folded_forward_in_triton_interpreter(monkeypatch):
     """The forward's FOLD form (the mask as the product's starting value, the scale in exp2's argument; TileLang's
     launch) is one kernel text: on Triton's interpreter too it matches the reference on every sample, full and
-    causal (the samples of a scale it cannot take keep the scaled form)."""
+    causal (the samples of a scale it cannot take, or with a soft cap, keep the scaled form)."""
     import tle.kernels.flash_attention as fa
 
-    def folded(head_dim, max_seqlen_q, backend, *, sm90, scale=1.0):
+    def folded(head_dim, max_seqlen_q, backend, *, sm90, scale=1.0, scores=fa.CAUSAL):
         kernel, cfg = fa.flash_attention_fwd_kernel, fa.fwd_config(head_dim, max_seqlen_q, backend)
-        return kernel, dict(cfg, FOLD=0 < scale < 1e4)
+        return kernel, dict(cfg, FOLD=0 < scale < 1e4 and scores.softcap == 0 and scores.bias is None)
     monkeypatch.setattr(fa, "fwd_kernel", folded)
     for sample in samples("flash_attention", torch.float16):
         assert_matches_reference(OPERATORS["flash_attention"], sample, "triton")

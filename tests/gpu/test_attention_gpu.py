@@ -1,4 +1,4 @@
-"""The attention operators on the GPU (flash_attention, silu_attention, sparse_mla), one test per sample, dtype and
+"""The attention operators on the GPU (flash_attention, scaled_dot_product_attention, silu_attention, sparse_mla), one test per sample, dtype and
 backend (TileLang compiles two to four kernels per sample shape: one test each lets the shards compile them side by
 side), forward and backward against their references in fp64 (F.scaled_dot_product_attention for
 flash_attention where every query sees a key)."""
@@ -8,7 +8,7 @@ import torch
 from op_cases import assert_matches_reference
 from tle.ops import OPERATORS
 
-ATTENTION = ("flash_attention", "silu_attention", "sparse_mla")
+ATTENTION = ("flash_attention", "scaled_dot_product_attention", "silu_attention", "sparse_mla")
 OP = OPERATORS["flash_attention"]
 CASES = [(name, i) for name in ATTENTION for i in range(len(OPERATORS[name].samples("cpu", torch.float16)))]
 

@@ -21,6 +21,7 @@ from tle.kernels.linear_activation import OPERATOR as _op_linear_activation, lin
 from tle.kernels.layer_norm import OPERATOR as _op_layer_norm, LayerNorm, layer_norm  # noqa: E402,F401
 from tle.kernels.rms_norm import OPERATOR as _op_rms_norm, RMSNorm, rms_norm  # noqa: E402,F401
 from tle.kernels.sampling import OPERATOR as _op_sampling, sample, top_k_top_p_mask  # noqa: E402,F401
+from tle.kernels.scaled_dot_product_attention import OPERATOR as _op_scaled_dot_product_attention, scaled_dot_product_attention  # noqa: E402,F401,E501
 from tle.kernels.scale_bias_add import OPERATOR as _op_scale_bias_add, scale_bias_add  # noqa: E402,F401
 from tle.kernels.silu_attention import OPERATOR as _op_silu_attention, silu_attention  # noqa: E402,F401
 from tle.kernels.softmax import OPERATOR as _op_softmax, Softmax, softmax  # noqa: E402,F401
