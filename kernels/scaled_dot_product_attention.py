@@ -30,7 +30,8 @@ import torch
 import tle
 from tle.kernels.attention_parts import Scores, dropout_keep
 from tle.kernels.dropout_add import draw_seed_offset, scale_of
-from tle.kernels.flash_attention import FLASH_ATTENTION, KERNEL_DTYPES, attention_op, check_kernel_inputs
+from tle.kernels.flash_attention import (FLASH_ATTENTION, GRAD_TOLERANCES, KERNEL_DTYPES, attention_op,
+                                         check_kernel_inputs)
 from tle.examples import default_tolerance
 from tle.oplib import BenchSpec, Operator, Sample, check_tensor
 
@@ -252,7 +253,7 @@ def _eager(sample):
 
 OPERATOR = Operator(
     "scaled_dot_product_attention", fn=scaled_dot_product_attention, reference=reference, samples=samples,
-    grad_inputs=(0, 1, 2), dtypes=KERNEL_DTYPES,
+    grad_inputs=(0, 1, 2), dtypes=KERNEL_DTYPES, tolerances=GRAD_TOLERANCES,
     bench=BenchSpec(shapes=[(4, 32, 32, 4096, 128, "causal"), (4, 32, 32, 4096, 128, "mask"),
                             (4, 32, 32, 4096, 128, "dropout0.1"), (8, 32, 8, 4096, 128, "causal")],
                     make=_bench_make, flops=_sdpa_flops, eager=_eager, check=_bench_check,

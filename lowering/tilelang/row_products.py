@@ -19,7 +19,7 @@ fragment has one layout, which FullRow products sharing it fix), or when a membe
 registers; and only when every member's rows divide among the warps (16 rows per warp). A product reads its
 A operand from registers when that operand has 16-bit elements (a TF32 operand's register layout is not the
 accumulator's), is computed element-wise from results of FullRow products (row vectors broadcast into it,
-constants and index ranges aside) and is not transposed. A tile passed through the branches of an `if` (masks applied to some blocks only) counts as
+constants, index ranges and tiles loaded element by element, such as a score bias, aside) and is not transposed. A tile passed through the branches of an `if` (masks applied to some blocks only) counts as
 computed element-wise."""
 from __future__ import annotations
 
@@ -154,6 +154,8 @@ class RowProducts:
             elif op.defn is ops.IF:
                 i = op.results.index(v)
                 todo.extend(blk.terminator.operands[i] for blk in op.regions if blk.terminator is not None)
+            elif op.defn is ops.LOAD:
+                continue                      # a tile loaded element by element takes the layout its use gives it
             elif op.defn not in FREE:
                 return None
         return found or None

@@ -45,10 +45,10 @@ def silu_attention_bwd_dkdv_kernel(
         t = T.alloc_fragment((128, 32), 'float16')
         w = T.alloc_fragment((128, 32), 'float32')
         sig = T.alloc_fragment((128, 32), 'float32')
-        t_1 = T.alloc_shared((128, 32), 'float16')
+        t_1 = T.alloc_fragment((128, 32), 'float16')
         acc_1 = T.alloc_fragment((128, 32), 'float32')
         ds_t = T.alloc_fragment((128, 32), 'float32')
-        t_2 = T.alloc_shared((128, 32), 'float16')
+        t_2 = T.alloc_fragment((128, 32), 'float16')
         t_3 = T.alloc_fragment((128, 32), 'float16')
         t_shared = T.alloc_shared((128, 32), 'float16')
         t_4 = T.alloc_fragment((128, 32), 'float16')
@@ -79,14 +79,14 @@ def silu_attention_bwd_dkdv_kernel(
                     sig[i0, i1] = (0.5 + (0.5 * T.tanh((0.5 * ((acc[i0, i1] * scale) + T.cast(t[i0, i1], 'float32'))))))
                 for i0, i1 in T.Parallel(128, 32):
                     t_1[i0, i1] = T.cast(((((acc[i0, i1] * scale) + T.cast(t[i0, i1], 'float32')) * sig[i0, i1]) * w[i0, i1]), 'float16')
-                T.gemm(t_1, do, dv)
+                T.gemm(t_1, do, dv, policy=T.GemmWarpPolicy.FullRow)
                 T.clear(acc_1)
                 T.gemm(v, do, acc_1, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
                 for i0, i1 in T.Parallel(128, 32):
                     ds_t[i0, i1] = ((acc_1[i0, i1] * (sig[i0, i1] * (1.0 + (((acc[i0, i1] * scale) + T.cast(t[i0, i1], 'float32')) * (1.0 - sig[i0, i1]))))) * w[i0, i1])
                 for i0, i1 in T.Parallel(128, 32):
                     t_2[i0, i1] = T.cast(ds_t[i0, i1], 'float16')
-                T.gemm(t_2, q, dk)
+                T.gemm(t_2, q, dk, policy=T.GemmWarpPolicy.FullRow)
                 for i0, i1 in T.Parallel(128, 32):
                     if (((start_m + i1) < 72) & ((n0 + i0) < 72)):
                         ds_ptr[((((b * 20736) + (h * 5184)) + ((start_m + i1) * 72)) + (n0 + i0))] = T.cast(ds_t[i0, i1], 'float16')

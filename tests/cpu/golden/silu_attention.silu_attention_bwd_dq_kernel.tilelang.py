@@ -39,7 +39,7 @@ def silu_attention_bwd_dq_kernel(
         t = T.alloc_fragment((128, 32), 'float16')
         sig = T.alloc_fragment((128, 32), 'float32')
         acc_1 = T.alloc_fragment((128, 32), 'float32')
-        t_1 = T.alloc_shared((128, 32), 'float16')
+        t_1 = T.alloc_fragment((128, 32), 'float16')
         t_2 = T.alloc_fragment((128, 32), 'float16')
         t_shared = T.alloc_shared((128, 32), 'float16')
         pid_m = bx
@@ -65,7 +65,7 @@ def silu_attention_bwd_dq_kernel(
             T.gemm(do, v, acc_1, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
             for i0, i1 in T.Parallel(128, 32):
                 t_1[i0, i1] = T.cast(((acc_1[i0, i1] * (sig[i0, i1] * (1.0 + (((acc[i0, i1] * scale) + T.cast(t[i0, i1], 'float32')) * (1.0 - sig[i0, i1]))))) * T.if_then_else(((((m0 + i0) < 72) & ((start_n + i1) < 72)) & ((start_n + i1) <= (m0 + i0))), inv_n, 0.0)), 'float16')
-            T.gemm(t_1, k, dq)
+            T.gemm(t_1, k, dq, policy=T.GemmWarpPolicy.FullRow)
         for i0, i1 in T.Parallel(128, 32):
             t_2[i0, i1] = T.cast((dq[i0, i1] * scale), 'float16')
         T.copy(t_2, t_shared)

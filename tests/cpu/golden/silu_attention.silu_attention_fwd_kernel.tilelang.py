@@ -33,7 +33,7 @@ def silu_attention_fwd_kernel(
         v = T.alloc_shared((64, 32), 'float16')
         acc_1 = T.alloc_fragment((128, 64), 'float32')
         t = T.alloc_fragment((128, 64), 'float16')
-        t_1 = T.alloc_shared((128, 64), 'float16')
+        t_1 = T.alloc_fragment((128, 64), 'float16')
         t_2 = T.alloc_fragment((128, 32), 'float16')
         t_shared = T.alloc_shared((128, 32), 'float16')
         pid_m = bx
@@ -54,7 +54,7 @@ def silu_attention_fwd_kernel(
                 t[i0, i1] = T.if_then_else((((m0 + i0) < 72) & ((start_n + i1) < 72)), bias_ptr[((((b * 0) + (h * 5184)) + ((m0 + i0) * 72)) + ((start_n + i1) * 1))], T.float16(0.0))
             for i0, i1 in T.Parallel(128, 64):
                 t_1[i0, i1] = T.cast(((((acc_1[i0, i1] * scale) + T.cast(t[i0, i1], 'float32')) * (0.5 + (0.5 * T.tanh((0.5 * ((acc_1[i0, i1] * scale) + T.cast(t[i0, i1], 'float32'))))))) * T.if_then_else(((((m0 + i0) < 72) & ((start_n + i1) < 72)) & ((start_n + i1) <= (m0 + i0))), inv_n, 0.0)), 'float16')
-            T.gemm(t_1, v, acc)
+            T.gemm(t_1, v, acc, policy=T.GemmWarpPolicy.FullRow)
         for i0, i1 in T.Parallel(128, 32):
             t_2[i0, i1] = T.cast(acc[i0, i1], 'float16')
         T.copy(t_2, t_shared)

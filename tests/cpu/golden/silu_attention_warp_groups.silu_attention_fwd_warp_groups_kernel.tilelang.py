@@ -38,14 +38,14 @@ def silu_attention_fwd_warp_groups_kernel(
         p = T.alloc_fragment((64, 128), 'float32')
         t = T.alloc_fragment((64, 128), 'float16')
         t_1 = T.alloc_fragment((64, 128), 'float16')
-        t_2 = T.alloc_shared((64, 128), 'float16')
+        t_2 = T.alloc_fragment((64, 128), 'float16')
         buf_1 = T.alloc_shared((64, 32), 'float16')
         acc_b = T.alloc_fragment((64, 32), 'float32')
         acc_1 = T.alloc_fragment((64, 128), 'float32')
         p_1 = T.alloc_fragment((64, 128), 'float32')
         t_3 = T.alloc_fragment((64, 128), 'float16')
         t_4 = T.alloc_fragment((64, 128), 'float16')
-        t_5 = T.alloc_shared((64, 128), 'float16')
+        t_5 = T.alloc_fragment((64, 128), 'float16')
         pid_m = bx
         b = T.truncdiv(by, 2)
         h = T.truncmod(by, 2)
@@ -96,7 +96,7 @@ def silu_attention_fwd_warp_groups_kernel(
                 T.barrier_wait(v_buf_full[it_1 % 2], (it_1 // 2) & 1)
                 for i0, i1 in T.Parallel(64, 128):
                     t_2[i0, i1] = T.cast(p[i0, i1], 'float16')
-                T.gemm(t_2, v_buf[it_1 % 2, :, :], acc_a)
+                T.gemm(t_2, v_buf[it_1 % 2, :, :], acc_a, policy=T.GemmWarpPolicy.FullRow)
                 T.barrier_arrive(v_buf_empty[it_1 % 2])
             T.copy(acc_a, o_ptr_v[b, m0:m0 + 64, h, 0:32])
         else:
@@ -123,6 +123,6 @@ def silu_attention_fwd_warp_groups_kernel(
                 T.barrier_wait(v_buf_full[it_2 % 2], (it_2 // 2) & 1)
                 for i0, i1 in T.Parallel(64, 128):
                     t_5[i0, i1] = T.cast(p_1[i0, i1], 'float16')
-                T.gemm(t_5, v_buf[it_2 % 2, :, :], acc_b)
+                T.gemm(t_5, v_buf[it_2 % 2, :, :], acc_b, policy=T.GemmWarpPolicy.FullRow)
                 T.barrier_arrive(v_buf_empty[it_2 % 2])
             T.copy(acc_b, o_ptr_v[b, m0 + 64:m0 + 64 + 64, h, 0:32])
