@@ -224,7 +224,12 @@ def _copy_then_select(gen: Context, op: Op, acc: Access, plan, indent: int):
     mask, other = op.operand("mask"), op.operand("other")
     shape, elem = op.operand("ptr").type.shape, op.operand("ptr").type.elem.elem
     into = Buffer(gen.alloc(op.results[0].name or "t", shape, elem, "shared"), shape, elem, "shared", gen.blocks[-1])
-    gen.emit(f"T.copy({region(gen, acc.param.value, plan)}, {into.region()})", indent)
+    # outside a pipelined loop TileLang 0.1.15 issues the copy as a TMA load and waits for it only before the
+    # first product that reads the buffer, after the select, which then races with it (wrong rows, NaN, on
+    # packed attention on the H200): such a copy is a plain one. In T.Pipelined the select is a stage of the
+    # consumer, after the wait
+    sync = "" if gen.in_pipelined_loop(op) else ", disable_tma=True"
+    gen.emit(f"T.copy({region(gen, acc.param.value, plan)}, {into.region()}{sync})", indent)
     idx = loop_indices(len(shape))
     fill = gen.elem(other, idx) if other is not None else literal(0, elem)
     # the select runs only where the mask fails somewhere in the box (a walk's last, partial chunk): every

@@ -104,11 +104,11 @@ def gdr_dqkwg_kernel(
         g_last = gc_ptr[((T.max(last, 0) * 2) + hv)]
         for i0, i1 in T.Parallel(64, 64):
             dscores_1[i0, i1] = (T.if_then_else((((i0 >= i1) & ((start + i0) < end)) & ((start + i1) < end)), (dscores[i0, i1] * T.exp2((g[i0] - g_col[i1]) * 1.4426950408889634)), 0.0) * scale)
-        T.copy(q_ptr_v[0, start + bz + T.truncdiv(hv, 2):start + bz + T.truncdiv(hv, 2) + 64, 0, 0:16], qb)
+        T.copy(q_ptr_v[0, start + bz + T.truncdiv(hv, 2):start + bz + T.truncdiv(hv, 2) + 64, 0, 0:16], qb, disable_tma=True)
         if (start + 63 >= end):
             for i0, i1 in T.Parallel(64, 16):
                 qb[i0, i1] = T.if_then_else(((start + i0) < end), qb[i0, i1], 0.0)
-        T.copy(k_ptr_v[0, start + bz + T.truncdiv(hv, 2):start + bz + T.truncdiv(hv, 2) + 64, 0, 0:16], kb)
+        T.copy(k_ptr_v[0, start + bz + T.truncdiv(hv, 2):start + bz + T.truncdiv(hv, 2) + 64, 0, 0:16], kb, disable_tma=True)
         if (start + 63 >= end):
             for i0, i1 in T.Parallel(64, 16):
                 kb[i0, i1] = T.if_then_else(((start + i0) < end), kb[i0, i1], 0.0)

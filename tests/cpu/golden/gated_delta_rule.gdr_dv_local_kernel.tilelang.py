@@ -47,7 +47,7 @@ def gdr_dv_local_kernel(
             g_j[i0] = T.if_then_else(((start + i0) < end), gc_ptr[(((start + i0) * 2) + hv)], 0.0)
         for i0 in T.Parallel(64):
             g_i[i0] = T.if_then_else(((start + i0) < end), gc_ptr[(((start + i0) * 2) + hv)], 0.0)
-        T.copy(do_ptr_v[0, start:start + 64, hv + bz, 0:32], do)
+        T.copy(do_ptr_v[0, start:start + 64, hv + bz, 0:32], do, disable_tma=True)
         if (start + 63 >= end):
             for i0, i1 in T.Parallel(64, 32):
                 do[i0, i1] = T.if_then_else(((start + i0) < end), do[i0, i1], 0.0)

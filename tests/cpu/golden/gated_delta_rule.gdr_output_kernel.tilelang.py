@@ -58,7 +58,7 @@ def gdr_output_kernel(
             g[i0] = T.if_then_else(((start + i0) < end), gc_ptr[(((start + i0) * 2) + hv)], 0.0)
         for i0 in T.Parallel(64):
             g_col[i0] = T.if_then_else(((start + i0) < end), gc_ptr[(((start + i0) * 2) + hv)], 0.0)
-        T.copy(v_new_ptr_v[0, start:start + 64, hv + bz, 0:32], v_new)
+        T.copy(v_new_ptr_v[0, start:start + 64, hv + bz, 0:32], v_new, disable_tma=True)
         if (start + 63 >= end):
             for i0, i1 in T.Parallel(64, 32):
                 v_new[i0, i1] = T.if_then_else(((start + i0) < end), v_new[i0, i1], 0.0)

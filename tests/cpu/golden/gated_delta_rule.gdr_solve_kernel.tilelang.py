@@ -130,27 +130,27 @@ def gdr_solve_kernel(
             T.gemm(row_i_3, inv_10, inv_11)
             for i0, i1 in T.Parallel(16, 16):
                 inv_9[i0, i1] = T.if_then_else((i0 == i_3), inv_11[i0, i1], inv_9[i0, i1])
-        T.copy(a_ptr_v[0, start + 16:start + 16 + 16, hv, 0:16], a10)
+        T.copy(a_ptr_v[0, start + 16:start + 16 + 16, hv, 0:16], a10, disable_tma=True)
         if (start + 31 >= end):
             for i0, i1 in T.Parallel(16, 16):
                 a10[i0, i1] = T.if_then_else((((start + 16) + i0) < end), a10[i0, i1], 0.0)
-        T.copy(a_ptr_v[0, start + 32:start + 32 + 16, hv, 0:16], a20)
+        T.copy(a_ptr_v[0, start + 32:start + 32 + 16, hv, 0:16], a20, disable_tma=True)
         if (start + 47 >= end):
             for i0, i1 in T.Parallel(16, 16):
                 a20[i0, i1] = T.if_then_else((((start + 32) + i0) < end), a20[i0, i1], 0.0)
-        T.copy(a_ptr_v[0, start + 32:start + 32 + 16, hv, 16:16 + 16], a21)
+        T.copy(a_ptr_v[0, start + 32:start + 32 + 16, hv, 16:16 + 16], a21, disable_tma=True)
         if (start + 47 >= end):
             for i0, i1 in T.Parallel(16, 16):
                 a21[i0, i1] = T.if_then_else((((start + 32) + i0) < end), a21[i0, i1], 0.0)
-        T.copy(a_ptr_v[0, start + 48:start + 48 + 16, hv, 0:16], a30)
+        T.copy(a_ptr_v[0, start + 48:start + 48 + 16, hv, 0:16], a30, disable_tma=True)
         if (start + 63 >= end):
             for i0, i1 in T.Parallel(16, 16):
                 a30[i0, i1] = T.if_then_else((((start + 48) + i0) < end), a30[i0, i1], 0.0)
-        T.copy(a_ptr_v[0, start + 48:start + 48 + 16, hv, 16:16 + 16], a31)
+        T.copy(a_ptr_v[0, start + 48:start + 48 + 16, hv, 16:16 + 16], a31, disable_tma=True)
         if (start + 63 >= end):
             for i0, i1 in T.Parallel(16, 16):
                 a31[i0, i1] = T.if_then_else((((start + 48) + i0) < end), a31[i0, i1], 0.0)
-        T.copy(a_ptr_v[0, start + 48:start + 48 + 16, hv, 32:32 + 16], a32)
+        T.copy(a_ptr_v[0, start + 48:start + 48 + 16, hv, 32:32 + 16], a32, disable_tma=True)
         if (start + 63 >= end):
             for i0, i1 in T.Parallel(16, 16):
                 a32[i0, i1] = T.if_then_else((((start + 48) + i0) < end), a32[i0, i1], 0.0)

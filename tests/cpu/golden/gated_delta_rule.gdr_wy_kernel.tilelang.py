@@ -41,7 +41,7 @@ def gdr_wy_kernel(
         start = index_ptr[(2 * entry)]
         end = index_ptr[((2 * entry) + 1)]
         hv = by
-        T.copy(ai_ptr_v[0, start:start + 64, hv, 0:64], ai)
+        T.copy(ai_ptr_v[0, start:start + 64, hv, 0:64], ai, disable_tma=True)
         if (start + 63 >= end):
             for i0, i1 in T.Parallel(64, 64):
                 ai[i0, i1] = T.if_then_else(((start + i0) < end), ai[i0, i1], 0.0)
