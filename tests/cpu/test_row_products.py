@@ -79,3 +79,16 @@ def test_addresses_are_written_at_their_uses():
     of different warp layouts share it, and one fragment would give them one layout."""
     source = lower_example(KERNELS["gated_delta_rule.gdr_dqkwg_kernel"], "tilelang").source
     assert "'int32')" not in "".join(line for line in source.splitlines() if "alloc_fragment" in line)
+
+
+def test_a_score_bias_loaded_tile_by_tile_keeps_p_in_registers():
+    """SiLU attention with a bias: the scores plus a bias tile the kernel loads element by element feed the
+    weighted sum. The loaded tile takes the layout its use gives it, so both products keep whole rows per warp
+    and P is the second's A operand in registers (counted as another layout, it split the two products and
+    TileLang refused the layouts of flash_attention's forward with a bias at D128)."""
+    source = lower_example(KERNELS["silu_attention.silu_attention_fwd_kernel"], "tilelang").source
+    assert "bias_ptr[" in source
+    scores, weighted = gemms(source)
+    assert "FullRow" in scores and "FullRow" in weighted
+    p = weighted[len("T.gemm("):].split(",")[0]
+    assert f"{p} = T.alloc_fragment(" in source

@@ -1,0 +1,40 @@
+"""A masked load of a box whose rows past a packed sequence are zero-filled by a select after the copy
+(lowering/tilelang/memory.py, _copy_then_select): outside a pipelined loop the copy is a plain one, so the select
+runs after it (TileLang 0.1.15 issues such a T.copy as a TMA load and waits for it only before the first product
+reading the buffer: the select raced with it, NaN on packed attention on the H200); inside T.Pipelined the copy
+stays the pipeline's, the select a consumer stage after its wait."""
+import torch
+
+import tle.ops
+from tilelang_oracle import tilelang_through_interpreter
+from tle.jit import Kernel
+from tle.kernels import flash_attention as fa
+
+
+def _packed_forward_source(monkeypatch) -> str:
+    seen = {}
+
+    def capture(self, grid, args, kwargs, warmup=False):
+        kw = {k: v for k, v in kwargs.items() if k != "backend"}
+        seen["source"] = self.lower(*args, grid=grid, backend="tilelang", **kw).source
+        raise StopIteration
+    torch.manual_seed(0)
+    sample = next(s for s in tle.ops.OPERATORS["flash_attention"].samples("cpu", torch.float16)
+                  if "cu_seqlens_q" in s.kwargs)
+    with tilelang_through_interpreter():
+        monkeypatch.setattr(Kernel, "_launch", capture)
+        try:
+            fa.flash_attention(*sample.args, backend="tilelang", **sample.kwargs)
+        except StopIteration:
+            pass
+    return seen["source"]
+
+
+def test_the_select_after_a_copy_outside_a_pipeline_follows_a_plain_copy(monkeypatch):
+    lines = _packed_forward_source(monkeypatch).splitlines()
+    loop = next(i for i, line in enumerate(lines) if "T.Pipelined(" in line)
+    q_copy = next(i for i, line in enumerate(lines[:loop]) if "T.copy(q_ptr_v[" in line)
+    assert lines[q_copy].rstrip().endswith(", disable_tma=True)")
+    assert lines[q_copy + 1].strip().startswith("if (")            # the select, where the box passes the end
+    k_copy = next(line for line in lines[loop:] if "T.copy(k_ptr_v[" in line)
+    assert "disable_tma" not in k_copy                               # the pipeline's copy (TMA on sm_90)
