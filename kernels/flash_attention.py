@@ -826,18 +826,19 @@ GRID_AXIS_MAX = 65535          # CUDA's limit on grid axis 1, which the kernels 
 
 def check_kernel_inputs(op: str, backend: str, batch: int, **tensors) -> None:
     """What the attention kernels take: fp16/bf16, the head dims of KERNEL_HEAD_DIMS, 32-bit offsets, at most
-    GRID_AXIS_MAX (batch, head) pairs."""
+    GRID_AXIS_MAX (batch, head) pairs. The first of `tensors` is the queries ([..., H, D]), named as the
+    operator names it."""
     if backend == "torch":
         return
-    q = tensors["q"]
+    q_name, q = next(iter(tensors.items()))
     if batch * q.shape[-2] > GRID_AXIS_MAX:
         raise tle.LaunchError(f"tle.ops.{op}: {batch} sequences of {q.shape[-2]} heads; backend '{backend}' launches "
                               f"a program per (sequence, head) on grid axis 1, at most {GRID_AXIS_MAX}")
     if q.dtype not in KERNEL_DTYPES:
-        raise tle.LaunchError(f"tle.ops.{op}: 'q' has dtype {str(q.dtype)[6:]}, which backend '{backend}' "
+        raise tle.LaunchError(f"tle.ops.{op}: '{q_name}' has dtype {str(q.dtype)[6:]}, which backend '{backend}' "
                               f"does not take (float16, bfloat16; other dtypes run on 'torch')")
     if q.shape[-1] not in KERNEL_HEAD_DIMS:
-        raise tle.LaunchError(f"tle.ops.{op}: 'q' has head dim {q.shape[-1]}; backend '{backend}' takes "
+        raise tle.LaunchError(f"tle.ops.{op}: '{q_name}' has head dim {q.shape[-1]}; backend '{backend}' takes "
                               f"{', '.join(map(str, KERNEL_HEAD_DIMS))} (any runs on 'torch')")
     for name, t in tensors.items():
         if t is not None and t.numel() >= 2 ** 31:

@@ -119,7 +119,7 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
     bias = None if attn_mask is None else _mask_as_bias(attn_mask, query, key, (b, h, l, s))
     backend = FLASH_ATTENTION.resolve(query.device, backend, fallback)
     q_t, k_t, v_t = (t.transpose(1, 2) for t in (q, k, v))           # [B, L, H, E]: the kernels' layout
-    check_kernel_inputs("scaled_dot_product_attention", backend, b, q=q_t, k=k_t, v=v_t)
+    check_kernel_inputs("scaled_dot_product_attention", backend, b, query=q_t, key=k_t, value=v_t)
     if backend != "torch" and bias is not None and sum((n - 1) * st for n, st in zip(bias.shape, bias.stride())
                                                        if n) > MAX_OFFSET:
         raise tle.LaunchError(f"'attn_mask' spans more than 2^31 elements; backend '{backend}' addresses it with "

@@ -177,7 +177,7 @@ def _sdpa_inputs(h=4, h_kv=4, l=6, s=7, e=16):
     (lambda q, k, v: tle.ops.scaled_dot_product_attention(q, k, v, torch.ones(6, 7, dtype=torch.int32),
                                                           backend="torch"), "'attn_mask' has dtype int32"),
     (lambda q, k, v: tle.ops.scaled_dot_product_attention(q[0], k, v, backend="torch"), "'key' has rank 4"),
-    (lambda q, k, v: tle.ops.scaled_dot_product_attention(q, k, v, backend="triton"), "'q' has dtype float32"),
+    (lambda q, k, v: tle.ops.scaled_dot_product_attention(q, k, v, backend="triton"), "'query' has dtype float32"),
 ])
 def test_scaled_dot_product_attention_bad_inputs(call, match):
     with pytest.raises((tle.LaunchError, tle.BackendUnavailable), match=match):
@@ -211,6 +211,24 @@ def test_scaled_dot_product_attention_dropout_follows_the_generator():
     assert torch.equal(outs[0], outs[1]) and not torch.equal(outs[0], outs[2])
     ones = tle.ops.scaled_dot_product_attention(q, k, torch.ones_like(v), dropout_p=0.5, seed=3, backend="torch")
     assert abs(ones.mean().item() - 1.0) < 0.05           # E[kept / (1 - p)] = 1
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_scaled_dot_product_attention_compiles_fullgraph(backend):
+    """With a mask and with dropout (an explicit seed: seed=None draws it in Python, outside the op), one graph,
+    the eager results and gradients."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, h, 7, 16, dtype=torch.float16, requires_grad=True) for h in (4, 2, 2))
+    mask = torch.rand(7, 7) > 0.3
+    for kw in (dict(attn_mask=mask), dict(dropout_p=0.25, seed=11, is_causal=True)):
+        def f(q, k, v, kw=kw):
+            return tle.ops.scaled_dot_product_attention(q, k, v, enable_gqa=True, backend=backend, **kw)
+
+        eager, comp = f(q, k, v), torch.compile(f, fullgraph=True, backend="aot_eager")(q, k, v)
+        torch.testing.assert_close(comp, eager)
+        do = torch.randn_like(eager)
+        for a, b in zip(torch.autograd.grad(comp, (q, k, v), do), torch.autograd.grad(eager, (q, k, v), do)):
+            torch.testing.assert_close(a, b)
 
 
 def test_flash_attention_window_and_softcap_checks():
