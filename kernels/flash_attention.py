@@ -1,14 +1,20 @@
 """FlashAttention, forward and backward: softmax(q kᵀ · scale + mask) v without the score matrix in memory.
 
-`tle.ops.flash_attention(q, k, v, causal=False, scale=None, *, cu_seqlens_q=None, cu_seqlens_k=None,
-max_seqlen_q=None, max_seqlen_k=None, return_lse=False, backend=None)`
+`tle.ops.flash_attention(q, k, v, causal=False, scale=None, *, window_size=(-1, -1), softcap=0.0,
+cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, return_lse=False, backend=None)`
 
 - q [B, S_q, H, D], k and v [B, S_k, H_kv, D], with H_kv dividing H (grouped-query and multi-query attention:
   query head h reads key/value head h // (H / H_kv)); or, for packed variable-length batches, q [total_q, H, D]
   and k, v [total_k, H_kv, D] with `cu_seqlens_q` / `cu_seqlens_k` (int32 [B + 1], the running sums of the
   lengths) naming where each sequence starts.
 - causal: query i of a sequence sees key j when j <= i + S_k - S_q (the mask aligned to the bottom-right
-  corner, as FlashAttention 2 aligns it). A query that sees no key (S_q > S_k) gets output 0 and lse -inf.
+  corner, as FlashAttention 2 aligns it). window_size=(left, right): FlashAttention's sliding window about
+  that diagonal (-1 an open side; causal is right = 0). softcap > 0: the scaled scores become
+  softcap · tanh(s / softcap). A query that sees no key (S_q > S_k, a window past the keys) gets output 0 and
+  lse -inf.
+- The kernels also take an additive score bias and dropout (attention_parts.Scores), which
+  scaled_dot_product_attention.py uses; each of these, the window's edges and the cap is a constexpr, so a
+  launch without them generates the code it did before they existed.
 - Returns out (q's shape and dtype) and, with return_lse, the log-sum-exp of the scaled scores in fp32,
   natural log: [B, H, S_q], or [H, total_q] for varlen. lse is not differentiable.
 
