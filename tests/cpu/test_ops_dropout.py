@@ -15,7 +15,7 @@ import tle
 import tle.ops
 from tilelang_oracle import needs_tilelang, run_on, tilelang_through_interpreter
 from tle.kernels import dropout_add as mod
-from tle.kernels.philox import philox4x32_10, philox4x32_10_torch, split_u64, stream_words_torch
+from tle.kernels.philox import element_words, philox4x32_10, philox4x32_10_torch, split_u64, stream_words_torch
 
 BACKENDS = ["torch", "triton", pytest.param("tilelang", marks=needs_tilelang)]
 
@@ -98,6 +98,29 @@ def test_kernel_philox_is_bit_identical_to_torch_philox(backend):
         assert torch.equal(got, as_i32(want)), f"word {w}"
     for j, (_, _, answer) in enumerate(KAT):
         assert [int(o[j]) & 0xFFFFFFFF for o in outs] == list(answer)
+
+
+@tle.jit
+def element_words_kernel(e_ptr, out_ptr, seed_lo, seed_hi, offset_lo, offset_hi, N: tl.constexpr):
+    i = tl.arange(0, N)
+    words = element_words(tl.load(e_ptr + i), seed_lo, seed_hi, offset_lo, offset_hi)
+    tl.store(out_ptr + i, words.to(tl.int32, bitcast=True))
+
+
+@pytest.mark.parametrize("backend", ["triton", pytest.param("tilelang", marks=needs_tilelang)])
+def test_element_words_are_the_streams_words(backend):
+    """element_words (attention's dropout: any flat element index) gives element e word (e mod 4) of
+    Philox(offset + e div 4, seed), the word stream_words gives it; flat indices past 2^32 (a [B, H, L, S]
+    tensor of more than 4G elements) carry into the counter's high word, and the offset's low word wraps."""
+    seed, offset = 0x0123456789ABCDEF, 2**32 - 3
+    e = torch.cat([torch.arange(0, 24), 2**34 + 5 + torch.arange(0, 24), 2**32 * 4 - 8 + torch.arange(16)])
+    out = torch.full((64,), -1, dtype=torch.int32)
+    run_on(backend, element_words_kernel, (1,), e, out, *split_u64(seed), *split_u64(offset), N=64)
+    counter = offset + (e >> 2)                      # below 2^63 here: no wrap of the 64-bit counter
+    words = philox4x32_10_torch(counter & 0xFFFFFFFF, counter >> 32, 0, 0, seed & 0xFFFFFFFF, seed >> 32)
+    want = torch.stack(words, dim=1).gather(1, (e & 3)[:, None])[:, 0]
+    assert torch.equal(out, as_i32(want))
+    assert torch.equal(out[:24], as_i32(stream_words_torch(24, seed, offset)))
 
 
 def test_split_u64():
