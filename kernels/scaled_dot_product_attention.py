@@ -64,7 +64,7 @@ def _check_qkv(query, key, value, enable_gqa):
             raise tle.LaunchError(f"'key' has {h_kv} heads, which does not divide query's {h} heads")
 
 
-def _mask_as_bias(attn_mask, query, key, shape4):
+def _mask_as_bias(attn_mask, query, shape4):
     """attn_mask as an additive bias viewed as [B, H, L, S] (stride 0 along broadcast axes): a bool mask becomes
     0 / -inf in query's dtype, in its own shape."""
     check_tensor(attn_mask, "attn_mask", dtypes=(torch.bool, torch.float16, torch.bfloat16, torch.float32,
@@ -116,7 +116,7 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
     q, k, v = (t.unsqueeze(1) if one_head else t for t in (query, key, value))
     b, h, l, e = q.shape
     s = k.shape[2]
-    bias = None if attn_mask is None else _mask_as_bias(attn_mask, query, key, (b, h, l, s))
+    bias = None if attn_mask is None else _mask_as_bias(attn_mask, query, (b, h, l, s))
     backend = FLASH_ATTENTION.resolve(query.device, backend, fallback)
     q_t, k_t, v_t = (t.transpose(1, 2) for t in (q, k, v))           # [B, L, H, E]: the kernels' layout
     check_kernel_inputs("scaled_dot_product_attention", backend, b, query=q_t, key=k_t, value=v_t)
