@@ -146,7 +146,7 @@ def dropout_keep(shape, sc: Scores, device):
     return (words >= threshold_of(sc.dropout_p)).reshape(shape)
 
 
-def _dense_attention(q, k, v, scale, sc: Scores = CAUSAL):
+def _dense_attention(q, k, v, scale, sc: Scores):
     """out [B, S_q, H, D] and lse [B, H, S_q] of dense inputs, differentiable (the reference uses it too): a query
     that sees no key gets 0 and lse -inf, with finite gradients."""
     group = q.shape[2] // k.shape[2]

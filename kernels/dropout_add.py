@@ -235,6 +235,15 @@ def draw_seed_offset(device: torch.device, counters: int, generator: torch.Gener
 
 
 # -- the public surface -------------------------------------------------------------------------------------
+def check_dropout_args(p, seed, offset, p_name: str = "p") -> None:
+    """The checks of a dropout probability (named `p_name`) and of an optional seed and an offset."""
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
+        raise tle.LaunchError(f"'{p_name}' is the dropout probability, a number with 0 <= p <= 1; got {p!r}")
+    for name, v in (("seed", seed), ("offset", offset)):
+        if (v is not None or name == "offset") and (isinstance(v, bool) or not isinstance(v, int)):
+            raise tle.LaunchError(f"'{name}' must be an int (taken modulo 2^64), got {type(v).__name__}")
+
+
 def dropout_add(x: torch.Tensor, residual: torch.Tensor, p: float, training: bool = True,
                 seed: int | None = None, offset: int = 0, *, backend: str | None = None,
                 fallback: str | None = None) -> torch.Tensor:
@@ -244,11 +253,7 @@ def dropout_add(x: torch.Tensor, residual: torch.Tensor, p: float, training: boo
     check_float(residual, "residual", device=x.device, shape=tuple(x.shape))
     if residual.dtype != x.dtype:
         raise tle.LaunchError(f"'residual' has dtype {residual.dtype}; expected x's dtype {x.dtype}")
-    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
-        raise tle.LaunchError(f"'p' is the dropout probability, a number with 0 <= p <= 1; got {p!r}")
-    for name, v in (("seed", seed), ("offset", offset)):
-        if (v is not None or name == "offset") and (isinstance(v, bool) or not isinstance(v, int)):
-            raise tle.LaunchError(f"'{name}' must be an int (taken modulo 2^64), got {type(v).__name__}")
+    check_dropout_args(p, seed, offset)
     b = DROPOUT_ADD.resolve(x.device, backend, fallback)
     check_kernel_dtypes("dropout_add", b, x=x, residual=residual)
     if b != "torch" and x.numel() > MAX_NUMEL:

@@ -80,18 +80,8 @@ def _scores(raw, r2, c2, len_q, len_k, bias_base, stride_bias_m, stride_bias_n, 
 
 
 @tle.jit
-def _in_window(keep, r2, c2, diag, left_edge, CAUSAL: tl.constexpr, LOCAL: tl.constexpr):
-    """keep, and-ed with the window: query r2 sees key c2 when r2 + left_edge <= c2 <= r2 + diag."""
-    if CAUSAL:
-        keep = keep & (c2 <= r2 + diag)
-    if LOCAL:
-        keep = keep & (c2 >= r2 + left_edge)
-    return keep
-
-
-@tle.jit
 def _window_keep(r2, c2, diag, left_edge, CAUSAL: tl.constexpr, LOCAL: tl.constexpr):
-    """The window alone (at least one edge): where query r2 sees key c2."""
+    """Where query r2 sees key c2 within the window, r2 + left_edge <= c2 <= r2 + diag (at least one edge)."""
     if CAUSAL:
         keep = c2 <= r2 + diag
         if LOCAL:
@@ -147,8 +137,9 @@ def _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, bias_base, stride_kn, stride_v
         cols = start_n + offs_n
         k = tl.load(k_base + cols[:, None] * stride_kn + offs_d[None, :], mask=(cols < len_k)[:, None], other=0.0)
         if MASKED:
-            keep = _in_window((cols < len_k)[None, :], offs_m[:, None], cols[None, :], diag, left_edge, CAUSAL,
-                              LOCAL)
+            keep = (cols < len_k)[None, :]
+            if CAUSAL or LOCAL:
+                keep = keep & _window_keep(offs_m[:, None], cols[None, :], diag, left_edge, CAUSAL, LOCAL)
         if FOLD:
             if MASKED:
                 start = tl.where(keep, tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32), -float("inf"))
@@ -643,11 +634,16 @@ def _torch_backward(do, q, k, v, out, lse, cu_q, cu_k, sc, scale):
 # -- the operator's recipe: its custom ops and autograd ---------------------------------------------------
 # The ops take the window's edges as optional ints (None: open), the dropout's seed and offset as int64
 # holding their 64 unsigned bits; bias is not differentiable (the public functions refuse one that asks)
+def _op_scores(bias, window_left, window_right, softcap, dropout_p, seed, offset) -> Scores:
+    """The Scores of the ops' arguments (seed and offset back to their unsigned 64 bits)."""
+    return Scores((window_left, window_right), softcap, bias, dropout_p, seed & U64, offset & U64)
+
+
 def _attention(run, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None,
                cu_seqlens_q: torch.Tensor | None, cu_seqlens_k: torch.Tensor | None, max_seqlen_q: int,
                max_seqlen_k: int, window_left: int | None, window_right: int | None, softcap: float,
                dropout_p: float, seed: int, offset: int, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-    sc = Scores((window_left, window_right), softcap, bias, dropout_p, seed & U64, offset & U64)
+    sc = _op_scores(bias, window_left, window_right, softcap, dropout_p, seed, offset)
     return run(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, sc, scale)
 
 
@@ -657,7 +653,7 @@ def _attention_backward(run, do: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
                         window_left: int | None, window_right: int | None, softcap: float, dropout_p: float,
                         seed: int, offset: int, scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     do = do if do.stride(-1) == 1 else do.contiguous()
-    sc = Scores((window_left, window_right), softcap, bias, dropout_p, seed & U64, offset & U64)
+    sc = _op_scores(bias, window_left, window_right, softcap, dropout_p, seed, offset)
     return run(do, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, sc, scale)
 
 
@@ -804,8 +800,13 @@ def check_attention_inputs(q, k, v, varlen: bool, causal, scale) -> float:
                               ("" if varlen else _other_layout_hint(q, k)))
     if not isinstance(causal, bool):
         raise tle.LaunchError(f"'causal' must be a bool, got {causal!r}")
+    return check_scale(scale, d)
+
+
+def check_scale(scale, head_dim: int) -> float:
+    """The scale to use: `scale` checked (a finite float), or head_dim ** -0.5 for None."""
     if scale is None:
-        return d ** -0.5 if d else 1.0
+        return head_dim ** -0.5 if head_dim else 1.0
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
         raise tle.LaunchError(f"'scale' must be a finite float or None, got {scale!r}")
     return float(scale)

@@ -29,9 +29,9 @@ import torch
 
 import tle
 from tle.kernels.attention_parts import Scores, dropout_keep
-from tle.kernels.dropout_add import draw_seed_offset, scale_of
+from tle.kernels.dropout_add import check_dropout_args, draw_seed_offset, scale_of
 from tle.kernels.flash_attention import (FLASH_ATTENTION, GRAD_TOLERANCES, KERNEL_DTYPES, attention_op,
-                                         check_kernel_inputs)
+                                         check_kernel_inputs, check_scale)
 from tle.examples import default_tolerance
 from tle.oplib import BenchSpec, Operator, Sample, check_tensor
 
@@ -88,14 +88,6 @@ def _mask_as_bias(attn_mask, query, shape4):
     return bias if query.dim() == 4 else bias.unsqueeze(1)
 
 
-def _check_dropout(dropout_p, seed, offset):
-    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)) or not 0.0 <= dropout_p <= 1.0:
-        raise tle.LaunchError(f"'dropout_p' is the dropout probability, a number with 0 <= p <= 1; got {dropout_p!r}")
-    for name, v in (("seed", seed), ("offset", offset)):
-        if (v is not None or name == "offset") and (isinstance(v, bool) or not isinstance(v, int)):
-            raise tle.LaunchError(f"'{name}' must be an int (taken modulo 2^64), got {type(v).__name__}")
-
-
 def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                                  attn_mask: torch.Tensor | None = None, dropout_p: float = 0.0,
                                  is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False, *,
@@ -108,13 +100,11 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
     if is_causal and attn_mask is not None:
         raise tle.LaunchError("'attn_mask' and is_causal=True go separately (as in torch): fold the causal mask "
                               "into attn_mask")
-    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float))
-                              or not math.isfinite(scale)):
-        raise tle.LaunchError(f"'scale' must be a finite float or None, got {scale!r}")
-    _check_dropout(dropout_p, seed, offset)
+    scale = check_scale(scale, query.shape[-1])
+    check_dropout_args(dropout_p, seed, offset, "dropout_p")
     one_head = query.dim() == 3
     q, k, v = (t.unsqueeze(1) if one_head else t for t in (query, key, value))
-    b, h, l, e = q.shape
+    b, h, l, _ = q.shape
     s = k.shape[2]
     bias = None if attn_mask is None else _mask_as_bias(attn_mask, query, (b, h, l, s))
     backend = FLASH_ATTENTION.resolve(query.device, backend, fallback)
@@ -129,7 +119,7 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
         seed, offset = draw_seed_offset(query.device, (b * h * l * s + 3) // 4)
     sc = Scores(window=(None, l - s) if is_causal else (None, None), bias=bias, dropout_p=p,
                 seed=(seed or 0) if p > 0 else 0, offset=offset if p > 0 else 0)
-    out, _ = attention_op(q_t, k_t, v_t, sc, (e ** -0.5 if e else 1.0) if scale is None else float(scale), backend)
+    out, _ = attention_op(q_t, k_t, v_t, sc, scale, backend)
     out = out.transpose(1, 2)
     return out.squeeze(1) if one_head else out
 
