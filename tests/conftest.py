@@ -22,3 +22,15 @@ def pytest_runtest_call(item):
     from tle.lowering.errors import CompilerUnavailable
     if isinstance(error, CompilerUnavailable):
         outcome.force_exception(pytest.skip.Exception(f"needs the backend's compiler: {error}", _use_item_location=True))
+
+
+@pytest.fixture(autouse=True)
+def launch_path_restored():
+    """A test that leaves the launch path or the operators' backend check patched (the TileLang interpreter
+    context, a capture) fails here, at its own teardown, instead of changing what later tests launch."""
+    import tle.oplib.backend as op_backend
+    from tle.jit import Kernel
+    before = Kernel._launch, op_backend.kernel_unusable_reason
+    yield
+    after = Kernel._launch, op_backend.kernel_unusable_reason
+    assert after == before, "the test left Kernel._launch or kernel_unusable_reason patched"
