@@ -39,6 +39,7 @@ import triton.language as tl
 
 import tle
 from tle.kernels import flash_attention_warp_groups as warp_groups
+from tle.kernels.flash_attention_bench import bench_eager, bench_flops, bench_make, tilelang_example_peer
 from tle.kernels.attention_parts import (CAUSAL, Problem, Scores, _dense_attention, _example_inputs, _folded_softmax,
                                          _fwd_program, _keep, _logits, _sequence, _torch_forward, cu_or_dummy,
                                          dropout_keep, nan_like, sequence_slices)
@@ -1018,29 +1019,6 @@ def _negative_scores(qkv):
     return q.abs(), -k.abs(), v
 
 
-def _bench_make(shape, dtype, device):
-    b, h, h_kv, s, d, mask = shape
-    x = [torch.randn(b, s, n, d, device=device, dtype=dtype) for n in (h, h_kv, h_kv)]
-    return Sample((*x, mask == "causal"))
-
-
-def _bench_flops(sample, mode):
-    q, k, _, causal = sample.args
-    b, s_q, h, d = q.shape
-    fwd = 4 * b * h * s_q * k.shape[1] * d / (2 if causal else 1)
-    return fwd if mode == "fwd" else 2.5 * fwd          # backward: five matmuls against the forward's two
-
-
-def _eager(sample):
-    q, k, v, causal = sample.args
-
-    def sdpa(q=q, k=k, v=v):
-        return torch.nn.functional.scaled_dot_product_attention(
-            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal,
-            enable_gqa=q.shape[2] != k.shape[2]).transpose(1, 2)
-    return sdpa
-
-
 # the backward rounds P and dS to the inputs' dtype before its products (as FlashAttention does): in fp16 a
 # gradient takes one rounding more than the default tolerance (2^-11 of the largest magnitude) allows
 GRAD_TOLERANCES = {torch.float16: (2 ** -10, 2 ** -10)}
@@ -1050,5 +1028,8 @@ OPERATOR = Operator(
     dtypes=KERNEL_DTYPES, tolerances=GRAD_TOLERANCES,
     bench=BenchSpec(shapes=[(4, 32, 32, 8192, 128, "causal"), (4, 32, 32, 8192, 128, "full"),
                             (32, 16, 16, 1024, 64, "full"), (32, 16, 16, 1024, 64, "causal"),
-                            (8, 32, 8, 4096, 128, "causal"), (2, 16, 16, 4096, 256, "full")],
-                    make=_bench_make, flops=_bench_flops, eager=_eager, shape_help="BxHxH_KVxSxDx(causal|full)"))
+                            (8, 32, 8, 4096, 128, "causal"), (2, 16, 16, 4096, 256, "full"),
+                            (16, 32, 32, 2048, 128, "varlen")],
+                    make=bench_make, flops=bench_flops, eager=bench_eager,
+                    peers={"TileLang examples": tilelang_example_peer},
+                    shape_help="BxHxH_KVxSxDx(causal|full|varlen)"))
