@@ -123,20 +123,25 @@ def _key_blocks(m0, len_q, len_k, diag, left_edge, BLOCK_M: tl.constexpr, BLOCK_
 
 # -- the forward ------------------------------------------------------------------------------------------
 @tle.jit
-def _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, bias_base, stride_kn, stride_vn, stride_bias_m, stride_bias_n,
+def _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, bias_base, stride_kn, stride_vn, stride_bias_m, stride_bias_n,
                 offs_m, lo, hi, len_q, len_k, diag, left_edge, qk_scale, softcap, bh, seqlen_q, seqlen_k, seed_lo,
                 seed_hi, offset_lo, offset_hi, drop_threshold, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
                 BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr, LOCAL: tl.constexpr,
-                FOLD: tl.constexpr, BIAS: tl.constexpr, SOFTCAP: tl.constexpr, DROPOUT: tl.constexpr):
+                FOLD: tl.constexpr, BIAS: tl.constexpr, SOFTCAP: tl.constexpr, DROPOUT: tl.constexpr,
+                DESC: tl.constexpr):
     """The online softmax over key blocks [lo, hi); MASKED adds the key-length mask and the window's.
     FOLD (a scale in (0, 1e4), no cap, no bias): _folded_softmax, and the mask is the product's starting value
     (0 or -inf), so no pass over the scores applies it. Otherwise the scores are scaled first and masked after
-    (a negative scale would turn a -inf start over)."""
+    (a negative scale would turn a -inf start over). k_src and v_src: the KV head's first row, or with DESC
+    tensor descriptors of its rows (_kv_source)."""
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
     for start_n in range(lo, hi, BLOCK_N):
         cols = start_n + offs_n
-        k = tl.load(k_base + cols[:, None] * stride_kn + offs_d[None, :], mask=(cols < len_k)[:, None], other=0.0)
+        if DESC:
+            k = k_src.load([start_n, 0])
+        else:
+            k = tl.load(k_src + cols[:, None] * stride_kn + offs_d[None, :], mask=(cols < len_k)[:, None], other=0.0)
         if MASKED:
             keep = (cols < len_k)[None, :]
             if CAUSAL or LOCAL:
@@ -160,11 +165,25 @@ def _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, bias_base, stride_kn, stride_v
         if DROPOUT:                       # l_i sums the probabilities before dropout
             p = tl.where(_dropout_keep(offs_m[:, None], cols[None, :], bh, seqlen_q, seqlen_k, seed_lo, seed_hi,
                                        offset_lo, offset_hi, drop_threshold), p, 0.0)
-        v = tl.load(v_base + cols[:, None] * stride_vn + offs_d[None, :], mask=(cols < len_k)[:, None], other=0.0)
+        if DESC:
+            v = v_src.load([start_n, 0])
+        else:
+            v = tl.load(v_src + cols[:, None] * stride_vn + offs_d[None, :], mask=(cols < len_k)[:, None], other=0.0)
         acc = acc * alpha[:, None]
         acc = tl.dot(p.to(v.dtype), v, acc)
         m_i = m_new
     return acc, l_i, m_i
+
+
+@tle.jit
+def _kv_source(base, stride_n, len_k, HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, DESC: tl.constexpr):
+    """Where a KV head's blocks are read from: its first row, or with DESC a tensor descriptor of its len_k rows
+    (a TMA load on Triton, rows past the sequence zero-filled as the masked loads fill them). The launch asks
+    for DESC only where the base and the row stride are multiples of 16 bytes, as TMA needs."""
+    if DESC:
+        return tl.make_tensor_descriptor(base, shape=[len_k, HEAD_DIM], strides=[stride_n, 1],
+                                         block_shape=[BLOCK_N, HEAD_DIM])
+    return base
 
 
 # seed, offset and threshold change from call to call: runtime values (TileLang compiles in the integer
@@ -182,7 +201,7 @@ def flash_attention_fwd_kernel(
         H: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
         BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, VARLEN: tl.constexpr, SPLIT: tl.constexpr,
         FOLD: tl.constexpr = False, LOCAL: tl.constexpr = False, BIAS: tl.constexpr = False,
-        SOFTCAP: tl.constexpr = False, DROPOUT: tl.constexpr = False):
+        SOFTCAP: tl.constexpr = False, DROPOUT: tl.constexpr = False, DESC: tl.constexpr = False):
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
     len_q, len_k, q_base, k_base, v_base, o_base, lse_base = _fwd_program(
@@ -203,28 +222,30 @@ def flash_attention_fwd_kernel(
     q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :], mask=row_ok[:, None], other=0.0)
 
     lo, full, hi = _key_blocks(m0, len_q, len_k, diag, left_edge, BLOCK_M, BLOCK_N, CAUSAL, LOCAL, True)
+    k_src = _kv_source(k_base, stride_kn, len_k, HEAD_DIM, BLOCK_N, DESC)
+    v_src = _kv_source(v_base, stride_vn, len_k, HEAD_DIM, BLOCK_N, DESC)
     # exp(x * scale) = exp2(x * scale * log2(e)); m_i starts finite so a row that sees no key stays at 0
     qk_scale = sm_scale * 1.4426950408889634
     m_i = tl.zeros([BLOCK_M], dtype=tl.float32) - 1.0e30
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     if SPLIT:       # two loops: the blocks no mask touches without mask arithmetic
-        acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, bias_base, stride_kn, stride_vn,
+        acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, bias_base, stride_kn, stride_vn,
                                     stride_bias_m, stride_bias_n, offs_m, lo, full, len_q, len_k, diag, left_edge,
                                     qk_scale, softcap, bh, seqlen_q, seqlen_k, seed_lo, seed_hi, offset_lo, offset_hi,
                                     drop_threshold, HEAD_DIM, BLOCK_M, BLOCK_N, False, CAUSAL, LOCAL, FOLD,
-                                    BIAS, SOFTCAP, DROPOUT)
-        acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, bias_base, stride_kn, stride_vn,
+                                    BIAS, SOFTCAP, DROPOUT, DESC)
+        acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, bias_base, stride_kn, stride_vn,
                                     stride_bias_m, stride_bias_n, offs_m, full, hi, len_q, len_k, diag, left_edge,
                                     qk_scale, softcap, bh, seqlen_q, seqlen_k, seed_lo, seed_hi, offset_lo, offset_hi,
                                     drop_threshold, HEAD_DIM, BLOCK_M, BLOCK_N, True, CAUSAL, LOCAL, FOLD,
-                                    BIAS, SOFTCAP, DROPOUT)
+                                    BIAS, SOFTCAP, DROPOUT, DESC)
     else:           # one loop, masked throughout: half the loop buffers (shared memory, on TileLang)
-        acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, bias_base, stride_kn, stride_vn,
+        acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, bias_base, stride_kn, stride_vn,
                                     stride_bias_m, stride_bias_n, offs_m, lo, hi, len_q, len_k, diag, left_edge,
                                     qk_scale, softcap, bh, seqlen_q, seqlen_k, seed_lo, seed_hi, offset_lo, offset_hi,
                                     drop_threshold, HEAD_DIM, BLOCK_M, BLOCK_N, True, CAUSAL, LOCAL, FOLD,
-                                    BIAS, SOFTCAP, DROPOUT)
+                                    BIAS, SOFTCAP, DROPOUT, DESC)
 
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
     out = acc / l_safe[:, None]
@@ -271,10 +292,13 @@ def _row_lse2(lse_base, rows, row_ok, BIAS: tl.constexpr):
 @tle.jit
 def _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base, bias_base, stride_qm, stride_dom,
                  stride_bias_m, stride_bias_n, offs_n, lo, hi, len_q, len_k, diag, left_edge, qk_scale, softcap, bh,
-                 seqlen_q, seqlen_k, seed_lo, seed_hi, offset_lo, offset_hi, drop_threshold, drop_scale,
-                 HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
-                 LOCAL: tl.constexpr, BIAS: tl.constexpr, SOFTCAP: tl.constexpr, DROPOUT: tl.constexpr):
-    """dK and dV of one key block from query blocks [lo, hi) of one head, all transposed ([keys, queries])."""
+                 seqlen_q, seqlen_k, seed_lo, seed_hi, offset_lo, offset_hi, drop_threshold, drop_scale, dq_desc,
+                 sm_scale, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+                 LOCAL: tl.constexpr, BIAS: tl.constexpr, SOFTCAP: tl.constexpr, DROPOUT: tl.constexpr,
+                 ATOMIC_DQ: tl.constexpr):
+    """dK and dV of one key block from query blocks [lo, hi) of one head, all transposed ([keys, queries]).
+    ATOMIC_DQ: also each query block's share of dQ, dS K, added to the fp32 dQ of `dq_desc` (the fifth product;
+    the dQ kernel's recomputation of P and dP is then not needed)."""
     offs_d = tl.arange(0, HEAD_DIM)
     for start_m in range(lo, hi, BLOCK_M):
         rows = start_m + tl.arange(0, BLOCK_M)
@@ -301,7 +325,10 @@ def _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base, bias_base,
         ds_t = p_t * (dp_t - delta[None, :])
         if SOFTCAP:
             ds_t = ds_t * (1.0 - t_t * t_t)
-        dk = tl.dot(ds_t.to(q.dtype), q, dk)
+        ds_t = ds_t.to(q.dtype)
+        dk = tl.dot(ds_t, q, dk)
+        if ATOMIC_DQ:
+            dq_desc.atomic_add([start_m, 0], tl.dot(tl.trans(ds_t), k) * sm_scale)
     return dk, dv
 
 
@@ -312,10 +339,12 @@ def flash_attention_bwd_dkdv_kernel(
         stride_dob, stride_dom, stride_doh, stride_dkb, stride_dkn, stride_dkh, stride_dvb, stride_dvn,
         stride_dvh, stride_lb, stride_lh, seqlen_q, seqlen_k, bias_ptr, stride_bias_b, stride_bias_h, stride_bias_m,
         stride_bias_n, window_left, window_right, softcap, seed_lo, seed_hi, offset_lo, offset_hi, drop_threshold,
-        drop_scale, H_KV: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
-        BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, VARLEN: tl.constexpr, SPLIT: tl.constexpr,
-        LOCAL: tl.constexpr = False, BIAS: tl.constexpr = False, SOFTCAP: tl.constexpr = False,
-        DROPOUT: tl.constexpr = False):
+        drop_scale, dq_ptr, stride_dqb, stride_dqm, stride_dqh, H_KV: tl.constexpr, GROUP: tl.constexpr,
+        HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
+        VARLEN: tl.constexpr, SPLIT: tl.constexpr, LOCAL: tl.constexpr = False, BIAS: tl.constexpr = False,
+        SOFTCAP: tl.constexpr = False, DROPOUT: tl.constexpr = False, ATOMIC_DQ: tl.constexpr = False):
+    """dK and dV of a block of keys (and with ATOMIC_DQ dQ too, added in fp32 into dq_ptr's [B, S, H, D] or
+    [total, H, D], which starts zeroed)."""
     pid_n = tl.program_id(0)
     b = tl.program_id(1) // H_KV
     h_kv = tl.program_id(1) % H_KV
@@ -360,23 +389,28 @@ def flash_attention_bwd_dkdv_kernel(
         bias_base = bias_ptr
         if BIAS:
             bias_base = bias_ptr + b * stride_bias_b + h * stride_bias_h
+        dq_desc = dq_ptr
+        if ATOMIC_DQ:                    # this head's rows of its sequence: rows past its end are left alone
+            dq_desc = tl.make_tensor_descriptor(dq_ptr + b * stride_dqb + q_start * stride_dqm + h * stride_dqh,
+                                                shape=[len_q, HEAD_DIM], strides=[stride_dqm, 1],
+                                                block_shape=[BLOCK_M, HEAD_DIM])
         if SPLIT:
             dk, dv = _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base, bias_base, stride_qm,
                                   stride_dom, stride_bias_m, stride_bias_n, offs_n, lo, full, len_q, len_k, diag,
                                   left_edge, qk_scale, softcap, bh, seqlen_q, seqlen_k, seed_lo, seed_hi, offset_lo,
-                                  offset_hi, drop_threshold, drop_scale, HEAD_DIM, BLOCK_M, True, CAUSAL, LOCAL,
-                                  BIAS, SOFTCAP, DROPOUT)
+                                  offset_hi, drop_threshold, drop_scale, dq_desc, sm_scale, HEAD_DIM, BLOCK_M, True,
+                                  CAUSAL, LOCAL, BIAS, SOFTCAP, DROPOUT, ATOMIC_DQ)
             dk, dv = _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base, bias_base, stride_qm,
                                   stride_dom, stride_bias_m, stride_bias_n, offs_n, full, hi, len_q, len_k, diag,
                                   left_edge, qk_scale, softcap, bh, seqlen_q, seqlen_k, seed_lo, seed_hi, offset_lo,
-                                  offset_hi, drop_threshold, drop_scale, HEAD_DIM, BLOCK_M, False, CAUSAL, LOCAL,
-                                  BIAS, SOFTCAP, DROPOUT)
+                                  offset_hi, drop_threshold, drop_scale, dq_desc, sm_scale, HEAD_DIM, BLOCK_M, False,
+                                  CAUSAL, LOCAL, BIAS, SOFTCAP, DROPOUT, ATOMIC_DQ)
         else:
             dk, dv = _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base, bias_base, stride_qm,
                                   stride_dom, stride_bias_m, stride_bias_n, offs_n, lo, hi, len_q, len_k, diag,
                                   left_edge, qk_scale, softcap, bh, seqlen_q, seqlen_k, seed_lo, seed_hi, offset_lo,
-                                  offset_hi, drop_threshold, drop_scale, HEAD_DIM, BLOCK_M, CAUSAL or LOCAL, CAUSAL,
-                                  LOCAL, BIAS, SOFTCAP, DROPOUT)
+                                  offset_hi, drop_threshold, drop_scale, dq_desc, sm_scale, HEAD_DIM, BLOCK_M,
+                                  CAUSAL or LOCAL, CAUSAL, LOCAL, BIAS, SOFTCAP, DROPOUT, ATOMIC_DQ)
 
     dk = dk * sm_scale
     tl.store(dk_ptr + b * stride_dkb + (k_start + offs_n)[:, None] * stride_dkn + h_kv * stride_dkh
@@ -489,6 +523,13 @@ def fwd_config(head_dim: int, max_seqlen_q: int, backend: str) -> dict:
     return dict(cfg, SPLIT=backend == "triton")
 
 
+def tma_aligned(*tensors: torch.Tensor) -> bool:
+    """Whether each tensor's start and every stride but the last (1) are multiples of 16 bytes: what a tensor
+    descriptor over its rows (a TMA load) needs."""
+    return all(t.stride(-1) == 1 and t.data_ptr() % 16 == 0
+               and all(st * t.element_size() % 16 == 0 for st in t.stride()[:-1]) for t in tensors)
+
+
 def _plain(sc: Scores) -> bool:
     """No cap, bias or dropout, and no window beyond the causal mask: what the warp-group forward computes."""
     return sc.window in ((None, None), (None, 0)) and sc.softcap == 0 and sc.bias is None and sc.dropout_p == 0
@@ -555,6 +596,8 @@ def _kernel_forward(q, k, v, cu_q, cu_k, max_q, max_k, sc, scale, backend):
     if out.numel() == 0 or pr.b == 0:
         return out, lse.fill_(-math.inf)
     kernel, cfg = fwd_kernel(pr.d, pr.seqlen_q, backend, sm90=targets_sm90(q.device), scale=scale, scores=sc)
+    if cfg.get("DESC") and not tma_aligned(k, v):
+        cfg = dict(cfg, DESC=False)
     if kernel is flash_attention_fwd_kernel:
         scores, flags = score_args(sc, lse), score_flags(sc)
     else:                                 # the warp-group forward: plain scores, causal or not
@@ -583,10 +626,15 @@ def _kernel_backward(do, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, sc, scale,
         H=pr.h, HEAD_DIM=pr.d, BLOCK_M=PREPROCESS_BLOCK_M, VARLEN=pr.varlen, backend=backend, num_warps=4)
     kv_cfg, q_cfg = bwd_configs(pr.d, backend)
     scores, flags = score_args(sc, lse), score_flags(sc)
+    # with ATOMIC_DQ the dK/dV kernel adds dQ into fp32 (zeroed here, cast after); else the dQ kernel computes it
+    dq_acc = torch.zeros(q.shape, device=q.device, dtype=torch.float32) if kv_cfg.get("ATOMIC_DQ") else dq
     flash_attention_bwd_dkdv_kernel[(cdiv(pr.seqlen_k, kv_cfg["BLOCK_N"]), pr.b * pr.h_kv)](
         q, k, v, do, lse, delta, dk, dv, cu_q_arg, cu_k_arg, scale, *pr.strides(q), *pr.strides(k), *pr.strides(v),
         *pr.strides(do), *pr.strides(dk), *pr.strides(dv), *pr.lse_strides(lse), pr.seqlen_q, pr.seqlen_k, *scores,
-        H_KV=pr.h_kv, GROUP=pr.group, HEAD_DIM=pr.d, VARLEN=pr.varlen, backend=backend, **flags, **kv_cfg)
+        dq_acc, *pr.strides(dq_acc), H_KV=pr.h_kv, GROUP=pr.group, HEAD_DIM=pr.d, VARLEN=pr.varlen,
+        backend=backend, **flags, **kv_cfg)
+    if kv_cfg.get("ATOMIC_DQ"):
+        return dq.copy_(dq_acc), dk, dv
     flash_attention_bwd_dq_kernel[(cdiv(pr.seqlen_q, q_cfg["BLOCK_M"]), pr.b * pr.h)](
         q, k, v, do, lse, delta, dq, cu_q_arg, cu_k_arg, scale, *pr.strides(q), *pr.strides(k), *pr.strides(v),
         *pr.strides(do), *pr.strides(dq), *pr.lse_strides(lse), pr.seqlen_q, pr.seqlen_k, *scores,
@@ -760,7 +808,7 @@ def _bwd_launch(kernel_name, device, size):
         return tle.Launch(grid=(cdiv(pr.seqlen_k, kv_cfg["BLOCK_N"]), pr.b * pr.h_kv),
                           args=(q, k, v, do, lse, delta, dk, dv, lse, lse, scale, *common, *pr.strides(dk),
                                 *pr.strides(dv), *pr.lse_strides(lse), pr.seqlen_q, pr.seqlen_k,
-                                *score_args(CAUSAL, lse)),
+                                *score_args(CAUSAL, lse), lse, 0, 0, 0),
                           kwargs=dict(H_KV=pr.h_kv, GROUP=pr.group, HEAD_DIM=pr.d, VARLEN=False, **score_flags(CAUSAL),
                                       **kv_cfg),
                           outputs={"dk": dk, "dv": dv}, reference=lambda: {"dk": refs["dk"], "dv": refs["dv"]},
