@@ -133,7 +133,7 @@ def _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, bias_base, stride_kn, stride_vn,
     FOLD (a scale in (0, 1e4), no cap, no bias): _folded_softmax, and the mask is the product's starting value
     (0 or -inf), so no pass over the scores applies it. Otherwise the scores are scaled first and masked after
     (a negative scale would turn a -inf start over). k_src and v_src: the KV head's first row, or with DESC
-    tensor descriptors of its rows (_kv_source)."""
+    tensor descriptors of its rows (_row_source)."""
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
     for start_n in range(lo, hi, BLOCK_N):
@@ -176,13 +176,14 @@ def _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, bias_base, stride_kn, stride_vn,
 
 
 @tle.jit
-def _kv_source(base, stride_n, len_k, HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, DESC: tl.constexpr):
-    """Where a KV head's blocks are read from: its first row, or with DESC a tensor descriptor of its len_k rows
-    (a TMA load on Triton, rows past the sequence zero-filled as the masked loads fill them). The launch asks
-    for DESC only where the base and the row stride are multiples of 16 bytes, as TMA needs."""
+def _row_source(base, stride_row, n_rows, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr, DESC: tl.constexpr):
+    """Where a head's blocks of rows (keys, values, queries, upstream gradients) are read from: its first row, or
+    with DESC a tensor descriptor of its n_rows rows (a TMA load on Triton, rows past the sequence zero-filled as
+    the masked loads fill them). The launch asks for DESC only where the tensors' starts and row strides are
+    multiples of 16 bytes (tma_aligned), as TMA needs."""
     if DESC:
-        return tl.make_tensor_descriptor(base, shape=[len_k, HEAD_DIM], strides=[stride_n, 1],
-                                         block_shape=[BLOCK_N, HEAD_DIM])
+        return tl.make_tensor_descriptor(base, shape=[n_rows, HEAD_DIM], strides=[stride_row, 1],
+                                         block_shape=[BLOCK, HEAD_DIM])
     return base
 
 
@@ -222,8 +223,8 @@ def flash_attention_fwd_kernel(
     q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :], mask=row_ok[:, None], other=0.0)
 
     lo, full, hi = _key_blocks(m0, len_q, len_k, diag, left_edge, BLOCK_M, BLOCK_N, CAUSAL, LOCAL, True)
-    k_src = _kv_source(k_base, stride_kn, len_k, HEAD_DIM, BLOCK_N, DESC)
-    v_src = _kv_source(v_base, stride_vn, len_k, HEAD_DIM, BLOCK_N, DESC)
+    k_src = _row_source(k_base, stride_kn, len_k, HEAD_DIM, BLOCK_N, DESC)
+    v_src = _row_source(v_base, stride_vn, len_k, HEAD_DIM, BLOCK_N, DESC)
     # exp(x * scale) = exp2(x * scale * log2(e)); m_i starts finite so a row that sees no key stays at 0
     qk_scale = sm_scale * 1.4426950408889634
     m_i = tl.zeros([BLOCK_M], dtype=tl.float32) - 1.0e30
@@ -290,21 +291,25 @@ def _row_lse2(lse_base, rows, row_ok, BIAS: tl.constexpr):
 
 
 @tle.jit
-def _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base, bias_base, stride_qm, stride_dom,
+def _dkdv_blocks(dk, dv, k, v, q_src, do_src, lse_base, delta_base, bias_base, stride_qm, stride_dom,
                  stride_bias_m, stride_bias_n, offs_n, lo, hi, len_q, len_k, diag, left_edge, qk_scale, softcap, bh,
                  seqlen_q, seqlen_k, seed_lo, seed_hi, offset_lo, offset_hi, drop_threshold, drop_scale, dq_desc,
                  sm_scale, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
                  LOCAL: tl.constexpr, BIAS: tl.constexpr, SOFTCAP: tl.constexpr, DROPOUT: tl.constexpr,
-                 ATOMIC_DQ: tl.constexpr):
+                 ATOMIC_DQ: tl.constexpr, DESC: tl.constexpr):
     """dK and dV of one key block from query blocks [lo, hi) of one head, all transposed ([keys, queries]).
     ATOMIC_DQ: also each query block's share of dQ, dS K, added to the fp32 dQ of `dq_desc` (the fifth product;
-    the dQ kernel's recomputation of P and dP is then not needed)."""
+    the dQ kernel's recomputation of P and dP is then not needed). q_src, do_src: as _row_source gives them."""
     offs_d = tl.arange(0, HEAD_DIM)
     for start_m in range(lo, hi, BLOCK_M):
         rows = start_m + tl.arange(0, BLOCK_M)
         row_ok = rows < len_q
-        q = tl.load(q_base + rows[:, None] * stride_qm + offs_d[None, :], mask=row_ok[:, None], other=0.0)
-        do = tl.load(do_base + rows[:, None] * stride_dom + offs_d[None, :], mask=row_ok[:, None], other=0.0)
+        if DESC:
+            q = q_src.load([start_m, 0])
+            do = do_src.load([start_m, 0])
+        else:
+            q = tl.load(q_src + rows[:, None] * stride_qm + offs_d[None, :], mask=row_ok[:, None], other=0.0)
+            do = tl.load(do_src + rows[:, None] * stride_dom + offs_d[None, :], mask=row_ok[:, None], other=0.0)
         # rows past the sequence read q = dO = lse = delta = 0: their terms vanish
         lse2 = _row_lse2(lse_base, rows, row_ok, BIAS)
         delta = tl.load(delta_base + rows, mask=row_ok, other=0.0)
@@ -342,7 +347,8 @@ def flash_attention_bwd_dkdv_kernel(
         drop_scale, dq_ptr, stride_dqb, stride_dqm, stride_dqh, H_KV: tl.constexpr, GROUP: tl.constexpr,
         HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
         VARLEN: tl.constexpr, SPLIT: tl.constexpr, LOCAL: tl.constexpr = False, BIAS: tl.constexpr = False,
-        SOFTCAP: tl.constexpr = False, DROPOUT: tl.constexpr = False, ATOMIC_DQ: tl.constexpr = False):
+        SOFTCAP: tl.constexpr = False, DROPOUT: tl.constexpr = False, ATOMIC_DQ: tl.constexpr = False,
+        DESC: tl.constexpr = False):
     """dK and dV of a block of keys (and with ATOMIC_DQ dQ too, added in fp32 into dq_ptr's [B, S, H, D] or
     [total, H, D], which starts zeroed)."""
     pid_n = tl.program_id(0)
@@ -389,28 +395,30 @@ def flash_attention_bwd_dkdv_kernel(
         bias_base = bias_ptr
         if BIAS:
             bias_base = bias_ptr + b * stride_bias_b + h * stride_bias_h
+        q_src = _row_source(q_base, stride_qm, len_q, HEAD_DIM, BLOCK_M, DESC)
+        do_src = _row_source(do_base, stride_dom, len_q, HEAD_DIM, BLOCK_M, DESC)
         dq_desc = dq_ptr
         if ATOMIC_DQ:                    # this head's rows of its sequence: rows past its end are left alone
             dq_desc = tl.make_tensor_descriptor(dq_ptr + b * stride_dqb + q_start * stride_dqm + h * stride_dqh,
                                                 shape=[len_q, HEAD_DIM], strides=[stride_dqm, 1],
                                                 block_shape=[BLOCK_M, HEAD_DIM])
         if SPLIT:
-            dk, dv = _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base, bias_base, stride_qm,
+            dk, dv = _dkdv_blocks(dk, dv, k, v, q_src, do_src, lse_base, delta_base, bias_base, stride_qm,
                                   stride_dom, stride_bias_m, stride_bias_n, offs_n, lo, full, len_q, len_k, diag,
                                   left_edge, qk_scale, softcap, bh, seqlen_q, seqlen_k, seed_lo, seed_hi, offset_lo,
                                   offset_hi, drop_threshold, drop_scale, dq_desc, sm_scale, HEAD_DIM, BLOCK_M, True,
-                                  CAUSAL, LOCAL, BIAS, SOFTCAP, DROPOUT, ATOMIC_DQ)
-            dk, dv = _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base, bias_base, stride_qm,
+                                  CAUSAL, LOCAL, BIAS, SOFTCAP, DROPOUT, ATOMIC_DQ, DESC)
+            dk, dv = _dkdv_blocks(dk, dv, k, v, q_src, do_src, lse_base, delta_base, bias_base, stride_qm,
                                   stride_dom, stride_bias_m, stride_bias_n, offs_n, full, hi, len_q, len_k, diag,
                                   left_edge, qk_scale, softcap, bh, seqlen_q, seqlen_k, seed_lo, seed_hi, offset_lo,
                                   offset_hi, drop_threshold, drop_scale, dq_desc, sm_scale, HEAD_DIM, BLOCK_M, False,
-                                  CAUSAL, LOCAL, BIAS, SOFTCAP, DROPOUT, ATOMIC_DQ)
+                                  CAUSAL, LOCAL, BIAS, SOFTCAP, DROPOUT, ATOMIC_DQ, DESC)
         else:
-            dk, dv = _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base, bias_base, stride_qm,
+            dk, dv = _dkdv_blocks(dk, dv, k, v, q_src, do_src, lse_base, delta_base, bias_base, stride_qm,
                                   stride_dom, stride_bias_m, stride_bias_n, offs_n, lo, hi, len_q, len_k, diag,
                                   left_edge, qk_scale, softcap, bh, seqlen_q, seqlen_k, seed_lo, seed_hi, offset_lo,
                                   offset_hi, drop_threshold, drop_scale, dq_desc, sm_scale, HEAD_DIM, BLOCK_M,
-                                  CAUSAL or LOCAL, CAUSAL, LOCAL, BIAS, SOFTCAP, DROPOUT, ATOMIC_DQ)
+                                  CAUSAL or LOCAL, CAUSAL, LOCAL, BIAS, SOFTCAP, DROPOUT, ATOMIC_DQ, DESC)
 
     dk = dk * sm_scale
     tl.store(dk_ptr + b * stride_dkb + (k_start + offs_n)[:, None] * stride_dkn + h_kv * stride_dkh
@@ -420,17 +428,22 @@ def flash_attention_bwd_dkdv_kernel(
 
 
 @tle.jit
-def _dq_blocks(dq, q, do, lse2, delta, k_base, v_base, bias_base, stride_kn, stride_vn, stride_bias_m,
+def _dq_blocks(dq, q, do, lse2, delta, k_src, v_src, bias_base, stride_kn, stride_vn, stride_bias_m,
                stride_bias_n, offs_m, lo, hi, len_q, len_k, diag, left_edge, qk_scale, softcap, bh, seqlen_q,
                seqlen_k, seed_lo, seed_hi, offset_lo, offset_hi, drop_threshold, drop_scale, HEAD_DIM: tl.constexpr,
                BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr, LOCAL: tl.constexpr,
-               BIAS: tl.constexpr, SOFTCAP: tl.constexpr, DROPOUT: tl.constexpr):
-    """dQ of one query block from key blocks [lo, hi); keys past the sequence read k = v = 0 and add nothing."""
+               BIAS: tl.constexpr, SOFTCAP: tl.constexpr, DROPOUT: tl.constexpr, DESC: tl.constexpr):
+    """dQ of one query block from key blocks [lo, hi); keys past the sequence read k = v = 0 and add nothing.
+    k_src, v_src: as _row_source gives them."""
     offs_d = tl.arange(0, HEAD_DIM)
     for start_n in range(lo, hi, BLOCK_N):
         cols = start_n + tl.arange(0, BLOCK_N)
-        k = tl.load(k_base + cols[:, None] * stride_kn + offs_d[None, :], mask=(cols < len_k)[:, None], other=0.0)
-        v = tl.load(v_base + cols[:, None] * stride_vn + offs_d[None, :], mask=(cols < len_k)[:, None], other=0.0)
+        if DESC:
+            k = k_src.load([start_n, 0])
+            v = v_src.load([start_n, 0])
+        else:
+            k = tl.load(k_src + cols[:, None] * stride_kn + offs_d[None, :], mask=(cols < len_k)[:, None], other=0.0)
+            v = tl.load(v_src + cols[:, None] * stride_vn + offs_d[None, :], mask=(cols < len_k)[:, None], other=0.0)
         s, t = _scores(tl.dot(q, tl.trans(k)), offs_m[:, None], cols[None, :], len_q, len_k, bias_base,
                        stride_bias_m, stride_bias_n, qk_scale, softcap, SOFTCAP, BIAS)
         p = tl.math.exp2(s - lse2[:, None])
@@ -458,7 +471,7 @@ def flash_attention_bwd_dq_kernel(
         H: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
         BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, VARLEN: tl.constexpr, SPLIT: tl.constexpr,
         LOCAL: tl.constexpr = False, BIAS: tl.constexpr = False, SOFTCAP: tl.constexpr = False,
-        DROPOUT: tl.constexpr = False):
+        DROPOUT: tl.constexpr = False, DESC: tl.constexpr = False):
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // H
@@ -483,25 +496,27 @@ def flash_attention_bwd_dq_kernel(
     lo, full, hi = _key_blocks(m0, len_q, len_k, diag, left_edge, BLOCK_M, BLOCK_N, CAUSAL, LOCAL, False)
     k_base = k_ptr + b * stride_kb + k_start * stride_kn + (h // GROUP) * stride_kh
     v_base = v_ptr + b * stride_vb + k_start * stride_vn + (h // GROUP) * stride_vh
+    k_src = _row_source(k_base, stride_kn, len_k, HEAD_DIM, BLOCK_N, DESC)
+    v_src = _row_source(v_base, stride_vn, len_k, HEAD_DIM, BLOCK_N, DESC)
     bias_base = bias_ptr
     if BIAS:
         bias_base = bias_ptr + b * stride_bias_b + h * stride_bias_h
     qk_scale = sm_scale * 1.4426950408889634
     dq = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     if SPLIT:
-        dq = _dq_blocks(dq, q, do, lse2, delta, k_base, v_base, bias_base, stride_kn, stride_vn, stride_bias_m,
+        dq = _dq_blocks(dq, q, do, lse2, delta, k_src, v_src, bias_base, stride_kn, stride_vn, stride_bias_m,
                         stride_bias_n, offs_m, lo, full, len_q, len_k, diag, left_edge, qk_scale, softcap, bh, seqlen_q,
                         seqlen_k, seed_lo, seed_hi, offset_lo, offset_hi, drop_threshold, drop_scale, HEAD_DIM,
-                        BLOCK_N, False, CAUSAL, LOCAL, BIAS, SOFTCAP, DROPOUT)
-        dq = _dq_blocks(dq, q, do, lse2, delta, k_base, v_base, bias_base, stride_kn, stride_vn, stride_bias_m,
+                        BLOCK_N, False, CAUSAL, LOCAL, BIAS, SOFTCAP, DROPOUT, DESC)
+        dq = _dq_blocks(dq, q, do, lse2, delta, k_src, v_src, bias_base, stride_kn, stride_vn, stride_bias_m,
                         stride_bias_n, offs_m, full, hi, len_q, len_k, diag, left_edge, qk_scale, softcap, bh, seqlen_q,
                         seqlen_k, seed_lo, seed_hi, offset_lo, offset_hi, drop_threshold, drop_scale, HEAD_DIM,
-                        BLOCK_N, True, CAUSAL, LOCAL, BIAS, SOFTCAP, DROPOUT)
+                        BLOCK_N, True, CAUSAL, LOCAL, BIAS, SOFTCAP, DROPOUT, DESC)
     else:
-        dq = _dq_blocks(dq, q, do, lse2, delta, k_base, v_base, bias_base, stride_kn, stride_vn, stride_bias_m,
+        dq = _dq_blocks(dq, q, do, lse2, delta, k_src, v_src, bias_base, stride_kn, stride_vn, stride_bias_m,
                         stride_bias_n, offs_m, lo, hi, len_q, len_k, diag, left_edge, qk_scale, softcap,
                         bh, seqlen_q, seqlen_k, seed_lo, seed_hi, offset_lo, offset_hi, drop_threshold, drop_scale,
-                        HEAD_DIM, BLOCK_N, CAUSAL or LOCAL, CAUSAL, LOCAL, BIAS, SOFTCAP, DROPOUT)
+                        HEAD_DIM, BLOCK_N, CAUSAL or LOCAL, CAUSAL, LOCAL, BIAS, SOFTCAP, DROPOUT, DESC)
     dq = dq * sm_scale
     tl.store(dq_ptr + b * stride_dqb + rows[:, None] * stride_dqm + h * stride_dqh + offs_d[None, :],
              dq.to(dq_ptr.dtype.element_ty), mask=row_ok[:, None])
@@ -524,10 +539,15 @@ def fwd_config(head_dim: int, max_seqlen_q: int, backend: str) -> dict:
 
 
 def tma_aligned(*tensors: torch.Tensor) -> bool:
-    """Whether each tensor's start and every stride but the last (1) are multiples of 16 bytes: what a tensor
-    descriptor over its rows (a TMA load) needs."""
+    """Whether each tensor's start and every stride but the last (1) are positive multiples of 16 bytes: what a
+    tensor descriptor over its rows (a TMA load) needs."""
     return all(t.stride(-1) == 1 and t.data_ptr() % 16 == 0
-               and all(st * t.element_size() % 16 == 0 for st in t.stride()[:-1]) for t in tensors)
+               and all(st > 0 and st * t.element_size() % 16 == 0 for st in t.stride()[:-1]) for t in tensors)
+
+
+def descriptors_if_aligned(cfg: dict, *tensors: torch.Tensor) -> dict:
+    """`cfg`, its DESC (rows of `tensors` read through tensor descriptors) dropped where TMA cannot take them."""
+    return cfg if not cfg.get("DESC") or tma_aligned(*tensors) else dict(cfg, DESC=False)
 
 
 def _plain(sc: Scores) -> bool:
@@ -596,8 +616,7 @@ def _kernel_forward(q, k, v, cu_q, cu_k, max_q, max_k, sc, scale, backend):
     if out.numel() == 0 or pr.b == 0:
         return out, lse.fill_(-math.inf)
     kernel, cfg = fwd_kernel(pr.d, pr.seqlen_q, backend, sm90=targets_sm90(q.device), scale=scale, scores=sc)
-    if cfg.get("DESC") and not tma_aligned(k, v):
-        cfg = dict(cfg, DESC=False)
+    cfg = descriptors_if_aligned(cfg, k, v)
     if kernel is flash_attention_fwd_kernel:
         scores, flags = score_args(sc, lse), score_flags(sc)
     else:                                 # the warp-group forward: plain scores, causal or not
@@ -625,6 +644,7 @@ def _kernel_backward(do, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, sc, scale,
         out, do, delta, cu_q_arg, *pr.strides(out), *pr.strides(do), *pr.lse_strides(lse), pr.seqlen_q,
         H=pr.h, HEAD_DIM=pr.d, BLOCK_M=PREPROCESS_BLOCK_M, VARLEN=pr.varlen, backend=backend, num_warps=4)
     kv_cfg, q_cfg = bwd_configs(pr.d, backend)
+    kv_cfg, q_cfg = descriptors_if_aligned(kv_cfg, q, do), descriptors_if_aligned(q_cfg, k, v)
     scores, flags = score_args(sc, lse), score_flags(sc)
     # with ATOMIC_DQ the dK/dV kernel adds dQ into fp32 (zeroed here, cast after); else the dQ kernel computes it
     dq_acc = torch.zeros(q.shape, device=q.device, dtype=torch.float32) if kv_cfg.get("ATOMIC_DQ") else dq
