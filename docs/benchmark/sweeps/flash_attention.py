@@ -1,7 +1,8 @@
 """Launch-configuration sweep of flash_attention's kernels on a GPU: each (shape, mode, backend, configuration)
 run through tle.ops.flash_attention with kernels/flash_attention.py's `fwd_config` / `bwd_configs` replaced,
-checked against torch's SDPA, timed with triton.testing.do_bench beside SDPA. The configurations the operator
-takes (and the Notes of docs/benchmark/flash_attention.md) come from runs of this script.
+checked against torch's SDPA, timed with triton.testing.do_bench beside SDPA. A = ATOMIC_DQ (dQ added by the
+dK/dV kernel), T = DESC (rows read through tensor descriptors). The operator's configurations are chosen from
+such sweeps; the Notes of docs/benchmark/flash_attention.md give the figures.
 
 From the project root, on the GPU machine:
     python3 docs/benchmark/sweeps/flash_attention.py warm 14 [FILTER]   # build every case, 14 processes
@@ -30,7 +31,7 @@ def A(cfg):
 
 
 def T(cfg):
-    """The forward configuration `cfg` reading keys and values through tensor descriptors (DESC: TMA on Triton)."""
+    """The configuration `cfg` reading its blocks of rows through tensor descriptors (DESC: TMA loads on Triton)."""
     return dict(cfg, DESC=True)
 
 
@@ -47,14 +48,15 @@ FWD = {"d128c": [C(128, 128, 8, 2), T(C(128, 128, 8, 2)), T(C(128, 128, 8, 3)), 
                 C(64, 32, 4, 3), T(C(64, 64, 8, 2)), T(C(128, 64, 8, 2))]}
 # (dK/dV configurations, dQ configurations): each dK/dV one with the first dQ one, then each dQ one with the first
 # dK/dV one; the atomic dK/dV configurations need no dQ kernel
-BWD = {"d128c": ([C(64, 128, 8, 2), C(64, 64, 4, 3), C(128, 128, 8, 2), C(128, 64, 8, 2)],
-                 [C(128, 64, 8, 2), C(128, 128, 8, 2), C(64, 128, 8, 2)]),
+BWD = {"d128c": ([C(64, 128, 8, 2), C(64, 64, 4, 3), C(128, 128, 8, 2), C(128, 64, 8, 2), T(C(64, 128, 8, 2)),
+                  T(C(64, 64, 4, 3))],
+                 [C(128, 64, 8, 2), C(128, 128, 8, 2), C(64, 128, 8, 2), T(C(128, 64, 8, 2))]),
        "d64c": ([C(32, 128, 4, 3), C(64, 64, 4, 3), C(64, 128, 8, 2), C(128, 64, 8, 2)],
                 [C(128, 32, 4, 3), C(128, 64, 8, 2), C(64, 64, 4, 3)]),
        "d256": ([C(32, 64, 8, 2), C(64, 64, 8, 2), C(64, 32, 4, 2), C(32, 64, 4, 2), C(32, 128, 8, 2)],
                 [C(64, 32, 8, 2), C(64, 64, 8, 2), C(128, 32, 8, 2), C(64, 32, 4, 2)])}
 ATOMIC = {"d128c": [A(C(64, 128, 8, 2)), A(C(128, 128, 8, 2)), A(C(64, 64, 4, 3)), A(C(128, 64, 8, 2)),
-                    A(C(128, 128, 8, 1))],
+                    A(C(128, 128, 8, 1)), A(T(C(64, 128, 8, 2))), A(T(C(128, 128, 8, 2))), A(T(C(64, 64, 4, 3)))],
           "d64c": [A(C(64, 128, 4, 3)), A(C(128, 128, 8, 2)), A(C(32, 128, 4, 3)), A(C(64, 128, 8, 2))],
           "d256": [A(C(64, 64, 8, 2)), A(C(32, 64, 8, 2)), A(C(64, 64, 8, 1)), A(C(64, 32, 4, 2))]}
 
