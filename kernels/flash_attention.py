@@ -645,6 +645,8 @@ def _kernel_backward(do, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, sc, scale,
         H=pr.h, HEAD_DIM=pr.d, BLOCK_M=PREPROCESS_BLOCK_M, VARLEN=pr.varlen, backend=backend, num_warps=4)
     kv_cfg, q_cfg = bwd_configs(pr.d, backend)
     kv_cfg, q_cfg = descriptors_if_aligned(kv_cfg, q, do), descriptors_if_aligned(q_cfg, k, v)
+    if kv_cfg.get("ATOMIC_DQ") and torch.are_deterministic_algorithms_enabled():
+        kv_cfg = dict(kv_cfg, ATOMIC_DQ=False)     # atomics add in any order: the dQ kernel's sum is in order
     scores, flags = score_args(sc, lse), score_flags(sc)
     # with ATOMIC_DQ the dK/dV kernel adds dQ into fp32 (zeroed here, cast after); else the dQ kernel computes it
     dq_acc = torch.zeros(q.shape, device=q.device, dtype=torch.float32) if kv_cfg.get("ATOMIC_DQ") else dq

@@ -53,7 +53,8 @@ FORMS = {"ATOMIC_DQ": (lambda kv, q: (dict(kv, ATOMIC_DQ=True), q), lambda cfg: 
 
 @pytest.fixture(params=sorted(FORMS))
 def form(request, monkeypatch):
-    """The form asked for in the kernels' configurations; (its name, the check that the launches took it)."""
+    """The form asked for in the kernels' configurations; (its name, the check that the launches took it, the
+    launches: (kernel name, its keyword arguments))."""
     backward, forward, taken = FORMS[request.param]
     fwd_config, bwd_configs = fa.fwd_config, fa.bwd_configs
     monkeypatch.setattr(fa, "fwd_config", lambda *a: forward(fwd_config(*a)))
@@ -61,12 +62,12 @@ def form(request, monkeypatch):
     launched = []
     for name in (FWD, DKDV, DQ):
         monkeypatch.setattr(fa, name, _Watched(getattr(fa, name), launched))
-    return request.param, lambda: taken(launched)
+    return request.param, lambda: taken(launched), launched
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_triton_interpreter(name, form):
-    what, taken = form
+    what, taken, _ = form
     for sample in samples(name):
         assert_matches_reference(OPERATORS[name], sample, "triton", what)
     assert taken()
@@ -75,7 +76,7 @@ def test_triton_interpreter(name, form):
 @needs_tilelang
 @pytest.mark.parametrize("name", NAMES)
 def test_tilelang_interpreter(name, form):
-    what, taken = form
+    what, taken, _ = form
     with tilelang_through_interpreter():
         for sample in samples(name):
             assert_matches_reference(OPERATORS[name], sample, "tilelang", what)
@@ -89,12 +90,30 @@ BUILT = ("causal S129 GQA 4/2 D64", "causal D128", "varlen causal, sequences of 
 @needs_tilelang
 @pytest.mark.slow
 def test_tilelang_kernels_build_for_sm90a(form):
-    what, _ = form
+    what, _, _ = form
     picked = [s for s in samples("flash_attention") if s.label in BUILT]
     assert len(picked) == len(BUILT)
     with tilelang_through_interpreter(compile_cuda=True):
         for sample in picked:
             assert_matches_reference(OPERATORS["flash_attention"], sample, "tilelang", what)
+
+
+def test_deterministic_algorithms_keep_the_dq_kernel(monkeypatch):
+    """torch.use_deterministic_algorithms(True): no ATOMIC_DQ (its atomics add in any order), the dQ kernel's
+    ordered sum instead."""
+    launched = []
+    bwd_configs = fa.bwd_configs
+    monkeypatch.setattr(fa, "bwd_configs", lambda *a: FORMS["ATOMIC_DQ"][0](*bwd_configs(*a)))
+    for name in (DKDV, DQ):
+        monkeypatch.setattr(fa, name, _Watched(getattr(fa, name), launched))
+    sample = samples("flash_attention")[3]
+    was = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        assert_matches_reference(OPERATORS["flash_attention"], sample, "triton")
+    finally:
+        torch.use_deterministic_algorithms(was)
+    assert [n for n, _ in launched] == [DKDV, DQ] and not launched[0][1].get("ATOMIC_DQ")
 
 
 def test_descriptors_only_where_tma_takes_the_tensors():
