@@ -1,7 +1,8 @@
 """Launch-configuration sweep of flash_attention's kernels on a GPU: each (shape, mode, backend, configuration)
 run through tle.ops.flash_attention with kernels/flash_attention.py's `fwd_config` / `bwd_configs` replaced,
 checked against torch's SDPA, timed with triton.testing.do_bench beside SDPA. A = ATOMIC_DQ (dQ added by the
-dK/dV kernel), T = DESC (rows read through tensor descriptors). The operator's configurations are chosen from
+dK/dV kernel), T = DESC (rows read through tensor descriptors). Shapes named drop* run SDPA's entry point with
+dropout (tle.ops.scaled_dot_product_attention beside F.scaled_dot_product_attention, both dropping 10%). The operator's configurations are chosen from
 such sweeps; the Notes of docs/benchmark/flash_attention.md give the figures.
 
 From the project root, on the GPU machine:
@@ -35,7 +36,8 @@ def T(cfg):
     return dict(cfg, DESC=True)
 
 
-SHAPES = {"d128c": (4, 32, 8192, 128, True), "d128f": (4, 32, 8192, 128, False), "d64c": (32, 16, 1024, 64, True),
+DROPOUT = 0.1                                 # the shapes named drop*: SDPA with this dropout
+SHAPES = {"drop128c": (4, 32, 4096, 128, True), "d128c": (4, 32, 8192, 128, True), "d128f": (4, 32, 8192, 128, False), "d64c": (32, 16, 1024, 64, True),
           "d64f": (32, 16, 1024, 64, False), "d256": (2, 16, 4096, 256, False)}
 FWD = {"d128c": [C(128, 128, 8, 2), T(C(128, 128, 8, 2)), T(C(128, 128, 8, 3)), T(C(128, 64, 8, 3)),
                  T(C(128, 64, 4, 3))],
@@ -45,7 +47,8 @@ FWD = {"d128c": [C(128, 128, 8, 2), T(C(128, 128, 8, 2)), T(C(128, 128, 8, 3)), 
        "d64f": [C(128, 64, 4, 3), C(128, 128, 8, 3), C(128, 64, 8, 3), C(128, 128, 8, 2), C(64, 64, 4, 3),
                 T(C(128, 64, 4, 3)), T(C(128, 128, 8, 3))],
        "d256": [C(64, 64, 8, 2), C(128, 64, 8, 2), C(128, 32, 8, 2), C(64, 64, 4, 2), C(128, 64, 8, 1),
-                C(64, 32, 4, 3), T(C(64, 64, 8, 2)), T(C(128, 64, 8, 2))]}
+                C(64, 32, 4, 3), T(C(64, 64, 8, 2)), T(C(128, 64, 8, 2))],
+       "drop128c": [C(128, 128, 8, 2), C(128, 64, 8, 2), C(64, 128, 8, 2), C(128, 64, 4, 3), C(64, 64, 4, 3)]}
 # (dK/dV configurations, dQ configurations): each dK/dV one with the first dQ one, then each dQ one with the first
 # dK/dV one; the atomic dK/dV configurations need no dQ kernel
 BWD = {"d128c": ([C(64, 128, 8, 2), C(64, 64, 4, 3), C(128, 128, 8, 2), C(128, 64, 8, 2), T(C(64, 128, 8, 2)),
@@ -54,7 +57,9 @@ BWD = {"d128c": ([C(64, 128, 8, 2), C(64, 64, 4, 3), C(128, 128, 8, 2), C(128, 6
        "d64c": ([C(32, 128, 4, 3), C(64, 64, 4, 3), C(64, 128, 8, 2), C(128, 64, 8, 2)],
                 [C(128, 32, 4, 3), C(128, 64, 8, 2), C(64, 64, 4, 3)]),
        "d256": ([C(32, 64, 8, 2), C(64, 64, 8, 2), C(64, 32, 4, 2), C(32, 64, 4, 2), C(32, 128, 8, 2)],
-                [C(64, 32, 8, 2), C(64, 64, 8, 2), C(128, 32, 8, 2), C(64, 32, 4, 2)])}
+                [C(64, 32, 8, 2), C(64, 64, 8, 2), C(128, 32, 8, 2), C(64, 32, 4, 2)]),
+       "drop128c": ([C(64, 128, 8, 2), C(64, 64, 4, 3), C(128, 64, 8, 2), C(64, 64, 8, 2)],
+                    [C(128, 64, 8, 2), C(64, 64, 4, 3), C(128, 32, 8, 2)])}
 ATOMIC = {"d128c": [A(C(64, 128, 8, 2)), A(C(128, 128, 8, 2)), A(C(64, 64, 4, 3)), A(C(128, 64, 8, 2)),
                     A(C(128, 128, 8, 1)), A(T(C(64, 128, 8, 2))), A(T(C(128, 128, 8, 2))), A(T(C(64, 64, 4, 3)))],
           "d64c": [A(C(64, 128, 4, 3)), A(C(128, 128, 8, 2)), A(C(32, 128, 4, 3)), A(C(64, 128, 8, 2))],
@@ -92,16 +97,26 @@ def run(case, timed):
     torch.manual_seed(0)
     q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
 
+    p = DROPOUT if name.startswith("drop") else 0.0
+
     def sdpa():
         return F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                              is_causal=causal).transpose(1, 2)
+                                              dropout_p=p, is_causal=causal).transpose(1, 2)
 
     def ours():
+        if p:                             # dropout: the SDPA entry point, on the same kernels
+            return tle.ops.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                                        dropout_p=p, is_causal=causal, backend=backend).transpose(1, 2)
         return tle.ops.flash_attention(q, k, v, causal, backend=backend)
     out, ref = ours(), sdpa()
-    err = ((out - ref).abs().max() / ref.abs().max()).item()
+    # with dropout the two draw different masks: only finite outputs are checked (the tests check the values)
+    err = ((out - ref).abs().max() / ref.abs().max()).item() if not p else float(not out.isfinite().all())
     do = torch.randn_like(out)
-    if mode == "bwd":
+    if mode == "bwd" and p:
+        grads = torch.autograd.grad(out, (q, k, v), do, retain_graph=True)
+        refs = torch.autograd.grad(ref, (q, k, v), do, retain_graph=True)
+        err = max(err, *(float(not g.isfinite().all()) for g in grads))
+    elif mode == "bwd":
         grads = torch.autograd.grad(out, (q, k, v), do, retain_graph=True)
         refs = torch.autograd.grad(ref, (q, k, v), do, retain_graph=True)
         err = max(err, *(((g - r).abs().max() / r.abs().max()).item() for g, r in zip(grads, refs)))
