@@ -177,10 +177,11 @@ def _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, bias_base, stride_kn, stride_vn,
 
 @tle.jit
 def _row_source(base, stride_row, n_rows, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr, DESC: tl.constexpr):
-    """Where a head's blocks of rows (keys, values, queries, upstream gradients) are read from: its first row, or
-    with DESC a tensor descriptor of its n_rows rows (a TMA load on Triton, rows past the sequence zero-filled as
-    the masked loads fill them). The launch asks for DESC only where the tensors' starts and row strides are
-    multiples of 16 bytes (tma_aligned), as TMA needs."""
+    """Where a head's blocks of rows (keys, values, queries, upstream gradients; dQ's atomic adds) are read from or
+    added to: its first row, or with DESC a tensor descriptor of its n_rows rows (a TMA load or reduction on
+    Triton; rows past the sequence read as zeros, as the masked loads read them, and left alone by writes). The
+    launch asks for DESC only where the tensors' starts and row strides are multiples of 16 bytes (tma_aligned),
+    as TMA needs."""
     if DESC:
         return tl.make_tensor_descriptor(base, shape=[n_rows, HEAD_DIM], strides=[stride_row, 1],
                                          block_shape=[BLOCK, HEAD_DIM])
@@ -399,9 +400,8 @@ def flash_attention_bwd_dkdv_kernel(
         do_src = _row_source(do_base, stride_dom, len_q, HEAD_DIM, BLOCK_M, DESC)
         dq_desc = dq_ptr
         if ATOMIC_DQ:                    # this head's rows of its sequence: rows past its end are left alone
-            dq_desc = tl.make_tensor_descriptor(dq_ptr + b * stride_dqb + q_start * stride_dqm + h * stride_dqh,
-                                                shape=[len_q, HEAD_DIM], strides=[stride_dqm, 1],
-                                                block_shape=[BLOCK_M, HEAD_DIM])
+            dq_desc = _row_source(dq_ptr + b * stride_dqb + q_start * stride_dqm + h * stride_dqh, stride_dqm,
+                                  len_q, HEAD_DIM, BLOCK_M, True)
         if SPLIT:
             dk, dv = _dkdv_blocks(dk, dv, k, v, q_src, do_src, lse_base, delta_base, bias_base, stride_qm,
                                   stride_dom, stride_bias_m, stride_bias_n, offs_n, lo, full, len_q, len_k, diag,

@@ -53,15 +53,16 @@ def bench_flops(sample, mode):
     return fwd if mode == "fwd" else 2.5 * fwd          # backward: five matmuls against the forward's two
 
 
-def _varlen_attn(q, k, v, cu, max_len):
-    """torch's packed-sequence attention (FlashAttention's varlen kernel), causal; the argument that asks for the
-    causal mask is `window_size` in newer torch and `is_causal` in older."""
+def _varlen_attn(q, k, cu, max_len):
+    """torch's packed-sequence attention (FlashAttention's varlen kernel), causal, as a callable of (q, k, v): its
+    arguments settled once, outside the timed calls. The argument that asks for the causal mask is `window_size`
+    in newer torch and `is_causal` in older."""
     from torch.nn.attention.varlen import varlen_attn
     params = inspect.signature(varlen_attn).parameters
     extra = dict(window_size=(-1, 0)) if "window_size" in params else dict(is_causal=True)
     if q.shape[1] != k.shape[1]:
         extra["enable_gqa"] = True
-    return varlen_attn(q, k, v, cu, cu, max_len, max_len, **extra)
+    return lambda q, k, v: varlen_attn(q, k, v, cu, cu, max_len, max_len, **extra)
 
 
 def _sdpa(q, k, v, causal):
@@ -78,7 +79,8 @@ def bench_eager(sample):
     if cu is None:
         return lambda q=q, k=k, v=v: _sdpa(q, k, v, causal)
     if q.is_cuda and q.dtype in (torch.float16, torch.bfloat16):
-        return lambda q=q, k=k, v=v: _varlen_attn(q, k, v, cu, sample.kwargs["max_seqlen_q"])
+        attend = _varlen_attn(q, k, cu, sample.kwargs["max_seqlen_q"])
+        return lambda q=q, k=k, v=v: attend(q, k, v)
     bounds = list(zip(cu[:-1].tolist(), cu[1:].tolist()))
     return lambda q=q, k=k, v=v: torch.cat([_sdpa(q[None, a:e], k[None, a:e], v[None, a:e], True)[0]
                                             for a, e in bounds])

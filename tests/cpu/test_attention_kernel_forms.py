@@ -9,6 +9,8 @@
 Each is one kernel text: on both interpreters it matches the fp64 reference, forward and backward, at every
 sample of flash_attention and scaled_dot_product_attention (windows, soft cap, GQA, packed sequences, masks as a
 bias, dropout); TileLang builds it for sm_90a."""
+import contextlib
+
 import pytest
 import torch
 
@@ -98,21 +100,31 @@ def test_tilelang_kernels_build_for_sm90a(form):
             assert_matches_reference(OPERATORS["flash_attention"], sample, "tilelang", what)
 
 
+@contextlib.contextmanager
+def deterministic_algorithms():
+    """torch.use_deterministic_algorithms(True) within, the setting before it restored after."""
+    was = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(was)
+
+
+def with_atomic_dq(bwd_configs):
+    """bwd_configs with ATOMIC_DQ asked for in the dK/dV kernel's configuration."""
+    return lambda *a: FORMS["ATOMIC_DQ"][0](*bwd_configs(*a))
+
+
 def test_deterministic_algorithms_keep_the_dq_kernel(monkeypatch):
     """torch.use_deterministic_algorithms(True): no ATOMIC_DQ (its atomics add in any order), the dQ kernel's
     ordered sum instead."""
     launched = []
-    bwd_configs = fa.bwd_configs
-    monkeypatch.setattr(fa, "bwd_configs", lambda *a: FORMS["ATOMIC_DQ"][0](*bwd_configs(*a)))
+    monkeypatch.setattr(fa, "bwd_configs", with_atomic_dq(fa.bwd_configs))
     for name in (DKDV, DQ):
         monkeypatch.setattr(fa, name, _Watched(getattr(fa, name), launched))
-    sample = samples("flash_attention")[3]
-    was = torch.are_deterministic_algorithms_enabled()
-    torch.use_deterministic_algorithms(True)
-    try:
-        assert_matches_reference(OPERATORS["flash_attention"], sample, "triton")
-    finally:
-        torch.use_deterministic_algorithms(was)
+    with deterministic_algorithms():
+        assert_matches_reference(OPERATORS["flash_attention"], samples("flash_attention")[3], "triton")
     assert [n for n, _ in launched] == [DKDV, DQ] and not launched[0][1].get("ATOMIC_DQ")
 
 

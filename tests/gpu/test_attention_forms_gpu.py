@@ -11,7 +11,8 @@ from op_cases import assert_matches_reference
 from tle.ops import OPERATORS
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "cpu"))
-from test_attention_kernel_forms import NAMES, form  # noqa: E402,F401 - the fixture, used by name
+from test_attention_gpu import assert_two_backward_passes_agree  # noqa: E402
+from test_attention_kernel_forms import NAMES, deterministic_algorithms, form, with_atomic_dq  # noqa: E402,F401
 
 CASES = [(name, i) for name in NAMES for i in range(len(OPERATORS[name].samples("cpu", torch.float16)))]
 
@@ -32,19 +33,6 @@ def test_atomic_dq_under_deterministic_algorithms_gives_the_same_bits(backend, m
     """ATOMIC_DQ asked for, torch.use_deterministic_algorithms(True): two backward passes give the same bits (the
     dQ kernel's ordered sum runs instead of the atomics)."""
     from tle.kernels import flash_attention as fa
-    bwd_configs = fa.bwd_configs
-    monkeypatch.setattr(fa, "bwd_configs", lambda *a: (dict(bwd_configs(*a)[0], ATOMIC_DQ=True), bwd_configs(*a)[1]))
-    torch.manual_seed(0)
-    q = torch.randn(2, 300, 8, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    k = torch.randn(2, 300, 2, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    v = torch.randn(2, 300, 2, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    do = torch.randn_like(q)
-    was = torch.are_deterministic_algorithms_enabled()
-    torch.use_deterministic_algorithms(True)
-    try:
-        grads = [torch.autograd.grad(OPERATORS["flash_attention"].fn(q, k, v, True, backend=backend), (q, k, v), do)
-                 for _ in range(2)]
-    finally:
-        torch.use_deterministic_algorithms(was)
-    for a, b in zip(*grads):
-        assert torch.equal(a, b)
+    monkeypatch.setattr(fa, "bwd_configs", with_atomic_dq(fa.bwd_configs))
+    with deterministic_algorithms():
+        assert_two_backward_passes_agree(backend)
