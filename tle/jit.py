@@ -265,6 +265,7 @@ class Kernel:
         ir = arguments.trace(self.__name__, attempt, launch_values, self.constexpr_names)
         settle_launch_options(ir, backend, num_warps, num_stages)
         ir.specialized = {n: v for n, (_, v) in known.items()}
+        ir.unspecialized = self.do_not_specialize
         runtime_spec = Spec(tuple(a for a in spec.args if a.name not in spec.specialized), spec.specialized, spec.grid)
         ir_text = print_kernel(ir)     # the frontend's IR, before any backend rewrites it
         compiled = backend.lower(ir, runtime_spec, cache_dir())

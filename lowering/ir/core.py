@@ -216,6 +216,8 @@ class KernelIR:
     loc: Loc
     notes: list[str] = field(default_factory=list)   # visible messages (e.g. dropped hints)
     specialized: dict = field(default_factory=dict)  # runtime ints compiled in as constants (name -> value)
+    # int parameters whose values change from launch to launch (seeds, offsets): no backend specializes on them
+    unspecialized: tuple = ()
     warp_groups: dict = field(default_factory=dict)  # tle.gpu.warp_group index -> registers asked for (or None)
     # the launch options, settled after tracing (None until then): the one place backends read them from
     options: LaunchOptions | None = None

@@ -82,9 +82,10 @@ class TritonCompiled(api.Compiled):
         self._fn = None
         self._compiled = None
         self.interpreted = interpret_mode()     # what this lowering was built for (part of its cache key)
-        # positions of the int arguments, whose values Triton specializes on (== 1, divisible by 16)
+        # positions of the int arguments whose values Triton specializes on (== 1, divisible by 16)
         self._int_positions = tuple(i for i, a in enumerate(spec.args) if not a.is_tensor
-                                    and a.type.elem.is_int and not a.type.elem.is_bool)
+                                    and a.type.elem.is_int and not a.type.elem.is_bool
+                                    and a.name not in ir.unspecialized)
         self._kernels: dict = {}                # (device, int classes) -> Triton's CompiledKernel
         # a kernel making descriptors on the device needs scratch memory from an allocator (not in the interpreter)
         self._needs_scratch = not self.interpreted and any(op.defn is ops.MAKE_DESCRIPTOR for op in ir.walk())

@@ -218,7 +218,9 @@ class TritonCodegen:
         if k.constexprs:
             head.append("# constexprs: " + ", ".join(f"{n}={v!r}" for n, v in k.constexprs.items()))
         head.append(f"# launch: num_warps={k.num_warps}, num_stages={k.num_stages}")
-        head.append("@triton.jit")
+        unspecialized = [n for p, n in zip(k.params, params) if p.name in k.unspecialized]
+        # Triton would compile a kernel for each class (== 1, multiple of 16, other) of these ints' values
+        head.append(f"@triton.jit(do_not_specialize={unspecialized!r})" if unspecialized else "@triton.jit")
         head.append(f"def {k.name}({', '.join(params)}):")
         return "\n".join(head + body) + "\n"
 

@@ -5,7 +5,7 @@ import triton.language as tl
 
 # constexprs: BLOCK_R=1024, DROPOUT=True
 # launch: num_warps=8, num_stages=3
-@triton.jit
+@triton.jit(do_not_specialize=['seed_lo', 'seed_hi', 'offset_lo', 'offset_hi', 'threshold'])
 def dropout_add_fwd_kernel(x_ptr, r_ptr, y_ptr, n_rows, seed_lo, seed_hi, offset_lo, offset_hi, threshold, scale):
     rows = tl.program_id(0) * 1024 + tl.arange(0, 1024)
     cols = tl.arange(0, 4)

@@ -5,7 +5,7 @@ import triton.language as tl
 
 # constexprs: CAP=64, BLOCK=512
 # launch: num_warps=16, num_stages=3
-@triton.jit
+@triton.jit(do_not_specialize=['seed_lo', 'seed_hi', 'offset_lo', 'offset_hi'])
 def sample_draw_kernel(logits_ptr, inv_temp_ptr, vals_ptr, cols_ptr, stats_ptr, out_ptr, row_stride, n_cols, seed_lo, seed_hi, offset_lo, offset_hi):
     row = tl.program_id(0)
     row_ptr = logits_ptr + tl.cast(row, tl.int64) * tl.cast(row_stride, tl.int64)
