@@ -294,7 +294,9 @@ def _kernel_forward(q, k, v, bias, cu, max_seqlen, causal, scale, backend):
     if out.numel() == 0 or pr.b == 0:
         return out.zero_()
     bias_ptr, bias_strides, has_bias = _bias_args(bias, q)
-    cfg = dict(fwd_config(pr.d, pr.seqlen_q, backend), TANH_SIGMOID=tanh_sigmoid(backend))
+    # flash_attention's tiles; its K/V reads through tensor descriptors (DESC) are flash_attention's alone
+    cfg = {k: v for k, v in fwd_config(pr.d, pr.seqlen_q, backend).items() if k != "DESC"}
+    cfg["TANH_SIGMOID"] = tanh_sigmoid(backend)
     silu_attention_fwd_kernel[(cdiv(pr.seqlen_q, cfg["BLOCK_M"]), pr.b * pr.h)](
         q, k, v, out, bias_ptr, cu_or_dummy(cu, q), scale, 1.0 / max(pr.seqlen_k, 1),
         *pr.strides(q), *pr.strides(k), *pr.strides(v), *pr.strides(out), *bias_strides, pr.seqlen_q,

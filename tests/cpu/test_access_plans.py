@@ -95,8 +95,8 @@ PLANS = {
         ('load', 'box', 'T.Parallel into fragment'),
         ('load', 'box', 'T.copy into shared'),
         ('load', 'box', 'T.copy into shared'),
-        ('store', 'box', 'T.copy from fragment through shared'),
-        ('store', 'box', 'T.copy from fragment through shared'),
+        ('store', 'box', 'T.copy from fragment'),
+        ('store', 'box', 'T.copy from fragment'),
     ],
     'flash_attention.flash_attention_bwd_dq_kernel': [
         ('load', 'box', 'T.copy into fragment'),
@@ -466,8 +466,8 @@ PLANS = {
         ('store', 'strided', 'T.Parallel'),
         ('load', 'box', 'T.copy into shared'),
         ('load', 'box', 'T.copy into shared'),
-        ('store', 'box', 'T.copy from fragment through shared'),
-        ('store', 'box', 'T.copy from fragment through shared'),
+        ('store', 'box', 'T.copy from fragment'),
+        ('store', 'box', 'T.copy from fragment'),
     ],
     'silu_attention.silu_attention_bwd_dq_kernel': [
         ('load', 'box', 'T.Parallel into fragment'),

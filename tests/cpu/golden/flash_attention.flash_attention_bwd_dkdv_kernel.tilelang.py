@@ -2,7 +2,7 @@
 import tilelang.language as T
 
 # compiled for: stride_qb=9216, stride_qm=128, stride_qh=32, stride_kb=4608, stride_kn=64, stride_kh=32, stride_vb=4608, stride_vn=64, stride_vh=32, stride_dob=9216, stride_dom=128, stride_doh=32, stride_dkb=4608, stride_dkn=64, stride_dkh=32, stride_dvb=4608, stride_dvn=64, stride_dvh=32, stride_lb=288, stride_lh=72, seqlen_q=72, seqlen_k=72, stride_bias_b=0, stride_bias_h=0, stride_bias_m=0, stride_bias_n=0, window_left=0, window_right=0, stride_dqb=0, stride_dqm=0, stride_dqh=0
-# constexprs: H_KV=2, GROUP=2, HEAD_DIM=32, BLOCK_M=32, BLOCK_N=128, CAUSAL=True, VARLEN=False, SPLIT=False, LOCAL=False, BIAS=False, SOFTCAP=False, DROPOUT=False, ATOMIC_DQ=False, DESC=False
+# constexprs: H_KV=2, GROUP=2, HEAD_DIM=32, BLOCK_M=64, BLOCK_N=64, CAUSAL=True, VARLEN=False, SPLIT=False, LOCAL=False, BIAS=False, SOFTCAP=False, DROPOUT=False, ATOMIC_DQ=False, DESC=False
 # q_ptr: shape (1, 72, 4, 32), strides (9216, 128, 32, 1)
 # k_ptr: shape (1, 72, 2, 32), strides (4608, 64, 32, 1)
 # v_ptr: shape (1, 72, 2, 32), strides (4608, 64, 32, 1)
@@ -40,68 +40,61 @@ def flash_attention_bwd_dkdv_kernel(
     drop_scale: T.float32,
     dq_ptr: T.Tensor((288,), 'float32'),
 ):
-    with T.Kernel(1, 2, threads=128) as (bx, by):
+    with T.Kernel(2, 2, threads=128) as (bx, by):
         k_ptr_v = T.StridedTensor((1, 72, 2, 32), (4608, 64, 32, 1), 'float16', data=k_ptr.data)
         v_ptr_v = T.StridedTensor((1, 72, 2, 32), (4608, 64, 32, 1), 'float16', data=v_ptr.data)
         q_ptr_v = T.StridedTensor((1, 72, 4, 32), (9216, 128, 32, 1), 'float16', data=q_ptr.data)
         do_ptr_v = T.StridedTensor((1, 72, 4, 32), (9216, 128, 32, 1), 'float16', data=do_ptr.data)
         dk_ptr_v = T.StridedTensor((1, 72, 2, 32), (4608, 64, 32, 1), 'float16', data=dk_ptr.data)
         dv_ptr_v = T.StridedTensor((1, 72, 2, 32), (4608, 64, 32, 1), 'float16', data=dv_ptr.data)
-        k = T.alloc_shared((128, 32), 'float16')
-        v = T.alloc_shared((128, 32), 'float16')
-        dk = T.alloc_fragment((128, 32), 'float32')
-        dv = T.alloc_fragment((128, 32), 'float32')
-        q = T.alloc_shared((32, 32), 'float16')
-        do = T.alloc_shared((32, 32), 'float16')
-        t_1 = T.alloc_fragment((32,), 'float32')
-        delta = T.alloc_fragment((32,), 'float32')
-        t_2 = T.alloc_fragment((128, 32), 'float32')
-        p_t = T.alloc_fragment((128, 32), 'float32')
-        t_3 = T.alloc_fragment((128, 32), 'float16')
-        dp_t = T.alloc_fragment((128, 32), 'float32')
-        ds_t = T.alloc_fragment((128, 32), 'float16')
-        t_4 = T.alloc_fragment((128, 32), 'float16')
-        t_shared = T.alloc_shared((128, 32), 'float16')
-        t_5 = T.alloc_fragment((128, 32), 'float16')
-        t_shared_1 = T.alloc_shared((128, 32), 'float16')
+        k = T.alloc_shared((64, 32), 'float16')
+        v = T.alloc_shared((64, 32), 'float16')
+        dk = T.alloc_fragment((64, 32), 'float32')
+        dv = T.alloc_fragment((64, 32), 'float32')
+        q = T.alloc_shared((64, 32), 'float16')
+        do = T.alloc_shared((64, 32), 'float16')
+        t_1 = T.alloc_fragment((64,), 'float32')
+        delta = T.alloc_fragment((64,), 'float32')
+        t_2 = T.alloc_fragment((64, 64), 'float32')
+        p_t = T.alloc_fragment((64, 64), 'float32')
+        t_3 = T.alloc_fragment((64, 64), 'float16')
+        dp_t = T.alloc_fragment((64, 64), 'float32')
+        ds_t = T.alloc_fragment((64, 64), 'float16')
+        t_4 = T.alloc_fragment((64, 32), 'float16')
         pid_n = bx
         b = T.truncdiv(by, 2)
         h_kv = T.truncmod(by, 2)
-        n0 = (pid_n * 128)
-        T.copy(k_ptr_v[b, n0:n0 + 128, h_kv, 0:32], k)
-        T.copy(v_ptr_v[b, n0:n0 + 128, h_kv, 0:32], v)
+        n0 = (pid_n * 64)
+        T.copy(k_ptr_v[b, n0:n0 + 64, h_kv, 0:32], k)
+        T.copy(v_ptr_v[b, n0:n0 + 64, h_kv, 0:32], v)
         hi = T.if_then_else((n0 < 72), 72, 0)
-        lo = (T.truncdiv(T.max(n0, 0), 32) * 32)
+        lo = (T.truncdiv(T.max(n0, 0), 64) * 64)
         qk_scale = (sm_scale * 1.4426950408889634)
         T.clear(dk)
         T.clear(dv)
         for g in T.Pipelined(2, num_stages=3):
             h = ((h_kv * 2) + g)
-            for start_m_it in T.Pipelined(T.ceildiv(hi - lo, 32), num_stages=3):
-                start_m = lo + start_m_it * 32
-                T.copy(q_ptr_v[b, start_m:start_m + 32, h, 0:32], q)
-                T.copy(do_ptr_v[b, start_m:start_m + 32, h, 0:32], do)
-                for i0 in T.Parallel(32):
+            for start_m_it in T.Pipelined(T.ceildiv(hi - lo, 64), num_stages=3):
+                start_m = lo + start_m_it * 64
+                T.copy(q_ptr_v[b, start_m:start_m + 64, h, 0:32], q)
+                T.copy(do_ptr_v[b, start_m:start_m + 64, h, 0:32], do)
+                for i0 in T.Parallel(64):
                     t_1[i0] = T.if_then_else(((start_m + i0) < 72), lse_ptr[((((b * 288) + (h * 72)) + 0) + (start_m + i0))], 0.0)
-                for i0 in T.Parallel(32):
+                for i0 in T.Parallel(64):
                     delta[i0] = T.if_then_else(((start_m + i0) < 72), delta_ptr[((((b * 288) + (h * 72)) + 0) + (start_m + i0))], 0.0)
                 T.clear(t_2)
                 T.gemm(k, q, t_2, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
-                for i0, i1 in T.Parallel(128, 32):
+                for i0, i1 in T.Parallel(64, 64):
                     p_t[i0, i1] = T.if_then_else(((n0 + i0) <= ((start_m + i1) + 0)), T.exp2(((t_2[i0, i1] * qk_scale) - (t_1[i1] * 1.4426950408889634))), 0.0)
-                for i0, i1 in T.Parallel(128, 32):
+                for i0, i1 in T.Parallel(64, 64):
                     t_3[i0, i1] = T.cast(p_t[i0, i1], 'float16')
                 T.gemm(t_3, do, dv, policy=T.GemmWarpPolicy.FullRow)
                 T.clear(dp_t)
                 T.gemm(v, do, dp_t, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
-                for i0, i1 in T.Parallel(128, 32):
+                for i0, i1 in T.Parallel(64, 64):
                     ds_t[i0, i1] = T.cast((p_t[i0, i1] * (dp_t[i0, i1] - delta[i1])), 'float16')
                 T.gemm(ds_t, q, dk, policy=T.GemmWarpPolicy.FullRow)
-        for i0, i1 in T.Parallel(128, 32):
+        for i0, i1 in T.Parallel(64, 32):
             t_4[i0, i1] = T.cast((dk[i0, i1] * sm_scale), 'float16')
-        T.copy(t_4, t_shared)
-        T.copy(t_shared, dk_ptr_v[b, n0:n0 + 128, h_kv, 0:32])
-        for i0, i1 in T.Parallel(128, 32):
-            t_5[i0, i1] = T.cast(dv[i0, i1], 'float16')
-        T.copy(t_5, t_shared_1)
-        T.copy(t_shared_1, dv_ptr_v[b, n0:n0 + 128, h_kv, 0:32])
+        T.copy(t_4, dk_ptr_v[b, n0:n0 + 64, h_kv, 0:32])
+        T.copy(dv, dv_ptr_v[b, n0:n0 + 64, h_kv, 0:32])

@@ -3,28 +3,28 @@ import triton
 import triton.language as tl
 
 
-# constexprs: H_KV=2, GROUP=2, HEAD_DIM=32, BLOCK_M=32, BLOCK_N=128, CAUSAL=True, VARLEN=False, SPLIT=False, LOCAL=False, BIAS=False, SOFTCAP=False, DROPOUT=False, ATOMIC_DQ=False, DESC=False
+# constexprs: H_KV=2, GROUP=2, HEAD_DIM=32, BLOCK_M=64, BLOCK_N=64, CAUSAL=True, VARLEN=False, SPLIT=False, LOCAL=False, BIAS=False, SOFTCAP=False, DROPOUT=False, ATOMIC_DQ=False, DESC=False
 # launch: num_warps=4, num_stages=3
-@triton.jit
+@triton.jit(do_not_specialize=['seed_lo', 'seed_hi', 'offset_lo', 'offset_hi', 'drop_threshold'])
 def flash_attention_bwd_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, cu_q_ptr, cu_k_ptr, sm_scale, stride_qb, stride_qm, stride_qh, stride_kb, stride_kn, stride_kh, stride_vb, stride_vn, stride_vh, stride_dob, stride_dom, stride_doh, stride_dkb, stride_dkn, stride_dkh, stride_dvb, stride_dvn, stride_dvh, stride_lb, stride_lh, seqlen_q, seqlen_k, bias_ptr, stride_bias_b, stride_bias_h, stride_bias_m, stride_bias_n, window_left, window_right, softcap, seed_lo, seed_hi, offset_lo, offset_hi, drop_threshold, drop_scale, dq_ptr, stride_dqb, stride_dqm, stride_dqh):
     pid_n = tl.program_id(0)
     b = tl.program_id(1) // 2
     h_kv = tl.program_id(1) % 2
     diag = seqlen_k - seqlen_q + window_right
     left_edge = seqlen_k - seqlen_q - window_left
-    n0 = pid_n * 128
-    offs_n = n0 + tl.arange(0, 128)
+    n0 = pid_n * 64
+    offs_n = n0 + tl.arange(0, 64)
     offs_d = tl.arange(0, 32)
     col_ok = offs_n < seqlen_k
-    k = tl.load(k_ptr + b * stride_kb + (0 + offs_n)[:, None] * stride_kn + h_kv * stride_kh + offs_d[None, :], mask=tl.broadcast_to(col_ok[:, None], [128, 32]), other=0.0)
-    v = tl.load(v_ptr + b * stride_vb + (0 + offs_n)[:, None] * stride_vn + h_kv * stride_vh + offs_d[None, :], mask=tl.broadcast_to(col_ok[:, None], [128, 32]), other=0.0)
+    k = tl.load(k_ptr + b * stride_kb + (0 + offs_n)[:, None] * stride_kn + h_kv * stride_kh + offs_d[None, :], mask=tl.broadcast_to(col_ok[:, None], [64, 32]), other=0.0)
+    v = tl.load(v_ptr + b * stride_vb + (0 + offs_n)[:, None] * stride_vn + h_kv * stride_vh + offs_d[None, :], mask=tl.broadcast_to(col_ok[:, None], [64, 32]), other=0.0)
     hi = tl.where(n0 < seqlen_k, seqlen_q, 0)
-    lo = tl.maximum(n0 - diag, 0) // 32 * 32
-    full = tl.maximum(lo, (tl.maximum(n0 + 128 - 1 - diag, 0) + 32 - 1) // 32 * 32)
+    lo = tl.maximum(n0 - diag, 0) // 64 * 64
+    full = tl.maximum(lo, (tl.maximum(n0 + 64 - 1 - diag, 0) + 64 - 1) // 64 * 64)
     full_1 = tl.minimum(full, hi)
     qk_scale = sm_scale * 1.4426950408889634
-    dk = tl.full([128, 32], 0.0, tl.float32)
-    dv = tl.full([128, 32], 0.0, tl.float32)
+    dk = tl.full([64, 32], 0.0, tl.float32)
+    dv = tl.full([64, 32], 0.0, tl.float32)
     for g in range(2):
         h = h_kv * 2 + g
         bh = tl.program_id(1) * 2 + g
@@ -33,15 +33,15 @@ def flash_attention_bwd_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_
         lse_base = lse_ptr + b * stride_lb + h * stride_lh + 0
         delta_base = delta_ptr + b * stride_lb + h * stride_lh + 0
         offs_d_1 = tl.arange(0, 32)
-        for start_m in range(lo, hi, 32):
-            rows = start_m + tl.arange(0, 32)
+        for start_m in range(lo, hi, 64):
+            rows = start_m + tl.arange(0, 64)
             row_ok = rows < seqlen_q
-            q = tl.load(q_base + rows[:, None] * stride_qm + offs_d_1[None, :], mask=tl.broadcast_to(row_ok[:, None], [32, 32]), other=0.0)
-            do = tl.load(do_base + rows[:, None] * stride_dom + offs_d_1[None, :], mask=tl.broadcast_to(row_ok[:, None], [32, 32]), other=0.0)
+            q = tl.load(q_base + rows[:, None] * stride_qm + offs_d_1[None, :], mask=tl.broadcast_to(row_ok[:, None], [64, 32]), other=0.0)
+            do = tl.load(do_base + rows[:, None] * stride_dom + offs_d_1[None, :], mask=tl.broadcast_to(row_ok[:, None], [64, 32]), other=0.0)
             t = tl.load(lse_base + rows, mask=row_ok, other=0.0)
             lse2 = t * 1.4426950408889634
             delta = tl.load(delta_base + rows, mask=row_ok, other=0.0)
-            t_1 = tl.dot(k, tl.trans(q), tl.full([128, 32], 0.0, tl.float32), out_dtype=tl.float32)
+            t_1 = tl.dot(k, tl.trans(q), tl.full([64, 64], 0.0, tl.float32), out_dtype=tl.float32)
             t_2 = rows[None, :]
             t_3 = offs_n[:, None]
             s = t_1 * qk_scale
@@ -49,10 +49,10 @@ def flash_attention_bwd_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_
             keep = offs_n[:, None] <= rows[None, :] + diag
             p_t_1 = tl.where(keep, p_t, 0.0)
             dv = tl.dot(p_t_1.to(tl.float16), do, dv, out_dtype=tl.float32)
-            dp_t = tl.dot(v, tl.trans(do), tl.full([128, 32], 0.0, tl.float32), out_dtype=tl.float32)
+            dp_t = tl.dot(v, tl.trans(do), tl.full([64, 64], 0.0, tl.float32), out_dtype=tl.float32)
             ds_t = p_t_1 * (dp_t - delta[None, :])
             ds_t_1 = ds_t.to(tl.float16)
             dk = tl.dot(ds_t_1, q, dk, out_dtype=tl.float32)
     dk_1 = dk * sm_scale
-    tl.store(dk_ptr + b * stride_dkb + (0 + offs_n)[:, None] * stride_dkn + h_kv * stride_dkh + offs_d[None, :], dk_1.to(tl.float16), mask=tl.broadcast_to(col_ok[:, None], [128, 32]))
-    tl.store(dv_ptr + b * stride_dvb + (0 + offs_n)[:, None] * stride_dvn + h_kv * stride_dvh + offs_d[None, :], dv.to(tl.float16), mask=tl.broadcast_to(col_ok[:, None], [128, 32]))
+    tl.store(dk_ptr + b * stride_dkb + (0 + offs_n)[:, None] * stride_dkn + h_kv * stride_dkh + offs_d[None, :], dk_1.to(tl.float16), mask=tl.broadcast_to(col_ok[:, None], [64, 32]))
+    tl.store(dv_ptr + b * stride_dvb + (0 + offs_n)[:, None] * stride_dvn + h_kv * stride_dvh + offs_d[None, :], dv.to(tl.float16), mask=tl.broadcast_to(col_ok[:, None], [64, 32]))

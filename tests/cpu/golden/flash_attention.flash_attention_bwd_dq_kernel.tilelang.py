@@ -2,7 +2,7 @@
 import tilelang.language as T
 
 # compiled for: stride_qb=9216, stride_qm=128, stride_qh=32, stride_kb=4608, stride_kn=64, stride_kh=32, stride_vb=4608, stride_vn=64, stride_vh=32, stride_dob=9216, stride_dom=128, stride_doh=32, stride_dqb=9216, stride_dqm=128, stride_dqh=32, stride_lb=288, stride_lh=72, seqlen_q=72, seqlen_k=72, stride_bias_b=0, stride_bias_h=0, stride_bias_m=0, stride_bias_n=0, window_left=0, window_right=0
-# constexprs: H=4, GROUP=2, HEAD_DIM=32, BLOCK_M=128, BLOCK_N=32, CAUSAL=True, VARLEN=False, SPLIT=False, LOCAL=False, BIAS=False, SOFTCAP=False, DROPOUT=False, DESC=False
+# constexprs: H=4, GROUP=2, HEAD_DIM=32, BLOCK_M=128, BLOCK_N=64, CAUSAL=True, VARLEN=False, SPLIT=False, LOCAL=False, BIAS=False, SOFTCAP=False, DROPOUT=False, DESC=False
 # q_ptr: shape (1, 72, 4, 32), strides (9216, 128, 32, 1)
 # k_ptr: shape (1, 72, 2, 32), strides (4608, 64, 32, 1)
 # v_ptr: shape (1, 72, 2, 32), strides (4608, 64, 32, 1)
@@ -36,7 +36,7 @@ def flash_attention_bwd_dq_kernel(
     drop_threshold: T.int32,
     drop_scale: T.float32,
 ):
-    with T.Kernel(1, 4, threads=128) as (bx, by):
+    with T.Kernel(1, 4, threads=256) as (bx, by):
         q_ptr_v = T.StridedTensor((1, 72, 4, 32), (9216, 128, 32, 1), 'float16', data=q_ptr.data)
         do_ptr_v = T.StridedTensor((1, 72, 4, 32), (9216, 128, 32, 1), 'float16', data=do_ptr.data)
         lse_ptr_v = T.StridedTensor((1, 4, 72), (288, 72, 1), 'float32', data=lse_ptr.data)
@@ -49,11 +49,11 @@ def flash_attention_bwd_dq_kernel(
         t = T.alloc_fragment((128,), 'float32')
         delta = T.alloc_fragment((128,), 'float32')
         dq = T.alloc_fragment((128, 32), 'float32')
-        k = T.alloc_shared((32, 32), 'float16')
-        v = T.alloc_shared((32, 32), 'float16')
-        t_2 = T.alloc_fragment((128, 32), 'float32')
-        dp = T.alloc_fragment((128, 32), 'float32')
-        t_3 = T.alloc_fragment((128, 32), 'float16')
+        k = T.alloc_shared((64, 32), 'float16')
+        v = T.alloc_shared((64, 32), 'float16')
+        t_2 = T.alloc_fragment((128, 64), 'float32')
+        dp = T.alloc_fragment((128, 64), 'float32')
+        t_3 = T.alloc_fragment((128, 64), 'float16')
         t_4 = T.alloc_fragment((128, 32), 'float16')
         t_shared = T.alloc_shared((128, 32), 'float16')
         pid_m = bx
@@ -70,15 +70,15 @@ def flash_attention_bwd_dq_kernel(
         hi_1 = T.if_then_else((m0 < 72), hi, 0)
         qk_scale = (sm_scale * 1.4426950408889634)
         T.clear(dq)
-        for start_n_it in T.Pipelined(T.ceildiv(hi_1 - 0, 32), num_stages=3):
-            start_n = start_n_it * 32
-            T.copy(k_ptr_v[b, start_n:start_n + 32, T.truncdiv(h, 2), 0:32], k)
-            T.copy(v_ptr_v[b, start_n:start_n + 32, T.truncdiv(h, 2), 0:32], v)
+        for start_n_it in T.Pipelined(T.ceildiv(hi_1 - 0, 64), num_stages=2):
+            start_n = start_n_it * 64
+            T.copy(k_ptr_v[b, start_n:start_n + 64, T.truncdiv(h, 2), 0:32], k)
+            T.copy(v_ptr_v[b, start_n:start_n + 64, T.truncdiv(h, 2), 0:32], v)
             T.clear(t_2)
             T.gemm(q, k, t_2, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
             T.clear(dp)
             T.gemm(do, v, dp, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
-            for i0, i1 in T.Parallel(128, 32):
+            for i0, i1 in T.Parallel(128, 64):
                 t_3[i0, i1] = T.cast((T.if_then_else(((start_n + i1) <= ((m0 + i0) + 0)), T.exp2(((t_2[i0, i1] * qk_scale) - (t[i0] * 1.4426950408889634))), 0.0) * (dp[i0, i1] - delta[i0])), 'float16')
             T.gemm(t_3, k, dq, policy=T.GemmWarpPolicy.FullRow)
         for i0, i1 in T.Parallel(128, 32):

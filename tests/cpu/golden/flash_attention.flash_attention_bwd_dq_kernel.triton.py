@@ -3,9 +3,9 @@ import triton
 import triton.language as tl
 
 
-# constexprs: H=4, GROUP=2, HEAD_DIM=32, BLOCK_M=128, BLOCK_N=32, CAUSAL=True, VARLEN=False, SPLIT=False, LOCAL=False, BIAS=False, SOFTCAP=False, DROPOUT=False, DESC=False
-# launch: num_warps=4, num_stages=3
-@triton.jit
+# constexprs: H=4, GROUP=2, HEAD_DIM=32, BLOCK_M=128, BLOCK_N=64, CAUSAL=True, VARLEN=False, SPLIT=False, LOCAL=False, BIAS=False, SOFTCAP=False, DROPOUT=False, DESC=False
+# launch: num_warps=8, num_stages=2
+@triton.jit(do_not_specialize=['seed_lo', 'seed_hi', 'offset_lo', 'offset_hi', 'drop_threshold'])
 def flash_attention_bwd_dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, cu_q_ptr, cu_k_ptr, sm_scale, stride_qb, stride_qm, stride_qh, stride_kb, stride_kn, stride_kh, stride_vb, stride_vn, stride_vh, stride_dob, stride_dom, stride_doh, stride_dqb, stride_dqm, stride_dqh, stride_lb, stride_lh, seqlen_q, seqlen_k, bias_ptr, stride_bias_b, stride_bias_h, stride_bias_m, stride_bias_n, window_left, window_right, softcap, seed_lo, seed_hi, offset_lo, offset_hi, drop_threshold, drop_scale):
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
@@ -24,7 +24,7 @@ def flash_attention_bwd_dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_pt
     lse2 = t * 1.4426950408889634
     delta = tl.load(delta_ptr + b * stride_lb + h * stride_lh + rows, mask=row_ok, other=0.0)
     hi = tl.minimum(seqlen_k, tl.maximum(m0 + 128 + diag, 0))
-    full = tl.minimum(seqlen_k, tl.maximum(m0 + diag + 1, 0) // 32 * 32)
+    full = tl.minimum(seqlen_k, tl.maximum(m0 + diag + 1, 0) // 64 * 64)
     hi_1 = tl.where(m0 < seqlen_q, hi, 0)
     full_1 = tl.minimum(full, hi_1)
     k_base = k_ptr + b * stride_kb + 0 * stride_kn + h // 2 * stride_kh
@@ -32,18 +32,18 @@ def flash_attention_bwd_dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_pt
     qk_scale = sm_scale * 1.4426950408889634
     dq = tl.full([128, 32], 0.0, tl.float32)
     offs_d_1 = tl.arange(0, 32)
-    for start_n in range(0, hi_1, 32):
-        cols = start_n + tl.arange(0, 32)
-        k = tl.load(k_base + cols[:, None] * stride_kn + offs_d_1[None, :], mask=tl.broadcast_to((cols < seqlen_k)[:, None], [32, 32]), other=0.0)
-        v = tl.load(v_base + cols[:, None] * stride_vn + offs_d_1[None, :], mask=tl.broadcast_to((cols < seqlen_k)[:, None], [32, 32]), other=0.0)
-        t_1 = tl.dot(q, tl.trans(k), tl.full([128, 32], 0.0, tl.float32), out_dtype=tl.float32)
+    for start_n in range(0, hi_1, 64):
+        cols = start_n + tl.arange(0, 64)
+        k = tl.load(k_base + cols[:, None] * stride_kn + offs_d_1[None, :], mask=tl.broadcast_to((cols < seqlen_k)[:, None], [64, 32]), other=0.0)
+        v = tl.load(v_base + cols[:, None] * stride_vn + offs_d_1[None, :], mask=tl.broadcast_to((cols < seqlen_k)[:, None], [64, 32]), other=0.0)
+        t_1 = tl.dot(q, tl.trans(k), tl.full([128, 64], 0.0, tl.float32), out_dtype=tl.float32)
         t_2 = offs_m[:, None]
         t_3 = cols[None, :]
         s = t_1 * qk_scale
         p = tl.exp2(s - lse2[:, None])
         keep = cols[None, :] <= offs_m[:, None] + diag
         p_1 = tl.where(keep, p, 0.0)
-        dp = tl.dot(do, tl.trans(v), tl.full([128, 32], 0.0, tl.float32), out_dtype=tl.float32)
+        dp = tl.dot(do, tl.trans(v), tl.full([128, 64], 0.0, tl.float32), out_dtype=tl.float32)
         ds = p_1 * (dp - delta[:, None])
         dq = tl.dot(ds.to(tl.float16), k, dq, out_dtype=tl.float32)
     dq_1 = dq * sm_scale

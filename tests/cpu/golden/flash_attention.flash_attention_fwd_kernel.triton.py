@@ -5,7 +5,7 @@ import triton.language as tl
 
 # constexprs: H=4, GROUP=2, HEAD_DIM=32, BLOCK_M=128, BLOCK_N=64, CAUSAL=True, VARLEN=False, SPLIT=False, FOLD=True, LOCAL=False, BIAS=False, SOFTCAP=False, DROPOUT=False, DESC=False
 # launch: num_warps=4, num_stages=3
-@triton.jit
+@triton.jit(do_not_specialize=['seed_lo', 'seed_hi', 'offset_lo', 'offset_hi', 'drop_threshold'])
 def flash_attention_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_q_ptr, cu_k_ptr, sm_scale, stride_qb, stride_qm, stride_qh, stride_kb, stride_kn, stride_kh, stride_vb, stride_vn, stride_vh, stride_ob, stride_om, stride_oh, stride_lb, stride_lh, seqlen_q, seqlen_k, bias_ptr, stride_bias_b, stride_bias_h, stride_bias_m, stride_bias_n, window_left, window_right, softcap, seed_lo, seed_hi, offset_lo, offset_hi, drop_threshold, drop_scale):
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)

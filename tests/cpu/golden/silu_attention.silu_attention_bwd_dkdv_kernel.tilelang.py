@@ -2,7 +2,7 @@
 import tilelang.language as T
 
 # compiled for: stride_qb=9216, stride_qm=128, stride_qh=32, stride_kb=4608, stride_kn=64, stride_kh=32, stride_vb=4608, stride_vn=64, stride_vh=32, stride_dob=9216, stride_dom=128, stride_doh=32, stride_dkb=4608, stride_dkn=64, stride_dkh=32, stride_dvb=4608, stride_dvn=64, stride_dvh=32, stride_bb=0, stride_bh=5184, stride_bm=72, stride_bn=1, stride_sb=20736, stride_sh=5184, stride_sm=72, seqlen=72
-# constexprs: H_KV=2, GROUP=2, HEAD_DIM=32, BLOCK_M=32, BLOCK_N=128, CAUSAL=True, VARLEN=False, HAS_BIAS=True, BIAS_GRAD=True, SPLIT=False, TANH_SIGMOID=True
+# constexprs: H_KV=2, GROUP=2, HEAD_DIM=32, BLOCK_M=64, BLOCK_N=64, CAUSAL=True, VARLEN=False, HAS_BIAS=True, BIAS_GRAD=True, SPLIT=False, TANH_SIGMOID=True
 # q_ptr: shape (1, 72, 4, 32), strides (9216, 128, 32, 1)
 # k_ptr: shape (1, 72, 2, 32), strides (4608, 64, 32, 1)
 # v_ptr: shape (1, 72, 2, 32), strides (4608, 64, 32, 1)
@@ -28,73 +28,66 @@ def silu_attention_bwd_dkdv_kernel(
     scale: T.float32,
     inv_n: T.float32,
 ):
-    with T.Kernel(1, 2, threads=128) as (bx, by):
+    with T.Kernel(2, 2, threads=128) as (bx, by):
         k_ptr_v = T.StridedTensor((1, 72, 2, 32), (4608, 64, 32, 1), 'float16', data=k_ptr.data)
         v_ptr_v = T.StridedTensor((1, 72, 2, 32), (4608, 64, 32, 1), 'float16', data=v_ptr.data)
         q_ptr_v = T.StridedTensor((1, 72, 4, 32), (9216, 128, 32, 1), 'float16', data=q_ptr.data)
         do_ptr_v = T.StridedTensor((1, 72, 4, 32), (9216, 128, 32, 1), 'float16', data=do_ptr.data)
         dk_ptr_v = T.StridedTensor((1, 72, 2, 32), (4608, 64, 32, 1), 'float16', data=dk_ptr.data)
         dv_ptr_v = T.StridedTensor((1, 72, 2, 32), (4608, 64, 32, 1), 'float16', data=dv_ptr.data)
-        k = T.alloc_shared((128, 32), 'float16')
-        v = T.alloc_shared((128, 32), 'float16')
-        dk = T.alloc_fragment((128, 32), 'float32')
-        dv = T.alloc_fragment((128, 32), 'float32')
-        q = T.alloc_shared((32, 32), 'float16')
-        do = T.alloc_shared((32, 32), 'float16')
-        acc = T.alloc_fragment((128, 32), 'float32')
-        t = T.alloc_fragment((128, 32), 'float16')
-        w = T.alloc_fragment((128, 32), 'float32')
-        sig = T.alloc_fragment((128, 32), 'float32')
-        t_1 = T.alloc_fragment((128, 32), 'float16')
-        acc_1 = T.alloc_fragment((128, 32), 'float32')
-        ds_t = T.alloc_fragment((128, 32), 'float32')
-        t_2 = T.alloc_fragment((128, 32), 'float16')
-        t_3 = T.alloc_fragment((128, 32), 'float16')
-        t_shared = T.alloc_shared((128, 32), 'float16')
-        t_4 = T.alloc_fragment((128, 32), 'float16')
-        t_shared_1 = T.alloc_shared((128, 32), 'float16')
+        k = T.alloc_shared((64, 32), 'float16')
+        v = T.alloc_shared((64, 32), 'float16')
+        dk = T.alloc_fragment((64, 32), 'float32')
+        dv = T.alloc_fragment((64, 32), 'float32')
+        q = T.alloc_shared((64, 32), 'float16')
+        do = T.alloc_shared((64, 32), 'float16')
+        acc = T.alloc_fragment((64, 64), 'float32')
+        t = T.alloc_fragment((64, 64), 'float16')
+        w = T.alloc_fragment((64, 64), 'float32')
+        sig = T.alloc_fragment((64, 64), 'float32')
+        t_1 = T.alloc_fragment((64, 64), 'float16')
+        acc_1 = T.alloc_fragment((64, 64), 'float32')
+        ds_t = T.alloc_fragment((64, 64), 'float32')
+        t_2 = T.alloc_fragment((64, 64), 'float16')
+        t_3 = T.alloc_fragment((64, 32), 'float16')
         pid_n = bx
         b = T.truncdiv(by, 2)
         h_kv = T.truncmod(by, 2)
-        n0 = (pid_n * 128)
-        T.copy(k_ptr_v[b, n0:n0 + 128, h_kv, 0:32], k)
-        T.copy(v_ptr_v[b, n0:n0 + 128, h_kv, 0:32], v)
-        lo = (T.truncdiv(n0, 32) * 32)
+        n0 = (pid_n * 64)
+        T.copy(k_ptr_v[b, n0:n0 + 64, h_kv, 0:32], k)
+        T.copy(v_ptr_v[b, n0:n0 + 64, h_kv, 0:32], v)
+        lo = (T.truncdiv(n0, 64) * 64)
         hi = T.if_then_else((n0 < 72), 72, 0)
         T.clear(dk)
         T.clear(dv)
         for g in T.Pipelined(2, num_stages=3):
             h = ((h_kv * 2) + g)
-            for start_m_it in T.Pipelined(T.ceildiv(hi - lo, 32), num_stages=3):
-                start_m = lo + start_m_it * 32
-                T.copy(q_ptr_v[b, start_m:start_m + 32, h, 0:32], q)
-                T.copy(do_ptr_v[b, start_m:start_m + 32, h, 0:32], do)
+            for start_m_it in T.Pipelined(T.ceildiv(hi - lo, 64), num_stages=3):
+                start_m = lo + start_m_it * 64
+                T.copy(q_ptr_v[b, start_m:start_m + 64, h, 0:32], q)
+                T.copy(do_ptr_v[b, start_m:start_m + 64, h, 0:32], do)
                 T.clear(acc)
                 T.gemm(k, q, acc, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
-                for i0, i1 in T.Parallel(128, 32):
+                for i0, i1 in T.Parallel(64, 64):
                     t[i0, i1] = T.if_then_else((((start_m + i1) < 72) & ((n0 + i0) < 72)), bias_ptr[((((b * 0) + (h * 5184)) + ((start_m + i1) * 72)) + ((n0 + i0) * 1))], T.float16(0.0))
-                for i0, i1 in T.Parallel(128, 32):
+                for i0, i1 in T.Parallel(64, 64):
                     w[i0, i1] = T.if_then_else(((((start_m + i1) < 72) & ((n0 + i0) < 72)) & ((n0 + i0) <= (start_m + i1))), inv_n, 0.0)
-                for i0, i1 in T.Parallel(128, 32):
+                for i0, i1 in T.Parallel(64, 64):
                     sig[i0, i1] = (0.5 + (0.5 * T.tanh((0.5 * ((acc[i0, i1] * scale) + T.cast(t[i0, i1], 'float32'))))))
-                for i0, i1 in T.Parallel(128, 32):
+                for i0, i1 in T.Parallel(64, 64):
                     t_1[i0, i1] = T.cast(((((acc[i0, i1] * scale) + T.cast(t[i0, i1], 'float32')) * sig[i0, i1]) * w[i0, i1]), 'float16')
                 T.gemm(t_1, do, dv, policy=T.GemmWarpPolicy.FullRow)
                 T.clear(acc_1)
                 T.gemm(v, do, acc_1, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
-                for i0, i1 in T.Parallel(128, 32):
+                for i0, i1 in T.Parallel(64, 64):
                     ds_t[i0, i1] = ((acc_1[i0, i1] * (sig[i0, i1] * (1.0 + (((acc[i0, i1] * scale) + T.cast(t[i0, i1], 'float32')) * (1.0 - sig[i0, i1]))))) * w[i0, i1])
-                for i0, i1 in T.Parallel(128, 32):
+                for i0, i1 in T.Parallel(64, 64):
                     t_2[i0, i1] = T.cast(ds_t[i0, i1], 'float16')
                 T.gemm(t_2, q, dk, policy=T.GemmWarpPolicy.FullRow)
-                for i0, i1 in T.Parallel(128, 32):
+                for i0, i1 in T.Parallel(64, 64):
                     if (((start_m + i1) < 72) & ((n0 + i0) < 72)):
                         ds_ptr[((((b * 20736) + (h * 5184)) + ((start_m + i1) * 72)) + (n0 + i0))] = T.cast(ds_t[i0, i1], 'float16')
-        for i0, i1 in T.Parallel(128, 32):
+        for i0, i1 in T.Parallel(64, 32):
             t_3[i0, i1] = T.cast((dk[i0, i1] * scale), 'float16')
-        T.copy(t_3, t_shared)
-        T.copy(t_shared, dk_ptr_v[b, n0:n0 + 128, h_kv, 0:32])
-        for i0, i1 in T.Parallel(128, 32):
-            t_4[i0, i1] = T.cast(dv[i0, i1], 'float16')
-        T.copy(t_4, t_shared_1)
-        T.copy(t_shared_1, dv_ptr_v[b, n0:n0 + 128, h_kv, 0:32])
+        T.copy(t_3, dk_ptr_v[b, n0:n0 + 64, h_kv, 0:32])
+        T.copy(dv, dv_ptr_v[b, n0:n0 + 64, h_kv, 0:32])

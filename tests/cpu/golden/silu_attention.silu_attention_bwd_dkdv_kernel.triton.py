@@ -4,25 +4,25 @@ import triton.language as tl
 from triton.language.extra.cuda import libdevice
 
 
-# constexprs: H_KV=2, GROUP=2, HEAD_DIM=32, BLOCK_M=32, BLOCK_N=128, CAUSAL=True, VARLEN=False, HAS_BIAS=True, BIAS_GRAD=True, SPLIT=False, TANH_SIGMOID=True
+# constexprs: H_KV=2, GROUP=2, HEAD_DIM=32, BLOCK_M=64, BLOCK_N=64, CAUSAL=True, VARLEN=False, HAS_BIAS=True, BIAS_GRAD=True, SPLIT=False, TANH_SIGMOID=True
 # launch: num_warps=4, num_stages=3
 @triton.jit
 def silu_attention_bwd_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, dk_ptr, dv_ptr, bias_ptr, ds_ptr, cu_ptr, scale, inv_n, stride_qb, stride_qm, stride_qh, stride_kb, stride_kn, stride_kh, stride_vb, stride_vn, stride_vh, stride_dob, stride_dom, stride_doh, stride_dkb, stride_dkn, stride_dkh, stride_dvb, stride_dvn, stride_dvh, stride_bb, stride_bh, stride_bm, stride_bn, stride_sb, stride_sh, stride_sm, seqlen):
     pid_n = tl.program_id(0)
     b = tl.program_id(1) // 2
     h_kv = tl.program_id(1) % 2
-    n0 = pid_n * 128
-    cols = n0 + tl.arange(0, 128)
+    n0 = pid_n * 64
+    cols = n0 + tl.arange(0, 64)
     offs_d = tl.arange(0, 32)
     col_ok = cols < seqlen
-    k = tl.load(k_ptr + b * stride_kb + h_kv * stride_kh + (0 + cols)[:, None] * stride_kn + offs_d[None, :], mask=tl.broadcast_to(col_ok[:, None], [128, 32]), other=0.0)
-    v = tl.load(v_ptr + b * stride_vb + h_kv * stride_vh + (0 + cols)[:, None] * stride_vn + offs_d[None, :], mask=tl.broadcast_to(col_ok[:, None], [128, 32]), other=0.0)
-    lo = n0 // 32 * 32
-    full = tl.maximum(lo, (n0 + 128 - 1 + 32 - 1) // 32 * 32)
+    k = tl.load(k_ptr + b * stride_kb + h_kv * stride_kh + (0 + cols)[:, None] * stride_kn + offs_d[None, :], mask=tl.broadcast_to(col_ok[:, None], [64, 32]), other=0.0)
+    v = tl.load(v_ptr + b * stride_vb + h_kv * stride_vh + (0 + cols)[:, None] * stride_vn + offs_d[None, :], mask=tl.broadcast_to(col_ok[:, None], [64, 32]), other=0.0)
+    lo = n0 // 64 * 64
+    full = tl.maximum(lo, (n0 + 64 - 1 + 64 - 1) // 64 * 64)
     hi = tl.where(n0 < seqlen, seqlen, 0)
     full_1 = tl.minimum(full, hi)
-    dk = tl.full([128, 32], 0.0, tl.float32)
-    dv = tl.full([128, 32], 0.0, tl.float32)
+    dk = tl.full([64, 32], 0.0, tl.float32)
+    dv = tl.full([64, 32], 0.0, tl.float32)
     for g in range(2):
         h = h_kv * 2 + g
         q_base = q_ptr + b * stride_qb + h * stride_qh + 0 * stride_qm
@@ -30,11 +30,11 @@ def silu_attention_bwd_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, dk_ptr, dv_ptr, 
         bias_base = bias_ptr + b * stride_bb + h * stride_bh
         ds_base = ds_ptr + b * stride_sb + h * stride_sh
         offs_d_1 = tl.arange(0, 32)
-        for start_m in range(lo, hi, 32):
-            rows = start_m + tl.arange(0, 32)
-            q = tl.load(q_base + rows[:, None] * stride_qm + offs_d_1[None, :], mask=tl.broadcast_to((rows < seqlen)[:, None], [32, 32]), other=0.0)
-            do = tl.load(do_base + rows[:, None] * stride_dom + offs_d_1[None, :], mask=tl.broadcast_to((rows < seqlen)[:, None], [32, 32]), other=0.0)
-            t = tl.dot(k, tl.trans(q), tl.full([128, 32], 0.0, tl.float32), out_dtype=tl.float32)
+        for start_m in range(lo, hi, 64):
+            rows = start_m + tl.arange(0, 64)
+            q = tl.load(q_base + rows[:, None] * stride_qm + offs_d_1[None, :], mask=tl.broadcast_to((rows < seqlen)[:, None], [64, 32]), other=0.0)
+            do = tl.load(do_base + rows[:, None] * stride_dom + offs_d_1[None, :], mask=tl.broadcast_to((rows < seqlen)[:, None], [64, 32]), other=0.0)
+            t = tl.dot(k, tl.trans(q), tl.full([64, 64], 0.0, tl.float32), out_dtype=tl.float32)
             t_1 = rows[None, :]
             t_2 = cols[:, None]
             t_3 = tl.load(bias_base + t_1 * stride_bm + t_2 * stride_bn, mask=(t_1 < seqlen) & (t_2 < seqlen), other=0.0)
@@ -44,10 +44,10 @@ def silu_attention_bwd_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, dk_ptr, dv_ptr, 
             w = tl.where(keep_1, inv_n, 0.0)
             sig = 0.5 + 0.5 * libdevice.tanh(0.5 * s)
             dv = tl.dot((s * sig * w).to(tl.float16), do, dv, out_dtype=tl.float32)
-            t_4 = tl.dot(v, tl.trans(do), tl.full([128, 32], 0.0, tl.float32), out_dtype=tl.float32)
+            t_4 = tl.dot(v, tl.trans(do), tl.full([64, 64], 0.0, tl.float32), out_dtype=tl.float32)
             ds_t = t_4 * (sig * (1.0 + s * (1.0 - sig))) * w
             dk = tl.dot(ds_t.to(tl.float16), q, dk, out_dtype=tl.float32)
             tl.store(ds_base + rows[None, :] * stride_sm + cols[:, None], ds_t.to(tl.float16), mask=(rows < seqlen)[None, :] & (cols < seqlen)[:, None])
     dk_1 = dk * scale
-    tl.store(dk_ptr + b * stride_dkb + h_kv * stride_dkh + (0 + cols)[:, None] * stride_dkn + offs_d[None, :], dk_1.to(tl.float16), mask=tl.broadcast_to(col_ok[:, None], [128, 32]))
-    tl.store(dv_ptr + b * stride_dvb + h_kv * stride_dvh + (0 + cols)[:, None] * stride_dvn + offs_d[None, :], dv.to(tl.float16), mask=tl.broadcast_to(col_ok[:, None], [128, 32]))
+    tl.store(dk_ptr + b * stride_dkb + h_kv * stride_dkh + (0 + cols)[:, None] * stride_dkn + offs_d[None, :], dk_1.to(tl.float16), mask=tl.broadcast_to(col_ok[:, None], [64, 32]))
+    tl.store(dv_ptr + b * stride_dvb + h_kv * stride_dvh + (0 + cols)[:, None] * stride_dvn + offs_d[None, :], dv.to(tl.float16), mask=tl.broadcast_to(col_ok[:, None], [64, 32]))

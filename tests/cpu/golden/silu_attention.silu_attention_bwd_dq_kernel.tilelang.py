@@ -2,7 +2,7 @@
 import tilelang.language as T
 
 # compiled for: stride_qb=9216, stride_qm=128, stride_qh=32, stride_kb=4608, stride_kn=64, stride_kh=32, stride_vb=4608, stride_vn=64, stride_vh=32, stride_dob=9216, stride_dom=128, stride_doh=32, stride_dqb=9216, stride_dqm=128, stride_dqh=32, stride_bb=0, stride_bh=5184, stride_bm=72, stride_bn=1, seqlen=72
-# constexprs: H=4, GROUP=2, HEAD_DIM=32, BLOCK_M=128, BLOCK_N=32, CAUSAL=True, VARLEN=False, HAS_BIAS=True, SPLIT=False, TANH_SIGMOID=True
+# constexprs: H=4, GROUP=2, HEAD_DIM=32, BLOCK_M=128, BLOCK_N=64, CAUSAL=True, VARLEN=False, HAS_BIAS=True, SPLIT=False, TANH_SIGMOID=True
 # q_ptr: shape (1, 72, 4, 32), strides (9216, 128, 32, 1)
 # k_ptr: shape (1, 72, 2, 32), strides (4608, 64, 32, 1)
 # v_ptr: shape (1, 72, 2, 32), strides (4608, 64, 32, 1)
@@ -24,7 +24,7 @@ def silu_attention_bwd_dq_kernel(
     scale: T.float32,
     inv_n: T.float32,
 ):
-    with T.Kernel(1, 4, threads=128) as (bx, by):
+    with T.Kernel(1, 4, threads=256) as (bx, by):
         q_ptr_v = T.StridedTensor((1, 72, 4, 32), (9216, 128, 32, 1), 'float16', data=q_ptr.data)
         do_ptr_v = T.StridedTensor((1, 72, 4, 32), (9216, 128, 32, 1), 'float16', data=do_ptr.data)
         k_ptr_v = T.StridedTensor((1, 72, 2, 32), (4608, 64, 32, 1), 'float16', data=k_ptr.data)
@@ -33,13 +33,13 @@ def silu_attention_bwd_dq_kernel(
         q = T.alloc_shared((128, 32), 'float16')
         do = T.alloc_shared((128, 32), 'float16')
         dq = T.alloc_fragment((128, 32), 'float32')
-        k = T.alloc_shared((32, 32), 'float16')
-        v = T.alloc_shared((32, 32), 'float16')
-        acc = T.alloc_fragment((128, 32), 'float32')
-        t = T.alloc_fragment((128, 32), 'float16')
-        sig = T.alloc_fragment((128, 32), 'float32')
-        acc_1 = T.alloc_fragment((128, 32), 'float32')
-        t_1 = T.alloc_fragment((128, 32), 'float16')
+        k = T.alloc_shared((64, 32), 'float16')
+        v = T.alloc_shared((64, 32), 'float16')
+        acc = T.alloc_fragment((128, 64), 'float32')
+        t = T.alloc_fragment((128, 64), 'float16')
+        sig = T.alloc_fragment((128, 64), 'float32')
+        acc_1 = T.alloc_fragment((128, 64), 'float32')
+        t_1 = T.alloc_fragment((128, 64), 'float16')
         t_2 = T.alloc_fragment((128, 32), 'float16')
         t_shared = T.alloc_shared((128, 32), 'float16')
         pid_m = bx
@@ -51,19 +51,19 @@ def silu_attention_bwd_dq_kernel(
         hi = T.min(72, (m0 + 128))
         hi_1 = T.if_then_else((m0 < 72), hi, 0)
         T.clear(dq)
-        for start_n_it in T.Pipelined(T.ceildiv(hi_1 - 0, 32), num_stages=3):
-            start_n = start_n_it * 32
-            T.copy(k_ptr_v[b, start_n:start_n + 32, T.truncdiv(h, 2), 0:32], k)
-            T.copy(v_ptr_v[b, start_n:start_n + 32, T.truncdiv(h, 2), 0:32], v)
+        for start_n_it in T.Pipelined(T.ceildiv(hi_1 - 0, 64), num_stages=2):
+            start_n = start_n_it * 64
+            T.copy(k_ptr_v[b, start_n:start_n + 64, T.truncdiv(h, 2), 0:32], k)
+            T.copy(v_ptr_v[b, start_n:start_n + 64, T.truncdiv(h, 2), 0:32], v)
             T.clear(acc)
             T.gemm(q, k, acc, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
-            for i0, i1 in T.Parallel(128, 32):
+            for i0, i1 in T.Parallel(128, 64):
                 t[i0, i1] = T.if_then_else((((m0 + i0) < 72) & ((start_n + i1) < 72)), bias_ptr[((((b * 0) + (h * 5184)) + ((m0 + i0) * 72)) + ((start_n + i1) * 1))], T.float16(0.0))
-            for i0, i1 in T.Parallel(128, 32):
+            for i0, i1 in T.Parallel(128, 64):
                 sig[i0, i1] = (0.5 + (0.5 * T.tanh((0.5 * ((acc[i0, i1] * scale) + T.cast(t[i0, i1], 'float32'))))))
             T.clear(acc_1)
             T.gemm(do, v, acc_1, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
-            for i0, i1 in T.Parallel(128, 32):
+            for i0, i1 in T.Parallel(128, 64):
                 t_1[i0, i1] = T.cast(((acc_1[i0, i1] * (sig[i0, i1] * (1.0 + (((acc[i0, i1] * scale) + T.cast(t[i0, i1], 'float32')) * (1.0 - sig[i0, i1]))))) * T.if_then_else(((((m0 + i0) < 72) & ((start_n + i1) < 72)) & ((start_n + i1) <= (m0 + i0))), inv_n, 0.0)), 'float16')
             T.gemm(t_1, k, dq, policy=T.GemmWarpPolicy.FullRow)
         for i0, i1 in T.Parallel(128, 32):

@@ -4,8 +4,8 @@ import triton.language as tl
 from triton.language.extra.cuda import libdevice
 
 
-# constexprs: H=4, GROUP=2, HEAD_DIM=32, BLOCK_M=128, BLOCK_N=32, CAUSAL=True, VARLEN=False, HAS_BIAS=True, SPLIT=False, TANH_SIGMOID=True
-# launch: num_warps=4, num_stages=3
+# constexprs: H=4, GROUP=2, HEAD_DIM=32, BLOCK_M=128, BLOCK_N=64, CAUSAL=True, VARLEN=False, HAS_BIAS=True, SPLIT=False, TANH_SIGMOID=True
+# launch: num_warps=8, num_stages=2
 @triton.jit
 def silu_attention_bwd_dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, dq_ptr, bias_ptr, cu_ptr, scale, inv_n, stride_qb, stride_qm, stride_qh, stride_kb, stride_kn, stride_kh, stride_vb, stride_vn, stride_vh, stride_dob, stride_dom, stride_doh, stride_dqb, stride_dqm, stride_dqh, stride_bb, stride_bh, stride_bm, stride_bn, seqlen):
     pid_m = tl.program_id(0)
@@ -21,16 +21,16 @@ def silu_attention_bwd_dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, dq_ptr, bias_ptr, 
     v_base = v_ptr + b * stride_vb + h // 2 * stride_vh + 0 * stride_vn
     bias_base = bias_ptr + b * stride_bb + h * stride_bh
     hi = tl.minimum(seqlen, m0 + 128)
-    full = tl.minimum(hi, (m0 + 1) // 32 * 32)
+    full = tl.minimum(hi, (m0 + 1) // 64 * 64)
     hi_1 = tl.where(m0 < seqlen, hi, 0)
     full_1 = tl.minimum(full, hi_1)
     dq = tl.full([128, 32], 0.0, tl.float32)
     offs_d_1 = tl.arange(0, 32)
-    for start_n in range(0, hi_1, 32):
-        cols = start_n + tl.arange(0, 32)
-        k = tl.load(k_base + cols[:, None] * stride_kn + offs_d_1[None, :], mask=tl.broadcast_to((cols < seqlen)[:, None], [32, 32]), other=0.0)
-        v = tl.load(v_base + cols[:, None] * stride_vn + offs_d_1[None, :], mask=tl.broadcast_to((cols < seqlen)[:, None], [32, 32]), other=0.0)
-        t = tl.dot(q, tl.trans(k), tl.full([128, 32], 0.0, tl.float32), out_dtype=tl.float32)
+    for start_n in range(0, hi_1, 64):
+        cols = start_n + tl.arange(0, 64)
+        k = tl.load(k_base + cols[:, None] * stride_kn + offs_d_1[None, :], mask=tl.broadcast_to((cols < seqlen)[:, None], [64, 32]), other=0.0)
+        v = tl.load(v_base + cols[:, None] * stride_vn + offs_d_1[None, :], mask=tl.broadcast_to((cols < seqlen)[:, None], [64, 32]), other=0.0)
+        t = tl.dot(q, tl.trans(k), tl.full([128, 64], 0.0, tl.float32), out_dtype=tl.float32)
         t_1 = rows[:, None]
         t_2 = cols[None, :]
         t_3 = tl.load(bias_base + t_1 * stride_bm + t_2 * stride_bn, mask=(t_1 < seqlen) & (t_2 < seqlen), other=0.0)
@@ -39,7 +39,7 @@ def silu_attention_bwd_dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, dq_ptr, bias_ptr, 
         keep_1 = keep & (t_2 <= t_1)
         w = tl.where(keep_1, inv_n, 0.0)
         sig = 0.5 + 0.5 * libdevice.tanh(0.5 * s)
-        t_4 = tl.dot(do, tl.trans(v), tl.full([128, 32], 0.0, tl.float32), out_dtype=tl.float32)
+        t_4 = tl.dot(do, tl.trans(v), tl.full([128, 64], 0.0, tl.float32), out_dtype=tl.float32)
         ds = t_4 * (sig * (1.0 + s * (1.0 - sig))) * w
         dq = tl.dot(ds.to(tl.float16), k, dq, out_dtype=tl.float32)
     dq_1 = dq * scale
