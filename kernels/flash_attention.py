@@ -574,8 +574,9 @@ def fwd_kernel(head_dim: int, max_seqlen_q: int, backend: str, *, sm90: bool, sc
                                             FOLD=fold and backend == "tilelang" and 64 < head_dim <= 128)
 
 
-def bwd_configs(head_dim: int, backend: str) -> tuple[dict, dict]:
-    """(dK/dV kernel, dQ kernel) launch configurations on `backend` (SPLIT as in the forward)."""
+def bwd_configs(head_dim: int, backend: str, dropout: bool = False) -> tuple[dict, dict]:
+    """(dK/dV kernel, dQ kernel) launch configurations on `backend` (SPLIT as in the forward); `dropout`: the
+    kernels regenerate a dropout mask."""
     triton = backend == "triton"
     if head_dim <= 64:
         kv, q = ((dict(BLOCK_M=32, BLOCK_N=128, num_warps=4, num_stages=3),
@@ -586,6 +587,10 @@ def bwd_configs(head_dim: int, backend: str) -> tuple[dict, dict]:
         kv, q = (dict(BLOCK_M=64, BLOCK_N=128, num_warps=8, num_stages=2) if triton else
                  dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3),
                  dict(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=2))
+        if dropout and not triton:
+            # the mask's Philox words of a 64x64 block in 4 warps left 1.7 KB of spills a thread (ptxas, sm_90a);
+            # 8 warps hold them: 66 against 19 TFLOP/s (H200, B4 H32 S4096 causal, 10%)
+            kv = dict(BLOCK_M=64, BLOCK_N=64, num_warps=8, num_stages=2)
     else:
         kv, q = (dict(BLOCK_M=64, BLOCK_N=64, num_warps=8, num_stages=2),
                  dict(BLOCK_M=128, BLOCK_N=32, num_warps=8, num_stages=2))
@@ -646,7 +651,7 @@ def _kernel_backward(do, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, sc, scale,
     flash_attention_bwd_preprocess_kernel[(cdiv(pr.seqlen_q, PREPROCESS_BLOCK_M), pr.b * pr.h)](
         out, do, delta, cu_q_arg, *pr.strides(out), *pr.strides(do), *pr.lse_strides(lse), pr.seqlen_q,
         H=pr.h, HEAD_DIM=pr.d, BLOCK_M=PREPROCESS_BLOCK_M, VARLEN=pr.varlen, backend=backend, num_warps=4)
-    kv_cfg, q_cfg = bwd_configs(pr.d, backend)
+    kv_cfg, q_cfg = bwd_configs(pr.d, backend, sc.dropout_p > 0)
     kv_cfg, q_cfg = descriptors_if_aligned(kv_cfg, q, do), descriptors_if_aligned(q_cfg, k, v)
     if kv_cfg.get("ATOMIC_DQ") and torch.are_deterministic_algorithms_enabled():
         kv_cfg = dict(kv_cfg, ATOMIC_DQ=False)     # atomics add in any order: the dQ kernel's sum is in order

@@ -173,6 +173,8 @@ def samples(device, dtype):
                    label="float mask [B, 1, L, S] MQA scale 0.3"),
             Sample(qkv(1, 2, 2, 70, 70, 64), dict(dropout_p=0.2, seed=1234, offset=5),
                    label="dropout 0.2 L70 E64"),
+            Sample(qkv(1, 2, 2, 80, 72, 128), dict(dropout_p=0.1, is_causal=True, seed=99, offset=12),
+                   label="dropout 0.1 causal L80 S72 E128"),
             Sample(qkv(1, 4, 2, 40, 90, 32), dict(dropout_p=0.5, is_causal=True, enable_gqa=True, seed=2**40 + 3,
                                                   offset=2**32 - 100),
                    label="dropout 0.5 causal GQA, the counter's low word wraps"),

@@ -59,7 +59,7 @@ BWD = {"d128c": ([C(64, 128, 8, 2), C(64, 64, 4, 3), C(128, 128, 8, 2), C(128, 6
        "d256": ([C(32, 64, 8, 2), C(64, 64, 8, 2), C(64, 32, 4, 2), C(32, 64, 4, 2), C(32, 128, 8, 2)],
                 [C(64, 32, 8, 2), C(64, 64, 8, 2), C(128, 32, 8, 2), C(64, 32, 4, 2)]),
        "drop128c": ([C(64, 128, 8, 2), C(64, 64, 4, 3), C(128, 64, 8, 2), C(64, 64, 8, 2)],
-                    [C(128, 64, 8, 2), C(64, 64, 4, 3), C(128, 32, 8, 2)])}
+                    [C(128, 64, 8, 2), C(64, 64, 4, 3), C(128, 32, 8, 2), C(64, 64, 8, 2)])}
 ATOMIC = {"d128c": [A(C(64, 128, 8, 2)), A(C(128, 128, 8, 2)), A(C(64, 64, 4, 3)), A(C(128, 64, 8, 2)),
                     A(C(128, 128, 8, 1)), A(T(C(64, 128, 8, 2))), A(T(C(128, 128, 8, 2))), A(T(C(64, 64, 4, 3)))],
           "d64c": [A(C(64, 128, 4, 3)), A(C(128, 128, 8, 2)), A(C(32, 128, 4, 3)), A(C(64, 128, 8, 2))],
@@ -87,7 +87,7 @@ def install(mode, cfg):
         fa.fwd_config = lambda d, s, backend: dict(cfg, SPLIT=backend == "triton")
     else:
         kv, q = cfg
-        fa.bwd_configs = lambda d, backend: (dict(kv, SPLIT=backend == "triton"), dict(q, SPLIT=backend == "triton"))
+        fa.bwd_configs = lambda d, backend, dropout=False: (dict(kv, SPLIT=backend == "triton"), dict(q, SPLIT=backend == "triton"))
 
 
 def run(case, timed):
