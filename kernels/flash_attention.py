@@ -123,55 +123,75 @@ def _key_blocks(m0, len_q, len_k, diag, left_edge, BLOCK_M: tl.constexpr, BLOCK_
 
 # -- the forward ------------------------------------------------------------------------------------------
 @tle.jit
+def _fwd_block(acc, l_i, m_i, q, k_src, v_src, bias_base, stride_kn, stride_vn, stride_bias_m, stride_bias_n,
+               offs_m, start_n, len_q, len_k, diag, left_edge, qk_scale, softcap, bh, seqlen_q, seqlen_k, seed_lo,
+               seed_hi, offset_lo, offset_hi, drop_threshold, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+               BLOCK_N: tl.constexpr, MASKED: tl.constexpr, ROWS_MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+               LOCAL: tl.constexpr, FOLD: tl.constexpr, BIAS: tl.constexpr, SOFTCAP: tl.constexpr,
+               DROPOUT: tl.constexpr, DESC: tl.constexpr):
+    """The online softmax's step over the key block at start_n; MASKED adds the key-length mask and the window's.
+    FOLD (a scale in (0, 1e4), no cap, no bias): _folded_softmax, and the mask is the product's starting value
+    (0 or -inf), so no pass over the scores applies it. Otherwise the scores are scaled first and masked after
+    (a negative scale would turn a -inf start over). k_src and v_src: the KV head's first row, or with DESC
+    tensor descriptors of its rows (_row_source). ROWS_MASKED: the block may reach past the keys, whose rows
+    then read as zeros; without it every row is a key's."""
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    cols = start_n + offs_n
+    if DESC:
+        k = k_src.load([start_n, 0])
+    elif ROWS_MASKED:
+        k = tl.load(k_src + cols[:, None] * stride_kn + offs_d[None, :], mask=(cols < len_k)[:, None], other=0.0)
+    else:
+        k = tl.load(k_src + cols[:, None] * stride_kn + offs_d[None, :])
+    if MASKED:
+        keep = (cols < len_k)[None, :]
+        if CAUSAL or LOCAL:
+            keep = keep & _window_keep(offs_m[:, None], cols[None, :], diag, left_edge, CAUSAL, LOCAL)
+    if FOLD:
+        if MASKED:
+            start = tl.where(keep, tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32), -float("inf"))
+            qk = tl.dot(q, tl.trans(k), start)
+        else:
+            qk = tl.dot(q, tl.trans(k))
+        p, alpha, l_i, m_new = _folded_softmax(qk, m_i, l_i, qk_scale)
+    else:
+        qk, _ = _scores(tl.dot(q, tl.trans(k)), offs_m[:, None], cols[None, :], len_q, len_k, bias_base,
+                        stride_bias_m, stride_bias_n, qk_scale, softcap, SOFTCAP, BIAS)
+        if MASKED:
+            qk = tl.where(keep, qk, -float("inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        alpha = tl.math.exp2(m_i - m_new)
+        p = tl.math.exp2(qk - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+    if DROPOUT:                           # l_i sums the probabilities before dropout
+        p = tl.where(_dropout_keep(offs_m[:, None], cols[None, :], bh, seqlen_q, seqlen_k, seed_lo, seed_hi,
+                                   offset_lo, offset_hi, drop_threshold), p, 0.0)
+    if DESC:
+        v = v_src.load([start_n, 0])
+    elif ROWS_MASKED:
+        v = tl.load(v_src + cols[:, None] * stride_vn + offs_d[None, :], mask=(cols < len_k)[:, None], other=0.0)
+    else:
+        v = tl.load(v_src + cols[:, None] * stride_vn + offs_d[None, :])
+    acc = acc * alpha[:, None]
+    acc = tl.dot(p.to(v.dtype), v, acc)
+    return acc, l_i, m_new
+
+
+@tle.jit
 def _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, bias_base, stride_kn, stride_vn, stride_bias_m, stride_bias_n,
                 offs_m, lo, hi, len_q, len_k, diag, left_edge, qk_scale, softcap, bh, seqlen_q, seqlen_k, seed_lo,
                 seed_hi, offset_lo, offset_hi, drop_threshold, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
                 BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr, LOCAL: tl.constexpr,
                 FOLD: tl.constexpr, BIAS: tl.constexpr, SOFTCAP: tl.constexpr, DROPOUT: tl.constexpr,
-                DESC: tl.constexpr):
-    """The online softmax over key blocks [lo, hi); MASKED adds the key-length mask and the window's.
-    FOLD (a scale in (0, 1e4), no cap, no bias): _folded_softmax, and the mask is the product's starting value
-    (0 or -inf), so no pass over the scores applies it. Otherwise the scores are scaled first and masked after
-    (a negative scale would turn a -inf start over). k_src and v_src: the KV head's first row, or with DESC
-    tensor descriptors of its rows (_row_source)."""
-    offs_n = tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, HEAD_DIM)
+                DESC: tl.constexpr, ROWS_MASKED: tl.constexpr = True):
+    """The online softmax over key blocks [lo, hi), one _fwd_block each."""
     for start_n in range(lo, hi, BLOCK_N):
-        cols = start_n + offs_n
-        if DESC:
-            k = k_src.load([start_n, 0])
-        else:
-            k = tl.load(k_src + cols[:, None] * stride_kn + offs_d[None, :], mask=(cols < len_k)[:, None], other=0.0)
-        if MASKED:
-            keep = (cols < len_k)[None, :]
-            if CAUSAL or LOCAL:
-                keep = keep & _window_keep(offs_m[:, None], cols[None, :], diag, left_edge, CAUSAL, LOCAL)
-        if FOLD:
-            if MASKED:
-                start = tl.where(keep, tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32), -float("inf"))
-                qk = tl.dot(q, tl.trans(k), start)
-            else:
-                qk = tl.dot(q, tl.trans(k))
-            p, alpha, l_i, m_new = _folded_softmax(qk, m_i, l_i, qk_scale)
-        else:
-            qk, _ = _scores(tl.dot(q, tl.trans(k)), offs_m[:, None], cols[None, :], len_q, len_k, bias_base,
-                            stride_bias_m, stride_bias_n, qk_scale, softcap, SOFTCAP, BIAS)
-            if MASKED:
-                qk = tl.where(keep, qk, -float("inf"))
-            m_new = tl.maximum(m_i, tl.max(qk, 1))
-            alpha = tl.math.exp2(m_i - m_new)
-            p = tl.math.exp2(qk - m_new[:, None])
-            l_i = l_i * alpha + tl.sum(p, 1)
-        if DROPOUT:                       # l_i sums the probabilities before dropout
-            p = tl.where(_dropout_keep(offs_m[:, None], cols[None, :], bh, seqlen_q, seqlen_k, seed_lo, seed_hi,
-                                       offset_lo, offset_hi, drop_threshold), p, 0.0)
-        if DESC:
-            v = v_src.load([start_n, 0])
-        else:
-            v = tl.load(v_src + cols[:, None] * stride_vn + offs_d[None, :], mask=(cols < len_k)[:, None], other=0.0)
-        acc = acc * alpha[:, None]
-        acc = tl.dot(p.to(v.dtype), v, acc)
-        m_i = m_new
+        acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, k_src, v_src, bias_base, stride_kn, stride_vn, stride_bias_m,
+                                   stride_bias_n, offs_m, start_n, len_q, len_k, diag, left_edge, qk_scale, softcap,
+                                   bh, seqlen_q, seqlen_k, seed_lo, seed_hi, offset_lo, offset_hi, drop_threshold,
+                                   HEAD_DIM, BLOCK_M, BLOCK_N, MASKED, ROWS_MASKED, CAUSAL, LOCAL, FOLD, BIAS,
+                                   SOFTCAP, DROPOUT, DESC)
     return acc, l_i, m_i
 
 
@@ -203,7 +223,11 @@ def flash_attention_fwd_kernel(
         H: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
         BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, VARLEN: tl.constexpr, SPLIT: tl.constexpr,
         FOLD: tl.constexpr = False, LOCAL: tl.constexpr = False, BIAS: tl.constexpr = False,
-        SOFTCAP: tl.constexpr = False, DROPOUT: tl.constexpr = False, DESC: tl.constexpr = False):
+        SOFTCAP: tl.constexpr = False, DROPOUT: tl.constexpr = False, DESC: tl.constexpr = False,
+        EDGE_TAIL: tl.constexpr = False):
+    """EDGE_TAIL (one loop): the loop reads only blocks of whole keys, without load masks, and the block that
+    reaches past the keys, if any, runs after it. On TileLang a masked load in the loop zero-fills the rows
+    past the keys in shared memory, which puts a barrier of all consumer threads before every product."""
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
     len_q, len_k, q_base, k_base, v_base, o_base, lse_base = _fwd_program(
@@ -242,6 +266,19 @@ def flash_attention_fwd_kernel(
                                     qk_scale, softcap, bh, seqlen_q, seqlen_k, seed_lo, seed_hi, offset_lo, offset_hi,
                                     drop_threshold, HEAD_DIM, BLOCK_M, BLOCK_N, True, CAUSAL, LOCAL, FOLD,
                                     BIAS, SOFTCAP, DROPOUT, DESC)
+    elif EDGE_TAIL:  # one loop over blocks of whole keys, then the block reaching past them
+        edge = tl.minimum(tl.maximum(len_k // BLOCK_N * BLOCK_N, lo), hi)
+        acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, bias_base, stride_kn, stride_vn,
+                                    stride_bias_m, stride_bias_n, offs_m, lo, edge, len_q, len_k, diag, left_edge,
+                                    qk_scale, softcap, bh, seqlen_q, seqlen_k, seed_lo, seed_hi, offset_lo, offset_hi,
+                                    drop_threshold, HEAD_DIM, BLOCK_M, BLOCK_N, True, CAUSAL, LOCAL, FOLD,
+                                    BIAS, SOFTCAP, DROPOUT, DESC, False)
+        for start_n in tl.range(edge, hi, BLOCK_N, num_stages=1):   # at most one block; its own buffers
+            acc, l_i, m_i = _fwd_block(acc, l_i, m_i, q, k_src, v_src, bias_base, stride_kn, stride_vn,
+                                       stride_bias_m, stride_bias_n, offs_m, start_n, len_q, len_k, diag, left_edge,
+                                       qk_scale, softcap, bh, seqlen_q, seqlen_k, seed_lo, seed_hi, offset_lo,
+                                       offset_hi, drop_threshold, HEAD_DIM, BLOCK_M, BLOCK_N, True, True, CAUSAL,
+                                       LOCAL, FOLD, BIAS, SOFTCAP, DROPOUT, DESC)
     else:           # one loop, masked throughout: half the loop buffers (shared memory, on TileLang)
         acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, bias_base, stride_kn, stride_vn,
                                     stride_bias_m, stride_bias_n, offs_m, lo, hi, len_q, len_k, diag, left_edge,
@@ -539,6 +576,13 @@ def fwd_config(head_dim: int, max_seqlen_q: int, backend: str) -> dict:
     return dict(cfg, SPLIT=backend == "triton")
 
 
+def edge_tail(cfg: dict, varlen: bool, backend: str) -> bool:
+    """Whether the one-loop forward runs the block that reaches past the keys after its loop (EDGE_TAIL): on
+    TileLang, for packed sequences, whose lengths are known only at run time (a dense length the lowering knows
+    needs no load mask). TileLang places the tail's K and V buffers where the loop's were."""
+    return backend == "tilelang" and varlen and not cfg["SPLIT"] and not cfg.get("DESC")
+
+
 def tma_aligned(*tensors: torch.Tensor) -> bool:
     """Whether each tensor's start and every stride but the last (1) are positive multiples of 16 bytes: what a
     tensor descriptor over its rows (a TMA load) needs."""
@@ -627,6 +671,7 @@ def _kernel_forward(q, k, v, cu_q, cu_k, max_q, max_k, sc, scale, backend):
     cfg = descriptors_if_aligned(cfg, k, v)
     if kernel is flash_attention_fwd_kernel:
         scores, flags = score_args(sc, lse), score_flags(sc)
+        cfg = dict(cfg, EDGE_TAIL=edge_tail(cfg, pr.varlen, backend))
     else:                                 # the warp-group forward: plain scores, causal or not
         scores, flags = (), dict(CAUSAL=sc.window[1] is not None)
     grid = (cdiv(pr.seqlen_q, cfg["BLOCK_M"]), pr.b * pr.h)
