@@ -110,6 +110,7 @@ def run(args, tmp_path, operators=OPS):
     (["--operator", "scale", "--shapes", "64x0"], "malformed shape '64x0'"),
     (["--operator", "scale", "--shapes", "4x4,4x4x4"], "shape '4x4x4' has 3 parts; scale takes 2 (ROWSxCOLS)"),
     (["--operator", "scale", "--device", "tpu"], "unknown device 'tpu'"),
+    (["--operator", "scale", "--warm", "-1"], "--warm -1: the number of processes"),
 ])
 def test_usage_errors_name_the_culprit(args, message, capsys):
     with pytest.raises(SystemExit) as e:
@@ -421,3 +422,27 @@ def test_sweep_plot_needs_its_records(tmp_path):
     assert not plot.write_sweep(str(tmp_path / "a.png"), "swept", "bwd", recs, labels, sweep, "TFLOP/s")
     assert not os.path.exists(tmp_path / "a.png")
     assert plot.write_sweep(str(tmp_path / "b.png"), "swept", "fwd", recs, labels, sweep, "TFLOP/s")
+
+
+def test_warm_compiles_each_kernel_run_first_in_other_processes(tmp_path, capsys):
+    """--warm N: each (operator, shape, kernel backend) runs once, forward and backward, in spawned processes
+    before the timed run (here Triton's interpreter on the CPU, as this suite runs it); the torch backend has
+    nothing to compile."""
+    rc = cli.main(["--device", "cpu", "--out", str(tmp_path), "--operator", "rms_norm", "--backends", "triton,torch",
+                   "--shapes", "16x64,8x32", "--mode", "fwd,bwd", "--no-compile", "--dtype", "fp32", "--warm", "2"])
+    assert rc == 0
+    err = capsys.readouterr().err
+    assert "compiling 2 operator runs in 2 processes first" in err
+    assert "rms_norm 16x64 triton: compiled" in err and "rms_norm 8x32 triton: compiled" in err
+
+
+def test_warm_tasks_and_a_failing_one():
+    from tle.benchmark import warm
+    from tle.ops import OPERATORS
+    op = OPERATORS["rms_norm"]
+    todo = warm.tasks([(op, [(16, 64)])], ["torch", "triton", "tilelang"], torch.float32, torch.device("cpu"), ["fwd"])
+    assert [str(t) for t in todo] == ["rms_norm 16x64 triton", "rms_norm 16x64 tilelang"]
+    assert not todo[0].backward
+    # a run that raises is a line for the timed run to report, not an error here
+    line = warm.run_task(warm.Task("rms_norm", (16, 64), "tilelang", torch.float32, "meta", False))
+    assert line.startswith("rms_norm 16x64 tilelang: ") and "compiled" not in line

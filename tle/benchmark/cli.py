@@ -2,7 +2,7 @@
 
     tle-bench --operator rms_norm [--operator ...|--all] [--device cuda] [--backends triton,tilelang]
               [--shapes 32768x8192,...|--sweep] [--dtype bf16] [--mode fwd,bwd] [--out docs/benchmark]
-              [--no-peers]
+              [--no-peers] [--warm N]
     tle-bench --list
 
 For each operator, shape and mode: every implementation is checked against the eager torch code evaluated
@@ -27,7 +27,7 @@ import sys
 
 import torch
 
-from tle.benchmark import page, plot, records, tables
+from tle.benchmark import page, plot, records, tables, warm
 from tle.benchmark.measure import MODES, TBS, Options, bench_operator, metric_of, shape_label
 from tle.benchmark.progress import Progress
 from tle.benchmark.provenance import observation
@@ -76,6 +76,9 @@ def parser() -> argparse.ArgumentParser:
                         "nothing is written unless --out is given)")
     p.add_argument("--no-peers", action="store_true", help="skip the peers (liger, ...); torch.compile still runs")
     p.add_argument("--no-compile", action="store_true", help="skip torch.compile (its compiles take the most time)")
+    p.add_argument("--warm", type=int, default=0, metavar="N",
+                   help="first compile the tle kernels the run times in N processes at once (TileLang kernels "
+                        "take seconds to a minute each; the timed run reads them from the on-disk caches)")
     return p
 
 
@@ -110,6 +113,8 @@ def parse_args(argv, operators: dict) -> argparse.Namespace:
         if b not in OP_BACKENDS:
             p.error(f"unknown backend {b!r} in --backends (backends: {', '.join(OP_BACKENDS)})")
     a.backend_list = list(dict.fromkeys(a.backend_list))
+    if a.warm < 0:
+        p.error(f"--warm {a.warm}: the number of processes that compile first (0: none)")
     if a.dtype not in DTYPES:
         p.error(f"unknown dtype {a.dtype!r} (dtypes: bf16, fp16, fp32)")
     a.torch_dtype = DTYPES[a.dtype]
@@ -240,6 +245,8 @@ def main(argv=None, operators: dict | None = None) -> int:
             return 2
     if out_dir and not plot.available():
         print("tle-bench: matplotlib is not installed: no plots (pip install matplotlib)", file=sys.stderr)
+    if args.warm > 0:
+        warm.warm(warm.tasks(plans, args.backend_list, args.torch_dtype, device, args.modes), args.warm)
     progress = Progress(sum(len(shapes) * len(args.modes) for _, shapes in plans))
     failed = False
     written = []
