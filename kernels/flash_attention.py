@@ -329,49 +329,69 @@ def _row_lse2(lse_base, rows, row_ok, BIAS: tl.constexpr):
 
 
 @tle.jit
+def _dkdv_block(dk, dv, k, v, q_src, do_src, lse_base, delta_base, bias_base, stride_qm, stride_dom,
+                stride_bias_m, stride_bias_n, offs_n, start_m, len_q, len_k, diag, left_edge, qk_scale, softcap, bh,
+                seqlen_q, seqlen_k, seed_lo, seed_hi, offset_lo, offset_hi, drop_threshold, drop_scale, dq_desc,
+                sm_scale, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+                LOCAL: tl.constexpr, BIAS: tl.constexpr, SOFTCAP: tl.constexpr, DROPOUT: tl.constexpr,
+                ATOMIC_DQ: tl.constexpr, DESC: tl.constexpr, ROWS_MASKED: tl.constexpr):
+    """dK and dV of one key block from the query block at start_m of one head, all transposed ([keys, queries]).
+    ATOMIC_DQ: also the query block's share of dQ, dS K, added to the fp32 dQ of `dq_desc` (the fifth product;
+    the dQ kernel's recomputation of P and dP is then not needed). q_src, do_src: as _row_source gives them.
+    ROWS_MASKED: the block may reach past the queries, whose q and dO rows then read as zeros."""
+    offs_d = tl.arange(0, HEAD_DIM)
+    rows = start_m + tl.arange(0, BLOCK_M)
+    row_ok = rows < len_q
+    if DESC:
+        q = q_src.load([start_m, 0])
+        do = do_src.load([start_m, 0])
+    elif ROWS_MASKED:
+        q = tl.load(q_src + rows[:, None] * stride_qm + offs_d[None, :], mask=row_ok[:, None], other=0.0)
+        do = tl.load(do_src + rows[:, None] * stride_dom + offs_d[None, :], mask=row_ok[:, None], other=0.0)
+    else:
+        q = tl.load(q_src + rows[:, None] * stride_qm + offs_d[None, :])
+        do = tl.load(do_src + rows[:, None] * stride_dom + offs_d[None, :])
+    # rows past the sequence read q = dO = lse = delta = 0: their terms vanish
+    lse2 = _row_lse2(lse_base, rows, row_ok, BIAS)
+    delta = tl.load(delta_base + rows, mask=row_ok, other=0.0)
+    s_t, t_t = _scores(tl.dot(k, tl.trans(q)), rows[None, :], offs_n[:, None], len_q, len_k, bias_base,
+                       stride_bias_m, stride_bias_n, qk_scale, softcap, SOFTCAP, BIAS)
+    p_t = tl.math.exp2(s_t - lse2[None, :])
+    if MASKED:
+        p_t = tl.where(_window_keep(rows[None, :], offs_n[:, None], diag, left_edge, CAUSAL, LOCAL), p_t, 0.0)
+    if DROPOUT:                           # dV takes the dropped probabilities, dS the dropped dP
+        kept = _dropout_keep(rows[None, :], offs_n[:, None], bh, seqlen_q, seqlen_k, seed_lo, seed_hi,
+                             offset_lo, offset_hi, drop_threshold)
+        dv = tl.dot(tl.where(kept, p_t * drop_scale, 0.0).to(do.dtype), do, dv)
+    else:
+        dv = tl.dot(p_t.to(do.dtype), do, dv)
+    dp_t = tl.dot(v, tl.trans(do))
+    if DROPOUT:
+        dp_t = tl.where(kept, dp_t * drop_scale, 0.0)
+    ds_t = p_t * (dp_t - delta[None, :])
+    if SOFTCAP:
+        ds_t = ds_t * (1.0 - t_t * t_t)
+    ds_t = ds_t.to(q.dtype)
+    dk = tl.dot(ds_t, q, dk)
+    if ATOMIC_DQ:
+        dq_desc.atomic_add([start_m, 0], tl.dot(tl.trans(ds_t), k) * sm_scale)
+    return dk, dv
+
+
+@tle.jit
 def _dkdv_blocks(dk, dv, k, v, q_src, do_src, lse_base, delta_base, bias_base, stride_qm, stride_dom,
                  stride_bias_m, stride_bias_n, offs_n, lo, hi, len_q, len_k, diag, left_edge, qk_scale, softcap, bh,
                  seqlen_q, seqlen_k, seed_lo, seed_hi, offset_lo, offset_hi, drop_threshold, drop_scale, dq_desc,
                  sm_scale, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
                  LOCAL: tl.constexpr, BIAS: tl.constexpr, SOFTCAP: tl.constexpr, DROPOUT: tl.constexpr,
-                 ATOMIC_DQ: tl.constexpr, DESC: tl.constexpr):
-    """dK and dV of one key block from query blocks [lo, hi) of one head, all transposed ([keys, queries]).
-    ATOMIC_DQ: also each query block's share of dQ, dS K, added to the fp32 dQ of `dq_desc` (the fifth product;
-    the dQ kernel's recomputation of P and dP is then not needed). q_src, do_src: as _row_source gives them."""
-    offs_d = tl.arange(0, HEAD_DIM)
+                 ATOMIC_DQ: tl.constexpr, DESC: tl.constexpr, ROWS_MASKED: tl.constexpr = True):
+    """dK and dV of one key block from query blocks [lo, hi) of one head, one _dkdv_block each."""
     for start_m in range(lo, hi, BLOCK_M):
-        rows = start_m + tl.arange(0, BLOCK_M)
-        row_ok = rows < len_q
-        if DESC:
-            q = q_src.load([start_m, 0])
-            do = do_src.load([start_m, 0])
-        else:
-            q = tl.load(q_src + rows[:, None] * stride_qm + offs_d[None, :], mask=row_ok[:, None], other=0.0)
-            do = tl.load(do_src + rows[:, None] * stride_dom + offs_d[None, :], mask=row_ok[:, None], other=0.0)
-        # rows past the sequence read q = dO = lse = delta = 0: their terms vanish
-        lse2 = _row_lse2(lse_base, rows, row_ok, BIAS)
-        delta = tl.load(delta_base + rows, mask=row_ok, other=0.0)
-        s_t, t_t = _scores(tl.dot(k, tl.trans(q)), rows[None, :], offs_n[:, None], len_q, len_k, bias_base,
-                           stride_bias_m, stride_bias_n, qk_scale, softcap, SOFTCAP, BIAS)
-        p_t = tl.math.exp2(s_t - lse2[None, :])
-        if MASKED:
-            p_t = tl.where(_window_keep(rows[None, :], offs_n[:, None], diag, left_edge, CAUSAL, LOCAL), p_t, 0.0)
-        if DROPOUT:                       # dV takes the dropped probabilities, dS the dropped dP
-            kept = _dropout_keep(rows[None, :], offs_n[:, None], bh, seqlen_q, seqlen_k, seed_lo, seed_hi,
-                                 offset_lo, offset_hi, drop_threshold)
-            dv = tl.dot(tl.where(kept, p_t * drop_scale, 0.0).to(do.dtype), do, dv)
-        else:
-            dv = tl.dot(p_t.to(do.dtype), do, dv)
-        dp_t = tl.dot(v, tl.trans(do))
-        if DROPOUT:
-            dp_t = tl.where(kept, dp_t * drop_scale, 0.0)
-        ds_t = p_t * (dp_t - delta[None, :])
-        if SOFTCAP:
-            ds_t = ds_t * (1.0 - t_t * t_t)
-        ds_t = ds_t.to(q.dtype)
-        dk = tl.dot(ds_t, q, dk)
-        if ATOMIC_DQ:
-            dq_desc.atomic_add([start_m, 0], tl.dot(tl.trans(ds_t), k) * sm_scale)
+        dk, dv = _dkdv_block(dk, dv, k, v, q_src, do_src, lse_base, delta_base, bias_base, stride_qm, stride_dom,
+                             stride_bias_m, stride_bias_n, offs_n, start_m, len_q, len_k, diag, left_edge, qk_scale,
+                             softcap, bh, seqlen_q, seqlen_k, seed_lo, seed_hi, offset_lo, offset_hi, drop_threshold,
+                             drop_scale, dq_desc, sm_scale, HEAD_DIM, BLOCK_M, MASKED, CAUSAL, LOCAL, BIAS, SOFTCAP,
+                             DROPOUT, ATOMIC_DQ, DESC, ROWS_MASKED)
     return dk, dv
 
 
@@ -386,9 +406,9 @@ def flash_attention_bwd_dkdv_kernel(
         HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
         VARLEN: tl.constexpr, SPLIT: tl.constexpr, LOCAL: tl.constexpr = False, BIAS: tl.constexpr = False,
         SOFTCAP: tl.constexpr = False, DROPOUT: tl.constexpr = False, ATOMIC_DQ: tl.constexpr = False,
-        DESC: tl.constexpr = False):
+        DESC: tl.constexpr = False, EDGE_TAIL: tl.constexpr = False):
     """dK and dV of a block of keys (and with ATOMIC_DQ dQ too, added in fp32 into dq_ptr's [B, S, H, D] or
-    [total, H, D], which starts zeroed)."""
+    [total, H, D], which starts zeroed). EDGE_TAIL (one loop): as the forward's, over the queries."""
     pid_n = tl.program_id(0)
     b = tl.program_id(1) // H_KV
     h_kv = tl.program_id(1) % H_KV
@@ -450,6 +470,20 @@ def flash_attention_bwd_dkdv_kernel(
                                   left_edge, qk_scale, softcap, bh, seqlen_q, seqlen_k, seed_lo, seed_hi, offset_lo,
                                   offset_hi, drop_threshold, drop_scale, dq_desc, sm_scale, HEAD_DIM, BLOCK_M, False,
                                   CAUSAL, LOCAL, BIAS, SOFTCAP, DROPOUT, ATOMIC_DQ, DESC)
+        elif EDGE_TAIL:
+            edge = tl.minimum(tl.maximum(len_q // BLOCK_M * BLOCK_M, lo), hi)
+            dk, dv = _dkdv_blocks(dk, dv, k, v, q_src, do_src, lse_base, delta_base, bias_base, stride_qm,
+                                  stride_dom, stride_bias_m, stride_bias_n, offs_n, lo, edge, len_q, len_k, diag,
+                                  left_edge, qk_scale, softcap, bh, seqlen_q, seqlen_k, seed_lo, seed_hi, offset_lo,
+                                  offset_hi, drop_threshold, drop_scale, dq_desc, sm_scale, HEAD_DIM, BLOCK_M,
+                                  CAUSAL or LOCAL, CAUSAL, LOCAL, BIAS, SOFTCAP, DROPOUT, ATOMIC_DQ, DESC, False)
+            for start_m in tl.range(edge, hi, BLOCK_M, num_stages=1):   # at most one block; its own buffers
+                dk, dv = _dkdv_block(dk, dv, k, v, q_src, do_src, lse_base, delta_base, bias_base, stride_qm,
+                                     stride_dom, stride_bias_m, stride_bias_n, offs_n, start_m, len_q, len_k, diag,
+                                     left_edge, qk_scale, softcap, bh, seqlen_q, seqlen_k, seed_lo, seed_hi,
+                                     offset_lo, offset_hi, drop_threshold, drop_scale, dq_desc, sm_scale, HEAD_DIM,
+                                     BLOCK_M, CAUSAL or LOCAL, CAUSAL, LOCAL, BIAS, SOFTCAP, DROPOUT, ATOMIC_DQ,
+                                     DESC, True)
         else:
             dk, dv = _dkdv_blocks(dk, dv, k, v, q_src, do_src, lse_base, delta_base, bias_base, stride_qm,
                                   stride_dom, stride_bias_m, stride_bias_n, offs_n, lo, hi, len_q, len_k, diag,
@@ -465,35 +499,53 @@ def flash_attention_bwd_dkdv_kernel(
 
 
 @tle.jit
+def _dq_block(dq, q, do, lse2, delta, k_src, v_src, bias_base, stride_kn, stride_vn, stride_bias_m, stride_bias_n,
+              offs_m, start_n, len_q, len_k, diag, left_edge, qk_scale, softcap, bh, seqlen_q, seqlen_k, seed_lo,
+              seed_hi, offset_lo, offset_hi, drop_threshold, drop_scale, HEAD_DIM: tl.constexpr,
+              BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr, LOCAL: tl.constexpr,
+              BIAS: tl.constexpr, SOFTCAP: tl.constexpr, DROPOUT: tl.constexpr, DESC: tl.constexpr,
+              ROWS_MASKED: tl.constexpr):
+    """dQ of one query block from the key block at start_n; keys past the sequence read k = v = 0 and add
+    nothing (ROWS_MASKED: the block may reach past them). k_src, v_src: as _row_source gives them."""
+    offs_d = tl.arange(0, HEAD_DIM)
+    cols = start_n + tl.arange(0, BLOCK_N)
+    if DESC:
+        k = k_src.load([start_n, 0])
+        v = v_src.load([start_n, 0])
+    elif ROWS_MASKED:
+        k = tl.load(k_src + cols[:, None] * stride_kn + offs_d[None, :], mask=(cols < len_k)[:, None], other=0.0)
+        v = tl.load(v_src + cols[:, None] * stride_vn + offs_d[None, :], mask=(cols < len_k)[:, None], other=0.0)
+    else:
+        k = tl.load(k_src + cols[:, None] * stride_kn + offs_d[None, :])
+        v = tl.load(v_src + cols[:, None] * stride_vn + offs_d[None, :])
+    s, t = _scores(tl.dot(q, tl.trans(k)), offs_m[:, None], cols[None, :], len_q, len_k, bias_base,
+                   stride_bias_m, stride_bias_n, qk_scale, softcap, SOFTCAP, BIAS)
+    p = tl.math.exp2(s - lse2[:, None])
+    if MASKED:
+        p = tl.where(_window_keep(offs_m[:, None], cols[None, :], diag, left_edge, CAUSAL, LOCAL), p, 0.0)
+    dp = tl.dot(do, tl.trans(v))
+    if DROPOUT:
+        dp = tl.where(_dropout_keep(offs_m[:, None], cols[None, :], bh, seqlen_q, seqlen_k, seed_lo, seed_hi,
+                                    offset_lo, offset_hi, drop_threshold), dp * drop_scale, 0.0)
+    ds = p * (dp - delta[:, None])
+    if SOFTCAP:
+        ds = ds * (1.0 - t * t)
+    return tl.dot(ds.to(k.dtype), k, dq)
+
+
+@tle.jit
 def _dq_blocks(dq, q, do, lse2, delta, k_src, v_src, bias_base, stride_kn, stride_vn, stride_bias_m,
                stride_bias_n, offs_m, lo, hi, len_q, len_k, diag, left_edge, qk_scale, softcap, bh, seqlen_q,
                seqlen_k, seed_lo, seed_hi, offset_lo, offset_hi, drop_threshold, drop_scale, HEAD_DIM: tl.constexpr,
                BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr, LOCAL: tl.constexpr,
-               BIAS: tl.constexpr, SOFTCAP: tl.constexpr, DROPOUT: tl.constexpr, DESC: tl.constexpr):
-    """dQ of one query block from key blocks [lo, hi); keys past the sequence read k = v = 0 and add nothing.
-    k_src, v_src: as _row_source gives them."""
-    offs_d = tl.arange(0, HEAD_DIM)
+               BIAS: tl.constexpr, SOFTCAP: tl.constexpr, DROPOUT: tl.constexpr, DESC: tl.constexpr,
+               ROWS_MASKED: tl.constexpr = True):
+    """dQ of one query block from key blocks [lo, hi), one _dq_block each."""
     for start_n in range(lo, hi, BLOCK_N):
-        cols = start_n + tl.arange(0, BLOCK_N)
-        if DESC:
-            k = k_src.load([start_n, 0])
-            v = v_src.load([start_n, 0])
-        else:
-            k = tl.load(k_src + cols[:, None] * stride_kn + offs_d[None, :], mask=(cols < len_k)[:, None], other=0.0)
-            v = tl.load(v_src + cols[:, None] * stride_vn + offs_d[None, :], mask=(cols < len_k)[:, None], other=0.0)
-        s, t = _scores(tl.dot(q, tl.trans(k)), offs_m[:, None], cols[None, :], len_q, len_k, bias_base,
-                       stride_bias_m, stride_bias_n, qk_scale, softcap, SOFTCAP, BIAS)
-        p = tl.math.exp2(s - lse2[:, None])
-        if MASKED:
-            p = tl.where(_window_keep(offs_m[:, None], cols[None, :], diag, left_edge, CAUSAL, LOCAL), p, 0.0)
-        dp = tl.dot(do, tl.trans(v))
-        if DROPOUT:
-            dp = tl.where(_dropout_keep(offs_m[:, None], cols[None, :], bh, seqlen_q, seqlen_k, seed_lo, seed_hi,
-                                        offset_lo, offset_hi, drop_threshold), dp * drop_scale, 0.0)
-        ds = p * (dp - delta[:, None])
-        if SOFTCAP:
-            ds = ds * (1.0 - t * t)
-        dq = tl.dot(ds.to(k.dtype), k, dq)
+        dq = _dq_block(dq, q, do, lse2, delta, k_src, v_src, bias_base, stride_kn, stride_vn, stride_bias_m,
+                       stride_bias_n, offs_m, start_n, len_q, len_k, diag, left_edge, qk_scale, softcap, bh,
+                       seqlen_q, seqlen_k, seed_lo, seed_hi, offset_lo, offset_hi, drop_threshold, drop_scale,
+                       HEAD_DIM, BLOCK_N, MASKED, CAUSAL, LOCAL, BIAS, SOFTCAP, DROPOUT, DESC, ROWS_MASKED)
     return dq
 
 
@@ -508,7 +560,8 @@ def flash_attention_bwd_dq_kernel(
         H: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
         BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, VARLEN: tl.constexpr, SPLIT: tl.constexpr,
         LOCAL: tl.constexpr = False, BIAS: tl.constexpr = False, SOFTCAP: tl.constexpr = False,
-        DROPOUT: tl.constexpr = False, DESC: tl.constexpr = False):
+        DROPOUT: tl.constexpr = False, DESC: tl.constexpr = False, EDGE_TAIL: tl.constexpr = False):
+    """EDGE_TAIL (one loop): as the forward's, over the keys."""
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // H
@@ -549,6 +602,17 @@ def flash_attention_bwd_dq_kernel(
                         stride_bias_n, offs_m, full, hi, len_q, len_k, diag, left_edge, qk_scale, softcap, bh, seqlen_q,
                         seqlen_k, seed_lo, seed_hi, offset_lo, offset_hi, drop_threshold, drop_scale, HEAD_DIM,
                         BLOCK_N, True, CAUSAL, LOCAL, BIAS, SOFTCAP, DROPOUT, DESC)
+    elif EDGE_TAIL:
+        edge = tl.minimum(tl.maximum(len_k // BLOCK_N * BLOCK_N, lo), hi)
+        dq = _dq_blocks(dq, q, do, lse2, delta, k_src, v_src, bias_base, stride_kn, stride_vn, stride_bias_m,
+                        stride_bias_n, offs_m, lo, edge, len_q, len_k, diag, left_edge, qk_scale, softcap,
+                        bh, seqlen_q, seqlen_k, seed_lo, seed_hi, offset_lo, offset_hi, drop_threshold, drop_scale,
+                        HEAD_DIM, BLOCK_N, CAUSAL or LOCAL, CAUSAL, LOCAL, BIAS, SOFTCAP, DROPOUT, DESC, False)
+        for start_n in tl.range(edge, hi, BLOCK_N, num_stages=1):   # at most one block; its own buffers
+            dq = _dq_block(dq, q, do, lse2, delta, k_src, v_src, bias_base, stride_kn, stride_vn, stride_bias_m,
+                           stride_bias_n, offs_m, start_n, len_q, len_k, diag, left_edge, qk_scale, softcap, bh,
+                           seqlen_q, seqlen_k, seed_lo, seed_hi, offset_lo, offset_hi, drop_threshold, drop_scale,
+                           HEAD_DIM, BLOCK_N, CAUSAL or LOCAL, CAUSAL, LOCAL, BIAS, SOFTCAP, DROPOUT, DESC, True)
     else:
         dq = _dq_blocks(dq, q, do, lse2, delta, k_src, v_src, bias_base, stride_kn, stride_vn, stride_bias_m,
                         stride_bias_n, offs_m, lo, hi, len_q, len_k, diag, left_edge, qk_scale, softcap,
@@ -577,9 +641,9 @@ def fwd_config(head_dim: int, max_seqlen_q: int, backend: str) -> dict:
 
 
 def edge_tail(cfg: dict, varlen: bool, backend: str) -> bool:
-    """Whether the one-loop forward runs the block that reaches past the keys after its loop (EDGE_TAIL): on
+    """Whether a one-loop kernel runs the block that reaches past the sequence after its loop (EDGE_TAIL): on
     TileLang, for packed sequences, whose lengths are known only at run time (a dense length the lowering knows
-    needs no load mask). TileLang places the tail's K and V buffers where the loop's were."""
+    needs no load mask). TileLang places the tail's buffers where the loop's were."""
     return backend == "tilelang" and varlen and not cfg["SPLIT"] and not cfg.get("DESC")
 
 
@@ -698,6 +762,7 @@ def _kernel_backward(do, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, sc, scale,
         H=pr.h, HEAD_DIM=pr.d, BLOCK_M=PREPROCESS_BLOCK_M, VARLEN=pr.varlen, backend=backend, num_warps=4)
     kv_cfg, q_cfg = bwd_configs(pr.d, backend, sc.dropout_p > 0)
     kv_cfg, q_cfg = descriptors_if_aligned(kv_cfg, q, do), descriptors_if_aligned(q_cfg, k, v)
+    kv_cfg, q_cfg = (dict(c, EDGE_TAIL=edge_tail(c, pr.varlen, backend)) for c in (kv_cfg, q_cfg))
     if kv_cfg.get("ATOMIC_DQ") and torch.are_deterministic_algorithms_enabled():
         kv_cfg = dict(kv_cfg, ATOMIC_DQ=False)     # atomics add in any order: the dQ kernel's sum is in order
     scores, flags = score_args(sc, lse), score_flags(sc)

@@ -10,34 +10,53 @@ from tle.jit import Kernel
 from tle.kernels import flash_attention as fa
 
 
-def _forward_lowering(monkeypatch, backend, packed):
-    """The lowering of the first kernel flash_attention launches (nothing runs)."""
-    lowered = []
+def _lowerings(monkeypatch, backend, packed, backward=False):
+    """{kernel name: lowering} of the kernels flash_attention launches, forward (and backward); nothing runs."""
+    lowered = {}
 
     def launch(kernel, grid, args, kwargs, warmup=False):
         kw = dict(kwargs)
-        lowered.append(kernel.lower(*args, grid=grid, **kw))
+        lowered[kernel.__name__] = kernel.lower(*args, grid=grid, **kw)
     monkeypatch.setattr(Kernel, "_launch", launch)
     monkeypatch.setattr(op_backend, "kernel_unusable_reason", lambda name, device: None)
     lens = [200, 64, 131]
     total, d = sum(lens), 128            # (head dims up to 64 take the warp-group forward on sm_90)
-    q, k, v = (torch.randn(total if packed else 1, *([] if packed else [total]), 2, d, dtype=torch.float16)
-               for _ in range(3))
+    q, k, v = (torch.randn(total if packed else 1, *([] if packed else [total]), 2, d, dtype=torch.float16,
+                           requires_grad=True) for _ in range(3))
     if packed:
         cu = torch.tensor([0, 200, 264, 395], dtype=torch.int32)
-        tle.ops.flash_attention(q, k, v, True, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=200, max_seqlen_k=200,
-                                backend=backend)
+        out = tle.ops.flash_attention(q, k, v, True, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=200,
+                                      max_seqlen_k=200, backend=backend)
     else:
-        tle.ops.flash_attention(q, k, v, True, backend=backend)
-    return lowered[0]
+        out = tle.ops.flash_attention(q, k, v, True, backend=backend)
+    if backward:
+        out.backward(torch.ones_like(out))
+    return lowered
+
+
+def _forward_lowering(monkeypatch, backend, packed):
+    return _lowerings(monkeypatch, backend, packed)["flash_attention_fwd_kernel"]
+
+
+def _box_loads(lowered):
+    return sorted(how.split(" (")[0] for _, op, kind, how in lowered.compiled.access_report
+                  if op == "load" and kind == "box")
 
 
 def test_packed_tilelang_forward_loop_copies_whole_blocks(monkeypatch):
     lw = _forward_lowering(monkeypatch, "tilelang", packed=True)
     assert lw.kernel.constexprs["EDGE_TAIL"] is True
-    boxes = [how.split(" (")[0] for _, op, kind, how in lw.compiled.access_report if op == "load" and kind == "box"]
-    # (in source order) the loop's K and V copied whole, the tail's K and V and q zero-filled past the rows
-    assert sorted(boxes) == ["T.copy into shared"] * 2 + ["T.copy then mask select in shared"] * 3, boxes
+    # the loop's K and V copied whole; the tail's K and V, and q, zero-filled past the rows
+    assert _box_loads(lw) == ["T.copy into shared"] * 2 + ["T.copy then mask select in shared"] * 3
+
+
+def test_packed_tilelang_backward_loops_copy_whole_blocks(monkeypatch):
+    lowered = _lowerings(monkeypatch, "tilelang", packed=True, backward=True)
+    dq, dkdv = lowered["flash_attention_bwd_dq_kernel"], lowered["flash_attention_bwd_dkdv_kernel"]
+    assert dq.kernel.constexprs["EDGE_TAIL"] is True and dkdv.kernel.constexprs["EDGE_TAIL"] is True
+    # the dQ kernel's loop reads K and V whole, its tail masked; the dK/dV kernel's loop reads q and dO whole
+    assert _box_loads(dq).count("T.copy into shared") == 2
+    assert _box_loads(dkdv).count("T.copy into shared") == 2
 
 
 def test_edge_tail_only_where_it_helps(monkeypatch):
