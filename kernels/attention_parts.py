@@ -100,7 +100,7 @@ class Scores:
     - softcap > 0: scores become softcap · tanh(scores / softcap) (logit soft-capping, after the scale).
     - bias: added to the scores (after the cap), broadcast to [B, H, S_q, S_k]; -inf masks a key out.
     - dropout_p > 0: the probabilities are dropped, each kept one scaled by 1 / (1 - p), with the mask of the
-      Philox stream of (seed, offset) over the [B, H, S_q, S_k] elements (kernels/philox.py); the lse and
+      Philox stream of (seed, offset), four probabilities to a counter (dropout_keep); the lse and
       the normalizer are of the probabilities before dropout.
     A query that sees no key gets output 0 and lse -inf."""
     window: tuple[int | None, int | None] = (None, None)
@@ -141,9 +141,32 @@ def _logits(q, kk, scale, sc: Scores):
 
 
 def dropout_keep(shape, sc: Scores, device):
-    """The dropout's mask over [B, H, S_q, S_k] (bool), the words every backend draws (kernels/philox.py)."""
-    words = stream_words_torch(math.prod(shape), sc.seed, sc.offset, device)
-    return (words >= threshold_of(sc.dropout_p)).reshape(shape)
+    """The dropout's mask over [B, H, S_q, S_k] (bool), the words every backend draws: element (b, h, i, j)
+    takes word 2 · (i div 8 mod 2) + (j div 8 mod 2) of the Philox counter
+    ((b · H + h) · G(S_q) + g(i)) · G(S_k) + g(j) of the stream of (seed, offset) (kernels/philox.py), with
+    g(x) = x div 16 · 8 + x mod 8 and G(S) = ceil(S / 16) · 8. Queries i, i + 8 and keys j, j + 8 (i, j mod 16
+    < 8) share one counter: the four elements a thread holds of a tensor-core product's accumulator, so a
+    kernel runs one Philox for four probabilities."""
+    b, h, s_q, s_k = shape
+
+    def group(s):
+        x = torch.arange(s, device=device)
+        return x // 16 * 8 + x % 8, x // 8 % 2
+    (g_q, w_q), (g_k, w_k) = group(s_q), group(s_k)
+    bh = torch.arange(b * h, device=device).view(b, h, 1, 1)
+    counter = (bh * _groups(s_q) + g_q.view(-1, 1)) * _groups(s_k) + g_k
+    words = stream_words_torch(4 * dropout_counters(shape), sc.seed, sc.offset, device)
+    return words[counter * 4 + w_q.view(-1, 1) * 2 + w_k] >= threshold_of(sc.dropout_p)
+
+
+def _groups(s: int) -> int:
+    return (s + 15) // 16 * 8
+
+
+def dropout_counters(shape) -> int:
+    """How many Philox counters the dropout of [B, H, S_q, S_k] probabilities uses (dropout_keep)."""
+    b, h, s_q, s_k = shape
+    return b * h * _groups(s_q) * _groups(s_k)
 
 
 def _dense_attention(q, k, v, scale, sc: Scores):

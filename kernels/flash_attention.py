@@ -44,7 +44,7 @@ from tle.kernels.attention_parts import (CAUSAL, Problem, Scores, _dense_attenti
                                          _fwd_program, _keep, _logits, _sequence, _torch_forward, cu_or_dummy,
                                          dropout_keep, nan_like, sequence_slices)
 from tle.kernels.dropout_add import U64, _as_i64, scale_of, threshold_of
-from tle.kernels.philox import element_words, split_u64
+from tle.kernels.philox import counter_words, split_u64
 from tle.oplib import BenchSpec, Operator, Sample, check_tensor
 from tle.oplib.arith import cdiv
 from tle.oplib.recipe import Recipe, Stage
@@ -93,11 +93,22 @@ def _window_keep(r2, c2, diag, left_edge, CAUSAL: tl.constexpr, LOCAL: tl.conste
 
 
 @tle.jit
-def _dropout_keep(r2, c2, bh, seqlen_q, seqlen_k, seed_lo, seed_hi, offset_lo, offset_hi, drop_threshold):
-    """Which probabilities of a tile (query rows r2, key columns c2, of head bh = b · H + h) dropout keeps: those
-    whose word, element (bh · S_q + row) · S_k + col of the Philox stream, is at least the threshold."""
-    e = (bh * seqlen_q + r2).to(tl.int64) * seqlen_k + c2
-    return element_words(e, seed_lo, seed_hi, offset_lo, offset_hi).to(tl.int64) >= drop_threshold
+def _dropout_keep(q0, q_in, k0, k_in, bh, seqlen_q, seqlen_k, seed_lo, seed_hi, offset_lo, offset_hi,
+                  drop_threshold):
+    """Which probabilities of a tile of head bh = b · H + h dropout keeps (queries q0 + q_in, keys k0 + k_in;
+    q0 and k0 multiples of 16): those whose word of the stream (attention_parts.dropout_keep) is at least the
+    threshold. The four elements of queries {q, q + 8} and keys {k, k + 8} (q, k mod 16 < 8) take the four
+    words of one Philox: they are the elements one thread holds in a tensor-core product's accumulator, with
+    queries or with keys as its rows, so the compiler computes the Philox once for them where it sees their
+    counters equal: a loop's block origin (start_n, start_m) comes apart from the offsets in the block, whose
+    low bits the compiler then knows (a program's origin, pid · BLOCK, it sees itself)."""
+    groups_q = (seqlen_q + 15) // 16 * 8
+    groups_k = (seqlen_k + 15) // 16 * 8
+    g_q = (q0 >> 1) + (((q_in >> 4) << 3) | (q_in & 7))
+    g_k = (k0 >> 1) + (((k_in >> 4) << 3) | (k_in & 7))
+    n = (bh * groups_q + g_q).to(tl.int64) * groups_k + g_k
+    w = ((q_in >> 2) & 2) | ((k_in >> 3) & 1)
+    return counter_words(n, w, seed_lo, seed_hi, offset_lo, offset_hi).to(tl.int64) >= drop_threshold
 
 
 @tle.jit
@@ -165,8 +176,8 @@ def _fwd_block(acc, l_i, m_i, q, k_src, v_src, bias_base, stride_kn, stride_vn, 
         p = tl.math.exp2(qk - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
     if DROPOUT:                           # l_i sums the probabilities before dropout
-        p = tl.where(_dropout_keep(offs_m[:, None], cols[None, :], bh, seqlen_q, seqlen_k, seed_lo, seed_hi,
-                                   offset_lo, offset_hi, drop_threshold), p, 0.0)
+        p = tl.where(_dropout_keep(0, offs_m[:, None], start_n, offs_n[None, :], bh, seqlen_q, seqlen_k, seed_lo,
+                                   seed_hi, offset_lo, offset_hi, drop_threshold), p, 0.0)
     if DESC:
         v = v_src.load([start_n, 0])
     elif ROWS_MASKED:
@@ -360,8 +371,8 @@ def _dkdv_block(dk, dv, k, v, q_src, do_src, lse_base, delta_base, bias_base, st
     if MASKED:
         p_t = tl.where(_window_keep(rows[None, :], offs_n[:, None], diag, left_edge, CAUSAL, LOCAL), p_t, 0.0)
     if DROPOUT:                           # dV takes the dropped probabilities, dS the dropped dP
-        kept = _dropout_keep(rows[None, :], offs_n[:, None], bh, seqlen_q, seqlen_k, seed_lo, seed_hi,
-                             offset_lo, offset_hi, drop_threshold)
+        kept = _dropout_keep(start_m, tl.arange(0, BLOCK_M)[None, :], 0, offs_n[:, None], bh, seqlen_q, seqlen_k,
+                             seed_lo, seed_hi, offset_lo, offset_hi, drop_threshold)
         dv = tl.dot(tl.where(kept, p_t * drop_scale, 0.0).to(do.dtype), do, dv)
     else:
         dv = tl.dot(p_t.to(do.dtype), do, dv)
@@ -525,8 +536,9 @@ def _dq_block(dq, q, do, lse2, delta, k_src, v_src, bias_base, stride_kn, stride
         p = tl.where(_window_keep(offs_m[:, None], cols[None, :], diag, left_edge, CAUSAL, LOCAL), p, 0.0)
     dp = tl.dot(do, tl.trans(v))
     if DROPOUT:
-        dp = tl.where(_dropout_keep(offs_m[:, None], cols[None, :], bh, seqlen_q, seqlen_k, seed_lo, seed_hi,
-                                    offset_lo, offset_hi, drop_threshold), dp * drop_scale, 0.0)
+        dp = tl.where(_dropout_keep(0, offs_m[:, None], start_n, tl.arange(0, BLOCK_N)[None, :], bh, seqlen_q,
+                                    seqlen_k, seed_lo, seed_hi, offset_lo, offset_hi, drop_threshold),
+                      dp * drop_scale, 0.0)
     ds = p * (dp - delta[:, None])
     if SOFTCAP:
         ds = ds * (1.0 - t * t)

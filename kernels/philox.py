@@ -69,21 +69,19 @@ def stream_words(row, col, seed_lo, seed_hi, offset_lo, offset_hi):
 
 
 @tle.jit
-def element_words(e, seed_lo, seed_hi, offset_lo, offset_hi):
-    """The stream's word of each element of a tile of flat element indices `e` (int64, any shape): word
-    (e mod 4) of Philox(counter = offset + e div 4, key = seed), the word stream_words gives element e. One
-    Philox per element (stream_words runs one per four), for tiles whose rows do not start at a multiple of
-    4 in the stream: an attention tile's rows are S_k elements apart. Returns a uint32 tile of e's shape."""
-    row = e >> 2
+def counter_words(n, w, seed_lo, seed_hi, offset_lo, offset_hi):
+    """Word w (0..3) of Philox(counter = offset + n, key = seed) for tiles of counters `n` (int64, relative to
+    the offset, below 2^64) and word numbers `w` that broadcast together: streams whose elements are not laid
+    out four to a counter along a tile's rows (attention's dropout). Each element's Philox is written out;
+    elements whose counters the compiler sees to be equal share one. Returns a uint32 tile."""
     off_lo = offset_lo.to(tl.uint32, bitcast=True)
-    lo = off_lo + row.to(tl.uint32)                                  # the low 32 bits of row
+    lo = off_lo + n.to(tl.uint32)                                    # the low 32 bits of n
     carry = (lo < off_lo).to(tl.uint32)
-    hi = offset_hi.to(tl.uint32, bitcast=True) + (row >> 32).to(tl.uint32) + carry
+    hi = offset_hi.to(tl.uint32, bitcast=True) + (n >> 32).to(tl.uint32) + carry
     zero = tl.zeros_like(lo)
     r0, r1, r2, r3 = philox4x32_10(lo, hi, zero, zero, seed_lo.to(tl.uint32, bitcast=True),
                                    seed_hi.to(tl.uint32, bitcast=True))
-    c = e & 3
-    return tl.where(c == 0, r0, tl.where(c == 1, r1, tl.where(c == 2, r2, r3)))
+    return tl.where(w == 0, r0, tl.where(w == 1, r1, tl.where(w == 2, r2, r3)))
 
 
 # -- the host side -------------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ scale=None, enable_gqa=False, *, seed=None, offset=0, backend=None, fallback=Non
 - attn_mask: bool (True: the key takes part) or floating (added to the scores), broadcastable to
   [B, H, L, S]. It is not differentiable here: a mask that requires grad is refused.
 - dropout_p: the attention probabilities are dropped (kept ones scaled by 1 / (1 - p)) with the layer's
-  Philox stream over the [B, H, L, S] elements (kernels/philox.py, element e = ((b·H + h)·L + i)·S + j), the
+  Philox stream, four probabilities to a counter (attention_parts.dropout_keep, kernels/philox.py), the
   same bits on every backend. seed=None draws (seed, offset) from torch's default generator of query's
   device, as tle.ops.dropout_add does, so torch.manual_seed repeats a run; pass seed (and offset) to fix the
   mask. torch's own dropout draws other bits: the two agree in distribution, not element by element. As in
@@ -28,7 +28,7 @@ import math
 import torch
 
 import tle
-from tle.kernels.attention_parts import Scores, dropout_keep
+from tle.kernels.attention_parts import Scores, dropout_counters, dropout_keep
 from tle.kernels.dropout_add import check_dropout_args, draw_seed_offset, scale_of
 from tle.kernels.flash_attention import (FLASH_ATTENTION, GRAD_TOLERANCES, KERNEL_DTYPES, attention_op,
                                          check_kernel_inputs, check_scale)
@@ -116,7 +116,7 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
                               f"32-bit offsets")
     p = float(dropout_p)
     if p > 0 and seed is None:
-        seed, offset = draw_seed_offset(query.device, (b * h * l * s + 3) // 4)
+        seed, offset = draw_seed_offset(query.device, dropout_counters((b, h, l, s)))
     sc = Scores(window=(None, l - s) if is_causal else (None, None), bias=bias, dropout_p=p,
                 seed=(seed or 0) if p > 0 else 0, offset=offset if p > 0 else 0)
     out, _ = attention_op(q_t, k_t, v_t, sc, scale, backend)

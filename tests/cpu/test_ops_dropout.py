@@ -15,7 +15,7 @@ import tle
 import tle.ops
 from tilelang_oracle import needs_tilelang, run_on, tilelang_through_interpreter
 from tle.kernels import dropout_add as mod
-from tle.kernels.philox import element_words, philox4x32_10, philox4x32_10_torch, split_u64, stream_words_torch
+from tle.kernels.philox import counter_words, philox4x32_10, philox4x32_10_torch, split_u64, stream_words_torch
 
 BACKENDS = ["torch", "triton", pytest.param("tilelang", marks=needs_tilelang)]
 
@@ -101,21 +101,22 @@ def test_kernel_philox_is_bit_identical_to_torch_philox(backend):
 
 
 @tle.jit
-def element_words_kernel(e_ptr, out_ptr, seed_lo, seed_hi, offset_lo, offset_hi, N: tl.constexpr):
+def counter_words_kernel(e_ptr, out_ptr, seed_lo, seed_hi, offset_lo, offset_hi, N: tl.constexpr):
     i = tl.arange(0, N)
-    words = element_words(tl.load(e_ptr + i), seed_lo, seed_hi, offset_lo, offset_hi)
+    e = tl.load(e_ptr + i)
+    words = counter_words(e >> 2, e & 3, seed_lo, seed_hi, offset_lo, offset_hi)
     tl.store(out_ptr + i, words.to(tl.int32, bitcast=True))
 
 
 @pytest.mark.parametrize("backend", ["triton", pytest.param("tilelang", marks=needs_tilelang)])
-def test_element_words_are_the_streams_words(backend):
-    """element_words (attention's dropout: any flat element index) gives element e word (e mod 4) of
-    Philox(offset + e div 4, seed), the word stream_words gives it; flat indices past 2^32 (a [B, H, L, S]
-    tensor of more than 4G elements) carry into the counter's high word, and the offset's low word wraps."""
+def test_counter_words_are_the_streams_words(backend):
+    """counter_words (attention's dropout: any counter and word) gives, for counter e div 4 and word e mod 4,
+    the word stream_words gives element e; counters past 2^32 carry into the counter's high word, and the
+    offset's low word wraps."""
     seed, offset = 0x0123456789ABCDEF, 2**32 - 3
     e = torch.cat([torch.arange(0, 24), 2**34 + 5 + torch.arange(0, 24), 2**32 * 4 - 8 + torch.arange(16)])
     out = torch.full((64,), -1, dtype=torch.int32)
-    run_on(backend, element_words_kernel, (1,), e, out, *split_u64(seed), *split_u64(offset), N=64)
+    run_on(backend, counter_words_kernel, (1,), e, out, *split_u64(seed), *split_u64(offset), N=64)
     counter = offset + (e >> 2)                      # below 2^63 here: no wrap of the 64-bit counter
     words = philox4x32_10_torch(counter & 0xFFFFFFFF, counter >> 32, 0, 0, seed & 0xFFFFFFFF, seed >> 32)
     want = torch.stack(words, dim=1).gather(1, (e & 3)[:, None])[:, 0]
@@ -140,6 +141,34 @@ def test_stream_words_torch_definition():
         ref = philox4x32_10_torch(c & 0xFFFFFFFF, c >> 32, 0, 0, seed & 0xFFFFFFFF, seed >> 32)
         assert int(words[e]) == int(ref[e % 4]), e
     assert torch.equal(stream_words_torch(23, seed, offset)[4:], stream_words_torch(19, seed, offset + 1))
+
+
+def test_attention_dropout_stream_definition():
+    """Attention's dropout (attention_parts.dropout_keep, as docs/ops.md states it): probability (b, h, i, j)
+    of [B, H, S_q, S_k] takes word 2·(i div 8 mod 2) + (j div 8 mod 2) of counter
+    offset + ((b·H + h)·G(S_q) + g(i))·G(S_k) + g(j), g(x) = x div 16·8 + x mod 8, G(n) = ceil(n / 16)·8; no two
+    probabilities take one word, and the draw uses dropout_counters counters."""
+    from tle.kernels.attention_parts import Scores, dropout_counters, dropout_keep
+    from tle.kernels.dropout_add import threshold_of
+    shape, p, seed, offset = (2, 3, 21, 35), 0.375, 0x0BADC0DE_12345678, 2**32 - 5
+    keep = dropout_keep(shape, Scores(dropout_p=p, seed=seed, offset=offset), "cpu")
+    groups = lambda n: (n + 15) // 16 * 8                       # noqa: E731
+    g = lambda x: x // 16 * 8 + x % 8                           # noqa: E731
+    seen = set()
+    for b, h, i, j in [(0, 0, 0, 0), (0, 0, 8, 8), (0, 0, 7, 9), (1, 2, 20, 34), (1, 0, 16, 24), (0, 2, 15, 17)]:
+        n = offset + ((b * 3 + h) * groups(21) + g(i)) * groups(35) + g(j)
+        words = philox4x32_10_torch(n & 0xFFFFFFFF, n >> 32, 0, 0, seed & 0xFFFFFFFF, seed >> 32)
+        word = words[2 * (i // 8 % 2) + j // 8 % 2]
+        assert bool(keep[b, h, i, j]) == (int(word) >= threshold_of(p)), (b, h, i, j)
+    for b in range(2):
+        for h in range(3):
+            for i in range(21):
+                for j in range(35):
+                    w = ((((b * 3 + h) * groups(21) + g(i)) * groups(35) + g(j)), 2 * (i // 8 % 2) + j // 8 % 2)
+                    assert w not in seen
+                    seen.add(w)
+    assert max(n for n, _ in seen) < dropout_counters(shape)
+    assert abs(keep.float().mean().item() - (1 - p)) < 0.03
 
 
 # -- masks across backends -------------------------------------------------------------------------------------
