@@ -48,8 +48,15 @@ def _descriptors_taken(launched):
     return {n for n, kw in launched if kw.get("DESC")} == {FWD, DKDV, DQ}
 
 
-FORMS = {"ATOMIC_DQ": (lambda kv, q: (dict(kv, ATOMIC_DQ=True), q), lambda cfg: cfg, _atomic_dq_taken),
-         "DESC": (lambda kv, q: (dict(kv, DESC=True), dict(q, DESC=True)), lambda cfg: dict(cfg, DESC=True),
+def _with_atomic_dq(args, kv, q):
+    """ATOMIC_DQ in the dK/dV kernel's configuration (args: bwd_configs'); past head dim 128 with one stage: the
+    fp32 dQ block it reduces from shared memory does not fit beside two stages of q and dO blocks (Triton,
+    D256: 271 KB of shared memory against the H200's 227)."""
+    return dict(kv, ATOMIC_DQ=True, **({"num_stages": 1} if args[0] > 128 else {})), q
+
+
+FORMS = {"ATOMIC_DQ": (_with_atomic_dq, lambda cfg: cfg, _atomic_dq_taken),
+         "DESC": (lambda args, kv, q: (dict(kv, DESC=True), dict(q, DESC=True)), lambda cfg: dict(cfg, DESC=True),
                   _descriptors_taken)}
 
 
@@ -60,7 +67,7 @@ def form(request, monkeypatch):
     backward, forward, taken = FORMS[request.param]
     fwd_config, bwd_configs = fa.fwd_config, fa.bwd_configs
     monkeypatch.setattr(fa, "fwd_config", lambda *a: forward(fwd_config(*a)))
-    monkeypatch.setattr(fa, "bwd_configs", lambda *a: backward(*bwd_configs(*a)))
+    monkeypatch.setattr(fa, "bwd_configs", lambda *a: backward(a, *bwd_configs(*a)))
     launched = []
     for name in (FWD, DKDV, DQ):
         monkeypatch.setattr(fa, name, _Watched(getattr(fa, name), launched))
@@ -113,7 +120,7 @@ def deterministic_algorithms():
 
 def with_atomic_dq(bwd_configs):
     """bwd_configs with ATOMIC_DQ asked for in the dK/dV kernel's configuration."""
-    return lambda *a: FORMS["ATOMIC_DQ"][0](*bwd_configs(*a))
+    return lambda *a: FORMS["ATOMIC_DQ"][0](a, *bwd_configs(*a))
 
 
 def test_deterministic_algorithms_keep_the_dq_kernel(monkeypatch):
