@@ -636,13 +636,17 @@ def flash_attention_bwd_dq_kernel(
 
 
 # -- launch configurations ----------------------------------------------------------------------------------
-def fwd_config(head_dim: int, max_seqlen_q: int, backend: str) -> dict:
+def fwd_config(head_dim: int, max_seqlen_q: int, backend: str, dropout: bool = False) -> dict:
     """BLOCK_M, BLOCK_N, num_warps, num_stages and SPLIT of the forward on `backend`. SPLIT (two loops) on
     Triton; one loop on TileLang, whose pipelined loops each keep their own stages of K and V in shared memory
-    (two loops at BLOCK_N 64, 3 stages, D 128 asked for 336 KiB). See docs/benchmark/flash_attention.md."""
+    (two loops at BLOCK_N 64, 3 stages, D 128 asked for 336 KiB). `dropout`: the kernel draws a dropout mask.
+    See docs/benchmark/flash_attention.md and scaled_dot_product_attention.md."""
     if head_dim <= 64:
         cfg = (dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3) if backend == "triton" else
                dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=3))
+    elif head_dim <= 128 and dropout:     # the H200 sweep, B4 H32 S4096 D128 causal, 10%: 213 against 177
+        cfg = (dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3) if backend == "triton" else   # TFLOP/s
+               dict(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=3))                         # 194 : 186
     elif head_dim <= 128:
         cfg = dict(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=2)
     else:                                 # Triton's K/V through TMA: 490 against 465 TFLOP/s (D 256, H200)
@@ -690,7 +694,7 @@ def fwd_kernel(head_dim: int, max_seqlen_q: int, backend: str, *, sm90: bool, sc
     # FOLD where it was measured faster (D128); at D64 with 128x128 tiles causal it ran slower, and Triton's
     # causal D128 too, so those keep the scaled form until measured otherwise
     fold = fold and scores.softcap == 0 and scores.bias is None
-    return flash_attention_fwd_kernel, dict(fwd_config(head_dim, max_seqlen_q, backend),
+    return flash_attention_fwd_kernel, dict(fwd_config(head_dim, max_seqlen_q, backend, scores.dropout_p > 0),
                                             FOLD=fold and backend == "tilelang" and 64 < head_dim <= 128)
 
 
@@ -707,10 +711,11 @@ def bwd_configs(head_dim: int, backend: str, dropout: bool = False) -> tuple[dic
         kv, q = (dict(BLOCK_M=64, BLOCK_N=128, num_warps=8, num_stages=2) if triton else
                  dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3),
                  dict(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=2))
-        if dropout and not triton:
-            # the mask's Philox words of a 64x64 block in 4 warps left 1.7 KB of spills a thread (ptxas, sm_90a);
-            # 8 warps hold them: 66 against 19 TFLOP/s (H200, B4 H32 S4096 causal, 10%)
-            kv = dict(BLOCK_M=64, BLOCK_N=64, num_warps=8, num_stages=2)
+        if dropout:
+            # the H200 sweep (B4 H32 S4096 D128 causal, 10%), dQ in 128x64 blocks against 128x128: Triton 184
+            # against 170 TFLOP/s; TileLang, with the 4-warp 64x64 dK/dV, 182 against 151 with the 8-warp one it
+            # took while the mask drew a Philox per probability (4 warps spilled then)
+            q = dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=2)
     else:
         kv, q = (dict(BLOCK_M=64, BLOCK_N=64, num_warps=8, num_stages=2),
                  dict(BLOCK_M=128, BLOCK_N=32, num_warps=8, num_stages=2))

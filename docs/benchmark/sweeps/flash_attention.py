@@ -86,7 +86,7 @@ def cases():
 
 def install(mode, cfg):
     if mode == "fwd":
-        fa.fwd_config = lambda d, s, backend: dict(cfg, SPLIT=backend == "triton")
+        fa.fwd_config = lambda d, s, backend, dropout=False: dict(cfg, SPLIT=backend == "triton")
     else:
         kv, q = cfg
         fa.bwd_configs = lambda d, backend, dropout=False: (dict(kv, SPLIT=backend == "triton"), dict(q, SPLIT=backend == "triton"))
