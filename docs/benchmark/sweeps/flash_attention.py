@@ -1,7 +1,8 @@
 """Launch-configuration sweep of flash_attention's kernels on a GPU: each (shape, mode, backend, configuration)
 run through tle.ops.flash_attention with kernels/flash_attention.py's `fwd_config` / `bwd_configs` replaced,
 checked against torch's SDPA, timed with triton.testing.do_bench beside SDPA. A = ATOMIC_DQ (dQ added by the
-dK/dV kernel), T = DESC (rows read through tensor descriptors). Shapes named drop* run SDPA's entry point with
+dK/dV kernel), T = DESC (rows read through tensor descriptors), P = TileLang's plain forward kernel at D64 (where
+the operator takes the warp-group kernel, timed too as WARP_GROUPS). Shapes named drop* run SDPA's entry point with
 dropout (tle.ops.scaled_dot_product_attention beside F.scaled_dot_product_attention, both dropping 10%). The operator's configurations are chosen from
 such sweeps; the Notes of docs/benchmark/flash_attention.md give the figures.
 
@@ -21,6 +22,8 @@ import torch.nn.functional as F
 import tle.ops
 from tle.kernels import flash_attention as fa
 
+TARGETS_SM90 = fa.targets_sm90
+
 
 def C(bm, bn, warps, stages, **extra):
     return dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=warps, num_stages=stages, **extra)
@@ -29,6 +32,14 @@ def C(bm, bn, warps, stages, **extra):
 def A(cfg):
     """The dK/dV configuration `cfg` adding dQ by atomics (ATOMIC_DQ: no dQ kernel)."""
     return dict(cfg, ATOMIC_DQ=True)
+
+
+def P(cfg):
+    """The configuration `cfg` on TileLang's plain forward kernel where it would take the warp-group one (D64)."""
+    return dict(cfg, PLAIN=True)
+
+
+WARP_GROUPS = {"WARP_GROUPS": True}          # TileLang's D64 forward as the operator launches it (its own tiles)
 
 
 def T(cfg):
@@ -73,8 +84,9 @@ def cases():
     out = []
     for be in ("triton", "tilelang"):
         for name, cfgs in FWD.items():
-            if be == "tilelang" and name.startswith("d64"):
-                continue                  # TileLang's D64 forward is the warp-group kernel, not configured here
+            if be == "tilelang" and name.startswith("d64"):   # the warp-group kernel, then the plain one's tiles
+                out += [(name, "fwd", be, WARP_GROUPS)] + [(name, "fwd", be, P(c)) for c in cfgs if "DESC" not in c]
+                continue
             out += [(name, "fwd", be, c) for c in cfgs]
         for name, (kvs, qs) in BWD.items():
             out += [(name, "bwd", be, (kv, qs[0])) for kv in kvs]
@@ -85,7 +97,11 @@ def cases():
 
 
 def install(mode, cfg):
-    if mode == "fwd":
+    fa.targets_sm90 = TARGETS_SM90
+    if mode == "fwd" and cfg is not WARP_GROUPS:
+        cfg = dict(cfg)
+        if cfg.pop("PLAIN", False):
+            fa.targets_sm90 = lambda device: False
         fa.fwd_config = lambda d, s, backend, dropout=False: dict(cfg, SPLIT=backend == "triton")
     else:
         kv, q = cfg
