@@ -33,8 +33,8 @@ def _sequence(cu_ptr, b, dense_len, VARLEN: tl.constexpr):
 def _fwd_program(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_q_ptr, cu_k_ptr, stride_qb, stride_qm, stride_qh, stride_kb,
                  stride_kn, stride_kh, stride_vb, stride_vn, stride_vh, stride_ob, stride_om, stride_oh, stride_lb,
                  stride_lh, seqlen_q, seqlen_k, H: tl.constexpr, GROUP: tl.constexpr, VARLEN: tl.constexpr):
-    """A forward program's sequence lengths and the starts of its query head's rows in q, out and lse and of its
-    KV head's rows in k and v (axis 1 of the grid: batch x head)."""
+    """A forward program's sequence lengths, the starts of its query head's rows in q, out and lse and of its
+    KV head's rows in k and v (axis 1 of the grid: batch x head), and its sequence's first row in q."""
     b = tl.program_id(1) // H
     h = tl.program_id(1) % H
     q_start, len_q = _sequence(cu_q_ptr, b, seqlen_q, VARLEN)
@@ -44,7 +44,7 @@ def _fwd_program(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_q_ptr, cu_k_ptr, stride
     v_base = v_ptr + b * stride_vb + k_start * stride_vn + (h // GROUP) * stride_vh
     o_base = o_ptr + b * stride_ob + q_start * stride_om + h * stride_oh
     lse_base = lse_ptr + b * stride_lb + h * stride_lh + q_start
-    return len_q, len_k, q_base, k_base, v_base, o_base, lse_base
+    return len_q, len_k, q_base, k_base, v_base, o_base, lse_base, q_start
 
 
 @tle.jit
@@ -69,9 +69,11 @@ class Problem:
         if self.varlen:
             self.b = cu_q.shape[0] - 1
             self.seqlen_q, self.seqlen_k = max_q, max_k
+            self.rows_q = q.shape[0]           # the packed tensor's rows
         else:
             self.b = q.shape[0]
             self.seqlen_q, self.seqlen_k = q.shape[1], k.shape[1]
+            self.rows_q = self.seqlen_q
 
     def lse_shape(self, q):
         return (self.h, q.shape[0]) if self.varlen else (self.b, self.h, self.seqlen_q)

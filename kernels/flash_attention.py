@@ -132,6 +132,18 @@ def _key_blocks(m0, len_q, len_k, diag, left_edge, BLOCK_M: tl.constexpr, BLOCK_
     return lo, full, hi
 
 
+@tle.jit
+def _query_rows(len_q, q_start, rows_q, VARLEN: tl.constexpr):
+    """How many of a program's query rows its q (and dO) block reads: its sequence's, or with packed sequences
+    every row up to the packed tensor's end. The rows past the sequence are then other sequences' rows, which
+    is harmless: each query row's results are its own (a softmax, dQ) and are not stored past the sequence.
+    The load's mask is then the tensor's edge, which TileLang reads as one bulk copy (TMA); a mask inside the
+    tensor is a copy then a select in shared memory, element by element over the block's threads."""
+    if VARLEN:
+        return rows_q - q_start
+    return len_q
+
+
 # -- the forward ------------------------------------------------------------------------------------------
 @tle.jit
 def _fwd_block(acc, l_i, m_i, q, k_src, v_src, bias_base, stride_kn, stride_vn, stride_bias_m, stride_bias_n,
@@ -228,7 +240,7 @@ _RUNTIME_INTS = ("seed_lo", "seed_hi", "offset_lo", "offset_hi", "drop_threshold
 def flash_attention_fwd_kernel(
         q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_q_ptr, cu_k_ptr, sm_scale,
         stride_qb, stride_qm, stride_qh, stride_kb, stride_kn, stride_kh, stride_vb, stride_vn, stride_vh,
-        stride_ob, stride_om, stride_oh, stride_lb, stride_lh, seqlen_q, seqlen_k,
+        stride_ob, stride_om, stride_oh, stride_lb, stride_lh, seqlen_q, seqlen_k, rows_q,
         bias_ptr, stride_bias_b, stride_bias_h, stride_bias_m, stride_bias_n, window_left, window_right, softcap,
         seed_lo, seed_hi, offset_lo, offset_hi, drop_threshold, drop_scale,
         H: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
@@ -236,12 +248,13 @@ def flash_attention_fwd_kernel(
         FOLD: tl.constexpr = False, LOCAL: tl.constexpr = False, BIAS: tl.constexpr = False,
         SOFTCAP: tl.constexpr = False, DROPOUT: tl.constexpr = False, DESC: tl.constexpr = False,
         EDGE_TAIL: tl.constexpr = False):
-    """EDGE_TAIL (one loop): the loop reads only blocks of whole keys, without load masks, and the block that
-    reaches past the keys, if any, runs after it. On TileLang a masked load in the loop zero-fills the rows
-    past the keys in shared memory, which puts a barrier of all consumer threads before every product."""
+    """rows_q: q's rows (the packed tensor's with VARLEN). EDGE_TAIL (one loop): the loop reads only blocks of
+    whole keys, without load masks, and the block that reaches past the keys, if any, runs after it. On
+    TileLang a masked load in the loop zero-fills the rows past the keys in shared memory, which puts a barrier
+    of all consumer threads before every product."""
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
-    len_q, len_k, q_base, k_base, v_base, o_base, lse_base = _fwd_program(
+    len_q, len_k, q_base, k_base, v_base, o_base, lse_base, q_start = _fwd_program(
         q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_q_ptr, cu_k_ptr, stride_qb, stride_qm, stride_qh, stride_kb,
         stride_kn, stride_kh, stride_vb, stride_vn, stride_vh, stride_ob, stride_om, stride_oh, stride_lb, stride_lh,
         seqlen_q, seqlen_k, H, GROUP, VARLEN)
@@ -256,7 +269,8 @@ def flash_attention_fwd_kernel(
     offs_m = m0 + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
     row_ok = offs_m < len_q
-    q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :], mask=row_ok[:, None], other=0.0)
+    q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :],
+                mask=(offs_m < _query_rows(len_q, q_start, rows_q, VARLEN))[:, None], other=0.0)
 
     lo, full, hi = _key_blocks(m0, len_q, len_k, diag, left_edge, BLOCK_M, BLOCK_N, CAUSAL, LOCAL, True)
     k_src = _row_source(k_base, stride_kn, len_k, HEAD_DIM, BLOCK_N, DESC)
@@ -566,14 +580,14 @@ def flash_attention_bwd_dq_kernel(
         q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, cu_q_ptr, cu_k_ptr, sm_scale,
         stride_qb, stride_qm, stride_qh, stride_kb, stride_kn, stride_kh, stride_vb, stride_vn, stride_vh,
         stride_dob, stride_dom, stride_doh, stride_dqb, stride_dqm, stride_dqh, stride_lb, stride_lh,
-        seqlen_q, seqlen_k,
+        seqlen_q, seqlen_k, rows_q,
         bias_ptr, stride_bias_b, stride_bias_h, stride_bias_m, stride_bias_n, window_left, window_right, softcap,
         seed_lo, seed_hi, offset_lo, offset_hi, drop_threshold, drop_scale,
         H: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
         BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, VARLEN: tl.constexpr, SPLIT: tl.constexpr,
         LOCAL: tl.constexpr = False, BIAS: tl.constexpr = False, SOFTCAP: tl.constexpr = False,
         DROPOUT: tl.constexpr = False, DESC: tl.constexpr = False, EDGE_TAIL: tl.constexpr = False):
-    """EDGE_TAIL (one loop): as the forward's, over the keys."""
+    """rows_q and EDGE_TAIL (one loop, over the keys): as the forward's."""
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // H
@@ -588,10 +602,11 @@ def flash_attention_bwd_dq_kernel(
     offs_d = tl.arange(0, HEAD_DIM)
     row_ok = offs_m < len_q
     rows = q_start + offs_m
-    q = tl.load(q_ptr + b * stride_qb + rows[:, None] * stride_qm + h * stride_qh + offs_d[None, :],
-                mask=row_ok[:, None], other=0.0)
-    do = tl.load(do_ptr + b * stride_dob + rows[:, None] * stride_dom + h * stride_doh + offs_d[None, :],
-                 mask=row_ok[:, None], other=0.0)
+    read = (offs_m < _query_rows(len_q, q_start, rows_q, VARLEN))[:, None]
+    q = tl.load(q_ptr + b * stride_qb + rows[:, None] * stride_qm + h * stride_qh + offs_d[None, :], mask=read,
+                other=0.0)
+    do = tl.load(do_ptr + b * stride_dob + rows[:, None] * stride_dom + h * stride_doh + offs_d[None, :], mask=read,
+                 other=0.0)
     lse2 = _row_lse2(lse_ptr + b * stride_lb + h * stride_lh, rows, row_ok, BIAS)
     delta = tl.load(delta_ptr + b * stride_lb + h * stride_lh + rows, mask=row_ok, other=0.0)
 
@@ -750,8 +765,8 @@ def _kernel_forward(q, k, v, cu_q, cu_k, max_q, max_k, sc, scale, backend):
         return out, lse.fill_(-math.inf)
     kernel, cfg = fwd_kernel(pr.d, pr.seqlen_q, backend, sm90=targets_sm90(q.device), scale=scale, scores=sc)
     cfg = descriptors_if_aligned(cfg, k, v)
-    if kernel is flash_attention_fwd_kernel:
-        scores, flags = score_args(sc, lse), score_flags(sc)
+    if kernel is flash_attention_fwd_kernel:   # rows_q, then the scores' arguments
+        scores, flags = (pr.rows_q, *score_args(sc, lse)), score_flags(sc)
         cfg = dict(cfg, EDGE_TAIL=edge_tail(cfg, pr.varlen, backend))
     else:                                 # the warp-group forward: plain scores, causal or not
         scores, flags = (), dict(CAUSAL=sc.window[1] is not None)
@@ -794,7 +809,7 @@ def _kernel_backward(do, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, sc, scale,
         return dq.copy_(dq_acc), dk, dv
     flash_attention_bwd_dq_kernel[(cdiv(pr.seqlen_q, q_cfg["BLOCK_M"]), pr.b * pr.h)](
         q, k, v, do, lse, delta, dq, cu_q_arg, cu_k_arg, scale, *pr.strides(q), *pr.strides(k), *pr.strides(v),
-        *pr.strides(do), *pr.strides(dq), *pr.lse_strides(lse), pr.seqlen_q, pr.seqlen_k, *scores,
+        *pr.strides(do), *pr.strides(dq), *pr.lse_strides(lse), pr.seqlen_q, pr.seqlen_k, pr.rows_q, *scores,
         H=pr.h, GROUP=pr.group, HEAD_DIM=pr.d, VARLEN=pr.varlen, backend=backend, **flags, **q_cfg)
     return dq, dk, dv
 
@@ -929,7 +944,8 @@ def _fwd_example(device, size):
         return {"out": o, "lse": l}
     return tle.Launch(grid=(cdiv(pr.seqlen_q, cfg["BLOCK_M"]), pr.b * pr.h),
                       args=(q, k, v, out, lse, lse, lse, scale, *pr.strides(q), *pr.strides(k), *pr.strides(v),
-                            *pr.strides(out), *pr.lse_strides(lse), pr.seqlen_q, pr.seqlen_k, *score_args(CAUSAL, lse)),
+                            *pr.strides(out), *pr.lse_strides(lse), pr.seqlen_q, pr.seqlen_k, pr.rows_q,
+                            *score_args(CAUSAL, lse)),
                       kwargs=dict(H=pr.h, GROUP=pr.group, HEAD_DIM=pr.d, VARLEN=False, FOLD=True, **score_flags(CAUSAL),
                                   **cfg),
                       outputs={"out": out, "lse": lse}, reference=ref,
@@ -973,7 +989,7 @@ def _bwd_launch(kernel_name, device, size):
     dq = nan_like(q)
     return tle.Launch(grid=(cdiv(pr.seqlen_q, q_cfg["BLOCK_M"]), pr.b * pr.h),
                       args=(q, k, v, do, lse, delta, dq, lse, lse, scale, *common, *pr.strides(dq),
-                            *pr.lse_strides(lse), pr.seqlen_q, pr.seqlen_k, *score_args(CAUSAL, lse)),
+                            *pr.lse_strides(lse), pr.seqlen_q, pr.seqlen_k, pr.rows_q, *score_args(CAUSAL, lse)),
                       kwargs=dict(H=pr.h, GROUP=pr.group, HEAD_DIM=pr.d, VARLEN=False, **score_flags(CAUSAL), **q_cfg),
                       outputs={"dq": dq}, reference=lambda: {"dq": refs["dq"]}, flops=3 * flops // 2, label=label)
 

@@ -81,7 +81,7 @@ def flash_attention_fwd_warp_groups_kernel(
         LOADER_REGISTERS: tl.constexpr = 56, CONSUMER_REGISTERS: tl.constexpr = 224, TURNS: tl.constexpr = False):
     HALF: tl.constexpr = BLOCK_M // 2
     pid_m = tl.program_id(0)
-    len_q, len_k, q_base, k_base, v_base, o_base, lse_base = _fwd_program(
+    len_q, len_k, q_base, k_base, v_base, o_base, lse_base, _ = _fwd_program(
         q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_q_ptr, cu_k_ptr, stride_qb, stride_qm, stride_qh, stride_kb,
         stride_kn, stride_kh, stride_vb, stride_vn, stride_vh, stride_ob, stride_om, stride_oh, stride_lb, stride_lh,
         seqlen_q, seqlen_k, H, GROUP, VARLEN)

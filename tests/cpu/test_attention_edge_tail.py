@@ -46,16 +46,18 @@ def _box_loads(lowered):
 def test_packed_tilelang_forward_loop_copies_whole_blocks(monkeypatch):
     lw = _forward_lowering(monkeypatch, "tilelang", packed=True)
     assert lw.kernel.constexprs["EDGE_TAIL"] is True
-    # the loop's K and V copied whole; the tail's K and V, and q, zero-filled past the rows
-    assert _box_loads(lw) == ["T.copy into shared"] * 2 + ["T.copy then mask select in shared"] * 3
+    # the loop's K and V copied whole, and q, read up to the packed tensor's end (_query_rows); the tail's K and
+    # V zero-filled past the keys
+    assert _box_loads(lw) == ["T.copy into shared"] * 3 + ["T.copy then mask select in shared"] * 2
 
 
 def test_packed_tilelang_backward_loops_copy_whole_blocks(monkeypatch):
     lowered = _lowerings(monkeypatch, "tilelang", packed=True, backward=True)
     dq, dkdv = lowered["flash_attention_bwd_dq_kernel"], lowered["flash_attention_bwd_dkdv_kernel"]
     assert dq.kernel.constexprs["EDGE_TAIL"] is True and dkdv.kernel.constexprs["EDGE_TAIL"] is True
-    # the dQ kernel's loop reads K and V whole, its tail masked; the dK/dV kernel's loop reads q and dO whole
-    assert _box_loads(dq).count("T.copy into shared") == 2
+    # the dQ kernel reads q and dO up to the packed tensor's end, its loop K and V whole, its tail masked; the
+    # dK/dV kernel's loop reads q and dO whole
+    assert _box_loads(dq).count("T.copy into shared") == 4
     assert _box_loads(dkdv).count("T.copy into shared") == 2
 
 
