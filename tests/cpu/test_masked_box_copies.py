@@ -37,8 +37,13 @@ def _packed_forward_source() -> str:
 def test_the_select_after_a_copy_outside_a_pipeline_follows_a_plain_copy():
     lines = _packed_forward_source().splitlines()
     loop = next(i for i, line in enumerate(lines) if "T.Pipelined(" in line)
-    q_copy = next(i for i, line in enumerate(lines[:loop]) if "T.copy(q_ptr_v[" in line)
-    assert lines[q_copy].rstrip().endswith(", disable_tma=True)")
-    assert lines[q_copy + 1].strip().startswith("if (")            # the select, where the box passes the end
+    # the block past the keys, after the loop (EDGE_TAIL): its K and V copies, each then the select
+    plain = [i for i, line in enumerate(lines) if "T.copy(" in line and line.rstrip().endswith(", disable_tma=True)")]
+    assert [lines[i].strip()[:len("T.copy(k_ptr_v[")] for i in plain] == ["T.copy(k_ptr_v[", "T.copy(v_ptr_v["]
+    assert all(i > loop and lines[i + 1].strip().startswith("if (") for i in plain)   # the select, past the keys
     k_copy = next(line for line in lines[loop:] if "T.copy(k_ptr_v[" in line)
     assert "disable_tma" not in k_copy                               # the pipeline's copy (TMA on sm_90)
+    # q is read up to the packed tensor's end (flash_attention._query_rows): its mask is the tensor's edge, one
+    # copy with no select after it
+    q_copy = next(i for i, line in enumerate(lines[:loop]) if "T.copy(q_ptr_v[" in line)
+    assert "disable_tma" not in lines[q_copy] and not lines[q_copy + 1].strip().startswith("if (")
