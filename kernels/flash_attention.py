@@ -767,16 +767,16 @@ def _kernel_forward(q, k, v, cu_q, cu_k, max_q, max_k, sc, scale, backend):
         return out, lse.fill_(-math.inf)
     kernel, cfg = fwd_kernel(pr.d, pr.seqlen_q, backend, sm90=targets_sm90(q.device), scale=scale, scores=sc)
     cfg = descriptors_if_aligned(cfg, k, v)
-    if kernel is flash_attention_fwd_kernel:   # rows_q, then the scores' arguments
-        scores, flags = (pr.rows_q, *score_args(sc, lse)), score_flags(sc)
+    if kernel is flash_attention_fwd_kernel:
+        rest, flags = (pr.rows_q, *score_args(sc, lse)), score_flags(sc)
         cfg = dict(cfg, EDGE_TAIL=edge_tail(cfg, pr.varlen, backend))
-    else:                                 # the warp-group forward: plain scores, causal or not
-        scores, flags = (), dict(CAUSAL=sc.window[1] is not None)
+    else:                                 # the warp-group forward: no rows_q; plain scores, causal or not
+        rest, flags = (), dict(CAUSAL=sc.window[1] is not None)
     grid = (cdiv(pr.seqlen_q, cfg["BLOCK_M"]), pr.b * pr.h)
     kernel[grid](
         q, k, v, out, lse, cu_or_dummy(cu_q, lse), cu_or_dummy(cu_k, lse), scale,
         *pr.strides(q), *pr.strides(k), *pr.strides(v), *pr.strides(out), *pr.lse_strides(lse),
-        pr.seqlen_q, pr.seqlen_k, *scores, H=pr.h, GROUP=pr.group, HEAD_DIM=pr.d, VARLEN=pr.varlen,
+        pr.seqlen_q, pr.seqlen_k, *rest, H=pr.h, GROUP=pr.group, HEAD_DIM=pr.d, VARLEN=pr.varlen,
         backend=backend, **flags, **cfg)
     return out, lse
 
