@@ -27,25 +27,25 @@ def _query_half(q_base, stride_qm, rows, len_q, HEAD_DIM: tl.constexpr, HALF: tl
 
 
 @tle.jit
-def _copy_block(k_base, v_base, stride_kn, stride_vn, cols, len_k, k_buf, v_buf, HEAD_DIM: tl.constexpr,
-                BLOCK_N: tl.constexpr):
-    """The loader's step: the key and value rows `cols` into k_buf and v_buf (rows past len_k read 0)."""
-    offs_d = tl.arange(0, HEAD_DIM)
-    in_k = (cols < len_k)[:, None]
-    tle.gpu.copy(k_base + cols[:, None] * stride_kn + offs_d[None, :], k_buf, [BLOCK_N, HEAD_DIM], mask=in_k,
-                 other=0.0)
-    tle.gpu.copy(v_base + cols[:, None] * stride_vn + offs_d[None, :], v_buf, [BLOCK_N, HEAD_DIM], mask=in_k,
-                 other=0.0)
+def _copy_rows(base, stride_n, cols, len_k, buf, HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The loader's copy of the key or value rows `cols` into buf (rows past len_k read 0)."""
+    tle.gpu.copy(base + cols[:, None] * stride_n + tl.arange(0, HEAD_DIM)[None, :], buf, [BLOCK_N, HEAD_DIM],
+                 mask=(cols < len_k)[:, None], other=0.0)
 
 
 @tle.jit
-def _softmax_step(acc, l_i, m_i, q_buf, k_buf, v_buf, rows, first_row, start_n, cols, len_k, diag, qk_scale,
-                  CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr, TURNS: tl.constexpr):
-    """One block of keys for one consumer's rows: scores, the masks, the online softmax in base 2 with the scale
-    folded (_folded_softmax), P v.
-    TURNS: the consumers take turns at their products, one's softmax beside the other's products."""
-    with tle.gpu.turn(enabled=TURNS):
-        qk = tl.dot(tle.gpu.local_load(q_buf), tl.trans(tle.gpu.local_load(k_buf)))
+def _copy_block(k_base, v_base, stride_kn, stride_vn, cols, len_k, k_buf, v_buf, HEAD_DIM: tl.constexpr,
+                BLOCK_N: tl.constexpr):
+    """The loader's step: the key and value rows `cols` into k_buf and v_buf (rows past len_k read 0)."""
+    _copy_rows(k_base, stride_kn, cols, len_k, k_buf, HEAD_DIM, BLOCK_N)
+    _copy_rows(v_base, stride_vn, cols, len_k, v_buf, HEAD_DIM, BLOCK_N)
+
+
+@tle.jit
+def _masked_softmax(acc, l_i, m_i, qk, rows, first_row, start_n, cols, len_k, diag, qk_scale, CAUSAL: tl.constexpr,
+                    BLOCK_N: tl.constexpr):
+    """The masks of the block of keys at start_n on its scores qk, the online softmax in base 2 with the scale
+    folded (_folded_softmax): P, the accumulator rescaled, l_i, m_i."""
     last = start_n + BLOCK_N - 1
     edge = last >= len_k
     if CAUSAL:
@@ -56,9 +56,35 @@ def _softmax_step(acc, l_i, m_i, q_buf, k_buf, v_buf, rows, first_row, start_n, 
             keep = keep & (cols[None, :] <= rows[:, None] + diag)
         qk = tl.where(keep, qk, -float("inf"))
     p, alpha, l_i, m_new = _folded_softmax(qk, m_i, l_i, qk_scale)
+    return p, acc * alpha[:, None], l_i, m_new
+
+
+@tle.jit
+def _softmax_step(acc, l_i, m_i, q_buf, k_buf, v_buf, rows, first_row, start_n, cols, len_k, diag, qk_scale,
+                  CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr, TURNS: tl.constexpr):
+    """One block of keys for one consumer's rows: scores, masks and softmax (_masked_softmax), P v.
+    TURNS: the consumers take turns at their products, one's softmax beside the other's products."""
     with tle.gpu.turn(enabled=TURNS):
-        acc = tl.dot(p.to(v_buf.dtype), tle.gpu.local_load(v_buf), acc * alpha[:, None])
+        qk = tl.dot(tle.gpu.local_load(q_buf), tl.trans(tle.gpu.local_load(k_buf)))
+    p, acc, l_i, m_new = _masked_softmax(acc, l_i, m_i, qk, rows, first_row, start_n, cols, len_k, diag, qk_scale,
+                                         CAUSAL, BLOCK_N)
+    with tle.gpu.turn(enabled=TURNS):
+        acc = tl.dot(p.to(v_buf.dtype), tle.gpu.local_load(v_buf), acc)
     return acc, l_i, m_new
+
+
+@tle.jit
+def _softmax_step_ahead(acc, l_i, m_i, qk, q_buf, k_next, v_buf, rows, first_row, start_n, cols, len_k, diag,
+                        qk_scale, CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The same step with the scores of the block at start_n already computed (qk), and the next block's scores
+    computed first: on TileLang a product is waited for where its result is first used, so the next block's
+    scores run on the tensor cores while this block's softmax runs (FlashAttention 3's intra-warp-group
+    overlap). Returns the next block's scores as well."""
+    qk_next = tl.dot(tle.gpu.local_load(q_buf), tl.trans(tle.gpu.local_load(k_next)))
+    p, acc, l_i, m_new = _masked_softmax(acc, l_i, m_i, qk, rows, first_row, start_n, cols, len_k, diag, qk_scale,
+                                         CAUSAL, BLOCK_N)
+    acc = tl.dot(p.to(v_buf.dtype), tle.gpu.local_load(v_buf), acc)
+    return acc, l_i, m_new, qk_next
 
 
 @tle.jit
@@ -78,7 +104,10 @@ def flash_attention_fwd_warp_groups_kernel(
         stride_ob, stride_om, stride_oh, stride_lb, stride_lh, seqlen_q, seqlen_k,
         H: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
         BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, VARLEN: tl.constexpr,
-        LOADER_REGISTERS: tl.constexpr = 56, CONSUMER_REGISTERS: tl.constexpr = 224, TURNS: tl.constexpr = False):
+        LOADER_REGISTERS: tl.constexpr = 56, CONSUMER_REGISTERS: tl.constexpr = 224, TURNS: tl.constexpr = False,
+        AHEAD: tl.constexpr = False):
+    """AHEAD: each step computes the next block's scores before this block's softmax (_softmax_step_ahead); the
+    loader copies the next block's keys with this block's values, and the first block's keys before the loop."""
     HALF: tl.constexpr = BLOCK_M // 2
     pid_m = tl.program_id(0)
     len_q, len_k, q_base, k_base, v_base, o_base, lse_base, _ = _fwd_program(
@@ -107,18 +136,41 @@ def flash_attention_fwd_warp_groups_kernel(
     m_b = tl.zeros([HALF], dtype=tl.float32) - 1.0e30
     l_b = tl.zeros([HALF], dtype=tl.float32)
     acc_b = tl.zeros([HALF, HEAD_DIM], dtype=tl.float32)
-    for start_n in tle.gpu.pipeline(0, hi, BLOCK_N, num_stages=2):
-        k_buf = tle.gpu.alloc([BLOCK_N, HEAD_DIM], k_ptr.dtype.element_ty)
-        v_buf = tle.gpu.alloc([BLOCK_N, HEAD_DIM], v_ptr.dtype.element_ty)
-        cols = start_n + tl.arange(0, BLOCK_N)
+    if AHEAD:
+        k_first = tle.gpu.alloc([BLOCK_N, HEAD_DIM], k_ptr.dtype.element_ty)
         with tle.gpu.warp_group(0, registers=LOADER_REGISTERS):
-            _copy_block(k_base, v_base, stride_kn, stride_vn, cols, len_k, k_buf, v_buf, HEAD_DIM, BLOCK_N)
+            _copy_rows(k_base, stride_kn, tl.arange(0, BLOCK_N), len_k, k_first, HEAD_DIM, BLOCK_N)
         with tle.gpu.warp_group(1):
-            acc_a, l_a, m_a = _softmax_step(acc_a, l_a, m_a, q_a, k_buf, v_buf, rows_a, m0, start_n, cols, len_k, diag,
-                                            qk_scale, CAUSAL, BLOCK_N, TURNS)
+            qk_a = tl.dot(tle.gpu.local_load(q_a), tl.trans(tle.gpu.local_load(k_first)))
         with tle.gpu.warp_group(2):
-            acc_b, l_b, m_b = _softmax_step(acc_b, l_b, m_b, q_b, k_buf, v_buf, rows_b, m0 + HALF, start_n, cols, len_k,
-                                            diag, qk_scale, CAUSAL, BLOCK_N, TURNS)
+            qk_b = tl.dot(tle.gpu.local_load(q_b), tl.trans(tle.gpu.local_load(k_first)))
+        for start_n in tle.gpu.pipeline(0, hi, BLOCK_N, num_stages=2):
+            k_next = tle.gpu.alloc([BLOCK_N, HEAD_DIM], k_ptr.dtype.element_ty)
+            v_buf = tle.gpu.alloc([BLOCK_N, HEAD_DIM], v_ptr.dtype.element_ty)
+            cols = start_n + tl.arange(0, BLOCK_N)
+            with tle.gpu.warp_group(0):
+                _copy_rows(k_base, stride_kn, cols + BLOCK_N, len_k, k_next, HEAD_DIM, BLOCK_N)
+                _copy_rows(v_base, stride_vn, cols, len_k, v_buf, HEAD_DIM, BLOCK_N)
+            with tle.gpu.warp_group(1):
+                acc_a, l_a, m_a, qk_a = _softmax_step_ahead(acc_a, l_a, m_a, qk_a, q_a, k_next, v_buf, rows_a, m0,
+                                                            start_n, cols, len_k, diag, qk_scale, CAUSAL, BLOCK_N)
+            with tle.gpu.warp_group(2):
+                acc_b, l_b, m_b, qk_b = _softmax_step_ahead(acc_b, l_b, m_b, qk_b, q_b, k_next, v_buf, rows_b,
+                                                            m0 + HALF, start_n, cols, len_k, diag, qk_scale, CAUSAL,
+                                                            BLOCK_N)
+    else:
+        for start_n in tle.gpu.pipeline(0, hi, BLOCK_N, num_stages=2):
+            k_buf = tle.gpu.alloc([BLOCK_N, HEAD_DIM], k_ptr.dtype.element_ty)
+            v_buf = tle.gpu.alloc([BLOCK_N, HEAD_DIM], v_ptr.dtype.element_ty)
+            cols = start_n + tl.arange(0, BLOCK_N)
+            with tle.gpu.warp_group(0, registers=LOADER_REGISTERS):
+                _copy_block(k_base, v_base, stride_kn, stride_vn, cols, len_k, k_buf, v_buf, HEAD_DIM, BLOCK_N)
+            with tle.gpu.warp_group(1):
+                acc_a, l_a, m_a = _softmax_step(acc_a, l_a, m_a, q_a, k_buf, v_buf, rows_a, m0, start_n, cols, len_k,
+                                                diag, qk_scale, CAUSAL, BLOCK_N, TURNS)
+            with tle.gpu.warp_group(2):
+                acc_b, l_b, m_b = _softmax_step(acc_b, l_b, m_b, q_b, k_buf, v_buf, rows_b, m0 + HALF, start_n, cols,
+                                                len_k, diag, qk_scale, CAUSAL, BLOCK_N, TURNS)
 
     with tle.gpu.warp_group(1):
         _store_half(o_base, lse_base, stride_om, rows_a, len_q, acc_a, l_a, m_a, qk_scale, HEAD_DIM)

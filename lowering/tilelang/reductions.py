@@ -110,8 +110,12 @@ def dot(gen: Context, op: Op, indent: int):
 
 
 def _issued_async(gen: Context, op: Op, a_buffer: Buffer) -> bool:
-    return gen.warp_group is not None and a_buffer.scope == "shared" and not op.operand("a").type.elem.is_fp8 and \
-        gen.warp_plan.next_in_chain(op) is not None
+    if gen.warp_group is None:
+        return False
+    if a_buffer.scope != "shared" or op.operand("a").type.elem.is_fp8:
+        return False
+    # waited for at its result's first use (product_waits.py), or by the last product of its chain
+    return id(op) in gen.warp_plan.deferred or gen.warp_plan.next_in_chain(op) is not None
 
 
 def _row_products(gen: Context) -> RowProducts:

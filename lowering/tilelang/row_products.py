@@ -20,7 +20,8 @@ registers; and only when every member's rows divide among the warps (16 rows per
 A operand from registers when that operand has 16-bit elements (a TF32 operand's register layout is not the
 accumulator's), is computed element-wise from results of FullRow products (row vectors broadcast into it,
 constants, index ranges and tiles loaded element by element, such as a score bias, aside) and is not transposed. A tile passed through the branches of an `if` (masks applied to some blocks only) counts as
-computed element-wise."""
+computed element-wise, and so does a tile a loop carries from a product before it and from one in its body (the
+scores of the next block of keys, computed a step ahead)."""
 from __future__ import annotations
 
 from ..ir import ops
@@ -143,9 +144,13 @@ class RowProducts:
                 continue
             seen.add(v.id)
             op = v.defining_op
+            if op is None and v.type.shape == shape:
+                carried = _carried_from(v)
+                if carried is None:
+                    return None               # an argument of another kind: its layout is not known here
+                todo.extend(carried)          # a loop-carried tile: what starts it and what each step yields
+                continue
             if op is None or v.type.shape != shape:
-                if op is None and v.type.shape == shape:
-                    return None               # a loop-carried tile: its layout is not known here
                 continue
             if op.defn is ops.DOT:
                 found.append(op)
@@ -169,6 +174,17 @@ class RowProducts:
             if not (ok and wanted):
                 return False
         return True
+
+
+def _carried_from(v: Value) -> list[Value] | None:
+    """For a for loop's carried value `v` (its body's argument), the loop's initial value and what its body
+    yields for it; None for any other block argument."""
+    blk = v.owner
+    loop = getattr(blk, "parent_op", None)
+    if loop is None or loop.defn is not ops.FOR or v not in blk.args[1:]:
+        return None
+    k = blk.args.index(v) - 1
+    return [loop.operand_group("inits")[k], blk.terminator.operands[k]]
 
 
 def _row_vector(v: Value | None) -> bool:

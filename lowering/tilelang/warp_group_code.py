@@ -12,7 +12,7 @@ from .control import trip_count
 from .slots import carry_slot, write_slots
 from .values import is_const, nested
 from .versions import root
-from .warp_groups import GROUP_THREADS, HandOff, Plan, Turns
+from .warp_groups import GROUP_THREADS, HandOff, Plan, Turns, Wait
 
 
 def emit_kernel_body(gen: Context, plan: Plan, indent: int):
@@ -70,12 +70,15 @@ def emit_ops(gen: Context, plan: Plan, blk: Block, ops: list[Op], indent: int, t
     turns = plan.turns.get(id(blk))
     spans = turns.spans.get(group, []) if turns else []
     turn_waits = [_turn_wait_at(plan, ops, offs, group, first, last) for first, last in spans]
+    product_waits = plan.waits(blk, group) if ops is blk.ops else {}
     for pos, op in enumerate(ops):
         if not plan.runs(op, group):
             for r in op.results:        # a version another group writes: the same allocation here
                 if r.type.is_buffer and root(r).id in gen.buffers:
                     gen.buffers[r.id] = gen.buffers[root(r).id]
             continue
+        if pos in product_waits:
+            _wait_for_products(gen, product_waits[pos], indent)
         for h in offs:
             if h.first.get(group) == pos:
                 _wait(gen, h, group, blk is gen.kernel.body, indent)
@@ -177,6 +180,17 @@ def _arrive(gen: Context, h: HandOff, group: int, section: bool, indent: int):
         gen.emit(f"T.barrier_arrive({h.full}[{version}])", indent, reads=_names(gen))
     elif h.empty:
         gen.emit(f"T.barrier_arrive({h.empty}[{version}])", indent, reads=_names(gen))
+
+
+def _wait_for_products(gen: Context, wait: Wait, indent: int):
+    """Wait for deferred products (product_waits.py), then fence their results' registers: the compiler must
+    not read them before the wait."""
+    gen.emit(f"T.wait_wgmma({wait.newer})", indent)
+    for p in wait.products:
+        out = gen.buffers[p.result.id]
+        shape, bits = p.result.type.shape, p.result.type.elem.bits
+        regs = shape[0] * shape[1] * bits // 32 // GROUP_THREADS      # a warp group's accumulator, per thread
+        gen.emit(f"T.warpgroup_fence_operand({out.name}, num_regs={regs})", indent)
 
 
 def _names(gen: Context) -> tuple[str, ...]:

@@ -24,6 +24,7 @@ from ..ir import ops
 from ..ir.core import Block, KernelIR, Op, Value
 from ..ir.ops import Trait, with_trait
 from ..ir.uses import users as all_users
+from .product_waits import Wait, deferred_products, waits_in
 from .values import nested
 from .versions import root
 
@@ -86,6 +87,9 @@ class Plan:
         self._check_groups()
         self._assign(self.section)
         self._check_values()
+        self.deferred: dict[int, int] = {}     # id(product) -> where its group waits for it (product_waits.py)
+        for loop in self.loops.values():
+            self.deferred.update(deferred_products(loop.body, self._group, self.runs, self.in_chain))
         self._find_hand_offs()
         self.turns: dict[int, Turns] = self._find_turns()     # id(loop body) -> its turns
 
@@ -178,11 +182,14 @@ class Plan:
         prologue = {id(op) for op in self.kernel.body.ops[:self.split]}
         self.recompute: set[int] = set()      # prologue tiles the groups compute again from their expression
         for op in self.kernel.walk():
+            inits = op.operand_group("inits") if id(op) in self.loops else []
             for g in self.runs_in.get(id(op), ()):
                 for k, v in enumerate(op.operands):
                     if v is None or (op.defn is ops.YIELD and id(op.parent.parent_op) in self.loops
                                      and not self.carries(op.parent.parent_op, k, g)):
                         continue        # a group's copy of the loop writes only the values it carries
+                    if any(v is init and not self.carries(op, j, g) for j, init in enumerate(inits)):
+                        continue        # ... and starts only those
                     self._readable(v, g, op, prologue)
 
     def _readable(self, v: Value, g: int, reader: Op, prologue: set[int]):
@@ -329,6 +336,19 @@ class Plan:
             return None
         return us[0]
 
+    def in_chain(self, op: Op) -> bool:
+        acc = op.operand("acc").defining_op if op.defn is ops.DOT else None
+        return self.next_in_chain(op) is not None or (acc is not None and self.next_in_chain(acc) is op)
+
+    def waits(self, blk: Block, group: int) -> dict[int, Wait]:
+        """position in `blk` -> the wait for deferred products `group` makes before the op there."""
+        return waits_in(blk, group, self.deferred, self.runs)
+
+    def reads_operands_until(self, op: Op, level_ops: list[Op]) -> int:
+        """The position (in `level_ops`, which holds `op`) up to which `op` reads its operands: its own, or for a
+        deferred product the op its group waits for it before (the release of a buffer it reads follows)."""
+        return self.deferred.get(id(op), level_ops.index(op))
+
     def chain_end(self, op: Op) -> Op:
         while (nxt := self.next_in_chain(op)) is not None:
             op = nxt
@@ -364,6 +384,6 @@ class Plan:
                 while top.parent is not blk and top.parent is not None and top.parent.parent_op is not None:
                     top = top.parent.parent_op
                 if top in level_ops:
-                    yield level_ops.index(top)
+                    yield self.reads_operands_until(top, level_ops)
                 if u.defn in _RECOMPUTABLE and u.results:
                     pending.append(u.results[0])

@@ -56,3 +56,8 @@ class Deadlock(InterpreterError):
 class BarrierOverflow(InterpreterError):
     """More threads arrive on an mbarrier in one phase than it was initialised to expect."""
     kind = "more arrivals on an mbarrier than its phase expects"
+
+
+class ProductNeverWaited(InterpreterError):
+    """A warp group's T.wgmma_gemm with no T.wait_wgmma (or T.gemm) after it: its result is undefined."""
+    kind = "product never waited for"

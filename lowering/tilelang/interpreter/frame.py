@@ -30,6 +30,7 @@ class Frame:
         self.block = -1
         self.block_index: dict[str, int] = {}
         self.barriers: dict[int, list] = {}     # the block's mbarriers, by allocation
+        self.products_in_flight: list = []      # T.wgmma_gemm issued and not yet waited for (tileops.py)
         self.role = None                        # the roles.Role running, None outside a role split
         self.thread_range = None                # the role's threads, (lo, hi) of the block's
         self.role_order = roles.LOWEST_FIRST    # the scheduling policy of role splits (roles.py)

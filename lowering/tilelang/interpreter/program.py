@@ -16,7 +16,11 @@ Execution model:
   each until it waits on an mbarrier phase that has not completed, in a fixed order of preference
   (`Program.run(role_order=..., role_switch=...)`). T.alloc_barrier's mbarriers are fresh in every
   block and count the threads arriving per phase; a block whose roles all wait on phases nothing can
-  complete is a Deadlock (roles.py). T.set_max_nreg and T.fence_proxy_async have nothing to model.
+  complete is a Deadlock (roles.py). T.set_max_nreg, T.fence_proxy_async and T.warpgroup_fence_operand
+  have nothing to model.
+- Products: T.wgmma_gemm is issued without a wait; it runs, reading its operands and accumulator then, when
+  its threads wait for it (T.wait_wgmma(n): all but the n issued last; T.gemm: all, then itself). A result
+  read before its wait, or an operand written before it, gives other numbers than the program's.
 
 Program compiles the buffers and statements and runs the blocks here; its loops (loops.py) and its roles,
 mbarriers and cp.async copies (synchronization.py) are mixins; Frame (frame.py) is what a statement sees.
@@ -43,7 +47,7 @@ _ATOMICS = {"tl.atomic_add_elem_op": "add", "tl.atomic_max_elem_op": "max", "tl.
 _ASSERTS = ("tl.device_assert", "tl.device_assert_with_msg")
 _NO_OPS = ("tirx.tvm_storage_sync", "tir.tvm_storage_sync")
 # register budgets and the ordering of generic-proxy writes before async-proxy reads: nothing to model
-_HINTS = ("tl.set_max_nreg", "tl.no_set_max_nreg", "tl.fence_proxy_async")
+_HINTS = ("tl.set_max_nreg", "tl.no_set_max_nreg", "tl.fence_proxy_async", "tl.warpgroup_fence_operand")
 _CP_ASYNC = "tl.ptx_cp_async"
 # where set, the defaults of Program.run's role_order and role_switch
 _ROLE_ORDER_ENV, _ROLE_SWITCH_ENV = "TLE_INTERPRETER_ROLE_ORDER", "TLE_INTERPRETER_ROLE_SWITCH"
@@ -224,10 +228,13 @@ class Program(Synchronization, Loops):
             return tileops.copy(region(args[0]), region(args[1]))
         if name == "tl.tileop.fill":
             return tileops.fill(region(args[0]), self.expr(args[1]))
-        if name in ("tl.tileop.gemm", "tl.tileop.wgmma_gemm"):     # wgmma_gemm: issued without a wait
-            return tileops.gemm(region(args[0]), region(args[1]), region(args[2]), bool(args[3].value),
-                                bool(args[4].value), int(args[5].value), int(args[6].value), int(args[7].value),
-                                bool(args[9].value))
+        if name in ("tl.tileop.gemm", "tl.tileop.wgmma_gemm"):
+            run = tileops.gemm(region(args[0]), region(args[1]), region(args[2]), bool(args[3].value),
+                               bool(args[4].value), int(args[5].value), int(args[6].value), int(args[7].value),
+                               bool(args[9].value))
+            return tileops.issue_product(run, waits=name == "tl.tileop.gemm")
+        if name == "tl.wait_wgmma":
+            return tileops.wait_products(const_int(args[0], "T.wait_wgmma's count"))
         if name == "tl.tileop.reduce":
             return tileops.reduce(region(args[0]), region(args[1]), str(args[2].value), int(args[3].value),
                                   bool(args[4].value))

@@ -27,7 +27,7 @@ import threading
 
 import torch
 
-from .errors import BarrierOverflow, Deadlock, Unsupported
+from .errors import BarrierOverflow, Deadlock, ProductNeverWaited, Unsupported
 from .memory import FRAGMENT, VAR, Memory, Storage
 
 LOWEST_FIRST, HIGHEST_FIRST = "lowest_first", "highest_first"
@@ -148,6 +148,9 @@ class Role:
         try:
             with torch.set_grad_enabled(self.grad_enabled):
                 self.body(self.frame)
+            if self.frame.products_in_flight:
+                raise ProductNeverWaited(f"{len(self.frame.products_in_flight)} product(s) issued with "
+                                         f"T.wgmma_gemm and never waited for", self.name)
         except _Cancelled:
             pass
         except BaseException as e:      # handed to the caller's thread
@@ -216,6 +219,7 @@ def _role_frame(fr, role: Role, registers: dict[int, Storage]):
     sub.role, sub.threads, sub.thread_range = role, role.hi - role.lo, (role.lo, role.hi)
     sub.env = {k: _role_value(v, fr.threads, role) for k, v in fr.env.items()}
     sub.block_index = dict(fr.block_index)
+    sub.products_in_flight = []         # a warp group waits for its own products
     sub.memory = Memory(fr.memory.report)
     sub.memory.storages = dict(fr.memory.storages)
     for k, st in registers.items():

@@ -161,6 +161,29 @@ def gemm(a: Region, b: Region, c: Region, trans_a: bool, trans_b: bool, m: int, 
     return run
 
 
+def issue_product(run, waits: bool):
+    """A product issued by the threads running: at once (T.gemm, after the products in flight), or left in flight
+    until they wait for it (T.wgmma_gemm; wait_products)."""
+    def issue(fr):
+        if waits:
+            _finish_products(fr, 0)
+            run(fr)
+        else:
+            fr.products_in_flight.append(run)
+    return issue
+
+
+def wait_products(newer: int):
+    """T.wait_wgmma(newer): the products in flight but the `newer` issued last run now."""
+    return lambda fr: _finish_products(fr, newer)
+
+
+def _finish_products(fr, newer: int):
+    flight = fr.products_in_flight
+    while len(flight) > newer:
+        flight.pop(0)(fr)
+
+
 def reduce(src: Region, dst: Region, kind: str, dim: int, clear: bool):
     if kind not in _REDUCERS:
         raise Unsupported(f"T.reduce of kind '{kind}'")

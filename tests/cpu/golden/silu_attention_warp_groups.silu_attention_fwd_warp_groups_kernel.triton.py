@@ -28,12 +28,10 @@ def silu_attention_fwd_warp_groups_kernel(q_ptr, k_ptr, v_ptr, o_ptr, bias_ptr, 
     acc_b = tl.full([64, 32], 0.0, tl.float32)
     for start_n in tl.range(0, hi_1, 128, num_stages=2):
         cols = start_n + tl.arange(0, 128)
-        offs_d = tl.arange(0, 32)
-        in_k = (cols < seqlen)[:, None]
         # tle.gpu.alloc k_buf [128, 32] fp16: a register tile (stock Triton has no explicit shared memory)
-        k_buf = tl.load(k_base + cols[:, None] * stride_kn + offs_d[None, :], mask=tl.broadcast_to(in_k, [128, 32]), other=0.0)
+        k_buf = tl.load(k_base + cols[:, None] * stride_kn + tl.arange(0, 32)[None, :], mask=tl.broadcast_to((cols < seqlen)[:, None], [128, 32]), other=0.0)
         # tle.gpu.alloc v_buf [128, 32] fp16: a register tile (stock Triton has no explicit shared memory)
-        v_buf = tl.load(v_base + cols[:, None] * stride_vn + offs_d[None, :], mask=tl.broadcast_to(in_k, [128, 32]), other=0.0)
+        v_buf = tl.load(v_base + cols[:, None] * stride_vn + tl.arange(0, 32)[None, :], mask=tl.broadcast_to((cols < seqlen)[:, None], [128, 32]), other=0.0)
         t = tl.dot(buf, tl.trans(k_buf), tl.full([64, 128], 0.0, tl.float32), out_dtype=tl.float32)
         s = t * scale
         last = start_n + 128 - 1
