@@ -2,7 +2,8 @@
 run through tle.ops.flash_attention with kernels/flash_attention.py's `fwd_config` / `bwd_configs` replaced,
 checked against torch's SDPA, timed with triton.testing.do_bench beside SDPA. A = ATOMIC_DQ (dQ added by the
 dK/dV kernel), T = DESC (rows read through tensor descriptors), P = TileLang's plain forward kernel at D64 (where
-the operator takes the warp-group kernel, timed too as WARP_GROUPS). Shapes named drop* run SDPA's entry point with
+the operator takes the warp-group kernel, timed too as WARP_GROUPS), W = TileLang's warp-group forward at D64 and
+D128, with AHEAD (the next block's scores computed before this block's softmax) or without. Shapes named drop* run SDPA's entry point with
 dropout (tle.ops.scaled_dot_product_attention beside F.scaled_dot_product_attention, both dropping 10%). The operator's configurations are chosen from
 such sweeps; the Notes of docs/benchmark/flash_attention.md give the figures.
 
@@ -22,7 +23,7 @@ import torch.nn.functional as F
 import tle.ops
 from tle.kernels import flash_attention as fa
 
-TARGETS_SM90 = fa.targets_sm90
+TARGETS_SM90, FWD_KERNEL = fa.targets_sm90, fa.fwd_kernel
 
 
 def C(bm, bn, warps, stages, **extra):
@@ -40,6 +41,12 @@ def P(cfg):
 
 
 WARP_GROUPS = {"WARP_GROUPS": True}          # TileLang's D64 forward as the operator launches it (its own tiles)
+
+
+def W(ahead, **extra):
+    """TileLang's warp-group forward (flash_attention_warp_groups, its own tiles) at any head dim; `ahead`: each step
+    computes the next block's scores before this block's softmax (AHEAD)."""
+    return dict(WG=True, AHEAD=ahead, **extra)
 
 
 def T(cfg):
@@ -85,8 +92,11 @@ def cases():
     for be in ("triton", "tilelang"):
         for name, cfgs in FWD.items():
             if be == "tilelang" and name.startswith("d64"):   # the warp-group kernel, then the plain one's tiles
-                out += [(name, "fwd", be, WARP_GROUPS)] + [(name, "fwd", be, P(c)) for c in cfgs if "DESC" not in c]
+                out += [(name, "fwd", be, WARP_GROUPS), (name, "fwd", be, W(True))]
+                out += [(name, "fwd", be, P(c)) for c in cfgs if "DESC" not in c]
                 continue
+            if be == "tilelang" and name in ("d128c", "d128f"):
+                out += [(name, "fwd", be, W(False)), (name, "fwd", be, W(True))]
             out += [(name, "fwd", be, c) for c in cfgs]
         for name, (kvs, qs) in BWD.items():
             out += [(name, "bwd", be, (kv, qs[0])) for kv in kvs]
@@ -97,8 +107,14 @@ def cases():
 
 
 def install(mode, cfg):
-    fa.targets_sm90 = TARGETS_SM90
+    fa.targets_sm90, fa.fwd_kernel = TARGETS_SM90, FWD_KERNEL
     if mode == "fwd" and cfg is WARP_GROUPS:
+        return
+    if mode == "fwd" and cfg.get("WG"):
+        wg = fa.warp_groups
+        extra = {k: v for k, v in cfg.items() if k != "WG"}
+        fa.fwd_kernel = lambda d, s, backend, **kw: (wg.flash_attention_fwd_warp_groups_kernel,
+                                                     dict(wg.fwd_warp_groups_config(d), **extra))
         return
     if mode == "fwd":
         cfg = dict(cfg)
