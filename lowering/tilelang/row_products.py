@@ -20,8 +20,8 @@ registers; and only when every member's rows divide among the warps (16 rows per
 A operand from registers when that operand has 16-bit elements (a TF32 operand's register layout is not the
 accumulator's), is computed element-wise from results of FullRow products (row vectors broadcast into it,
 constants, index ranges and tiles loaded element by element, such as a score bias, aside) and is not transposed. A tile passed through the branches of an `if` (masks applied to some blocks only) counts as
-computed element-wise, and so does a tile a loop carries from a product before it and from one in its body (the
-scores of the next block of keys, computed a step ahead)."""
+computed element-wise, and so does a tile a loop carries from a product before it to one in its body (the scores
+of the next block of keys, computed a step ahead)."""
 from __future__ import annotations
 
 from ..ir import ops
@@ -177,14 +177,16 @@ class RowProducts:
 
 
 def _carried_from(v: Value) -> list[Value] | None:
-    """For a for loop's carried value `v` (its body's argument), the loop's initial value and what its body
-    yields for it; None for any other block argument."""
+    """For a for loop's carried value `v` (its body's argument) that is a product's result both where the loop
+    starts it and where its body yields it, those two values; None for any other block argument (a tile carried
+    from anything else, a constant weight say, has a layout of its own)."""
     blk = v.owner
     loop = getattr(blk, "parent_op", None)
     if loop is None or loop.defn is not ops.FOR or v not in blk.args[1:]:
         return None
     k = blk.args.index(v) - 1
-    return [loop.operand_group("inits")[k], blk.terminator.operands[k]]
+    ends = [loop.operand_group("inits")[k], blk.terminator.operands[k]]
+    return ends if all(e.defining_op is not None and e.defining_op.defn is ops.DOT for e in ends) else None
 
 
 def _row_vector(v: Value | None) -> bool:
