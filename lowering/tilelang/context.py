@@ -53,7 +53,7 @@ class GroupWriter(NamedTuple):
     to the context while it writes a group."""
     block_ops: Callable            # (gen, plan, block, ops, indent, then): `then` right after the terminator
     loop: Callable                 # (gen, for op, indent)
-    copy_in: Callable              # (gen, copy_in op, buffer, indent) -> whether it wrote the copy (as cp.async)
+    copy_in: Callable              # (gen, copy_in op, buffer, indent) -> how it wrote the copy (TMA, cp.async) or None
 
 
 class Context:

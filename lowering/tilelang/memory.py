@@ -139,10 +139,10 @@ def copy_in(gen: Context, op: Op, indent: int):
         gen.error("a tle.gpu.copy from a pointer that is not base + offsets of one argument", op)
     buf = gen.buffers[op.operand("buf").id]    # every version maps to its allocation's buffer
     if gen.warp_group is not None:
-        if gen.group_writer.copy_in(gen, op, buf, indent):
+        how = gen.group_writer.copy_in(gen, op, buf, indent)
+        if how is not None:
             gen.buffers[op.result.id] = buf
-            gen.report.append((op.loc.line, "tle.gpu.copy", acc.kind, f"cp.async rows into {buf.name} (16 bytes a "
-                                                                      f"copy, zero-filled where masked off)"))
+            gen.report.append((op.loc.line, "tle.gpu.copy", acc.kind, how))
             return
     staged = gen.in_pipelined_loop(op)
     if staged:

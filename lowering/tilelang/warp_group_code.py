@@ -10,7 +10,8 @@ from .async_gathers import emit_row_gather, row_gather
 from .context import Buffer, Context, GroupWriter
 from .control import trip_count
 from .slots import carry_slot, write_slots
-from .values import is_const, nested
+from .values import is_const, is_zero, nested
+from .views import box, region
 from .versions import root
 from .warp_groups import GROUP_THREADS, HandOff, Plan, Turns, Wait
 
@@ -113,7 +114,8 @@ def _declare_barriers(gen: Context, plan: Plan):
         for h in offs:
             if h.level is not gen.kernel.body:
                 writes = plan.writes(h)
-                h.cp_async = bool(writes) and all(
+                h.tma = bool(writes) and all(tma_box(gen, o) is not None for o in writes)
+                h.cp_async = not h.tma and bool(writes) and all(
                     o.defn is ops.COPY_IN and row_gather(gen, o, GROUP_THREADS) is not None for o in writes)
             base = h.alloc.name or "buf"
             h.full = gen.ids.fresh(base + "_full")
@@ -171,7 +173,10 @@ def _wait(gen: Context, h: HandOff, group: int, section: bool, indent: int):
 
 def _arrive(gen: Context, h: HandOff, group: int, section: bool, indent: int):
     version, _ = _version_and_phase(gen, h, section)
-    if group == h.writer and h.cp_async:
+    if group == h.writer and h.tma:
+        # the phase completes once every writer thread has arrived and the TMA loads' bytes have landed
+        gen.emit(f"T.barrier_arrive({h.full}[{version}])", indent, reads=_names(gen))
+    elif group == h.writer and h.cp_async:
         # arrives when this thread's cp.async copies have landed
         gen.emit(f"T.cp_async_barrier_noinc({h.full}[{version}])", indent, reads=_names(gen))
     elif group == h.writer:
@@ -233,10 +238,33 @@ def _emit_body_of_group(gen: Context, body: Block, slots, outs, indent: int):
         gen.emit("pass", indent)
 
 
-def group_copy_in(gen: Context, op: Op, buf: Buffer, indent: int) -> bool:
-    """Emit `op`, a copy into a hand-off this group writes as cp.async, if it is one; else False."""
+def group_copy_in(gen: Context, op: Op, buf: Buffer, indent: int) -> str | None:
+    """Emit `op`, a copy into a hand-off this group writes as TMA loads or cp.async, if it is one, and say how;
+    else None."""
     h = gen.warp_plan.hand_off_written_by(op)
+    if h is not None and h.tma:
+        version, _ = _version_and_phase(gen, h, False)
+        src = region(gen, gen.access(op).param.value, tma_box(gen, op))
+        gen.emit(f"T.tma_copy({src}, {buf.region()}, barrier={h.full}[{version}])", indent, reads=_names(gen))
+        return f"TMA load into {buf.name} (rows past the argument's edge zero-filled)"
     if h is None or not h.cp_async:
-        return False
+        return None
     emit_row_gather(gen, op, row_gather(gen, op, GROUP_THREADS), buf, gen.warp_thread, GROUP_THREADS, indent)
-    return True
+    return f"cp.async rows into {buf.name} (16 bytes a copy, zero-filled where masked off)"
+
+
+def tma_box(gen: Context, op: Op):
+    """The box of its argument a copy into a hand-off covers, where a TMA load can copy it: a box whose mask is
+    at most the argument's edge (past which TMA reads zeros), zero `other`, and an argument whose address and
+    strides (but the last, 1) are multiples of 16 bytes. None otherwise."""
+    if op.defn is not ops.COPY_IN:
+        return None
+    mask, other = op.operand("mask"), op.operand("other")
+    acc = gen.access(op)
+    if acc.param is None or (other is not None and not is_zero(other)):
+        return None
+    a = gen.arg[acc.param.value.id]
+    size = op.operand("ptr").type.elem.elem.bits // 8
+    if not a.aligned16 or a.strides[-1] != 1 or any(st * size % 16 for st in a.strides[:-1]):
+        return None
+    return box(gen, op, acc, mask)

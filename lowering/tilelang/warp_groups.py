@@ -56,6 +56,7 @@ class HandOff:
     full: str = ""        # barrier names, set when emitted
     empty: str = ""
     cp_async: bool = False   # every write is a row gather issued as cp.async (async_gathers.py)
+    tma: bool = False        # every write is a box copied by TMA loads (warp_group_code.tma_box)
 
 
 @dataclass

@@ -350,22 +350,43 @@ def test_flash_attention_forward_runs_in_warp_groups_on_tilelang_at_small_head_d
 
 
 @needs_tilelang
-def test_flash_attention_warp_groups_copy_blocks_with_cp_async_and_keep_p_in_registers(tmp_cache):
-    """The loader copies each key/value block (a strided box, masked by rows) as cp.async; each consumer's
-    products are FullRow on its own 4 warps, so P is the A operand of P v straight from registers (the scores
-    pass through an `if` that masks the edge blocks only)."""
+def test_flash_attention_warp_groups_copy_blocks_with_tma_and_keep_p_in_registers(tmp_cache):
+    """The loader copies each key/value block (a box of rows whose mask is the tensor's edge) with a TMA load
+    and arrives on the hand-off's barrier; each consumer's products are FullRow on its own 4 warps, so P is the
+    A operand of P v straight from registers (the scores pass through an `if` that masks the edge blocks
+    only)."""
     import tle.kernels.flash_attention_warp_groups as m
     from tle.cli import meta_copy
     launch = m.flash_attention_fwd_warp_groups_kernel.example("cpu", "small")
     low = m.flash_attention_fwd_warp_groups_kernel.lower(*[meta_copy(a) for a in launch.args], grid=launch.grid,
                                                          backend="tilelang", **launch.kwargs)
-    assert low.source.count("T.ptx_cp_async(") == 2
-    assert "T.cp_async_barrier_noinc(k_buf_full[it % 2])" in low.source
-    assert "T.cp_async_barrier_noinc(v_buf_full[it % 2])" in low.source
+    assert "T.ptx_cp_async(" not in low.source
+    for name in ("k", "v"):
+        copy = (f"T.tma_copy({name}_ptr_v[b, start_n:start_n + 128, T.truncdiv(h, 2), 0:32], {name}_buf[it % 2, :, :], "
+                f"barrier={name}_buf_full[it % 2])\n")
+        assert copy + f"                T.barrier_arrive({name}_buf_full[it % 2])" in low.source
     assert low.source.count("policy=T.GemmWarpPolicy.FullRow") == 4          # QK and PV in each consumer
     half, block_n = launch.kwargs["BLOCK_M"] // 2, launch.kwargs["BLOCK_N"]
     assert f"T.alloc_shared(({half}, {block_n})" not in low.source            # P never goes through shared
     assert low.source.count(f"T.alloc_fragment(({half}, {block_n}), 'float16')") == 2
+
+
+@needs_tilelang
+def test_flash_attention_warp_groups_copy_packed_blocks_with_cp_async(tmp_cache):
+    """On packed sequences the blocks' mask is a sequence's end, not the tensor's edge: a TMA load would read
+    the next sequence's rows, so the loader gathers the rows with cp.async, zero-filled past the end."""
+    import tle.kernels.flash_attention_warp_groups as m
+    from tle.kernels.attention_parts import Problem
+    q, k = torch.empty(96, 4, 32, dtype=torch.float16), torch.empty(96, 2, 32, dtype=torch.float16)
+    cu = torch.tensor([0, 40, 96], dtype=torch.int32)
+    out, lse = torch.empty_like(q), torch.empty(4, 96)
+    pr = Problem(q, k, cu, cu, 56, 56)
+    src = m.flash_attention_fwd_warp_groups_kernel.lower(
+        q, k, k, out, lse, cu, cu, 0.125, *pr.strides(q), *pr.strides(k), *pr.strides(k), *pr.strides(out),
+        *pr.lse_strides(lse), pr.seqlen_q, pr.seqlen_k, grid=(1, 8), backend="tilelang", H=4, GROUP=2, HEAD_DIM=32,
+        CAUSAL=True, VARLEN=True, **m.fwd_warp_groups_config(32)).source
+    assert src.count("T.ptx_cp_async(") == 2 and "T.tma_copy(" not in src
+    assert "T.cp_async_barrier_noinc(k_buf_full[it % 2])" in src
 
 
 # -- turns (tle.gpu.turn) ------------------------------------------------------------------------------------

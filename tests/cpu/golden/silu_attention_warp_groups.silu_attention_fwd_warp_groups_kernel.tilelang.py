@@ -23,6 +23,8 @@ def silu_attention_fwd_warp_groups_kernel(
     inv_n: T.float32,
 ):
     with T.Kernel(3, 2, threads=384) as (bx, by):
+        k_ptr_v = T.StridedTensor((1, 260, 1, 32), (8320, 32, 32, 1), 'float16', data=k_ptr.data)
+        v_ptr_v = T.StridedTensor((1, 260, 1, 32), (8320, 32, 32, 1), 'float16', data=v_ptr.data)
         q_ptr_v = T.StridedTensor((1, 260, 2, 32), (16640, 64, 32, 1), 'float16', data=q_ptr.data)
         bias_ptr_v = T.StridedTensor((1, 2, 260, 260), (135200, 67600, 260, 1), 'float16', data=bias_ptr.data)
         o_ptr_v = T.StridedTensor((1, 260, 2, 32), (16640, 64, 32, 1), 'float16', data=o_ptr.data)
@@ -54,24 +56,15 @@ def silu_attention_fwd_warp_groups_kernel(
         hi_1 = T.if_then_else((m0 < 260), hi, 0)
         tx = T.get_thread_binding()
         if tx < 128:
-            thread = tx - 0
             T.set_max_nreg(56, 0)
             for it in T.serial(T.ceildiv(hi_1 - 0, 128)):
                 start_n = it * 128
                 T.barrier_wait(k_buf_empty[it % 2], ((it // 2) & 1) ^ 1)
-                for r in T.unroll(4):
-                    row = r * 32 + thread // 4
-                    for c in T.unroll(1):
-                        col = (c * 4 + thread % 4) * 8
-                        T.ptx_cp_async(T.access_ptr(k_buf[it % 2, row, col], 'w', 8), T.access_ptr(k_ptr[(((((b * 8320) + (T.truncdiv(h, 2) * 32)) + 0) + ((start_n + row) * 32)) + col)], 'r', 8), 8, ((start_n + row) < 260))
-                T.cp_async_barrier_noinc(k_buf_full[it % 2])
+                T.tma_copy(k_ptr_v[b, start_n:start_n + 128, T.truncdiv(h, 2), 0:32], k_buf[it % 2, :, :], barrier=k_buf_full[it % 2])
+                T.barrier_arrive(k_buf_full[it % 2])
                 T.barrier_wait(v_buf_empty[it % 2], ((it // 2) & 1) ^ 1)
-                for r_1 in T.unroll(4):
-                    row_1 = r_1 * 32 + thread // 4
-                    for c_1 in T.unroll(1):
-                        col_1 = (c_1 * 4 + thread % 4) * 8
-                        T.ptx_cp_async(T.access_ptr(v_buf[it % 2, row_1, col_1], 'w', 8), T.access_ptr(v_ptr[(((((b * 8320) + (T.truncdiv(h, 2) * 32)) + 0) + ((start_n + row_1) * 32)) + col_1)], 'r', 8), 8, ((start_n + row_1) < 260))
-                T.cp_async_barrier_noinc(v_buf_full[it % 2])
+                T.tma_copy(v_ptr_v[b, start_n:start_n + 128, T.truncdiv(h, 2), 0:32], v_buf[it % 2, :, :], barrier=v_buf_full[it % 2])
+                T.barrier_arrive(v_buf_full[it % 2])
         elif tx < 256:
             T.set_max_nreg(224, 1)
             T.copy(q_ptr_v[b, m0:m0 + 64, h, 0:32], buf)
