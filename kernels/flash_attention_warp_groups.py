@@ -107,7 +107,10 @@ def flash_attention_fwd_warp_groups_kernel(
         LOADER_REGISTERS: tl.constexpr = 56, CONSUMER_REGISTERS: tl.constexpr = 224, TURNS: tl.constexpr = False,
         AHEAD: tl.constexpr = False):
     """AHEAD: each step computes the next block's scores before this block's softmax (_softmax_step_ahead); the
-    loader copies the next block's keys with this block's values, and the first block's keys before the loop."""
+    loader copies the next block's keys with this block's values, and the first block's keys before the loop.
+    The last step's product of the keys past the last block is computed and not used (a form that peels the
+    last block off the loop instead ran slower on the H200 at 8 blocks a program). On the H200 AHEAD was
+    faster at D64 without the causal mask only (docs/benchmark/flash_attention.md)."""
     HALF: tl.constexpr = BLOCK_M // 2
     pid_m = tl.program_id(0)
     len_q, len_k, q_base, k_base, v_base, o_base, lse_base, _ = _fwd_program(

@@ -137,3 +137,58 @@ def test_flash_attention_ahead_issues_the_next_scores_before_the_softmax(tmp_cac
         order = [group.index(x) for x in ("T.wgmma_gemm(", "T.reduce_max(", "T.gemm(t", "T.wait_wgmma(1)",
                                           "T.barrier_arrive(k_next_empty")]
         assert order == sorted(order)
+
+
+def _warp_group_forward(q, k, v, cu, max_q, max_k, causal, ahead, run):
+    """flash_attention's warp-group forward on dense [B, S, H, D] or packed [total, H, D] (cu) inputs, run by
+    `run(kernel, grid, args, kwargs)`; (out, lse) and torch's."""
+    import tle.kernels.flash_attention_warp_groups as m
+    from tle.kernels.attention_parts import CAUSAL, Problem, Scores, _torch_forward, cu_or_dummy, nan_like
+    pr = Problem(q, k, cu, cu, max_q, max_k)
+    out = nan_like(q)
+    lse = torch.full(pr.lse_shape(q), float("nan"))
+    cfg = m.fwd_warp_groups_config(pr.d)
+    grid = ((pr.seqlen_q + cfg["BLOCK_M"] - 1) // cfg["BLOCK_M"], pr.b * pr.h)
+    run(m.flash_attention_fwd_warp_groups_kernel, grid,
+        (q, k, v, out, lse, cu_or_dummy(cu, lse), cu_or_dummy(cu, lse), q.shape[-1] ** -0.5, *pr.strides(q),
+         *pr.strides(k), *pr.strides(v), *pr.strides(out), *pr.lse_strides(lse), pr.seqlen_q, pr.seqlen_k),
+        dict(H=pr.h, GROUP=pr.group, HEAD_DIM=pr.d, CAUSAL=causal, VARLEN=cu is not None, AHEAD=ahead, **cfg))
+    ref = _torch_forward(q, k, v, cu, cu, CAUSAL if causal else Scores(), q.shape[-1] ** -0.5)
+    return (out, lse), ref
+
+
+def _interpret(kernel, grid, args, kwargs):
+    kernel.interpret_tilelang(grid, *args, **kwargs)
+
+
+def _triton(kernel, grid, args, kwargs):
+    import os
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("Triton's interpreter runs with TRITON_INTERPRET=1")
+    kernel[grid](*args, backend="triton", **kwargs)
+
+
+@pytest.mark.parametrize("run", [pytest.param(_interpret, marks=needs_tilelang, id="tilelang"),
+                                 pytest.param(_triton, id="triton")])
+@pytest.mark.parametrize("s_q, s_k, causal", [(300, 300, True), (300, 300, False), (200, 72, True), (72, 330, True)])
+def test_flash_attention_ahead_over_several_blocks(tmp_cache, s_q, s_k, causal, run):
+    """AHEAD with loops of several steps, a last block that is partial or whole, and rows that see no key
+    (bottom-right causal with more queries than keys): torch's numbers, on both backends."""
+    g = torch.Generator().manual_seed(1)
+    q = torch.randn(1, s_q, 2, 32, generator=g).half()
+    k, v = (torch.randn(1, s_k, 1, 32, generator=g).half() for _ in range(2))
+    (out, lse), (ref_out, ref_lse) = _warp_group_forward(q, k, v, None, None, None, causal, True, run)
+    assert (out.float() - ref_out.float()).abs().max().item() < 2e-3
+    seen = ref_lse.isfinite()
+    assert torch.equal(lse.isfinite(), seen) and (lse[seen] - ref_lse[seen]).abs().max().item() < 1e-3
+
+
+@needs_tilelang
+def test_flash_attention_ahead_on_packed_sequences(tmp_cache):
+    g = torch.Generator().manual_seed(2)
+    cu = torch.tensor([0, 40, 300, 312], dtype=torch.int32)
+    q = torch.randn(312, 2, 32, generator=g).half()
+    k, v = (torch.randn(312, 1, 32, generator=g).half() for _ in range(2))
+    (out, lse), (ref_out, ref_lse) = _warp_group_forward(q, k, v, cu, 260, 260, True, True, _interpret)
+    assert (out.float() - ref_out.float()).abs().max().item() < 2e-3
+    assert (lse - ref_lse).abs().max().item() < 1e-3

@@ -349,6 +349,14 @@ def test_flash_attention_forward_runs_in_warp_groups_on_tilelang_at_small_head_d
     assert (cfg["num_warps"] == 12) == (chosen == "warp_groups")
 
 
+def test_the_warp_group_forward_computes_the_next_scores_ahead_without_the_causal_mask():
+    import tle.kernels.flash_attention as fa
+    from tle.kernels.attention_parts import CAUSAL, Scores
+    for scores, ahead in ((Scores(), True), (CAUSAL, False)):
+        kernel, cfg = fa.fwd_kernel(64, 1024, "tilelang", sm90=True, scale=0.125, scores=scores)
+        assert kernel is fa.warp_groups.flash_attention_fwd_warp_groups_kernel and cfg["AHEAD"] is ahead
+
+
 @needs_tilelang
 def test_flash_attention_warp_groups_copy_blocks_with_tma_and_keep_p_in_registers(tmp_cache):
     """The loader copies each key/value block (a box of rows whose mask is the tensor's edge) with a TMA load
