@@ -338,6 +338,7 @@ class Plan:
         return us[0]
 
     def in_chain(self, op: Op) -> bool:
+        """Is `op` a product of a chain (reductions.py issues those), as its head or a later link?"""
         acc = op.operand("acc").defining_op if op.defn is ops.DOT else None
         return self.next_in_chain(op) is not None or (acc is not None and self.next_in_chain(acc) is op)
 
