@@ -12,7 +12,6 @@ import hashlib
 import operator
 import os
 import shutil
-import tempfile
 
 from .. import backend as api
 from ..backend import triton_debug
@@ -199,12 +198,21 @@ class TileLangCompiled(api.Compiled):
         if name == "cuda":
             return self.kernel.get_kernel_source()
         if name == "ptx":
-            with tempfile.TemporaryDirectory() as d:
-                path = os.path.join(d, "kernel.ptx")
-                self.kernel.export_ptx(path)
-                with open(path) as f:
-                    return f.read()
+            return self._ptx()
         raise KeyError(f"tilelang stages are source, {', '.join(STAGES)}; got '{name}'")
+
+
+    def _ptx(self) -> str:
+        """The PTX of the kernel's CUDA source, compiled with the flags TileLang's build of it takes: its pass
+        configs' fast math among them (TileLang's own PTX export leaves that out, and shows exp2f, division and
+        sqrt as the precise sequences the kernel that runs does not have)."""
+        from tilelang.contrib import nvcc
+        k = self.kernel
+        flags = list(k.compile_flags or [])
+        if (k.pass_configs or {}).get("tl.enable_fast_math"):
+            flags.append("--use_fast_math")
+        with k.target:
+            return nvcc.get_ptx_from_source(k.get_kernel_source(), compile_flags=flags)
 
 
 class Backend(api.Backend):

@@ -3,6 +3,7 @@ A cold compile takes seconds per kernel; TileLang's disk cache makes repeats fas
 does without compiling."""
 import pytest
 import torch
+import triton.language as tl
 
 import tle
 from kernel_cases import example_kernels, lower_example
@@ -21,6 +22,23 @@ def test_tilelang_compiles_to_cuda_and_ptx(name, kernel):
     assert "__global__" in cuda
     ptx = lowered.stage("ptx")
     assert ".entry" in ptx and "sm_90" in ptx
+
+
+@tle.jit
+def _exp2_kernel(x_ptr, y_ptr, N: tl.constexpr):
+    i = tl.arange(0, N)
+    tl.store(y_ptr + i, tl.math.exp2(tl.load(x_ptr + i)))
+
+
+@pytest.mark.slow
+@needs_tilelang
+def test_the_ptx_stage_is_the_build_that_runs():
+    """TileLang builds the kernels with fast math (backend.PASS_CONFIGS): the ptx stage is compiled the same way,
+    so exp2 shows as the one ex2.approx.ftz.f32 the kernel runs (and Triton's PTX has), not exp2f's exact form."""
+    x, y = torch.zeros(128), torch.zeros(128)
+    for backend in ("tilelang", "triton"):
+        ptx = _exp2_kernel.lower(x, y, N=128, grid=(1,), backend=backend).stage("ptx")
+        assert "ex2.approx.ftz.f32" in ptx and "ex2.approx.f32" not in ptx, backend
 
 
 # -- what needs no compile: the stages' names, nvcc detection, the refusal to launch on CPU ----------------
