@@ -3,7 +3,8 @@ run through tle.ops.flash_attention with kernels/flash_attention.py's `fwd_confi
 checked against torch's SDPA, timed with triton.testing.do_bench beside SDPA. A = ATOMIC_DQ (dQ added by the
 dK/dV kernel), T = DESC (rows read through tensor descriptors), P = TileLang's plain forward kernel at D64 (where
 the operator takes the warp-group kernel, timed too as WARP_GROUPS), W = TileLang's warp-group forward at D64 and
-D128, with AHEAD (the next block's scores computed before this block's softmax) or without. Shapes named drop* run SDPA's entry point with
+D128, with AHEAD (the next block's scores computed before this block's softmax) or without, and with TURNS (the
+consumers take turns at their products). Shapes named drop* run SDPA's entry point with
 dropout (tle.ops.scaled_dot_product_attention beside F.scaled_dot_product_attention, both dropping 10%). The operator's configurations are chosen from
 such sweeps; the Notes of docs/benchmark/flash_attention.md give the figures.
 
@@ -96,7 +97,7 @@ def cases():
                 out += [(name, "fwd", be, P(c)) for c in cfgs if "DESC" not in c]
                 continue
             if be == "tilelang" and name in ("d128c", "d128f"):
-                out += [(name, "fwd", be, W(False)), (name, "fwd", be, W(True))]
+                out += [(name, "fwd", be, W(False)), (name, "fwd", be, W(True)), (name, "fwd", be, W(False, TURNS=True))]
             out += [(name, "fwd", be, c) for c in cfgs]
         for name, (kvs, qs) in BWD.items():
             out += [(name, "bwd", be, (kv, qs[0])) for kv in kvs]
