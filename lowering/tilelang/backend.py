@@ -201,7 +201,6 @@ class TileLangCompiled(api.Compiled):
             return self._ptx()
         raise KeyError(f"tilelang stages are source, {', '.join(STAGES)}; got '{name}'")
 
-
     def _ptx(self) -> str:
         """The PTX of the kernel's CUDA source, compiled with the flags TileLang's build of it takes: its pass
         configs' fast math among them (TileLang's own PTX export leaves that out, and shows exp2f, division and

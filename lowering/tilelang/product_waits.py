@@ -85,12 +85,14 @@ def _tile_work(op: Op) -> bool:
 def waits_in(blk: Block, group: int, deferred: dict[int, int], runs) -> dict[int, Wait]:
     """position -> the wait `group` makes before the op there."""
     waits: dict[int, Wait] = {}
-    issued = [(p, op) for p, op in enumerate(blk.ops) if runs(op, group)
-              for o in (op, *nested(op)) if o.defn is ops.DOT]       # (position, top op) per product issued
-    for pos, op in enumerate(blk.ops):
+    issued = [p for p, top in enumerate(blk.ops) if runs(top, group)
+              for o in (top, *nested(top)) if o.defn is ops.DOT]       # a position per product issued
+    latest: dict[int, int] = {}                                        # wait position -> its latest product's
+    for p, op in enumerate(blk.ops):
         if id(op) in deferred and runs(op, group):
-            waits.setdefault(deferred[id(op)], Wait()).products.append(op)
+            at = deferred[id(op)]
+            waits.setdefault(at, Wait()).products.append(op)
+            latest[at] = p
     for at, w in waits.items():
-        latest = max(blk.ops.index(p) for p in w.products)
-        w.newer = sum(1 for p, _ in issued if latest < p < at)
+        w.newer = sum(1 for p in issued if latest[at] < p < at)
     return waits
