@@ -38,6 +38,7 @@ import torch
 import triton.language as tl
 
 import tle
+from tle.kernels import flash_attention_bwd_warp_groups as bwd_warp_groups
 from tle.kernels import flash_attention_warp_groups as warp_groups
 from tle.kernels.flash_attention_bench import bench_eager, bench_flops, bench_make, tilelang_example_peer
 from tle.kernels.attention_parts import (CAUSAL, Problem, Scores, _dense_attention, _example_inputs, _folded_softmax,
@@ -743,6 +744,18 @@ def bwd_configs(head_dim: int, backend: str, dropout: bool = False) -> tuple[dic
     return dict(kv, SPLIT=triton), dict(q, SPLIT=triton)
 
 
+# head dims whose TileLang backward runs flash_attention_bwd_warp_groups.py's kernel on sm_90 (plain scores)
+BWD_WARP_GROUP_HEAD_DIMS = (64, 128)
+
+
+def bwd_warp_groups_applies(head_dim: int, backend: str, *, sm90: bool, scores: Scores) -> bool:
+    """Whether the backward runs the warp-group kernel (dK, dV and dQ in one kernel, dQ added with atomics): TileLang
+    on sm_90, plain scores (_plain), a head dim of BWD_WARP_GROUP_HEAD_DIMS, atomics allowed (not under
+    torch.use_deterministic_algorithms: they add in any order)."""
+    return (backend == "tilelang" and sm90 and head_dim in BWD_WARP_GROUP_HEAD_DIMS and _plain(scores)
+            and not torch.are_deterministic_algorithms_enabled())
+
+
 PREPROCESS_BLOCK_M = 64
 
 
@@ -798,6 +811,8 @@ def _kernel_backward(do, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, sc, scale,
     flash_attention_bwd_preprocess_kernel[(cdiv(pr.seqlen_q, PREPROCESS_BLOCK_M), pr.b * pr.h)](
         out, do, delta, cu_q_arg, *pr.strides(out), *pr.strides(do), *pr.lse_strides(lse), pr.seqlen_q,
         H=pr.h, HEAD_DIM=pr.d, BLOCK_M=PREPROCESS_BLOCK_M, VARLEN=pr.varlen, backend=backend, num_warps=4)
+    if bwd_warp_groups_applies(pr.d, backend, sm90=targets_sm90(q.device), scores=sc):
+        return _warp_groups_backward(pr, do, q, k, v, lse, delta, dq, dk, dv, cu_q_arg, cu_k_arg, sc, scale)
     kv_cfg, q_cfg = bwd_configs(pr.d, backend, sc.dropout_p > 0)
     kv_cfg, q_cfg = descriptors_if_aligned(kv_cfg, q, do), descriptors_if_aligned(q_cfg, k, v)
     kv_cfg, q_cfg = (dict(c, EDGE_TAIL=edge_tail(c, pr.varlen, backend)) for c in (kv_cfg, q_cfg))
@@ -818,6 +833,18 @@ def _kernel_backward(do, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, sc, scale,
         *pr.strides(do), *pr.strides(dq), *pr.lse_strides(lse), pr.seqlen_q, pr.seqlen_k, pr.rows_q, *scores,
         H=pr.h, GROUP=pr.group, HEAD_DIM=pr.d, VARLEN=pr.varlen, backend=backend, **flags, **q_cfg)
     return dq, dk, dv
+
+
+def _warp_groups_backward(pr, do, q, k, v, lse, delta, dq, dk, dv, cu_q_arg, cu_k_arg, sc, scale):
+    """dQ, dK, dV from flash_attention_bwd_warp_groups_kernel: dQ added into fp32 zeros, then cast."""
+    dq_acc = torch.zeros(q.shape, device=q.device, dtype=torch.float32)
+    cfg = bwd_warp_groups.bwd_warp_groups_config(pr.d)
+    bwd_warp_groups.flash_attention_bwd_warp_groups_kernel[(cdiv(pr.seqlen_k, cfg["BLOCK_N"]), pr.b * pr.h_kv)](
+        q, k, v, do, lse, delta, dk, dv, dq_acc, cu_q_arg, cu_k_arg, scale, *pr.strides(q), *pr.strides(k),
+        *pr.strides(v), *pr.strides(do), *pr.strides(dk), *pr.strides(dv), *pr.strides(dq_acc), *pr.lse_strides(lse),
+        pr.seqlen_q, pr.seqlen_k, H_KV=pr.h_kv, GROUP=pr.group, HEAD_DIM=pr.d, CAUSAL=sc.window[1] is not None,
+        VARLEN=pr.varlen, backend="tilelang", **cfg)
+    return dq.copy_(dq_acc), dk, dv
 
 
 # -- the torch backend: the same formulas in torch, fp32 (fp64 for fp64 inputs), one sequence at a time -------

@@ -16,6 +16,7 @@ from .gathers import zero_filled_rows
 from ..rules import RuleSet
 from .staged_stores import masked_product_store, product_operand_twin, stages_through_shared
 from .syntax import element, literal, loop_indices, parallel_header, tl_dtype
+from .tma_reductions import reduces_through_tma
 from .values import is_zero
 from .views import affine_expr, box, region
 
@@ -346,6 +347,8 @@ def atomic(gen: Context, op: Op, indent: int):
     param = gen.ids[acc.param.value]
     elem = op.result.type.elem
     order = atomic_order(gen, op)
+    if reduces_through_tma(gen, op, acc, used, order, indent):
+        return
     # TileLang's T.atomic_or returns nothing: an or whose value is read is the helper's
     extern = kind not in TILELANG_ATOMICS or (used and kind not in RETURNS_PREVIOUS)
     if extern:

@@ -4,7 +4,9 @@ checked against torch's SDPA, timed with triton.testing.do_bench beside SDPA. A 
 dK/dV kernel), T = DESC (rows read through tensor descriptors), P = TileLang's plain forward kernel at D64 (where
 the operator takes the warp-group kernel, timed too as WARP_GROUPS), W = TileLang's warp-group forward at D64 and
 D128, with AHEAD (the next block's scores computed before this block's softmax) or without, and with TURNS (the
-consumers take turns at their products). Shapes named drop* run SDPA's entry point with
+consumers take turns at their products), BWD_WARP_GROUPS = TileLang's warp-group backward
+(flash_attention_bwd_warp_groups: dK, dV and dQ in one kernel, dQ by atomics) beside TWO_KERNELS (the dK/dV and dQ
+kernels at the operator's configurations). Shapes named drop* run SDPA's entry point with
 dropout (tle.ops.scaled_dot_product_attention beside F.scaled_dot_product_attention, both dropping 10%). The operator's configurations are chosen from
 such sweeps; the Notes of docs/benchmark/flash_attention.md give the figures.
 
@@ -24,7 +26,8 @@ import torch.nn.functional as F
 import tle.ops
 from tle.kernels import flash_attention as fa
 
-TARGETS_SM90, FWD_KERNEL = fa.targets_sm90, fa.fwd_kernel
+TARGETS_SM90, FWD_KERNEL, BWD_CONFIGS = fa.targets_sm90, fa.fwd_kernel, fa.bwd_configs
+BWD_WARP_GROUP_HEAD_DIMS = fa.BWD_WARP_GROUP_HEAD_DIMS
 
 
 def C(bm, bn, warps, stages, **extra):
@@ -48,6 +51,10 @@ def W(ahead, **extra):
     """TileLang's warp-group forward (flash_attention_warp_groups, its own tiles) at any head dim; `ahead`: each step
     computes the next block's scores before this block's softmax (AHEAD)."""
     return dict(WG=True, AHEAD=ahead, **extra)
+
+
+BWD_WARP_GROUPS = {"BWD_WARP_GROUPS": True}  # TileLang's warp-group backward (its own tiles)
+TWO_KERNELS = {"TWO_KERNELS": True}          # the dK/dV and dQ kernels at the operator's configurations
 
 
 def T(cfg):
@@ -104,11 +111,17 @@ def cases():
             out += [(name, "bwd", be, (kvs[0], q)) for q in qs[1:]]
         for name, kvs in ATOMIC.items():
             out += [(name, "bwd", be, (kv, BWD[name][1][0])) for kv in kvs]
+        if be == "tilelang":
+            out += [(name, "bwd", be, c) for name in ("d128c", "d128f", "d64c", "d64f")
+                    for c in (BWD_WARP_GROUPS, TWO_KERNELS)]
     return out
 
 
 def install(mode, cfg):
-    fa.targets_sm90, fa.fwd_kernel = TARGETS_SM90, FWD_KERNEL
+    fa.targets_sm90, fa.fwd_kernel, fa.bwd_configs = TARGETS_SM90, FWD_KERNEL, BWD_CONFIGS
+    fa.BWD_WARP_GROUP_HEAD_DIMS = BWD_WARP_GROUP_HEAD_DIMS if cfg is BWD_WARP_GROUPS else ()
+    if cfg in (BWD_WARP_GROUPS, TWO_KERNELS):
+        return
     if mode == "fwd" and cfg is WARP_GROUPS:
         return
     if mode == "fwd" and cfg.get("WG"):

@@ -266,7 +266,8 @@ class Memory:
             st.written[flat] = True
 
     # -- atomics ----------------------------------------------------------------------------------------
-    def atomic(self, info: BufferInfo, idx, value, kind: str, fr, ret: bool = False, cmp=None):
+    def atomic(self, info: BufferInfo, idx, value, kind: str, fr, ret: bool = False, cmp=None,
+               predicated: bool = False):
         """An atomic update of every active lane's element (`kind`: add, max, min, and, or, xor, xchg, or cas,
         which writes `value` where the element holds `cmp`'s bits). Outside T.Parallel a statement whose lanes all
         agree still runs on every thread of the block: the update happens once per thread.
@@ -274,7 +275,8 @@ class Memory:
         `ret` (return_prev=True, or the value of a device function's atomic): returns, per lane, the value the
         element held just before the lane's own update. Lanes run one after another in lane order (row-major
         over the T.Parallel nest, or by thread): one order the GPU may choose. Inactive lanes get 0 (what they
-        hold is the program's business)."""
+        hold is the program's business). `predicated`: a region's atomic (T.atomic_add of a buffer), which skips
+        elements outside a global tensor."""
         st = self.storages[info.data]
         if st.scope not in (GLOBAL, SHARED):
             raise Unsupported(f"atomics on {st.scope} buffer {info.name}")
@@ -291,7 +293,9 @@ class Memory:
             cmp = None if cmp is None else cmp.expand(shape)
         bad = ~ok & act
         if bad.any():
-            raise OutOfBounds(f"atomic on {_index_text(info, idx, bad)} outside its shape {list(info.shape)}")
+            if not (predicated and st.scope == GLOBAL):
+                raise OutOfBounds(f"atomic on {_index_text(info, idx, bad)} outside its shape {list(info.shape)}")
+            act = act & ok
         pos, val = flat[act], value[act].to(st.data.dtype)
         cmp = None if cmp is None else cmp[act].to(st.data.dtype)
         if st.scope == SHARED:          # the block's own buffer: only an element nothing wrote is an error

@@ -226,6 +226,8 @@ class Program(Synchronization, Loops):
         region = lambda n: tileops.compile_region(n, self.expr, self.buffer)   # noqa: E731
         if name in ("tl.tileop.copy", "tl.tileop.tma_copy"):   # a TMA load lands at once: its readers wait on
             return tileops.copy(region(args[0]), region(args[1]))  # the barrier its writers arrive on after it
+        if name == "tl.tileop.atomicadd":      # T.atomic_add(region, buffer[, use_tma=True]): issued and waited
+            return tileops.atomic_add(region(args[0]), region(args[1]))  # for in one statement
         if name == "tl.tileop.fill":
             return tileops.fill(region(args[0]), self.expr(args[1]))
         if name in ("tl.tileop.gemm", "tl.tileop.wgmma_gemm"):

@@ -120,6 +120,20 @@ def copy(src: Region, dst: Region):
     return run
 
 
+def atomic_add(src: Region, dst: Region):
+    """T.atomic_add of a region: each element of `src` added atomically into `dst`'s; elements outside a global
+    tensor are dropped (the TMA reduction's bounds, as a T.copy's)."""
+    def run(fr):
+        _uniform_context(fr, "T.atomic_add of a region")
+        if src.shape() != dst.shape():
+            raise Unsupported(f"T.atomic_add of a {src.extents} region of {src.info.name} into a {dst.extents} "
+                              f"region of {dst.info.name} (the extents that are not 1 must match)")
+        value = read(fr, src)
+        with _Lanes(fr, dst.shape()):
+            fr.memory.atomic(dst.info, dst.indices(fr), value, "add", fr, predicated=True)
+    return run
+
+
 def fill(dst: Region, value):
     def run(fr):
         _uniform_context(fr, "T.fill")
