@@ -744,15 +744,15 @@ def bwd_configs(head_dim: int, backend: str, dropout: bool = False) -> tuple[dic
     return dict(kv, SPLIT=triton), dict(q, SPLIT=triton)
 
 
-# head dims whose TileLang backward runs flash_attention_bwd_warp_groups.py's kernel on sm_90 (plain scores)
-BWD_WARP_GROUP_HEAD_DIMS = (64, 128)
-
-
-def bwd_warp_groups_applies(head_dim: int, backend: str, *, sm90: bool, scores: Scores) -> bool:
-    """Whether the backward runs the warp-group kernel (dK, dV and dQ in one kernel, dQ added with atomics): TileLang
-    on sm_90, plain scores (_plain), a head dim of BWD_WARP_GROUP_HEAD_DIMS, atomics allowed (not under
-    torch.use_deterministic_algorithms: they add in any order)."""
-    return (backend == "tilelang" and sm90 and head_dim in BWD_WARP_GROUP_HEAD_DIMS and _plain(scores)
+def bwd_warp_groups_applies(head_dim: int, backend: str, *, sm90: bool, scores: Scores, varlen: bool = False) -> bool:
+    """Whether the backward runs flash_attention_bwd_warp_groups.py's kernel (dK, dV and dQ in one kernel, dQ added
+    with atomics): TileLang on sm_90, plain scores (_plain), dense sequences, head dim 128, or 64 without the
+    causal mask, and atomics allowed (not under torch.use_deterministic_algorithms: they add in any order). Where
+    it was measured slower it is not taken: packed sequences (the rows past a sequence's end make its loads
+    cp.async copies and its dQ per-element atomics: 78 against 264 TFLOP/s) and D64 causal (213 against 238);
+    docs/benchmark/flash_attention.md."""
+    shape_ok = head_dim == 128 or (head_dim == 64 and scores.window[1] is None)
+    return (backend == "tilelang" and sm90 and shape_ok and not varlen and _plain(scores)
             and not torch.are_deterministic_algorithms_enabled())
 
 
@@ -811,7 +811,7 @@ def _kernel_backward(do, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, sc, scale,
     flash_attention_bwd_preprocess_kernel[(cdiv(pr.seqlen_q, PREPROCESS_BLOCK_M), pr.b * pr.h)](
         out, do, delta, cu_q_arg, *pr.strides(out), *pr.strides(do), *pr.lse_strides(lse), pr.seqlen_q,
         H=pr.h, HEAD_DIM=pr.d, BLOCK_M=PREPROCESS_BLOCK_M, VARLEN=pr.varlen, backend=backend, num_warps=4)
-    if bwd_warp_groups_applies(pr.d, backend, sm90=targets_sm90(q.device), scores=sc):
+    if bwd_warp_groups_applies(pr.d, backend, sm90=targets_sm90(q.device), scores=sc, varlen=pr.varlen):
         return _warp_groups_backward(pr, do, q, k, v, lse, delta, dq, dk, dv, cu_q_arg, cu_k_arg, sc, scale)
     kv_cfg, q_cfg = bwd_configs(pr.d, backend, sc.dropout_p > 0)
     kv_cfg, q_cfg = descriptors_if_aligned(kv_cfg, q, do), descriptors_if_aligned(q_cfg, k, v)

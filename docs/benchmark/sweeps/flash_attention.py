@@ -26,8 +26,8 @@ import torch.nn.functional as F
 import tle.ops
 from tle.kernels import flash_attention as fa
 
-TARGETS_SM90, FWD_KERNEL, BWD_CONFIGS = fa.targets_sm90, fa.fwd_kernel, fa.bwd_configs
-BWD_WARP_GROUP_HEAD_DIMS = fa.BWD_WARP_GROUP_HEAD_DIMS
+TARGETS_SM90, FWD_KERNEL, BWD_CONFIGS, BWD_WARP_GROUPS_APPLIES = (fa.targets_sm90, fa.fwd_kernel, fa.bwd_configs,
+                                                                fa.bwd_warp_groups_applies)
 
 
 def C(bm, bn, warps, stages, **extra):
@@ -119,7 +119,8 @@ def cases():
 
 def install(mode, cfg):
     fa.targets_sm90, fa.fwd_kernel, fa.bwd_configs = TARGETS_SM90, FWD_KERNEL, BWD_CONFIGS
-    fa.BWD_WARP_GROUP_HEAD_DIMS = BWD_WARP_GROUP_HEAD_DIMS if cfg is BWD_WARP_GROUPS else ()
+    fa.bwd_warp_groups_applies = ((lambda d, backend, **kw: backend == "tilelang") if cfg is BWD_WARP_GROUPS else
+                                  (lambda *a, **kw: False))
     if cfg in (BWD_WARP_GROUPS, TWO_KERNELS):
         return
     if mode == "fwd" and cfg is WARP_GROUPS:
