@@ -43,7 +43,9 @@ RULES.honors(ops.LOAD, "is_async", how="a pipelined is_async load is a stage-0 c
                                        "access report says how each one was issued")
 RULES.honors(ops.LOAD, "async", how="'pipelined': a stage-0 copy of the loop's T.Pipelined; 'plain: ...': a plain read")
 RULES.honors(ops.LOAD, "async_stages", how="the num_stages of the T.Pipelined loop the load is a stage of")
-RULES.honors(ops.ATOMIC, "kind", how="T.atomic_add, T.atomic_max, T.atomic_min or T.atomic_or per element; and, xor, "
+RULES.honors(ops.ATOMIC, "kind", how="T.atomic_add, T.atomic_max, T.atomic_min or T.atomic_or per element (an fp32 "
+                                    "tile add in a warp group, relaxed, unread, over a box masked at most by the "
+                                    "tensor's edge: one TMA reduction from shared memory); and, xor, "
                                     "xchg (and an or whose value is read) are device functions the kernel brings "
                                     "with T.import_source (cuda::atomic_ref fetch_and, fetch_xor, exchange, fetch_or: "
                                     "one atom instruction each, as Triton's), called through T.call_extern on the "
