@@ -25,18 +25,10 @@ import tle
 from tle.examples import default_tolerance
 from tle.kernels.attention_parts import (CAUSAL, Problem, _example_inputs, _sequence, _torch_forward, cu_or_dummy,
                                          nan_like)
+from tle.kernels.flash_attention_warp_groups import _rows_in_shared
 from tle.oplib.arith import cdiv
 
 LOG2E = 1.4426950408889634
-
-
-@tle.jit
-def _key_half(base, stride_n, cols, len_k, HEAD_DIM: tl.constexpr, HALF: tl.constexpr):
-    """A consumer's key (or value) rows in shared memory (rows past the keys read 0)."""
-    buf = tle.gpu.alloc([HALF, HEAD_DIM], base.dtype.element_ty)
-    tle.gpu.copy(base + cols[:, None] * stride_n + tl.arange(0, HEAD_DIM)[None, :], buf, [HALF, HEAD_DIM],
-                 mask=(cols < len_k)[:, None], other=0.0)
-    return buf
 
 
 @tle.jit
@@ -122,11 +114,11 @@ def flash_attention_bwd_warp_groups_kernel(
     n_blocks = tl.where(n0 < len_k, tl.cdiv(tl.maximum(len_q - lo, 0), BLOCK_M), 0)
 
     with tle.gpu.warp_group(1, registers=CONSUMER_REGISTERS):
-        k_a = _key_half(k_base, stride_kn, cols_a, len_k, HEAD_DIM, HALF)
-        v_a = _key_half(v_base, stride_vn, cols_a, len_k, HEAD_DIM, HALF)
+        k_a = _rows_in_shared(k_base, stride_kn, cols_a, len_k, HEAD_DIM, HALF)
+        v_a = _rows_in_shared(v_base, stride_vn, cols_a, len_k, HEAD_DIM, HALF)
     with tle.gpu.warp_group(2, registers=CONSUMER_REGISTERS):
-        k_b = _key_half(k_base, stride_kn, cols_b, len_k, HEAD_DIM, HALF)
-        v_b = _key_half(v_base, stride_vn, cols_b, len_k, HEAD_DIM, HALF)
+        k_b = _rows_in_shared(k_base, stride_kn, cols_b, len_k, HEAD_DIM, HALF)
+        v_b = _rows_in_shared(v_base, stride_vn, cols_b, len_k, HEAD_DIM, HALF)
 
     qk_scale = sm_scale * LOG2E
     dk_a = tl.zeros([HALF, HEAD_DIM], dtype=tl.float32)

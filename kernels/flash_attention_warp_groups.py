@@ -18,11 +18,12 @@ from tle.oplib.arith import cdiv
 
 
 @tle.jit
-def _query_half(q_base, stride_qm, rows, len_q, HEAD_DIM: tl.constexpr, HALF: tl.constexpr):
-    """The consumer's query rows in shared memory (rows past the sequence read 0)."""
-    buf = tle.gpu.alloc([HALF, HEAD_DIM], q_base.dtype.element_ty)
-    tle.gpu.copy(q_base + rows[:, None] * stride_qm + tl.arange(0, HEAD_DIM)[None, :], buf, [HALF, HEAD_DIM],
-                 mask=(rows < len_q)[:, None], other=0.0)
+def _rows_in_shared(base, stride_row, rows, n_rows, HEAD_DIM: tl.constexpr, HALF: tl.constexpr):
+    """A consumer's rows `rows` of a [rows, HEAD_DIM] tensor (its queries, or in the backward its keys) in shared
+    memory; rows past n_rows read 0."""
+    buf = tle.gpu.alloc([HALF, HEAD_DIM], base.dtype.element_ty)
+    tle.gpu.copy(base + rows[:, None] * stride_row + tl.arange(0, HEAD_DIM)[None, :], buf, [HALF, HEAD_DIM],
+                 mask=(rows < n_rows)[:, None], other=0.0)
     return buf
 
 
@@ -128,9 +129,9 @@ def flash_attention_fwd_warp_groups_kernel(
     hi = tl.where(m0 < len_q, hi, 0)          # a block past a packed sequence's end reads nothing
 
     with tle.gpu.warp_group(1, registers=CONSUMER_REGISTERS):
-        q_a = _query_half(q_base, stride_qm, rows_a, len_q, HEAD_DIM, HALF)
+        q_a = _rows_in_shared(q_base, stride_qm, rows_a, len_q, HEAD_DIM, HALF)
     with tle.gpu.warp_group(2, registers=CONSUMER_REGISTERS):
-        q_b = _query_half(q_base, stride_qm, rows_b, len_q, HEAD_DIM, HALF)
+        q_b = _rows_in_shared(q_base, stride_qm, rows_b, len_q, HEAD_DIM, HALF)
 
     qk_scale = sm_scale * 1.4426950408889634
     m_a = tl.zeros([HALF], dtype=tl.float32) - 1.0e30      # finite: a row that sees no key stays at 0

@@ -11,7 +11,7 @@ import triton.language as tl
 
 import tle
 from tle.kernels.flash_attention import Problem, _sequence, nan_like
-from tle.kernels.flash_attention_warp_groups import _copy_block, _query_half
+from tle.kernels.flash_attention_warp_groups import _copy_block, _rows_in_shared
 from tle.kernels.silu_attention import _bias_args, _silu_terms, _torch_forward
 from tle.oplib.arith import cdiv
 
@@ -75,9 +75,9 @@ def silu_attention_fwd_warp_groups_kernel(
     hi = tl.where(m0 < len_s, hi, 0)
 
     with tle.gpu.warp_group(1, registers=CONSUMER_REGISTERS):
-        q_a = _query_half(q_base, stride_qm, rows_a, len_s, HEAD_DIM, HALF)
+        q_a = _rows_in_shared(q_base, stride_qm, rows_a, len_s, HEAD_DIM, HALF)
     with tle.gpu.warp_group(2, registers=CONSUMER_REGISTERS):
-        q_b = _query_half(q_base, stride_qm, rows_b, len_s, HEAD_DIM, HALF)
+        q_b = _rows_in_shared(q_base, stride_qm, rows_b, len_s, HEAD_DIM, HALF)
 
     acc_a = tl.zeros([HALF, HEAD_DIM], dtype=tl.float32)
     acc_b = tl.zeros([HALF, HEAD_DIM], dtype=tl.float32)
