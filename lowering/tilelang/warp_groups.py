@@ -14,7 +14,8 @@ the readers have released the version (`empty`), writes, and arrives on `full`; 
 (or group section) that hold the accesses. A buffer allocated inside the loop is new in every step, so it
 gets one version per pipeline stage (a leading axis; step i uses version i % stages) and the writer can run
 that many steps ahead. A buffer allocated outside the loop is one version, written again each step once its
-readers are done.
+readers are done. A buffer written only before the loop and read in it is handed over before the loop: its
+readers wait once, at the loop.
 """
 from __future__ import annotations
 
@@ -230,7 +231,15 @@ class Plan:
         allocs: dict[int, Value] = {}
         for pos, top in enumerate(level_ops):
             if top.defn is ops.FOR and id(top) in self.loops:
-                continue            # a nested group loop's hand-offs are its own
+                # a nested group loop's hand-offs are its own; a buffer written only out here and read in the loop
+                # is handed over here, before the loop (its readers wait once, at the loop)
+                for o in nested(top):
+                    for alloc, write in self._buffer_accesses(o):
+                        if not write and self._written_only_outside_loops(alloc):
+                            allocs[alloc.id] = alloc
+                            for g in self.runs_in.get(id(o), ()):
+                                accesses.setdefault(alloc.id, {}).setdefault(g, []).append((pos, False))
+                continue
             for o in [top, *nested(top)]:
                 for alloc, write in self._buffer_accesses(o):
                     allocs[alloc.id] = alloc
@@ -246,6 +255,8 @@ class Plan:
             if len(per_group) < 2:
                 continue
             alloc = allocs[aid]
+            if not writers and blk is not self.kernel.body and self._written_only_outside_loops(alloc):
+                continue            # written before the loop: handed over at the outer level
             if len(writers) != 1:
                 raise WarpGroupError(f"tle.gpu buffer '{alloc.name or 'buf'}' written by warp groups {writers}",
                                      alloc.defining_op, "one warp group writes a buffer the others read")
@@ -355,6 +366,11 @@ class Plan:
         while (nxt := self.next_in_chain(op)) is not None:
             op = nxt
         return op
+
+    def _written_only_outside_loops(self, alloc: Value) -> bool:
+        """Is `alloc` allocated outside every loop holding groups and written in none of them?"""
+        inside = any(o is alloc.defining_op for loop in self.loops.values() for o in nested(loop))
+        return not inside and not any(self._inside_loop_write(alloc))
 
     def _inside_loop_write(self, alloc: Value):
         for loop in self.loops.values():
