@@ -28,7 +28,9 @@ Kernels, each one text lowered to Triton and to TileLang:
   `flash_attention_bwd_dq_kernel` (a program owns BLOCK_M queries and walks the keys). Both recompute the
   probabilities from the forward's lse.
 - On TileLang on sm_90, head dims up to 64 run the forward of flash_attention_warp_groups.py instead (the same
-  arguments and results, in warp groups; `fwd_kernel`).
+  arguments and results, in warp groups; `fwd_kernel`), and plain scores on dense inputs at head dim 128 (64
+  without the causal mask) the backward of flash_attention_bwd_warp_groups.py (dK, dV and dQ in one kernel, dQ
+  added with atomics; `bwd_warp_groups_applies`).
 """
 from __future__ import annotations
 
