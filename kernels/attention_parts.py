@@ -208,6 +208,44 @@ def _torch_forward(q, k, v, cu_q, cu_k, sc: Scores, scale):
     return out, lse
 
 
+# -- the torch backward: the same formulas, fp32 (fp64 for fp64 inputs), one sequence at a time -----------
+def _dense_attention_backward(do, q, k, v, out, lse, scale, sc: Scores):
+    group = q.shape[2] // k.shape[2]
+    kk, vv = k.repeat_interleave(group, dim=2), v.repeat_interleave(group, dim=2)
+    s, t = _logits(q, kk, scale, sc)
+    keep = _keep(q.shape[1], k.shape[1], sc.window, q.device)
+    lse = torch.where(lse == -math.inf, 0.0, lse)          # a row that sees no key: every score is masked
+    p = torch.where(keep, torch.exp(s - lse[..., None]), 0.0)
+    delta = (do * out).sum(-1).transpose(1, 2)                          # [B, H, S_q]
+    dp = torch.einsum("bqhd,bkhd->bhqk", do, vv)
+    p_dropped = p
+    if sc.dropout_p > 0:
+        kept = dropout_keep(p.shape, sc, q.device) * scale_of(sc.dropout_p)
+        p_dropped, dp = p * kept, dp * kept
+    ds = p * (dp - delta[..., None])
+    if t is not None:
+        ds = ds * (1 - t * t)
+    dq = torch.einsum("bhqk,bkhd->bqhd", ds, kk) * scale
+    dk = torch.einsum("bhqk,bqhd->bkhd", ds, q) * scale
+    dv = torch.einsum("bhqk,bqhd->bkhd", p_dropped, do)
+    b, s_k, h_kv, d = k.shape
+    return dq, dk.view(b, s_k, h_kv, group, d).sum(3), dv.view(b, s_k, h_kv, group, d).sum(3)
+
+
+def _torch_backward(do, q, k, v, out, lse, cu_q, cu_k, sc, scale):
+    ct = torch_compute_dtype(q)
+    t = [x.to(ct) for x in (do, q, k, v, out)]
+    if cu_q is None:
+        grads = _dense_attention_backward(*t, lse.to(ct), scale, sc)
+        return tuple(g.to(x.dtype).contiguous() for g, x in zip(grads, (q, k, v)))
+    dq, dk, dv = q.new_zeros(q.shape), k.new_zeros(k.shape), v.new_zeros(v.shape)
+    for rq, rk in sequence_slices(cu_q, cu_k):
+        g = _dense_attention_backward(*(x[None, r] for x, r in zip(t, (rq, rq, rk, rk, rq))),
+                                      lse[None, :, rq].to(ct), scale, sc)
+        dq[rq], dk[rk], dv[rk] = (x[0].to(q.dtype) for x in g)
+    return dq, dk, dv
+
+
 # -- the examples' inputs ----------------------------------------------------------------------------------
 def _example_inputs(device, size):
     """A causal GQA problem: small for the CPU, a mid-sized one for the GPU (its fp32 reference must fit)."""

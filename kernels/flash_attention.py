@@ -44,14 +44,13 @@ from tle.kernels import flash_attention_bwd_warp_groups as bwd_warp_groups
 from tle.kernels import flash_attention_warp_groups as warp_groups
 from tle.kernels.flash_attention_bench import bench_eager, bench_flops, bench_make, tilelang_example_peer
 from tle.kernels.attention_parts import (CAUSAL, Problem, Scores, _dense_attention, _example_inputs, _folded_softmax,
-                                         _fwd_program, _keep, _logits, _sequence, _torch_forward, cu_or_dummy,
+                                         _fwd_program, _keep, _sequence, _torch_backward, _torch_forward, cu_or_dummy,
                                          dropout_keep, nan_like, sequence_slices)
 from tle.kernels.dropout_add import U64, _as_i64, scale_of, threshold_of
 from tle.kernels.philox import counter_words, split_u64
 from tle.oplib import BenchSpec, Operator, Sample, check_tensor
 from tle.oplib.arith import cdiv
 from tle.oplib.recipe import Recipe, Stage
-from tle.oplib.rows import torch_compute_dtype
 from tle.oplib.tensors import targets_sm90
 
 LOG2E = 1.4426950408889634
@@ -847,44 +846,6 @@ def _warp_groups_backward(pr, do, q, k, v, lse, delta, dq, dk, dv, cu_q_arg, cu_
         pr.seqlen_q, pr.seqlen_k, H_KV=pr.h_kv, GROUP=pr.group, HEAD_DIM=pr.d, CAUSAL=sc.window[1] is not None,
         VARLEN=pr.varlen, backend="tilelang", **cfg)
     return dq.copy_(dq_acc), dk, dv
-
-
-# -- the torch backend: the same formulas in torch, fp32 (fp64 for fp64 inputs), one sequence at a time -------
-def _dense_attention_backward(do, q, k, v, out, lse, scale, sc: Scores):
-    group = q.shape[2] // k.shape[2]
-    kk, vv = k.repeat_interleave(group, dim=2), v.repeat_interleave(group, dim=2)
-    s, t = _logits(q, kk, scale, sc)
-    keep = _keep(q.shape[1], k.shape[1], sc.window, q.device)
-    lse = torch.where(lse == -math.inf, 0.0, lse)          # a row that sees no key: every score is masked
-    p = torch.where(keep, torch.exp(s - lse[..., None]), 0.0)
-    delta = (do * out).sum(-1).transpose(1, 2)                          # [B, H, S_q]
-    dp = torch.einsum("bqhd,bkhd->bhqk", do, vv)
-    p_dropped = p
-    if sc.dropout_p > 0:
-        kept = dropout_keep(p.shape, sc, q.device) * scale_of(sc.dropout_p)
-        p_dropped, dp = p * kept, dp * kept
-    ds = p * (dp - delta[..., None])
-    if t is not None:
-        ds = ds * (1 - t * t)
-    dq = torch.einsum("bhqk,bkhd->bqhd", ds, kk) * scale
-    dk = torch.einsum("bhqk,bqhd->bkhd", ds, q) * scale
-    dv = torch.einsum("bhqk,bqhd->bkhd", p_dropped, do)
-    b, s_k, h_kv, d = k.shape
-    return dq, dk.view(b, s_k, h_kv, group, d).sum(3), dv.view(b, s_k, h_kv, group, d).sum(3)
-
-
-def _torch_backward(do, q, k, v, out, lse, cu_q, cu_k, sc, scale):
-    ct = torch_compute_dtype(q)
-    t = [x.to(ct) for x in (do, q, k, v, out)]
-    if cu_q is None:
-        grads = _dense_attention_backward(*t, lse.to(ct), scale, sc)
-        return tuple(g.to(x.dtype).contiguous() for g, x in zip(grads, (q, k, v)))
-    dq, dk, dv = q.new_zeros(q.shape), k.new_zeros(k.shape), v.new_zeros(v.shape)
-    for rq, rk in sequence_slices(cu_q, cu_k):
-        g = _dense_attention_backward(*(x[None, r] for x, r in zip(t, (rq, rq, rk, rk, rq))),
-                                      lse[None, :, rq].to(ct), scale, sc)
-        dq[rq], dk[rk], dv[rk] = (x[0].to(q.dtype) for x in g)
-    return dq, dk, dv
 
 
 # -- the operator's recipe: its custom ops and autograd ---------------------------------------------------

@@ -23,8 +23,8 @@ import triton.language as tl
 
 import tle
 from tle.examples import default_tolerance
-from tle.kernels.attention_parts import (CAUSAL, Problem, _example_inputs, _sequence, _torch_forward, cu_or_dummy,
-                                         nan_like)
+from tle.kernels.attention_parts import (CAUSAL, Problem, _example_inputs, _sequence, _torch_backward, _torch_forward,
+                                         cu_or_dummy, nan_like)
 from tle.kernels.flash_attention_warp_groups import _rows_in_shared
 from tle.oplib.arith import cdiv
 
@@ -169,7 +169,6 @@ def bwd_warp_groups_config(head_dim: int) -> dict:
 
 @tle.example(flash_attention_bwd_warp_groups_kernel)
 def _bwd_warp_groups_example(device, size):
-    from tle.kernels.flash_attention import _torch_backward
     q, k, v, scale, label = _example_inputs(device, size)
     pr = Problem(q, k, None, None, None, None)
     out, lse = _torch_forward(q, k, v, None, None, CAUSAL, scale)
