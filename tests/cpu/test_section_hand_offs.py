@@ -7,12 +7,10 @@ import torch
 import triton.language as tl
 
 import tle
-from tle.lowering.tilelang import warp_group_code
-from tle.lowering.tilelang.interpreter import InterpreterError
+from test_warp_groups import ORDERS, failures_without_waits
 
 needs_tilelang = pytest.mark.skipif(tle.available_backends().get("tilelang") is not None,
                                     reason="TileLang is not installed")
-ORDERS = ("lowest_first", "highest_first")
 M, N, D, STEPS = 64, 64, 32, 3
 
 
@@ -86,18 +84,5 @@ def test_triton_runs_it_in_program_order():
 
 @needs_tilelang
 def test_without_the_readers_wait_it_fails(monkeypatch, tmp_cache):
-    real = warp_group_code._wait
-
-    def without(g, h, group, section, indent):
-        if section and group != h.writer:
-            return
-        real(g, h, group, section, indent)
-    monkeypatch.setattr(warp_group_code, "_wait", without)
-    failures = 0
-    for order in ORDERS:
-        monkeypatch.setattr(keys_before_the_loop, "_cache", {})
-        try:
-            failures += _run_tilelang(monkeypatch, order) > 1e-3
-        except InterpreterError:
-            failures += 1
-    assert failures
+    assert failures_without_waits(monkeypatch, keys_before_the_loop, _run_tilelang,
+                                  lambda h, group, section: section and group != h.writer, 1e-3)

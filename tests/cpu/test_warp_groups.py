@@ -162,26 +162,33 @@ def test_triton_runs_the_groups_in_program_order():
     assert (out - _two_consumers_reference(q, kv, STEPS)).abs().max().item() < 2e-3
 
 
+def failures_without_waits(monkeypatch, kernel, error_at_order, dropped, tolerance) -> int:
+    """Under how many role orders the lowering of `kernel` without the hand-off waits `dropped(h, group, section)`
+    picks gives an error above `tolerance` (`error_at_order(monkeypatch, order)` runs it) or an interpreter
+    error: the mutation a test of a hand-off's waits must catch."""
+    real = warp_group_code._wait
+
+    def without(g, h, group, section, indent):
+        if not dropped(h, group, section):
+            real(g, h, group, section, indent)
+    monkeypatch.setattr(warp_group_code, "_wait", without)
+    failures = 0
+    for order in ORDERS:
+        monkeypatch.setattr(kernel, "_cache", {})       # lower it again, with the mutation
+        try:
+            failures += error_at_order(monkeypatch, order) > tolerance
+        except InterpreterError:
+            failures += 1
+    return failures
+
+
 @needs_tilelang
 @pytest.mark.parametrize("dropped", ["writer", "reader"])
 def test_a_hand_off_without_its_wait_fails(monkeypatch, tmp_cache, dropped):
     """Mutation: the lowering without the writer's wait for the readers' release (or without the readers' wait
     for the writer) gives wrong numbers or an interpreter error under at least one role order."""
-    real = warp_group_code._wait
-
-    def without(g, h, group, section, indent):
-        if (group == h.writer) == (dropped == "writer"):
-            return
-        real(g, h, group, section, indent)
-    monkeypatch.setattr(warp_group_code, "_wait", without)
-    monkeypatch.setattr(two_consumers, "_cache", {})       # lower it again, with the mutation
-    failures = 0
-    for order in ORDERS:
-        try:
-            failures += _run_two_consumers_on_tilelang(monkeypatch, order) > 2e-3
-        except InterpreterError:
-            failures += 1
-    assert failures
+    assert failures_without_waits(monkeypatch, two_consumers, _run_two_consumers_on_tilelang,
+                                  lambda h, group, section: (group == h.writer) == (dropped == "writer"), 2e-3)
 
 
 @tle.jit
