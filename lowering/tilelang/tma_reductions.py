@@ -8,8 +8,9 @@ issued from the threads that compute the products. Staged in a shared buffer ins
 adds whole lines, and elements outside the tensor are dropped by the hardware, as a box store drops them.
 
 Taken inside a warp-group branch (whose kernels are sm_90 ones: setmaxnreg, TMA loads) for an fp32 add whose
-previous value nothing reads, relaxed (the TMA reduction has no ordering), over a box of two or more axes whose mask is at most the tensor's edge, at a 16-byte aligned address with rows and
-strides of multiples of 16 bytes (what a tensor map needs). Otherwise the per-element atomics stay."""
+previous value nothing reads, relaxed (the TMA reduction has no ordering), over a box of two or more axes whose
+mask is at most the tensor's edge, rows of a multiple of 16 bytes, into an argument a tensor map can describe
+(views.tensor_map_fits). Otherwise the per-element atomics stay."""
 from __future__ import annotations
 
 from ..analysis.access import Access
@@ -18,7 +19,7 @@ from ..ir.core import Op
 from ..ir.ops import AtomicKind, MemSem
 from ..ir.types import fp32
 from .context import Context
-from .views import box, region
+from .views import box, region, tensor_map_fits
 
 
 def reduces_through_tma(gen: Context, op: Op, acc: Access, used: bool, order, indent: int) -> bool:
@@ -31,8 +32,7 @@ def reduces_through_tma(gen: Context, op: Op, acc: Access, used: bool, order, in
     shape = ptr.type.shape
     if len(shape) < 2 or op.result.type.elem != fp32 or shape[-1] * 4 % 16:
         return False
-    a = gen.arg[acc.param.value.id]
-    if not a.aligned16 or a.strides[-1] != 1 or any(st * 4 % 16 for st in a.strides[:-1]):
+    if not tensor_map_fits(gen, acc.param.value, 4):
         return False
     plan = box(gen, op, acc, mask)
     if plan is None:

@@ -10,6 +10,13 @@ from .context import Context
 from .syntax import contiguous_strides, tl_dtype
 
 
+def tensor_map_fits(gen: Context, param_value: Value, elem_bytes: int) -> bool:
+    """Can a TMA tensor map describe argument `param_value`: a 16-byte aligned address, the last stride 1 and
+    every other stride a multiple of 16 bytes?"""
+    a = gen.arg[param_value.id]
+    return a.aligned16 and a.strides[-1] == 1 and all(st * elem_bytes % 16 == 0 for st in a.strides[:-1])
+
+
 def view(gen: Context, param_value: Value) -> str:
     """The name of argument `param_value` seen with its tensor's shape and strides."""
     p = gen.params[param_value.id]

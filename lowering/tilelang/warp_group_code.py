@@ -11,7 +11,7 @@ from .context import Buffer, Context, GroupWriter
 from .control import trip_count
 from .slots import carry_slot, write_slots
 from .values import is_const, is_zero, nested
-from .views import box, region
+from .views import box, region, tensor_map_fits
 from .versions import root
 from .warp_groups import GROUP_THREADS, HandOff, Plan, Turns, Wait
 
@@ -263,8 +263,6 @@ def tma_box(gen: Context, op: Op):
     acc = gen.access(op)
     if acc.param is None or (other is not None and not is_zero(other)):
         return None
-    a = gen.arg[acc.param.value.id]
-    size = op.operand("ptr").type.elem.elem.bits // 8
-    if not a.aligned16 or a.strides[-1] != 1 or any(st * size % 16 for st in a.strides[:-1]):
+    if not tensor_map_fits(gen, acc.param.value, op.operand("ptr").type.elem.elem.bits // 8):
         return None
     return box(gen, op, acc, mask)

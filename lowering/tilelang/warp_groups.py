@@ -92,6 +92,9 @@ class Plan:
         self.deferred: dict[int, int] = {}     # id(product) -> where its group waits for it (product_waits.py)
         for loop in self.loops.values():
             self.deferred.update(deferred_products(loop.body, self._group, self.runs, self.in_chain))
+        # the buffers allocated or written in a loop holding groups (_written_only_outside_loops)
+        self._loop_buffers = {root(o.results[0]).id for loop in self.loops.values() for o in nested(loop)
+                              if o.defn is ops.ALLOC or o.has(Trait.BUFFER_WRITE)}
         self._find_hand_offs()
         self.turns: dict[int, Turns] = self._find_turns()     # id(loop body) -> its turns
 
@@ -369,8 +372,7 @@ class Plan:
 
     def _written_only_outside_loops(self, alloc: Value) -> bool:
         """Is `alloc` allocated outside every loop holding groups and written in none of them?"""
-        inside = any(o is alloc.defining_op for loop in self.loops.values() for o in nested(loop))
-        return not inside and not any(self._inside_loop_write(alloc))
+        return alloc.id not in self._loop_buffers
 
     def _inside_loop_write(self, alloc: Value):
         for loop in self.loops.values():
