@@ -12,7 +12,7 @@ import triton.language as tl
 
 import tle
 from tle.kernels.dropout_add import scale_of, threshold_of
-from tle.kernels.philox import stream_words_torch
+from tle.kernels.philox import counter_words, stream_words_torch
 from tle.oplib.rows import torch_compute_dtype
 
 
@@ -27,6 +27,25 @@ def _sequence(cu_ptr, b, dense_len, VARLEN: tl.constexpr):
         start = 0
         length = dense_len
     return start, length
+
+
+@tle.jit
+def _dropout_keep(q0, q_in, k0, k_in, bh, seqlen_q, seqlen_k, seed_lo, seed_hi, offset_lo, offset_hi,
+                  drop_threshold):
+    """Which probabilities of a tile of head bh = b · H + h dropout keeps (queries q0 + q_in, keys k0 + k_in;
+    q0 and k0 multiples of 16): those whose word of the stream (attention_parts.dropout_keep) is at least the
+    threshold. The four elements of queries {q, q + 8} and keys {k, k + 8} (q, k mod 16 < 8) take the four
+    words of one Philox: they are the elements one thread holds in a tensor-core product's accumulator, with
+    queries or with keys as its rows, so the compiler computes the Philox once for them where it sees their
+    counters equal: a loop's block origin (start_n, start_m) comes apart from the offsets in the block, whose
+    low bits the compiler then knows (a program's origin, pid · BLOCK, it sees itself)."""
+    groups_q = (seqlen_q + 15) // 16 * 8
+    groups_k = (seqlen_k + 15) // 16 * 8
+    g_q = (q0 >> 1) + (((q_in >> 4) << 3) | (q_in & 7))
+    g_k = (k0 >> 1) + (((k_in >> 4) << 3) | (k_in & 7))
+    n = (bh * groups_q + g_q).to(tl.int64) * groups_k + g_k
+    w = ((q_in >> 2) & 2) | ((k_in >> 3) & 1)
+    return counter_words(n, w, seed_lo, seed_hi, offset_lo, offset_hi).to(tl.int64) >= drop_threshold
 
 
 @tle.jit

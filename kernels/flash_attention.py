@@ -28,13 +28,14 @@ Kernels, each one text lowered to Triton and to TileLang:
   `flash_attention_bwd_dq_kernel` (a program owns BLOCK_M queries and walks the keys). Both recompute the
   probabilities from the forward's lse.
 - On TileLang on sm_90, head dims up to 64 run the forward of flash_attention_warp_groups.py instead (the same
-  arguments and results, in warp groups; `fwd_kernel`), and plain scores on dense inputs at head dim 128 (64
-  without the causal mask) the backward of flash_attention_bwd_warp_groups.py (dK, dV and dQ in one kernel, dQ
-  added with atomics; `bwd_warp_groups_applies`).
+  arguments and results, in warp groups; `fwd_kernel`), and plain scores (or dropout without the causal mask) on
+  dense inputs at head dim 128 (64 without the causal mask) the backward of flash_attention_bwd_warp_groups.py
+  (dK, dV and dQ in one kernel, dQ added with atomics; `bwd_warp_groups_applies`).
 """
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import torch
 import triton.language as tl
@@ -43,11 +44,11 @@ import tle
 from tle.kernels import flash_attention_bwd_warp_groups as bwd_warp_groups
 from tle.kernels import flash_attention_warp_groups as warp_groups
 from tle.kernels.flash_attention_bench import bench_eager, bench_flops, bench_make, tilelang_example_peer
-from tle.kernels.attention_parts import (CAUSAL, Problem, Scores, _dense_attention, _example_inputs, _folded_softmax,
-                                         _fwd_program, _keep, _sequence, _torch_backward, _torch_forward, cu_or_dummy,
-                                         dropout_keep, nan_like, sequence_slices)
+from tle.kernels.attention_parts import (CAUSAL, Problem, Scores, _dense_attention, _dropout_keep, _example_inputs,
+                                         _folded_softmax, _fwd_program, _keep, _sequence, _torch_backward,
+                                         _torch_forward, cu_or_dummy, dropout_keep, nan_like, sequence_slices)
 from tle.kernels.dropout_add import U64, _as_i64, scale_of, threshold_of
-from tle.kernels.philox import counter_words, split_u64
+from tle.kernels.philox import split_u64
 from tle.oplib import BenchSpec, Operator, Sample, check_tensor
 from tle.oplib.arith import cdiv
 from tle.oplib.recipe import Recipe, Stage
@@ -92,25 +93,6 @@ def _window_keep(r2, c2, diag, left_edge, CAUSAL: tl.constexpr, LOCAL: tl.conste
     else:
         keep = c2 >= r2 + left_edge
     return keep
-
-
-@tle.jit
-def _dropout_keep(q0, q_in, k0, k_in, bh, seqlen_q, seqlen_k, seed_lo, seed_hi, offset_lo, offset_hi,
-                  drop_threshold):
-    """Which probabilities of a tile of head bh = b · H + h dropout keeps (queries q0 + q_in, keys k0 + k_in;
-    q0 and k0 multiples of 16): those whose word of the stream (attention_parts.dropout_keep) is at least the
-    threshold. The four elements of queries {q, q + 8} and keys {k, k + 8} (q, k mod 16 < 8) take the four
-    words of one Philox: they are the elements one thread holds in a tensor-core product's accumulator, with
-    queries or with keys as its rows, so the compiler computes the Philox once for them where it sees their
-    counters equal: a loop's block origin (start_n, start_m) comes apart from the offsets in the block, whose
-    low bits the compiler then knows (a program's origin, pid · BLOCK, it sees itself)."""
-    groups_q = (seqlen_q + 15) // 16 * 8
-    groups_k = (seqlen_k + 15) // 16 * 8
-    g_q = (q0 >> 1) + (((q_in >> 4) << 3) | (q_in & 7))
-    g_k = (k0 >> 1) + (((k_in >> 4) << 3) | (k_in & 7))
-    n = (bh * groups_q + g_q).to(tl.int64) * groups_k + g_k
-    w = ((q_in >> 2) & 2) | ((k_in >> 3) & 1)
-    return counter_words(n, w, seed_lo, seed_hi, offset_lo, offset_hi).to(tl.int64) >= drop_threshold
 
 
 @tle.jit
@@ -747,14 +729,17 @@ def bwd_configs(head_dim: int, backend: str, dropout: bool = False) -> tuple[dic
 
 def bwd_warp_groups_applies(head_dim: int, backend: str, *, sm90: bool, scores: Scores, varlen: bool = False) -> bool:
     """Whether the backward runs flash_attention_bwd_warp_groups.py's kernel (dK, dV and dQ in one kernel, dQ added
-    with atomics): TileLang on sm_90, plain scores (_plain), dense sequences, head dim 128, or 64 without the
-    causal mask, and atomics allowed (not under torch.use_deterministic_algorithms: they add in any order). Where
-    it was measured slower it is not taken: packed sequences (the rows past a sequence's end make its loads
-    cp.async copies and its dQ per-element atomics: 78 against 264 TFLOP/s) and D64 causal (213 against 238);
-    docs/benchmark/flash_attention.md."""
+    with atomics): TileLang on sm_90, no window beyond the causal mask and no cap or bias, dense sequences, head
+    dim 128, or 64 without the causal mask, and atomics allowed (not under torch.use_deterministic_algorithms:
+    they add in any order). With dropout only without the causal mask. Where it was measured slower it is not
+    taken (docs/benchmark/flash_attention.md, the H200): packed sequences (the rows past a sequence's end make its
+    loads cp.async copies and its dQ per-element atomics: 78 against 264 TFLOP/s), D64 causal (213 against 238),
+    and dropout with the causal mask (B4 H32 S4096 D128, 10%: 7.84 against 7.58 ms; without the mask it ran
+    24% faster than the two kernels at S8192 D128 and at S1024 D64)."""
     shape_ok = head_dim == 128 or (head_dim == 64 and scores.window[1] is None)
-    return (backend == "tilelang" and sm90 and shape_ok and not varlen and _plain(scores)
-            and not torch.are_deterministic_algorithms_enabled())
+    dropout_ok = scores.dropout_p == 0 or scores.window[1] is None
+    return (backend == "tilelang" and sm90 and shape_ok and dropout_ok and not varlen
+            and _plain(replace(scores, dropout_p=0.0)) and not torch.are_deterministic_algorithms_enabled())
 
 
 PREPROCESS_BLOCK_M = 64
@@ -843,8 +828,9 @@ def _warp_groups_backward(pr, do, q, k, v, lse, delta, dq, dk, dv, cu_q_arg, cu_
     bwd_warp_groups.flash_attention_bwd_warp_groups_kernel[(cdiv(pr.seqlen_k, cfg["BLOCK_N"]), pr.b * pr.h_kv)](
         q, k, v, do, lse, delta, dk, dv, dq_acc, cu_q_arg, cu_k_arg, scale, *pr.strides(q), *pr.strides(k),
         *pr.strides(v), *pr.strides(do), *pr.strides(dk), *pr.strides(dv), *pr.strides(dq_acc), *pr.lse_strides(lse),
-        pr.seqlen_q, pr.seqlen_k, H_KV=pr.h_kv, GROUP=pr.group, HEAD_DIM=pr.d, CAUSAL=sc.window[1] is not None,
-        VARLEN=pr.varlen, backend="tilelang", **cfg)
+        pr.seqlen_q, pr.seqlen_k, *split_u64(sc.seed), *split_u64(sc.offset), threshold_of(sc.dropout_p),
+        scale_of(sc.dropout_p), H_KV=pr.h_kv, GROUP=pr.group, HEAD_DIM=pr.d, CAUSAL=sc.window[1] is not None,
+        VARLEN=pr.varlen, DROPOUT=sc.dropout_p > 0, backend="tilelang", **cfg)
     return dq.copy_(dq_acc), dk, dv
 
 

@@ -12,8 +12,9 @@ until the bytes are read, and the next step's products wait for its warp), 13.4 
 two-kernel backward 14.4 ms. Consumers handing each other their dS and adding half of dQ's columns each (half
 the bytes) ran at 14.2 ms: the bytes are not what limits (docs/benchmark/flash_attention.md).
 
-Plain scores only (no window beyond the causal mask, no cap, bias or dropout), dense or packed sequences, GQA.
-dQ's atomics add in any order: not for torch.use_deterministic_algorithms. On Triton the groups are dropped and
+No window beyond the causal mask, no cap or bias; dropout (DROPOUT: dV takes the dropped probabilities, dS the
+dropped dP, the mask drawn once a step for both); dense or packed sequences, GQA. dQ's atomics add in any order:
+not for torch.use_deterministic_algorithms. On Triton the groups are dropped and
 the blocks run in program order (docs/language.md, "Warp groups").
 """
 from __future__ import annotations
@@ -23,8 +24,10 @@ import triton.language as tl
 
 import tle
 from tle.examples import default_tolerance
-from tle.kernels.attention_parts import (CAUSAL, Problem, _example_inputs, _sequence, _torch_backward, _torch_forward,
-                                         cu_or_dummy, nan_like)
+from tle.kernels.attention_parts import (CAUSAL, Problem, Scores, _dropout_keep, _example_inputs, _sequence,
+                                         _torch_backward, _torch_forward, cu_or_dummy, nan_like)
+from tle.kernels.dropout_add import scale_of, threshold_of
+from tle.kernels.philox import split_u64
 from tle.kernels.flash_attention_warp_groups import _rows_in_shared
 from tle.oplib.arith import cdiv
 
@@ -48,9 +51,12 @@ def _copy_queries(q_base, do_base, lse_base, delta_base, stride_qm, stride_dom, 
 
 @tle.jit
 def _key_step(dk, dv, k_buf, v_buf, q_buf, do_buf, lse_buf, delta_buf, dq_buf, m0, rows, n0, cols, diag, qk_scale,
-              sm_scale, CAUSAL: tl.constexpr, HALF: tl.constexpr):
+              sm_scale, bh, seqlen_q, seqlen_k, seed_lo, seed_hi, offset_lo, offset_hi, drop_threshold, drop_scale,
+              CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, BLOCK_M: tl.constexpr, HALF: tl.constexpr):
     """One query block for one consumer's keys, all transposed ([keys, queries]): P from the saved lse, dV += P^T
-    dO, dS = P (dP - delta), dK += dS^T q, and the keys' share of the block's dQ, dS K, into dq_buf."""
+    dO, dS = P (dP - delta), dK += dS^T q, and the keys' share of the block's dQ, dS K, into dq_buf. DROPOUT: dV
+    takes the dropped probabilities and dS the dropped dP, the mask drawn once for both (the two-kernel backward
+    draws it in each kernel)."""
     q = tle.gpu.local_load(q_buf)
     do = tle.gpu.local_load(do_buf)
     s_t = tl.dot(tle.gpu.local_load(k_buf), tl.trans(q))
@@ -58,8 +64,15 @@ def _key_step(dk, dv, k_buf, v_buf, q_buf, do_buf, lse_buf, delta_buf, dq_buf, m
     if CAUSAL:
         if m0 + diag < n0 + HALF - 1:      # only blocks that cross the diagonal pay for the mask
             p_t = tl.where(cols[:, None] <= rows[None, :] + diag, p_t, 0.0)
-    dv = tl.dot(p_t.to(do.dtype), do, dv)
+    if DROPOUT:
+        kept = _dropout_keep(m0, tl.arange(0, BLOCK_M)[None, :], n0, tl.arange(0, HALF)[:, None], bh, seqlen_q,
+                             seqlen_k, seed_lo, seed_hi, offset_lo, offset_hi, drop_threshold)
+        dv = tl.dot(tl.where(kept, p_t * drop_scale, 0.0).to(do.dtype), do, dv)
+    else:
+        dv = tl.dot(p_t.to(do.dtype), do, dv)
     dp_t = tl.dot(tle.gpu.local_load(v_buf), tl.trans(do))
+    if DROPOUT:
+        dp_t = tl.where(kept, dp_t * drop_scale, 0.0)
     ds_t = (p_t * (dp_t - tle.gpu.local_load(delta_buf)[None, :])).to(q.dtype)
     dk = tl.dot(ds_t, q, dk)
     tle.gpu.local_store(dq_buf, tl.dot(tl.trans(ds_t), tle.gpu.local_load(k_buf)) * sm_scale)
@@ -82,18 +95,19 @@ def _store_keys(dk_base, dv_base, stride_dkn, stride_dvn, cols, len_k, dk, dv, s
     tl.store(dv_base + cols[:, None] * stride_dvn + offs_d[None, :], dv.to(dv_base.dtype.element_ty), mask=col_ok)
 
 
-@tle.jit
+@tle.jit(do_not_specialize=("seed_lo", "seed_hi", "offset_lo", "offset_hi", "drop_threshold"))
 def flash_attention_bwd_warp_groups_kernel(
         q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, dq_ptr, cu_q_ptr, cu_k_ptr, sm_scale,
         stride_qb, stride_qm, stride_qh, stride_kb, stride_kn, stride_kh, stride_vb, stride_vn, stride_vh,
         stride_dob, stride_dom, stride_doh, stride_dkb, stride_dkn, stride_dkh, stride_dvb, stride_dvn, stride_dvh,
-        stride_dqb, stride_dqm, stride_dqh, stride_lb, stride_lh, seqlen_q, seqlen_k, H_KV: tl.constexpr,
-        GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-        CAUSAL: tl.constexpr, VARLEN: tl.constexpr, LOADER_REGISTERS: tl.constexpr = 24,
-        CONSUMER_REGISTERS: tl.constexpr = 232):
+        stride_dqb, stride_dqm, stride_dqh, stride_lb, stride_lh, seqlen_q, seqlen_k, seed_lo, seed_hi, offset_lo,
+        offset_hi, drop_threshold, drop_scale, H_KV: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, VARLEN: tl.constexpr,
+        DROPOUT: tl.constexpr = False, LOADER_REGISTERS: tl.constexpr = 24, CONSUMER_REGISTERS: tl.constexpr = 232):
     """dK and dV of a block of BLOCK_N keys of one KV head (axis 1 of the grid: batch x KV head), and the share of
     dQ those keys give, added into dq_ptr (fp32, [B, S, H, D] or [total, H, D], zeroed before). The steps run over
-    (query head of the KV head's group, query block) pairs: the GQA sum in dK and dV."""
+    (query head of the KV head's group, query block) pairs: the GQA sum in dK and dV. DROPOUT: the forward's
+    dropout (seed, offset, threshold and scale as flash_attention.score_args gives them)."""
     HALF: tl.constexpr = BLOCK_N // 2
     pid_n = tl.program_id(0)
     b = tl.program_id(1) // H_KV
@@ -131,6 +145,7 @@ def flash_attention_bwd_warp_groups_kernel(
     for step in tle.gpu.pipeline(0, GROUP * n_blocks, 1, num_stages=2):
         g = step // n_blocks
         h = h_kv * GROUP + g
+        bh = b * H_KV * GROUP + h             # the dropout stream's head
         m0 = lo + (step % n_blocks) * BLOCK_M
         rows = m0 + tl.arange(0, BLOCK_M)
         q_buf = tle.gpu.alloc([BLOCK_M, HEAD_DIM], q_ptr.dtype.element_ty)
@@ -145,10 +160,12 @@ def flash_attention_bwd_warp_groups_kernel(
                           HEAD_DIM, BLOCK_M)
         with tle.gpu.warp_group(1):
             dk_a, dv_a = _key_step(dk_a, dv_a, k_a, v_a, q_buf, do_buf, lse_buf, delta_buf, dq_a, m0, rows, n0, cols_a,
-                                   diag, qk_scale, sm_scale, CAUSAL, HALF)
+                                   diag, qk_scale, sm_scale, bh, seqlen_q, seqlen_k, seed_lo, seed_hi, offset_lo,
+                                   offset_hi, drop_threshold, drop_scale, CAUSAL, DROPOUT, BLOCK_M, HALF)
         with tle.gpu.warp_group(2):
             dk_b, dv_b = _key_step(dk_b, dv_b, k_b, v_b, q_buf, do_buf, lse_buf, delta_buf, dq_b, m0, rows, n0 + HALF,
-                                   cols_b, diag, qk_scale, sm_scale, CAUSAL, HALF)
+                                   cols_b, diag, qk_scale, sm_scale, bh, seqlen_q, seqlen_k, seed_lo, seed_hi,
+                                   offset_lo, offset_hi, drop_threshold, drop_scale, CAUSAL, DROPOUT, BLOCK_M, HALF)
         with tle.gpu.warp_group(3, registers=LOADER_REGISTERS):
             dq_base = dq_ptr + b * stride_dqb + q_start * stride_dqm + h * stride_dqh
             _add_dq(dq_base, stride_dqm, rows, len_q, dq_a, HEAD_DIM)
@@ -167,11 +184,13 @@ def bwd_warp_groups_config(head_dim: int) -> dict:
     return dict(BLOCK_M=64, BLOCK_N=128, num_warps=16)
 
 
-@tle.example(flash_attention_bwd_warp_groups_kernel)
-def _bwd_warp_groups_example(device, size):
+def bwd_warp_groups_launch(device, size, dropout_p: float = 0.0) -> tle.Launch:
+    """A causal launch of the kernel on _example_inputs, with the forward's dropout at dropout_p (a fixed seed and
+    offset), checked against the torch backward of the same probabilities."""
     q, k, v, scale, label = _example_inputs(device, size)
     pr = Problem(q, k, None, None, None, None)
-    out, lse = _torch_forward(q, k, v, None, None, CAUSAL, scale)
+    sc = Scores(window=CAUSAL.window, dropout_p=dropout_p, seed=0x1234_5678_9ABC_DEF0, offset=96)
+    out, lse = _torch_forward(q, k, v, None, None, sc, scale)
     do = torch.randn(q.shape, generator=torch.Generator().manual_seed(1)).to(q.device, q.dtype)
     delta = (out.float() * do.float()).sum(-1).transpose(1, 2).contiguous()
     dk, dv = nan_like(k), nan_like(v)
@@ -179,13 +198,20 @@ def _bwd_warp_groups_example(device, size):
     cfg = bwd_warp_groups_config(pr.d)
 
     refs = dict(zip(("dq", "dk", "dv"), _torch_backward(do.float(), q.float(), k.float(), v.float(), out.float(), lse,
-                                                        None, None, CAUSAL, scale)))
+                                                        None, None, sc, scale)))
     return tle.Launch(grid=(cdiv(pr.seqlen_k, cfg["BLOCK_N"]), pr.b * pr.h_kv),
                       args=(q, k, v, do, lse, delta, dk, dv, dq, cu_or_dummy(None, lse), cu_or_dummy(None, lse), scale,
                             *pr.strides(q), *pr.strides(k), *pr.strides(v), *pr.strides(do), *pr.strides(dk),
-                            *pr.strides(dv), *pr.strides(dq), *pr.lse_strides(lse), pr.seqlen_q, pr.seqlen_k),
-                      kwargs=dict(H_KV=pr.h_kv, GROUP=pr.group, HEAD_DIM=pr.d, CAUSAL=True, VARLEN=False, **cfg),
+                            *pr.strides(dv), *pr.strides(dq), *pr.lse_strides(lse), pr.seqlen_q, pr.seqlen_k,
+                            *split_u64(sc.seed), *split_u64(sc.offset), threshold_of(dropout_p), scale_of(dropout_p)),
+                      kwargs=dict(H_KV=pr.h_kv, GROUP=pr.group, HEAD_DIM=pr.d, CAUSAL=True, VARLEN=False,
+                                  DROPOUT=dropout_p > 0, **cfg),
                       outputs={"dq": dq, "dk": dk, "dv": dv}, reference=lambda: refs,
                       flops=5 * pr.b * pr.h * pr.seqlen_q * pr.seqlen_k * pr.d, label=label, accumulates=("dq",),
                       # dQ is fp32 but sums products of q.dtype tiles: q.dtype's tolerance
                       tolerances={"dq": default_tolerance(refs["dq"], q.dtype)})
+
+
+@tle.example(flash_attention_bwd_warp_groups_kernel)
+def _bwd_warp_groups_example(device, size):
+    return bwd_warp_groups_launch(device, size, dropout_p=0.25)

@@ -1,8 +1,10 @@
 """flash_attention's warp-group backward (kernels/flash_attention_bwd_warp_groups.py) on the GPU: the gradients the
 operator returns on TileLang (the warp-group kernel where bwd_warp_groups_applies, else the two kernels) against
-the torch reference in fp32, dense (causal and not, GQA); the warp-group kernel on packed sequences, which the
-operator does not give it (measured slower there); and under torch.use_deterministic_algorithms the two-kernel
-backward, whose two runs give the same bits."""
+the torch reference in fp32, dense (causal and not, GQA); with dropout (scaled_dot_product_attention's), the
+warp-group kernel against the torch reference drawing the same mask, with the causal mask too (the operator takes
+the two kernels there); the warp-group kernel on packed sequences, which the operator does not give it (measured
+slower there); and under torch.use_deterministic_algorithms the two-kernel backward, whose two runs give the same
+bits."""
 import pytest
 import torch
 
@@ -39,6 +41,30 @@ def test_dense(d, causal, shape):
     got = _grads(q, k, v, causal, "tilelang")
     ref = _grads(q.float(), k.float(), v.float(), causal, "torch")
     _check(got, ref)
+
+
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("shape", [(2, 4, 4, 384, 384), (1, 8, 2, 200, 328)])
+def test_dropout(d, causal, shape, monkeypatch):
+    b, h, h_kv, s_q, s_k = shape
+    if causal:
+        s_k = s_q       # SDPA's causal mask (top-left) is the kernel's (bottom-right) only at equal lengths
+    taken = fa.bwd_warp_groups_applies(d, "tilelang", sm90=True,
+                                       scores=Scores(window=(None, 0) if causal else (None, None), dropout_p=0.2))
+    assert taken == (not causal)
+    monkeypatch.setattr(fa, "bwd_warp_groups_applies", lambda *a, **kw: True)
+    torch.manual_seed(0)
+    q = torch.randn(b, h, s_q, d, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(b, h_kv, s_k, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+
+    def grads(q, k, v, backend):
+        q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+        out = tle.ops.scaled_dot_product_attention(q, k, v, dropout_p=0.2, is_causal=causal, enable_gqa=h != h_kv,
+                                                   seed=7, offset=2**32 - 64, backend=backend)
+        do = torch.randn(out.shape, generator=torch.Generator(device="cuda").manual_seed(2), device="cuda")
+        return torch.autograd.grad(out, (q, k, v), do.to(out.dtype))
+    _check(grads(q, k, v, "tilelang"), grads(q.float(), k.float(), v.float(), "torch"))
 
 
 @pytest.mark.parametrize("causal", [True, False])
