@@ -63,7 +63,7 @@ def T(cfg):
 
 
 DROPOUT = 0.1                                 # the shapes named drop*: SDPA with this dropout
-SHAPES = {"drop128c": (4, 32, 4096, 128, True), "d128c": (4, 32, 8192, 128, True), "d128f": (4, 32, 8192, 128, False), "d64c": (32, 16, 1024, 64, True),
+SHAPES = {"drop128c": (4, 32, 4096, 128, True), "drop128f": (4, 32, 4096, 128, False), "d128c": (4, 32, 8192, 128, True), "d128f": (4, 32, 8192, 128, False), "d64c": (32, 16, 1024, 64, True),
           "d64f": (32, 16, 1024, 64, False), "d256": (2, 16, 4096, 256, False)}
 FWD = {"d128c": [C(128, 128, 8, 2), T(C(128, 128, 8, 2)), T(C(128, 128, 8, 3)), T(C(128, 64, 8, 3)),
                  T(C(128, 64, 4, 3))],
@@ -112,7 +112,7 @@ def cases():
         for name, kvs in ATOMIC.items():
             out += [(name, "bwd", be, (kv, BWD[name][1][0])) for kv in kvs]
         if be == "tilelang":
-            out += [(name, "bwd", be, c) for name in ("d128c", "d128f", "d64c", "d64f")
+            out += [(name, "bwd", be, c) for name in ("d128c", "d128f", "d64c", "d64f", "drop128c", "drop128f")
                     for c in (BWD_WARP_GROUPS, TWO_KERNELS)]
     return out
 
