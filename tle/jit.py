@@ -198,7 +198,7 @@ class Kernel:
 
     def _key(self, values, backend, grid):
         """The specialization key of a launch (without backend and launch options), and its tensors' device."""
-        key, device, first_tensor = [], None, None
+        key, device, first_tensor, meta = [], None, None, False
         shapes, ints = backend.specializes_shapes, backend.specializes_ints
         for (name, is_constexpr, unspecialized), v in zip(self._params, values):
             t = type(v)
@@ -211,10 +211,11 @@ class Kernel:
             elif t is torch.Tensor or isinstance(v, torch.Tensor):
                 if device is None:
                     device, first_tensor = v.device, name
+                    meta = device.type == "meta"      # asked once: a device's type costs as much as the rest
                 elif v.device != device:
                     raise LaunchError(f"{self.__name__}: argument '{name}' is on {v.device}, but '{first_tensor}' is "
                                       f"on {device}; a launch takes all its tensors on one device")
-                aligned = device.type == "meta" or v.data_ptr() % 16 == 0
+                aligned = meta or v.data_ptr() % 16 == 0
                 key.append((v.dtype, aligned, v.shape, v.stride()) if shapes else (v.dtype, aligned))
             elif ints and type(v) is int and not unspecialized:
                 _scalar_kind(self.__name__, name, v)     # rejects ints that do not fit in 64 bits
