@@ -14,8 +14,8 @@ the bytes) ran at 14.2 ms: the bytes are not what limits (docs/benchmark/flash_a
 
 No window beyond the causal mask, no cap or bias; dropout (DROPOUT: dV takes the dropped probabilities, dS the
 dropped dP, the mask drawn once a step for both); dense or packed sequences, GQA. dQ's atomics add in any order:
-not for torch.use_deterministic_algorithms. On Triton the groups are dropped and
-the blocks run in program order (docs/language.md, "Warp groups").
+not for torch.use_deterministic_algorithms. On Triton the groups are dropped and the blocks run in program order
+(docs/language.md, "Warp groups").
 """
 from __future__ import annotations
 
