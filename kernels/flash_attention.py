@@ -35,7 +35,6 @@ Kernels, each one text lowered to Triton and to TileLang:
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
 import torch
 import triton.language as tl
@@ -676,9 +675,14 @@ def descriptors_if_aligned(cfg: dict, *tensors: torch.Tensor) -> dict:
     return cfg if not cfg.get("DESC") or tma_aligned(*tensors) else dict(cfg, DESC=False)
 
 
+def _unshaped(sc: Scores) -> bool:
+    """No cap or bias, and no window beyond the causal mask (dropout aside): the warp-group backward's scores."""
+    return sc.window in ((None, None), (None, 0)) and sc.softcap == 0 and sc.bias is None
+
+
 def _plain(sc: Scores) -> bool:
     """No cap, bias or dropout, and no window beyond the causal mask: what the warp-group forward computes."""
-    return sc.window in ((None, None), (None, 0)) and sc.softcap == 0 and sc.bias is None and sc.dropout_p == 0
+    return _unshaped(sc) and sc.dropout_p == 0
 
 
 def fwd_kernel(head_dim: int, max_seqlen_q: int, backend: str, *, sm90: bool, scale: float = 1.0,
@@ -739,7 +743,7 @@ def bwd_warp_groups_applies(head_dim: int, backend: str, *, sm90: bool, scores: 
     shape_ok = head_dim == 128 or (head_dim == 64 and scores.window[1] is None)
     dropout_ok = scores.dropout_p == 0 or scores.window[1] is None
     return (backend == "tilelang" and sm90 and shape_ok and dropout_ok and not varlen
-            and _plain(replace(scores, dropout_p=0.0)) and not torch.are_deterministic_algorithms_enabled())
+            and _unshaped(scores) and not torch.are_deterministic_algorithms_enabled())
 
 
 PREPROCESS_BLOCK_M = 64
