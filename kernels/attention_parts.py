@@ -12,7 +12,7 @@ import triton.language as tl
 
 import tle
 from tle.kernels.dropout_add import scale_of, threshold_of
-from tle.kernels.philox import counter_words, stream_words_torch
+from tle.kernels.philox import counter_words, split_u64, stream_words_torch
 from tle.oplib.rows import torch_compute_dtype
 
 
@@ -159,6 +159,16 @@ def _logits(q, kk, scale, sc: Scores):
     if sc.bias is not None:
         s = s + sc.bias.to(s.dtype)
     return s, t
+
+
+# the kernels' dropout arguments, which a launch passes as they are: no recompile for a new seed or offset
+DROPOUT_RUNTIME_INTS = ("seed_lo", "seed_hi", "offset_lo", "offset_hi", "drop_threshold")
+
+
+def dropout_args(sc: Scores) -> tuple:
+    """The kernels' arguments seed_lo .. drop_scale for `sc` (the seed's and offset's 32-bit halves, the threshold a
+    word must reach to keep a probability, the scale of a kept one)."""
+    return (*split_u64(sc.seed), *split_u64(sc.offset), threshold_of(sc.dropout_p), scale_of(sc.dropout_p))
 
 
 def dropout_keep(shape, sc: Scores, device):

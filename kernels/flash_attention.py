@@ -43,11 +43,11 @@ import tle
 from tle.kernels import flash_attention_bwd_warp_groups as bwd_warp_groups
 from tle.kernels import flash_attention_warp_groups as warp_groups
 from tle.kernels.flash_attention_bench import bench_eager, bench_flops, bench_make, tilelang_example_peer
-from tle.kernels.attention_parts import (CAUSAL, Problem, Scores, _dense_attention, _dropout_keep, _example_inputs,
-                                         _folded_softmax, _fwd_program, _keep, _sequence, _torch_backward,
-                                         _torch_forward, cu_or_dummy, dropout_keep, nan_like, sequence_slices)
-from tle.kernels.dropout_add import U64, _as_i64, scale_of, threshold_of
-from tle.kernels.philox import split_u64
+from tle.kernels.attention_parts import (CAUSAL, DROPOUT_RUNTIME_INTS, Problem, Scores, _dense_attention, _dropout_keep,
+                                         _example_inputs, _folded_softmax, _fwd_program, _keep, _sequence,
+                                         _torch_backward, _torch_forward, cu_or_dummy, dropout_args, dropout_keep,
+                                         nan_like, sequence_slices)
+from tle.kernels.dropout_add import U64, _as_i64
 from tle.oplib import BenchSpec, Operator, Sample, check_tensor
 from tle.oplib.arith import cdiv
 from tle.oplib.recipe import Recipe, Stage
@@ -216,10 +216,7 @@ def _row_source(base, stride_row, n_rows, HEAD_DIM: tl.constexpr, BLOCK: tl.cons
 
 # seed, offset and threshold change from call to call: runtime values (TileLang compiles in the integer
 # arguments it is not told to keep), so a kernel compiles once per shape
-_RUNTIME_INTS = ("seed_lo", "seed_hi", "offset_lo", "offset_hi", "drop_threshold")
-
-
-@tle.jit(do_not_specialize=_RUNTIME_INTS)
+@tle.jit(do_not_specialize=DROPOUT_RUNTIME_INTS)
 def flash_attention_fwd_kernel(
         q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_q_ptr, cu_k_ptr, sm_scale,
         stride_qb, stride_qm, stride_qh, stride_kb, stride_kn, stride_kh, stride_vb, stride_vn, stride_vh,
@@ -403,7 +400,7 @@ def _dkdv_blocks(dk, dv, k, v, q_src, do_src, lse_base, delta_base, bias_base, s
     return dk, dv
 
 
-@tle.jit(do_not_specialize=_RUNTIME_INTS)
+@tle.jit(do_not_specialize=DROPOUT_RUNTIME_INTS)
 def flash_attention_bwd_dkdv_kernel(
         q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, cu_q_ptr, cu_k_ptr, sm_scale,
         stride_qb, stride_qm, stride_qh, stride_kb, stride_kn, stride_kh, stride_vb, stride_vn, stride_vh,
@@ -558,7 +555,7 @@ def _dq_blocks(dq, q, do, lse2, delta, k_src, v_src, bias_base, stride_kn, strid
     return dq
 
 
-@tle.jit(do_not_specialize=_RUNTIME_INTS)
+@tle.jit(do_not_specialize=DROPOUT_RUNTIME_INTS)
 def flash_attention_bwd_dq_kernel(
         q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, cu_q_ptr, cu_k_ptr, sm_scale,
         stride_qb, stride_qm, stride_qh, stride_kb, stride_kn, stride_kh, stride_vb, stride_vn, stride_vh,
@@ -754,8 +751,7 @@ def score_args(sc: Scores, like: torch.Tensor) -> tuple:
     bias; an open side of the window passes 0, never read)."""
     bias, strides = (sc.bias, tuple(sc.bias.stride())) if sc.bias is not None else (like, (0, 0, 0, 0))
     left, right = sc.window
-    return (bias, *strides, left or 0, right or 0, float(sc.softcap), *split_u64(sc.seed), *split_u64(sc.offset),
-            threshold_of(sc.dropout_p), scale_of(sc.dropout_p))
+    return (bias, *strides, left or 0, right or 0, float(sc.softcap), *dropout_args(sc))
 
 
 def score_flags(sc: Scores) -> dict:
@@ -832,9 +828,8 @@ def _warp_groups_backward(pr, do, q, k, v, lse, delta, dq, dk, dv, cu_q_arg, cu_
     bwd_warp_groups.flash_attention_bwd_warp_groups_kernel[(cdiv(pr.seqlen_k, cfg["BLOCK_N"]), pr.b * pr.h_kv)](
         q, k, v, do, lse, delta, dk, dv, dq_acc, cu_q_arg, cu_k_arg, scale, *pr.strides(q), *pr.strides(k),
         *pr.strides(v), *pr.strides(do), *pr.strides(dk), *pr.strides(dv), *pr.strides(dq_acc), *pr.lse_strides(lse),
-        pr.seqlen_q, pr.seqlen_k, *split_u64(sc.seed), *split_u64(sc.offset), threshold_of(sc.dropout_p),
-        scale_of(sc.dropout_p), H_KV=pr.h_kv, GROUP=pr.group, HEAD_DIM=pr.d, CAUSAL=sc.window[1] is not None,
-        VARLEN=pr.varlen, DROPOUT=sc.dropout_p > 0, backend="tilelang", **cfg)
+        pr.seqlen_q, pr.seqlen_k, *dropout_args(sc), H_KV=pr.h_kv, GROUP=pr.group, HEAD_DIM=pr.d,
+        CAUSAL=sc.window[1] is not None, VARLEN=pr.varlen, DROPOUT=sc.dropout_p > 0, backend="tilelang", **cfg)
     return dq.copy_(dq_acc), dk, dv
 
 

@@ -24,10 +24,9 @@ import triton.language as tl
 
 import tle
 from tle.examples import default_tolerance
-from tle.kernels.attention_parts import (CAUSAL, Problem, Scores, _dropout_keep, _example_inputs, _sequence,
-                                         _torch_backward, _torch_forward, cu_or_dummy, nan_like)
-from tle.kernels.dropout_add import scale_of, threshold_of
-from tle.kernels.philox import split_u64
+from tle.kernels.attention_parts import (CAUSAL, DROPOUT_RUNTIME_INTS, Problem, Scores, _dropout_keep, _example_inputs,
+                                         _sequence, _torch_backward, _torch_forward, cu_or_dummy, dropout_args,
+                                         nan_like)
 from tle.kernels.flash_attention_warp_groups import _rows_in_shared
 from tle.oplib.arith import cdiv
 
@@ -95,7 +94,7 @@ def _store_keys(dk_base, dv_base, stride_dkn, stride_dvn, cols, len_k, dk, dv, s
     tl.store(dv_base + cols[:, None] * stride_dvn + offs_d[None, :], dv.to(dv_base.dtype.element_ty), mask=col_ok)
 
 
-@tle.jit(do_not_specialize=("seed_lo", "seed_hi", "offset_lo", "offset_hi", "drop_threshold"))
+@tle.jit(do_not_specialize=DROPOUT_RUNTIME_INTS)
 def flash_attention_bwd_warp_groups_kernel(
         q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, dq_ptr, cu_q_ptr, cu_k_ptr, sm_scale,
         stride_qb, stride_qm, stride_qh, stride_kb, stride_kn, stride_kh, stride_vb, stride_vn, stride_vh,
@@ -203,7 +202,7 @@ def bwd_warp_groups_launch(device, size, dropout_p: float = 0.0) -> tle.Launch:
                       args=(q, k, v, do, lse, delta, dk, dv, dq, cu_or_dummy(None, lse), cu_or_dummy(None, lse), scale,
                             *pr.strides(q), *pr.strides(k), *pr.strides(v), *pr.strides(do), *pr.strides(dk),
                             *pr.strides(dv), *pr.strides(dq), *pr.lse_strides(lse), pr.seqlen_q, pr.seqlen_k,
-                            *split_u64(sc.seed), *split_u64(sc.offset), threshold_of(dropout_p), scale_of(dropout_p)),
+                            *dropout_args(sc)),
                       kwargs=dict(H_KV=pr.h_kv, GROUP=pr.group, HEAD_DIM=pr.d, CAUSAL=True, VARLEN=False,
                                   DROPOUT=dropout_p > 0, **cfg),
                       outputs={"dq": dq, "dk": dk, "dv": dv}, reference=lambda: refs,
