@@ -240,10 +240,12 @@ def _bench_bytes(sample, mode):
 
 GELU_OPERATOR = Operator(
     "gelu", fn=gelu, reference=gelu_reference, samples=gelu_samples, grad_inputs=(0,),
-    bench=BenchSpec(shapes=_SHAPES, make=_bench_make, bytes=_bench_bytes,
+    bench=BenchSpec(dry_shapes=[(64, 256), (32, 512)],
+                    shapes=_SHAPES, make=_bench_make, bytes=_bench_bytes,
                     eager=lambda s: (lambda x=s.args[0]: torch.nn.functional.gelu(x)), shape_help="ROWSxCOLS"))
 SILU_OPERATOR = Operator(
     "silu", fn=silu, reference=silu_reference, samples=silu_samples, grad_inputs=(0,),
-    bench=BenchSpec(shapes=_SHAPES, make=_bench_make, bytes=_bench_bytes,
+    bench=BenchSpec(dry_shapes=[(64, 256), (32, 512)],
+                    shapes=_SHAPES, make=_bench_make, bytes=_bench_bytes,
                     eager=lambda s: (lambda x=s.args[0]: torch.nn.functional.silu(x)), shape_help="ROWSxCOLS"))
 OPERATOR = (GELU_OPERATOR, SILU_OPERATOR)

@@ -570,5 +570,6 @@ def _eager(sample):
 OPERATOR = Operator(
     "binary_cross_entropy_with_logits", fn=binary_cross_entropy_with_logits, reference=reference, samples=samples,
     grad_inputs=(0,),
-    bench=BenchSpec(shapes=[(32768, 8192), (32768, 8192, "mean"), (32768, 4096), (65536, 1024), (262144, 128)],
+    bench=BenchSpec(dry_shapes=[(64, 256), (64, 256, "mean")],
+                    shapes=[(32768, 8192), (32768, 8192, "mean"), (32768, 4096), (65536, 1024), (262144, 128)],
                     make=_bench_make, bytes=_bench_bytes, eager=_eager, shape_help="ROWSxCOLS[xREDUCTION]"))

@@ -1228,7 +1228,8 @@ GRAD_TOLERANCES = {torch.float16: (2 ** -10, 2 ** -10)}
 OPERATOR = Operator(
     "flash_attention", fn=flash_attention, reference=reference, samples=samples, grad_inputs=(0, 1, 2),
     dtypes=KERNEL_DTYPES, tolerances=GRAD_TOLERANCES,
-    bench=BenchSpec(shapes=[(4, 32, 32, 8192, 128, "causal"), (4, 32, 32, 8192, 128, "full"),
+    bench=BenchSpec(dry_shapes=[(1, 2, 2, 128, 64, "causal"), (1, 2, 1, 96, 32, "full"), (2, 2, 2, 64, 64, "varlen")],
+                    shapes=[(4, 32, 32, 8192, 128, "causal"), (4, 32, 32, 8192, 128, "full"),
                             (32, 16, 16, 1024, 64, "full"), (32, 16, 16, 1024, 64, "causal"),
                             (8, 32, 8, 4096, 128, "causal"), (2, 16, 16, 4096, 256, "full"),
                             (16, 32, 32, 2048, 128, "varlen")],

@@ -360,12 +360,14 @@ def _bench_make_tanh(shape, dtype, device):
 
 SWIGLU_OPERATOR = Operator(
     "swiglu", fn=swiglu, reference=swiglu_reference, samples=swiglu_samples, grad_inputs=(0, 1),
-    bench=BenchSpec(shapes=_SHAPES, make=_bench_make, bytes=_bench_bytes,
+    bench=BenchSpec(dry_shapes=[(64, 256), (32, 512)],
+                    shapes=_SHAPES, make=_bench_make, bytes=_bench_bytes,
                     eager=lambda s: (lambda g=s.args[0], v=s.args[1]: torch.nn.functional.silu(g) * v),
                     peers={"liger": _liger_swiglu}, shape_help="ROWSxCOLS (of the gate)"))
 GEGLU_OPERATOR = Operator(
     "geglu", fn=geglu, reference=geglu_reference, samples=geglu_samples, grad_inputs=(0, 1),
-    bench=BenchSpec(shapes=_SHAPES, make=_bench_make_tanh, bytes=_bench_bytes,
+    bench=BenchSpec(dry_shapes=[(64, 256), (32, 512)],
+                    shapes=_SHAPES, make=_bench_make_tanh, bytes=_bench_bytes,
                     eager=lambda s: (lambda g=s.args[0], v=s.args[1]:
                                      torch.nn.functional.gelu(g, approximate="tanh") * v),
                     peers={"liger": _liger_geglu}, shape_help="ROWSxCOLS (of the gate)"))

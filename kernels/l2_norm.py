@@ -245,5 +245,6 @@ def _eager(sample):
 
 OPERATOR = Operator(
     "l2_norm", fn=l2_norm, reference=reference, samples=samples, grad_inputs=(0,),
-    bench=BenchSpec(shapes=[(32768, 8192), (65536, 2048), (262144, 512), (1048576, 128)],
+    bench=BenchSpec(dry_shapes=[(64, 256), (32, 512)],
+                    shapes=[(32768, 8192), (65536, 2048), (262144, 512), (1048576, 128)],
                     make=_bench_make, bytes=_bench_bytes, eager=_eager, shape_help="ROWSxCOLS"))

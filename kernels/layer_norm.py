@@ -392,6 +392,7 @@ def _liger(sample):
 
 OPERATOR = Operator(
     "layer_norm", fn=layer_norm, reference=reference, samples=samples, grad_inputs=(0, 1, 2, "weight", "bias"),
-    bench=BenchSpec(shapes=[(32768, 8192), (32768, 4096), (65536, 2048), (65536, 1024), (131072, 512)],
+    bench=BenchSpec(dry_shapes=[(64, 256), (32, 512)],
+                    shapes=[(32768, 8192), (32768, 4096), (65536, 2048), (65536, 1024), (131072, 512)],
                     make=_bench_make, bytes=_bench_bytes, eager=_eager, peers={"liger": _liger},
                     shape_help="ROWSxCOLS"))

@@ -371,11 +371,13 @@ SWEEP = Sweep("M", (16384, 8192, 8192), 0, (1024, 2048, 4096, 8192, 16384, 32768
 OPERATOR = (
     Operator("linear_act", fn=linear_act, reference=linear_act_reference, samples=linear_act_samples,
              grad_inputs=(0, 1, 2), dtypes=KERNEL_DTYPES, tolerances=GRAD_TOLERANCES,
-             bench=BenchSpec(shapes=SHAPES, make=_bench_make, flops=_bench_flops, eager=_eager,
+             bench=BenchSpec(dry_shapes=[(64, 128, 128)],
+                             shapes=SHAPES, make=_bench_make, flops=_bench_flops, eager=_eager,
                              shape_help="MxKxN (x [M, K], weight [N, K]; SiLU)", sweep=SWEEP)),
     Operator("linear_swiglu", fn=linear_swiglu, reference=linear_swiglu_reference, samples=linear_swiglu_samples,
              grad_inputs=(0, 1), dtypes=KERNEL_DTYPES, tolerances=GRAD_TOLERANCES,
-             bench=BenchSpec(shapes=[(16384, 4096, 14336), (8192, 8192, 8192)], make=_swiglu_bench_make,
+             bench=BenchSpec(dry_shapes=[(64, 128, 128)],
+                             shapes=[(16384, 4096, 14336), (8192, 8192, 8192)], make=_swiglu_bench_make,
                              flops=_bench_flops, eager=_swiglu_eager,
                              shape_help="MxKxI (x [M, K], w_gate_up [2I, K])")),
 )

@@ -409,7 +409,8 @@ SHAPES = [(128, 131072, "k50p90"), (128, 131072, "k50"), (128, 131072, "p90"), (
 OPERATOR = (
     Operator("sample", fn=sample, reference=sample_reference, samples=sample_samples,
              forward_only="a sampled token has no gradient",
-             bench=BenchSpec(shapes=SHAPES, make=_bench_make, bytes=_bench_bytes, eager=_eager,
+             bench=BenchSpec(dry_shapes=[(4, 1024, "k50p90"), (4, 1024, "p90")],
+                             shapes=SHAPES, make=_bench_make, bytes=_bench_bytes, eager=_eager,
                              peers={"flashinfer": _flashinfer}, shape_help="BxVxFILTERS (FILTERS: k<top_k>p<top_p in "
                              "hundredths>, e.g. k50p90, k50, p90)", check=_bench_check)),
     Operator("top_k_top_p_mask", fn=top_k_top_p_mask, reference=mask_reference, samples=mask_samples,

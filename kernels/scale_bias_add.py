@@ -287,5 +287,6 @@ def _eager(sample):
 
 OPERATOR = Operator(
     "scale_bias_add", fn=scale_bias_add, reference=reference, samples=samples, grad_inputs=(0, 1, 2, 3),
-    bench=BenchSpec(shapes=[(32768, 8192), (32768, 4096), (65536, 2048), (65536, 1024), (131072, 512)],
+    bench=BenchSpec(dry_shapes=[(64, 256), (32, 512)],
+                    shapes=[(32768, 8192), (32768, 4096), (65536, 2048), (65536, 1024), (131072, 512)],
                     make=_bench_make, bytes=_bench_bytes, eager=_eager, shape_help="ROWSxCOLS"))

@@ -246,7 +246,9 @@ def _eager(sample):
 OPERATOR = Operator(
     "scaled_dot_product_attention", fn=scaled_dot_product_attention, reference=reference, samples=samples,
     grad_inputs=(0, 1, 2), dtypes=KERNEL_DTYPES, tolerances=GRAD_TOLERANCES,
-    bench=BenchSpec(shapes=[(4, 32, 32, 4096, 128, "causal"), (4, 32, 32, 4096, 128, "mask"),
+    bench=BenchSpec(dry_shapes=[(1, 2, 2, 128, 64, "causal"), (1, 2, 2, 128, 64, "mask"),
+                                (1, 2, 1, 128, 64, "dropout0.1")],
+                    shapes=[(4, 32, 32, 4096, 128, "causal"), (4, 32, 32, 4096, 128, "mask"),
                             (4, 32, 32, 4096, 128, "dropout0.1"), (8, 32, 8, 4096, 128, "causal")],
                     make=_bench_make, flops=_sdpa_flops, eager=_eager, check=_bench_check,
                     shape_help="BxHxH_KVxSxEx(causal|mask|dropoutP)"))

@@ -601,5 +601,6 @@ def _eager(sample):
 OPERATOR = Operator(
     "silu_attention", fn=silu_attention, reference=reference, samples=samples, grad_inputs=(0, 1, 2, "attn_bias"),
     dtypes=KERNEL_DTYPES,
-    bench=BenchSpec(shapes=[(4, 32, 4096, 128, "causal"), (4, 32, 4096, 128, "full"), (32, 16, 1024, 64, "causal")],
+    bench=BenchSpec(dry_shapes=[(1, 2, 128, 64, "causal"), (1, 2, 128, 64, "full")],
+                    shapes=[(4, 32, 4096, 128, "causal"), (4, 32, 4096, 128, "full"), (32, 16, 1024, 64, "causal")],
                     make=_bench_make, flops=_bench_flops, eager=_eager, shape_help="BxHxSxDx(causal|full)"))

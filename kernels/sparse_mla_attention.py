@@ -730,7 +730,8 @@ def _tilelang_example_peer(sample):
 
 OPERATOR = Operator(
     "sparse_mla", fn=sparse_mla, reference=reference, samples=samples, grad_inputs=(0, 1), dtypes=KERNEL_DTYPES,
-    bench=BenchSpec(shapes=[(1, 4096, 8192, 128, 512, 64, 2048), (1, 4096, 8192, 64, 512, 64, 2048),
+    bench=BenchSpec(dry_shapes=[(1, 64, 128, 16, 512, 64, 64)],
+                    shapes=[(1, 4096, 8192, 128, 512, 64, 2048), (1, 4096, 8192, 64, 512, 64, 2048),
                             (1, 2048, 4096, 128, 512, 64, 1024)],
                     make=_bench_make, flops=_bench_flops, eager=_eager,
                     peers={"TileLang example": _tilelang_example_peer}, shape_help="BxSxS_KVxHxD_VxTAILxTOPK"))

@@ -32,6 +32,21 @@ def interpret_mode() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
+def interpreter_mismatch() -> str | None:
+    """Why Triton cannot run as TRITON_INTERPRET now asks (None if it can): Triton reads the variable once, at
+    its import, when it makes its own library functions (tl.sigmoid, tl.cdiv, ...) interpreted or compiled;
+    set or unset after that import, every launch fails deep inside Triton."""
+    import triton.language.standard as standard
+    from triton.runtime.interpreter import InterpretedFunction
+    imported_interpreted = isinstance(standard.sigmoid, InterpretedFunction)
+    if interpret_mode() == imported_interpreted:
+        return None
+    now, then = ("set", "unset") if interpret_mode() else ("unset", "set")
+    return (f"TRITON_INTERPRET is {now} now but was {then} when Triton was imported (Triton reads it once, at "
+            f"import); {now} it before Python starts (e.g. TRITON_INTERPRET={int(interpret_mode())} python ...) or "
+            f"before the first import of triton or tle")
+
+
 def _int_class(v):
     """How Triton specializes an int argument: 1 becomes a constant, multiples of 16 are marked divisible
     (None: not a plain int; such launches always go through Triton's jit)."""
@@ -215,6 +230,9 @@ class Backend(api.Backend):
         return None  # triton is a dependency; without a GPU it lowers, compiles stages and interprets
 
     def launch_unavailable_reason(self, device):
+        mismatch = interpreter_mismatch()
+        if mismatch is not None:
+            return mismatch
         if interpret_mode():
             return None if device.type == "cpu" else \
                 "TRITON_INTERPRET=1 runs on CPU tensors; pass CPU tensors or unset TRITON_INTERPRET"

@@ -12,6 +12,7 @@ import torch
 
 from tle.benchmark import cli, page, plot, records
 from tle.benchmark.measure import Case, Row
+from tle.errors import BackendUnavailable
 from tle.oplib.operator import BenchSpec, Operator, Sample, Sweep
 
 
@@ -446,3 +447,73 @@ def test_warm_tasks_and_a_failing_one():
     # a run that raises is a line for the timed run to report, not an error here
     line = warm.run_task(warm.Task("rms_norm", (16, 64), "tilelang", torch.float32, "meta", False))
     assert line.startswith("rms_norm 16x64 tilelang: ") and "compiled" not in line
+
+
+# -- the dry run's shapes, and backends that cannot run here ---------------------------------------------------
+def _scale_on_cuda_only(x, w, *, backend=None):
+    if backend == "tilelang":
+        raise BackendUnavailable("tle.ops.scale: backend 'tilelang' cannot run on cpu here (CUDA tensors only); "
+                                 "usable: torch")
+    return x * w
+
+
+def test_an_unavailable_backend_has_its_own_cell_and_exit_code(tmp_path, capsys):
+    op = dataclasses.replace(OPS["scale"], name="cuda_only", fn=_scale_on_cuda_only)
+    rc = run(["--operator", "cuda_only", "--backends", "triton,tilelang", "--mode", "fwd,bwd", "--no-peers"],
+             tmp_path, {"cuda_only": op})
+    assert rc == cli.EXIT_UNAVAILABLE == 3                  # nothing failed; one backend asked for cannot run here
+    out, err = capsys.readouterr()
+    assert "| tilelang | unavailable | unavailable |" in out and "FAIL" not in out and "| error |" not in out
+    assert "tilelang (every shape): unavailable: tle.ops.scale: backend 'tilelang' cannot run on cpu here" in out
+    assert "tle-bench: unavailable: tle.ops.scale: backend 'tilelang' cannot run on cpu here (CUDA tensors only)" \
+        in err and "usable:" not in err
+    assert {r["backend"] for r in json.load(open(tmp_path / "cuda_only.json"))} == {"torch", "triton", "copy"}
+    # a wrong backend beside an unavailable one: the failure's code
+    wrong = dataclasses.replace(op, fn=lambda x, w, *, backend=None: _scale_on_cuda_only(x, w, backend=backend) + 1)
+    assert run(["--operator", "cuda_only", "--backends", "triton,tilelang", "--mode", "fwd"], tmp_path,
+               {"cuda_only": wrong}) == 1
+
+
+def test_the_dry_run_takes_the_small_shapes(tmp_path, capsys):
+    spec = dataclasses.replace(OPS["scale"].bench, dry_shapes=[(2, 8)])
+    op = dataclasses.replace(OPS["scale"], bench=spec)
+    assert run(["--operator", "scale", "--backends", "triton", "--mode", "fwd", "--no-peers"], tmp_path,
+               {"scale": op}) == 0
+    out = capsys.readouterr().out
+    assert "| implementation | 2x8 bf16 |" in out             # not the GPU shapes 8x16, 4x32
+    assert run(["--operator", "scale", "--backends", "triton", "--mode", "fwd", "--shapes", "4x4"], tmp_path,
+               {"scale": op}) == 0
+    assert "| implementation | 4x4 bf16 |" in capsys.readouterr().out
+
+
+def test_every_operator_has_small_dry_run_shapes():
+    from tle.ops import OPERATORS
+    for name, op in OPERATORS.items():
+        if op.bench is None:
+            continue
+        assert op.bench.dry_shapes, f"{name}: no dry-run shapes"
+        ranks = {len(s) for s in op.bench.shapes}
+        for shape in op.bench.dry_shapes:
+            assert len(shape) in ranks, f"{name}: dry-run shape {shape} is not of the form of {op.bench.shapes}"
+            sample = op.bench.make(shape, torch.float32, torch.device("cpu"))
+            tensors = [t for t in (*sample.args, *sample.kwargs.values()) if isinstance(t, torch.Tensor)]
+            size = sum(t.numel() * t.element_size() for t in tensors)
+            assert 0 < size <= 4 << 20, f"{name}: dry-run shape {shape} makes {size} bytes of inputs"
+
+
+def test_the_command_on_a_machine_without_a_gpu(tmp_path):
+    """`tle-bench --device cpu` as a user starts it (no TRITON_INTERPRET): it starts again with it set, runs
+    rms_norm's dry-run shapes, Triton in its interpreter, TileLang unavailable: exit 3."""
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    p = subprocess.run([sys.executable, "-m", "tle.benchmark", "--device", "cpu", "--operator", "rms_norm",
+                        "--no-compile", "--no-peers", "--mode", "fwd"], capture_output=True, text=True, env=env,
+                       cwd=tmp_path, timeout=600)
+    assert p.returncode == 3, p.stderr[-2000:]
+    assert "starting again with TRITON_INTERPRET=1" in p.stderr
+    assert "| implementation | 64x256 bf16 | 32x512 bf16 |" in p.stdout
+    triton_row = next(line for line in p.stdout.splitlines() if line.startswith("| triton |"))
+    assert "error" not in triton_row and "unavailable" not in triton_row and "FAIL" not in triton_row
+    assert "| tilelang | unavailable | unavailable |" in p.stdout
+    assert "tle-bench: unavailable: tle.ops.rms_norm: backend 'tilelang' cannot run on cpu here" in p.stderr

@@ -182,3 +182,19 @@ def test_backend_precedence_call_decorator_env_default(monkeypatch):
     assert select.choose("a", "b") == "a" and select.choose(None, "b") == "b"
     monkeypatch.setenv("TLE_BACKEND", "c")
     assert select.choose(None, None) == "c" and select.choose(None, "b") == "b"
+
+
+def test_triton_interpret_changed_after_triton_was_imported(monkeypatch):
+    """Triton reads TRITON_INTERPRET once, at import (this suite sets it before); unset or set afterwards, a launch
+    would fail deep inside Triton: the launch says what happened and what to do instead."""
+    x = torch.randn(64)
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    with pytest.raises(tle.LaunchError, match=r"TRITON_INTERPRET is unset now but was set when Triton was imported "
+                                              r"\(Triton reads it once, at import\); unset it before Python starts"):
+        scale[(1,)](x, torch.empty_like(x), 64, BLOCK=64, backend="triton")
+    with pytest.raises(tle.BackendUnavailable, match="TRITON_INTERPRET is unset now but was set"):
+        rms_norm(x.view(4, 16), torch.ones(16), backend="triton")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    out = torch.empty_like(x)
+    scale[(1,)](x, out, 64, BLOCK=64, backend="triton")       # as imported: it runs
+    assert torch.equal(out, 2 * x)

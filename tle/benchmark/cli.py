@@ -12,9 +12,12 @@ for an operator whose BenchSpec counts flops, and the ratio to torch); merges th
 --sweep measures the shapes of the operator's sweep (BenchSpec.sweep: one size taken over several values,
 e.g. the sequence length T); the page gives them a table and a plot, <out>/<op>-<mode>-<axis>.png, of ms
 and the throughput against that size.
-Exits 1 when a tle backend failed its check or raised, 2 on a usage error or without CUDA. `--device cpu`
+Exits 1 when a tle backend failed its check or raised, 2 on a usage error or without CUDA, 3 when nothing
+failed but a tle backend asked for cannot run on this device (its cells say "unavailable"). `--device cpu`
 is a dry run of the loop with a wall-clock timer, for tests: never a measurement (it writes files only
-with --out). torch.compile compiles once per shape and input kind (forward; forward with gradients), the
+with --out). It runs each operator's small dry-run shapes (BenchSpec.dry_shapes) unless --shapes says
+otherwise, and Triton in its interpreter: started as a program without TRITON_INTERPRET, it starts again
+with TRITON_INTERPRET=1 (Triton reads it at import). TileLang kernels run on CUDA only: unavailable there. torch.compile compiles once per shape and input kind (forward; forward with gradients), the
 bulk of a run's time: --no-compile skips it. Where the tree has no .git (a copy on a GPU machine), set
 TLE_COMMIT."""
 from __future__ import annotations
@@ -32,6 +35,7 @@ from tle.benchmark.measure import MODES, TBS, Options, bench_operator, metric_of
 from tle.benchmark.progress import Progress
 from tle.benchmark.provenance import observation
 from tle.benchmark.timing import timer_for
+from tle.lowering.triton.backend import interpret_mode
 from tle.oplib.backend import KERNEL_BACKENDS, OP_BACKENDS
 
 DTYPES = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16,
@@ -41,6 +45,7 @@ DEFAULT_MODES = "fwd,bwd"
 DEFAULT_OUT = os.path.join("docs", "benchmark")
 NO_CUDA = ("tle-bench: no CUDA device here; benchmarks run on a GPU machine "
            "(see README: source .device/setup.sh && tle-bench ...)")
+EXIT_UNAVAILABLE = 3         # nothing failed, but a tle backend asked for cannot run on this device
 _SIZE = re.compile(r"^(\d+|[A-Za-z_][A-Za-z0-9_]*)$")
 
 
@@ -209,6 +214,7 @@ def write_sweep_plots(out_dir: str, op, records_: list[dict], dtype, metric: str
 
 
 def main(argv=None, operators: dict | None = None) -> int:
+    from_command_line = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     if operators is None:
         from tle.ops import OPERATORS as operators
@@ -217,6 +223,11 @@ def main(argv=None, operators: dict | None = None) -> int:
         list_operators(operators)
         return 0
     device = args.torch_device
+    if device.type == "cpu" and from_command_line and "triton" in args.backend_list and not interpret_mode():
+        print("tle-bench: --device cpu: starting again with TRITON_INTERPRET=1 (Triton runs in its interpreter)",
+              file=sys.stderr, flush=True)
+        os.execve(sys.executable, [sys.executable, "-m", "tle.benchmark", *argv],
+                  {**os.environ, "TRITON_INTERPRET": "1"})
     if device.type == "cuda" and not torch.cuda.is_available():
         print(NO_CUDA, file=sys.stderr)
         return 2
@@ -234,7 +245,14 @@ def main(argv=None, operators: dict | None = None) -> int:
         if args.torch_dtype not in op.dtypes:
             print(f"tle-bench: {name} does not take {args.dtype}; skipped", file=sys.stderr)
             continue
-        shapes = op.bench.sweep.shapes() if args.sweep else (args.shape_list or [tuple(s) for s in op.bench.shapes])
+        if args.sweep:
+            shapes = op.bench.sweep.shapes()
+        elif args.shape_list:
+            shapes = args.shape_list
+        elif device.type == "cpu" and op.bench.dry_shapes:
+            shapes = [tuple(s) for s in op.bench.dry_shapes]
+        else:
+            shapes = [tuple(s) for s in op.bench.shapes]
         plans.append((op, shapes))
     out_dir = args.out if args.out is not None else (DEFAULT_OUT if device.type == "cuda" else None)
     for op, _ in plans if out_dir else ():
@@ -250,10 +268,13 @@ def main(argv=None, operators: dict | None = None) -> int:
     progress = Progress(sum(len(shapes) * len(args.modes) for _, shapes in plans))
     failed = False
     written = []
+    unavailable = {}                           # tle backend -> why it cannot run here
     for op, shapes in plans:
         cases = bench_operator(op, shapes, args.torch_dtype, args.modes, options, timer, device, progress)
         failed |= any(c.failed for c in cases)
         failed |= any(r.kind == "tle" and r.status in ("fail", "error") for c in cases for r in c.rows)
+        unavailable.update({r.impl: r.note for c in cases for r in c.rows
+                            if r.kind == "tle" and r.status == "unavailable"})
         order = [shape_label(s, args.torch_dtype) for s in shapes] + \
                 page.shape_labels(op, op.bench.shapes)
         progress.clear()
@@ -280,7 +301,11 @@ def main(argv=None, operators: dict | None = None) -> int:
         print("note: --device cpu is a dry run of the loop (wall-clock times), not a measurement"
               + ("" if out_dir else "; nothing written (--out DIR writes the records, page and plots)"),
               file=sys.stderr)
-    return 1 if failed else 0
+    for why in unavailable.values():
+        print(f"tle-bench: unavailable: {why}", file=sys.stderr)
+    if failed:
+        return 1
+    return EXIT_UNAVAILABLE if unavailable else 0
 
 
 if __name__ == "__main__":

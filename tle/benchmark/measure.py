@@ -20,6 +20,7 @@ import torch
 from tle.benchmark import check as checks
 from tle.benchmark.provenance import SHORT_DTYPES
 from tle.benchmark.timing import copy_ms, tb_per_s, tflop_per_s
+from tle.errors import BackendUnavailable
 from tle.oplib.backend import KERNEL_BACKENDS
 from tle.oplib.operator import Operator, Sample
 
@@ -32,7 +33,8 @@ TBS, TFLOPS = "TB/s", "TFLOP/s"
 @dataclass
 class Row:
     """One implementation at one case. status: "ok" (timed), "fail" (wrong result, not timed), "error" (it
-    raised), "skip" (not run here: a peer's package missing, or a case the peer lacks)."""
+    raised), "skip" (not run here: a peer's package missing, or a case the peer lacks), "unavailable" (a tle
+    backend that cannot run on this device: TileLang on the CPU, say; tle.errors.BackendUnavailable)."""
     impl: str
     kind: str                   # "anchor", "compile", "peer", "tle", "copy"
     status: str = "ok"
@@ -147,6 +149,11 @@ def _why(e: BaseException) -> str:
     return f"{type(e).__name__}: {first}"[:200]
 
 
+def _unavailable_why(e: BackendUnavailable) -> str:
+    """Why a backend cannot run here, without the list of what can (the run's other rows say that)."""
+    return (str(e).strip().splitlines() or [""])[0].split("; usable:")[0][:200]
+
+
 # -- one case --------------------------------------------------------------------------------------------------
 @dataclass
 class Options:
@@ -242,6 +249,8 @@ def _measure(name, kind, factory, spec, s, leaves, names, mode, dtype, n_out, up
         fn = factory()
     except ImportError as e:
         return Row(name, kind, "skip", note=f"not installed ({_why(e)})")
+    except BackendUnavailable as e:
+        return Row(name, kind, "unavailable", note=_unavailable_why(e))
     except Exception as e:  # noqa: BLE001
         return Row(name, kind, "error", note=_why(e))
     if fn is None:
@@ -261,6 +270,8 @@ def _measure(name, kind, factory, spec, s, leaves, names, mode, dtype, n_out, up
             row.error = float(err) if err is not None else None
     except ImportError as e:
         return Row(name, kind, "skip", note=f"not installed ({_why(e)})")
+    except BackendUnavailable as e:
+        return Row(name, kind, "unavailable", note=_unavailable_why(e))
     except AssertionError as e:
         if kind != "anchor":
             return Row(name, kind, "fail", note=str(e).strip().splitlines()[0] if str(e).strip() else "wrong result")

@@ -10,7 +10,7 @@ from tle.oplib.backend import KERNEL_BACKENDS
 
 ORDER_HEAD = (ANCHOR, COMPILED)
 ORDER_TAIL = (TLE_TORCH, *KERNEL_BACKENDS)
-STATUS_CELL = {"fail": "FAIL", "error": "error", "skip": "skipped"}
+STATUS_CELL = {"fail": "FAIL", "error": "error", "skip": "skipped", "unavailable": "unavailable"}
 
 
 def observation_of(r: dict) -> tuple:
@@ -63,7 +63,7 @@ def table(mode: str, records: list[dict], cases: list, latest: dict | None, metr
                 text += f" ({value_of(row) / value_of(anchor):.2f}x)"
             return text
         rec = by_key.get((shape, impl))
-        if row is not None and row.status != "skip" or rec is None:
+        if row is not None and row.status not in ("skip", "unavailable") or rec is None:
             return STATUS_CELL.get(row.status, "") if row is not None else ""
         text = fmt(rec["value"])
         anchor = by_key.get((shape, ANCHOR))

@@ -82,7 +82,9 @@ class BenchSpec:
         for an output that takes none). Its docstring's first line is the error criterion the benchmark page
         states;
     sweep: None, or a Sweep of one size: `tle-bench --sweep` measures its shapes, and the page adds a table and
-        a plot against that size."""
+        a plot against that size;
+    dry_shapes: small shapes of the same form, what `tle-bench --device cpu` runs by default (a dry run of the
+        loop on a machine without a GPU, Triton in its interpreter): seconds, not the GPU shapes' minutes."""
     shapes: list[tuple]
     make: Callable
     eager: Callable
@@ -92,6 +94,7 @@ class BenchSpec:
     shape_help: str = ""          # how a shape string reads, e.g. "ROWSxCOLS"
     check: Callable | None = None
     sweep: Sweep | None = None
+    dry_shapes: list[tuple] = field(default_factory=list)
 
     def __post_init__(self):
         if self.bytes is None and self.flops is None:
