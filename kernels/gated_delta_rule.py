@@ -764,7 +764,7 @@ OPERATOR = (
     Operator("chunk_gated_delta_rule", fn=chunk_gated_delta_rule, reference=reference, samples=samples,
              grad_inputs=(0, 1, 2, 3, 4, "initial_state"),
              dtypes=(torch.float16, torch.bfloat16, torch.float32), tolerances=EXAMPLE_ERROR_RTOL,
-             bench=BenchSpec(dry_shapes=[(1, 128, 2, 64), (1, 256, 2, 64, 3)],
+             bench=BenchSpec(dry_shapes=[(1, 128, 2, 64), (1, 256, 2, 64, 4)],
                              shapes=[(1, 32768, 32, 128), (4, 4096, 16, 128), (1, 32768, 32, 128, 64), (1, 32768, 32, 64),
                                      (1, 16384, 16, 256)],
                              make=_bench_make, flops=_bench_flops, eager=_eager, peers={"fla": _fla_peer},

@@ -409,7 +409,7 @@ SHAPES = [(128, 131072, "k50p90"), (128, 131072, "k50"), (128, 131072, "p90"), (
 OPERATOR = (
     Operator("sample", fn=sample, reference=sample_reference, samples=sample_samples,
              forward_only="a sampled token has no gradient",
-             bench=BenchSpec(dry_shapes=[(4, 1024, "k50p90"), (4, 1024, "p90")],
+             bench=BenchSpec(dry_shapes=[(2, 256, "k50p90"), (2, 256, "p90")],
                              shapes=SHAPES, make=_bench_make, bytes=_bench_bytes, eager=_eager,
                              peers={"flashinfer": _flashinfer}, shape_help="BxVxFILTERS (FILTERS: k<top_k>p<top_p in "
                              "hundredths>, e.g. k50p90, k50, p90)", check=_bench_check)),

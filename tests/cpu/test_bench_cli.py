@@ -517,3 +517,19 @@ def test_the_command_on_a_machine_without_a_gpu(tmp_path):
     assert "error" not in triton_row and "unavailable" not in triton_row and "FAIL" not in triton_row
     assert "| tilelang | unavailable | unavailable |" in p.stdout
     assert "tle-bench: unavailable: tle.ops.rms_norm: backend 'tilelang' cannot run on cpu here" in p.stderr
+
+
+def test_the_check_takes_the_operators_own_tolerance(tmp_path, capsys):
+    """An operator whose kernels round more declares it (Operator.tolerances); the benchmark holds every
+    implementation to that, as the operator's tests do, and the page says so."""
+    def off(x, w, *, backend=None):               # 3% high on "triton": past bf16's default rtol of 2^-7
+        return x * w * (1.03 if backend == "triton" else 1.0)
+    op = dataclasses.replace(OPS["scale"], name="rounds_more", fn=off)
+    args = ["--operator", "rounds_more", "--backends", "triton", "--mode", "fwd", "--no-peers", "--shapes", "8x16"]
+    assert run(args, tmp_path, {"rounds_more": op}) == 1
+    assert "| triton | FAIL |" in capsys.readouterr().out
+    loose = dataclasses.replace(op, tolerances={torch.bfloat16: (2 ** -4, 2 ** -4)})
+    assert run(args, tmp_path, {"rounds_more": loose}) == 0
+    assert "| triton | FAIL |" not in capsys.readouterr().out
+    page_text = open(tmp_path / "rounds_more.md").read()
+    assert "rtol 0.0625 and atol 0.0625 x max|ref| of that tensor (the operator's own tolerance)" in page_text

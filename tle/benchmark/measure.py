@@ -228,7 +228,7 @@ def run_case(op: Operator, sample: Sample, label: str, mode: str, dtype: torch.d
             s_row, leaves_row = prepared(cloned(sample), keys)      # there): it gets copies of its own
             factory = (lambda f=spec.peers[name], s_row=s_row: f(s_row))
         case.rows.append(_measure(name, kind, factory, spec, s_row, leaves_row, names, mode, dtype, n_out, upstream,
-                                  ref_outs, ref_grads, timer))
+                                  ref_outs, ref_grads, timer, op.tolerances.get(dtype)))
         del s_row, leaves_row
     if in_flops:                       # no bandwidth ceiling to show
         return case
@@ -240,7 +240,7 @@ def run_case(op: Operator, sample: Sample, label: str, mode: str, dtype: torch.d
 
 
 def _measure(name, kind, factory, spec, s, leaves, names, mode, dtype, n_out, upstream, ref_outs, ref_grads,
-             timer) -> Row:
+             timer, own_tolerance=None) -> Row:
     row = Row(name, kind)
     # each implementation gets its own copy of the upstream gradients: a peer may write its input gradient
     # into them (Liger's RMSNorm does, by default), which would feed the next implementation garbage
@@ -259,12 +259,12 @@ def _measure(name, kind, factory, spec, s, leaves, names, mode, dtype, n_out, up
     try:
         outs = as_tuple(fn())[:n_out]
         if spec.check is None:
-            row.error = checks.compare(outs, (), ref_outs, (), dtype)
+            row.error = checks.compare(outs, (), ref_outs, (), dtype, own=own_tolerance)
         grads = ()
         if leaves:
             grads = input_grads(outs, leaves, upstream[:len(outs)], retain=(mode == "bwd"))
             if spec.check is None:
-                row.error = max(row.error or 0.0, checks.compare((), grads, (), ref_grads, dtype, names))
+                row.error = max(row.error or 0.0, checks.compare((), grads, (), ref_grads, dtype, names, own_tolerance))
         if spec.check is not None:
             err = spec.check(s, outs, grads, list(upstream[:len(outs)]))
             row.error = float(err) if err is not None else None

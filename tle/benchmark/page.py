@@ -130,7 +130,8 @@ def render(op, command: str, observation: dict, records: list[dict], cases: list
     dtypes = list(dict.fromkeys(s.rsplit(" ", 1)[-1] for s in shapes if " " in s))
     for d in dtypes:
         if d in LONG_DTYPES:
-            lines.append(f"- {d}: {checks.criteria(LONG_DTYPES[d], spec.check if spec else None)}")
+            dtype = LONG_DTYPES[d]
+            lines.append(f"- {d}: {checks.criteria(dtype, spec.check if spec else None, op.tolerances.get(dtype))}")
     lines += ["", "## Latest observation", "",
               f"- date {observation.get('date')}, commit {observation.get('commit')}, "
               f"{'device' if dry else 'GPU'} {observation.get('gpu')}",
