@@ -1,9 +1,11 @@
-"""LayerNorm over the last dimension, as torch.nn.functional.layer_norm (biased variance):
+"""LayerNorm over the trailing `normalized_shape` dimensions, as torch.nn.functional.layer_norm (biased
+variance):
 
     y = (x - mean(x)) * rstd * weight + bias        rstd = rsqrt(mean((x - mean(x))^2) + eps)
 
-`tle.ops.layer_norm(x, weight=None, bias=None, eps=1e-5)`; `tle.ops.LayerNorm` is torch.nn.LayerNorm over
-the last dimension. The forward keeps each row's mean and rstd (fp32) for the backward. Backward: one pass
+`tle.ops.layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5)` takes torch's arguments;
+`tle.ops.LayerNorm` is torch.nn.LayerNorm. The kernels take rows: several trailing dimensions are folded into
+one. The forward keeps each row's mean and rstd (fp32) for the backward. Backward: one pass
 over (dy, x) per row block gives dx; each program adds up its rows' weight and bias gradients in
 registers and writes one row of partial sums of each, which column_sum adds up (no second pass over the
 input)."""
@@ -19,6 +21,7 @@ from tle.kernels.column_sum import column_sum
 from tle.oplib import (BenchSpec, Operator, Sample, as_rows, check_float, check_int32_offsets, check_kernel_dtypes,
                         programs, shared_memory_per_block)
 from tle.oplib.arith import cdiv
+from tle.oplib.normalized_shape import as_shape, fold
 from tle.oplib.recipe import Recipe, Stage
 from tle.oplib.rows import backward_row_config, row_config, row_stat_like, torch_compute_dtype
 
@@ -284,35 +287,36 @@ LAYER_NORM = Recipe("layer_norm",
 
 
 # -- the public surface -------------------------------------------------------------------------------------
-def layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
-               eps: float = 1e-5, *, backend: str | None = None, fallback: str | None = None) -> torch.Tensor:
-    """LayerNorm of `x` over its last dimension (biased variance, as torch), scaled by `weight` and shifted
-    by `bias` where given."""
-    check_float(x, "x", rank=tuple(range(1, 9)))
+def layer_norm(input: torch.Tensor, normalized_shape, weight: torch.Tensor | None = None,
+               bias: torch.Tensor | None = None, eps: float = 1e-5, *, backend: str | None = None,
+               fallback: str | None = None) -> torch.Tensor:
+    """torch.nn.functional.layer_norm on a tle backend: LayerNorm of `input` over its trailing
+    `normalized_shape` dimensions (biased variance, as torch), scaled by `weight` and shifted by `bias` (each of
+    that shape) where given."""
+    check_float(input, "input", rank=tuple(range(1, 9)))
+    for name, p in (("weight", weight), ("bias", bias)):
+        if p is not None:
+            check_float(p, name, device=input.device)
+    x, params, shape = fold("layer_norm", input, normalized_shape, weight=weight, bias=bias)
+    weight, bias = params["weight"], params["bias"]
     n = x.shape[-1]
-    if weight is not None:
-        check_float(weight, "weight", device=x.device, shape=(n,))
-    if bias is not None:
-        check_float(bias, "bias", device=x.device, shape=(n,))
-    b = LAYER_NORM.resolve(x.device, backend, fallback)
-    check_kernel_dtypes("layer_norm", b, x=x, weight=weight, bias=bias)
-    check_int32_offsets("layer_norm", b, "x", x)
+    b = LAYER_NORM.resolve(input.device, backend, fallback)
+    check_kernel_dtypes("layer_norm", b, input=input, weight=weight, bias=bias)
+    check_int32_offsets("layer_norm", b, "input", input)
     if b != "torch" and n > MAX_COLS:
-        raise tle.LaunchError(f"'x' has {n} columns; layer_norm on {b} holds a row in one tile (at most {MAX_COLS})")
+        raise tle.LaunchError(f"'input' has {n} elements a row (normalized_shape); layer_norm on {b} holds a row "
+                              f"in one tile (at most {MAX_COLS})")
     y, _, _ = LAYER_NORM(x, weight, bias, float(eps), backend=b)
-    return y
+    return y.reshape(shape) if x is not input else y       # folded: the input's shape again
 
 
 class LayerNorm(torch.nn.Module):
-    """torch.nn.LayerNorm over the last dimension, on a tle backend (`backend=`, else TLE_BACKEND)."""
+    """torch.nn.LayerNorm on a tle backend (`backend=`, else TLE_BACKEND), with its constructor and defaults."""
 
     def __init__(self, normalized_shape, eps: float = 1e-5, elementwise_affine: bool = True, bias: bool = True,
                  device=None, dtype=None, *, backend: str | None = None, fallback: str | None = None):
         super().__init__()
-        shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
-        if len(shape) != 1:
-            raise ValueError(f"tle.ops.LayerNorm normalizes the last dimension only; got normalized_shape {shape}")
-        self.normalized_shape = shape
+        shape = self.normalized_shape = as_shape(normalized_shape, "LayerNorm")
         self.eps = eps
         self.elementwise_affine = elementwise_affine
         self.backend, self.fallback = backend, fallback
@@ -331,10 +335,8 @@ class LayerNorm(torch.nn.Module):
             torch.nn.init.zeros_(self.bias)
 
     def forward(self, x):
-        if isinstance(x, torch.Tensor) and x.dim() and x.shape[-1] != self.normalized_shape[0]:
-            raise tle.LaunchError(f"'x' has shape {tuple(x.shape)}; tle.ops.LayerNorm{self.normalized_shape} "
-                                  f"expects a last dimension of {self.normalized_shape[0]}")
-        return layer_norm(x, self.weight, self.bias, self.eps, backend=self.backend, fallback=self.fallback)
+        return layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps, backend=self.backend,
+                          fallback=self.fallback)
 
     def extra_repr(self):
         return (f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}, "
@@ -342,10 +344,11 @@ class LayerNorm(torch.nn.Module):
 
 
 # -- tests and benchmarks -----------------------------------------------------------------------------------
-def reference(x, weight=None, bias=None, eps=1e-5):
+def reference(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     """Plain differentiable torch (no custom op): the tests' ground truth, evaluated in fp64."""
-    mean = x.mean(-1, keepdim=True)
-    var = (x - mean).pow(2).mean(-1, keepdim=True)
+    dims = tuple(range(-len(as_shape(normalized_shape, "layer_norm")), 0))
+    mean = x.mean(dims, keepdim=True)
+    var = (x - mean).pow(2).mean(dims, keepdim=True)
     y = (x - mean) * torch.rsqrt(var + eps)
     y = y * weight if weight is not None else y
     return y + bias if bias is not None else y
@@ -356,13 +359,16 @@ def samples(device, dtype):
         return torch.randn(*shape, device=device, dtype=torch.float32).mul(scale).add(shift).to(dtype)
     # one column: x - mean is 0, so the gradient is rounding noise times rsqrt(eps); a larger eps keeps that
     # noise within the tolerance of an fp32 result (with eps=1e-5 a GPU's fused multiply-adds exceed it)
-    return [Sample((t(5, 1), t(1, shift=1), t(1), 1e-3), label="1 column"),
-            Sample((t(3, 7), t(7, shift=1)), label="7 columns, weight only"),
-            Sample((t(2, 3, 33, shift=3), t(33, shift=1), t(33), 1e-3), label="rank 3, 33 columns, off-centre rows"),
-            Sample((t(4, 1000), None, t(1000)), label="bias only, 1000 columns"),
-            Sample((t(6, 33),), dict(weight=t(33, shift=1), bias=t(33)), label="keywords"),
-            Sample((t(2, 2, 2, 65),), label="no affine, rank 4"),
-            Sample((t(0, 16), t(16), t(16)), label="no rows")]
+    return [Sample((t(5, 1), 1, t(1, shift=1), t(1), 1e-3), label="1 column"),
+            Sample((t(3, 7), (7,), t(7, shift=1)), label="7 columns, weight only"),
+            Sample((t(2, 3, 33, shift=3), [33], t(33, shift=1), t(33), 1e-3),
+                   label="rank 3, 33 columns, off-centre rows"),
+            Sample((t(4, 1000), 1000, None, t(1000)), label="bias only, 1000 columns"),
+            Sample((t(6, 33), 33), dict(weight=t(33, shift=1), bias=t(33)), label="keywords"),
+            Sample((t(2, 2, 2, 65), 65), label="no affine, rank 4"),
+            Sample((t(2, 3, 5, 8), (5, 8), t(5, 8, shift=1), t(5, 8)), label="normalized_shape of 2 dimensions"),
+            Sample((t(4, 2, 3, 6), (2, 3, 6), None, t(2, 3, 6)), label="3 dimensions, bias only"),
+            Sample((t(0, 16), 16, t(16), t(16)), label="no rows")]
 
 
 def _bench_make(shape, dtype, device):
@@ -370,28 +376,28 @@ def _bench_make(shape, dtype, device):
     x = torch.randn(m, n, device=device, dtype=dtype)
     w = torch.rand(n, device=device, dtype=dtype) + 0.5
     b = torch.randn(n, device=device, dtype=dtype)
-    return Sample((x, w, b, 1e-5))
+    return Sample((x, (n,), w, b, 1e-5))
 
 
 def _bench_bytes(sample, mode):
-    x, w, b = sample.args[:3]
+    x, _, w, b = sample.args[:4]
     # fwd: read x, write y; bwd: read dy and x, write dx (weight, bias, their grads, mean and rstd: a rounding error)
     return (2 if mode == "fwd" else 3) * x.numel() * x.element_size() + (w.numel() + b.numel()) * w.element_size()
 
 
 def _eager(sample):
-    x, w, b, eps = sample.args
-    return lambda x=x, w=w, b=b: torch.nn.functional.layer_norm(x, (x.shape[-1],), w, b, eps)
+    x, shape, w, b, eps = sample.args
+    return lambda x=x, w=w, b=b: torch.nn.functional.layer_norm(x, shape, w, b, eps)
 
 
 def _liger(sample):
     from liger_kernel.ops.layer_norm import LigerLayerNormFunction
-    x, w, b, eps = sample.args
+    x, _, w, b, eps = sample.args
     return lambda x=x, w=w, b=b: LigerLayerNormFunction.apply(x, w, b, eps)
 
 
 OPERATOR = Operator(
-    "layer_norm", fn=layer_norm, reference=reference, samples=samples, grad_inputs=(0, 1, 2, "weight", "bias"),
+    "layer_norm", fn=layer_norm, reference=reference, samples=samples, grad_inputs=(0, 2, 3, "weight", "bias"),
     bench=BenchSpec(dry_shapes=[(64, 256), (32, 512)],
                     shapes=[(32768, 8192), (32768, 4096), (65536, 2048), (65536, 1024), (131072, 512)],
                     make=_bench_make, bytes=_bench_bytes, eager=_eager, peers={"liger": _liger},

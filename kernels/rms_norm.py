@@ -1,11 +1,13 @@
-"""RMSNorm over the last dimension, and the fused residual-add variant of a pre-norm transformer block.
+"""RMSNorm over the trailing `normalized_shape` dimensions, and the fused residual-add variant of a pre-norm
+transformer block.
 
     y = h * rsqrt(mean(h^2) + eps) * weight        h = x, or h = x + residual (rounded to x's dtype)
 
-`tle.ops.rms_norm(x, weight=None, eps=1e-6, residual=None)` returns y, or (y, h) with a residual: h is
-what the next block adds to, and what is normalized. Backward: one pass over (dy, h) per row block;
-each program adds up its rows' weight gradient in registers and writes one row of partial sums, which
-column_sum adds up (no second pass over the input)."""
+`tle.ops.rms_norm(input, normalized_shape, weight=None, eps=None, *, residual=None)` takes torch's
+F.rms_norm arguments and returns y, or (y, h) with a residual: h is what the next block adds to, and what is
+normalized. The kernels take rows: several trailing dimensions are folded into one. Backward: one pass over
+(dy, h) per row block; each program adds up its rows' weight gradient in registers and writes one row of
+partial sums, which column_sum adds up (no second pass over the input)."""
 from __future__ import annotations
 
 from typing import Optional
@@ -18,6 +20,7 @@ from tle.kernels.column_sum import column_sum
 from tle.oplib import (BenchSpec, Operator, Sample, as_rows, check_float, check_int32_offsets, check_kernel_dtypes,
                         programs, shared_memory_per_block)
 from tle.oplib.arith import cdiv
+from tle.oplib.normalized_shape import as_shape, fold
 from tle.oplib.recipe import Recipe, Stage
 from tle.oplib.rows import backward_row_config, forward_row_config, row_stat_like, torch_compute_dtype
 
@@ -307,55 +310,78 @@ RMS_NORM = Recipe("rms_norm",
 
 
 # -- the public surface -------------------------------------------------------------------------------------
-def rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1e-6,
-             residual: torch.Tensor | None = None, *, backend: str | None = None, fallback: str | None = None):
-    """RMSNorm of `x` over its last dimension: y, or (y, x + residual) when `residual` is given."""
-    check_float(x, "x", rank=tuple(range(1, 9)))
-    n = x.shape[-1]
+def rms_norm(input: torch.Tensor, normalized_shape, weight: torch.Tensor | None = None, eps: float | None = None,
+             *, residual: torch.Tensor | None = None, backend: str | None = None, fallback: str | None = None):
+    """torch.nn.functional.rms_norm on a tle backend: RMSNorm of `input` over its trailing `normalized_shape`
+    dimensions, scaled by `weight` (of that shape) where given; eps None is torch.finfo(input.dtype).eps, as in
+    torch. With `residual` (keyword-only, input's shape and dtype) the norm is of h = input + residual, and the
+    result is (y, h)."""
+    check_float(input, "input", rank=tuple(range(1, 9)))
     if weight is not None:
-        check_float(weight, "weight", device=x.device, shape=(n,))
+        check_float(weight, "weight", device=input.device)
+    x, params, shape = fold("rms_norm", input, normalized_shape, weight=weight)
+    weight = params["weight"]
+    n = x.shape[-1]
     if residual is not None:
-        check_float(residual, "residual", device=x.device, shape=tuple(x.shape))
-        if residual.dtype != x.dtype:
-            raise tle.LaunchError(f"'residual' has dtype {residual.dtype}; expected x's dtype {x.dtype}")
-    b = RMS_NORM.resolve(x.device, backend, fallback)
-    check_kernel_dtypes("rms_norm", b, x=x, weight=weight)
-    check_int32_offsets("rms_norm", b, "x", x)
+        check_float(residual, "residual", device=input.device, shape=tuple(shape))
+        if residual.dtype != input.dtype:
+            raise tle.LaunchError(f"'residual' has dtype {residual.dtype}; expected input's dtype {input.dtype}")
+        if x is not input:
+            residual = residual.reshape(x.shape)
+    b = RMS_NORM.resolve(input.device, backend, fallback)
+    check_kernel_dtypes("rms_norm", b, input=input, weight=weight)
+    check_int32_offsets("rms_norm", b, "input", input)
     if residual is not None:
         check_int32_offsets("rms_norm", b, "residual", residual)
     if b != "torch" and n > MAX_COLS:
-        raise tle.LaunchError(f"'x' has {n} columns; rms_norm on {b} holds a row in one tile (at most {MAX_COLS})")
+        raise tle.LaunchError(f"'input' has {n} elements a row (normalized_shape); rms_norm on {b} holds a row in "
+                              f"one tile (at most {MAX_COLS})")
+    eps = torch.finfo(input.dtype).eps if eps is None else eps
     y, h, _ = RMS_NORM(x, weight, residual, float(eps), backend=b)
-    return (y, h) if residual is not None else y
+    if residual is None:
+        return y.reshape(shape) if x is not input else y       # folded: the input's shape again
+    return (y.reshape(shape), h.reshape(shape)) if x is not input else (y, h)
 
 
 class RMSNorm(torch.nn.Module):
-    """torch.nn.RMSNorm over the last dimension, on a tle backend (`backend=`, else TLE_BACKEND)."""
+    """torch.nn.RMSNorm on a tle backend (`backend=`, else TLE_BACKEND): its constructor and defaults (eps None:
+    the input dtype's eps); forward(x, residual=None) also takes a residual to add first (then it returns
+    (y, x + residual))."""
 
-    def __init__(self, normalized_shape, eps: float | None = 1e-6, elementwise_affine: bool = True, device=None,
+    def __init__(self, normalized_shape, eps: float | None = None, elementwise_affine: bool = True, device=None,
                  dtype=None, *, backend: str | None = None, fallback: str | None = None):
         super().__init__()
-        shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
-        if len(shape) != 1:
-            raise ValueError(f"tle.ops.RMSNorm normalizes the last dimension only; got normalized_shape {shape}")
-        self.normalized_shape = shape
-        self.eps = 1e-6 if eps is None else eps
+        self.normalized_shape = as_shape(normalized_shape, "RMSNorm")
+        self.eps = eps
+        self.elementwise_affine = elementwise_affine
         self.backend, self.fallback = backend, fallback
-        self.weight = torch.nn.Parameter(torch.ones(shape, device=device, dtype=dtype)) if elementwise_affine else None
+        if elementwise_affine:
+            self.weight = torch.nn.Parameter(torch.ones(self.normalized_shape, device=device, dtype=dtype))
+        else:
+            self.register_parameter("weight", None)
+
+    def reset_parameters(self):
+        if self.weight is not None:
+            torch.nn.init.ones_(self.weight)
 
     def forward(self, x, residual=None):
-        b = self.backend or None
-        return rms_norm(x, self.weight, self.eps, residual, backend=b, fallback=self.fallback)
+        return rms_norm(x, self.normalized_shape, self.weight, self.eps, residual=residual, backend=self.backend,
+                        fallback=self.fallback)
 
     def extra_repr(self):
-        return f"{self.normalized_shape}, eps={self.eps}, backend={self.backend}"
+        return (f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}, "
+                f"backend={self.backend}")
 
 
 # -- tests and benchmarks -----------------------------------------------------------------------------------
-def reference(x, weight=None, eps=1e-6, residual=None):
-    """Plain differentiable torch (no custom op): the tests' ground truth, evaluated in fp64."""
+def reference(x, normalized_shape, weight=None, eps=None, residual=None):
+    """Plain differentiable torch (no custom op): the tests' ground truth, evaluated in fp64 (the samples give
+    eps: None would be fp64's eps here, not that of the dtype the operator ran in)."""
+    k = len(as_shape(normalized_shape, "rms_norm"))
+    dims = tuple(range(-k, 0))
+    eps = torch.finfo(x.dtype).eps if eps is None else eps
     h = x + residual if residual is not None else x
-    y = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    y = h * torch.rsqrt(h.pow(2).mean(dims, keepdim=True) + eps)
     y = y * weight if weight is not None else y
     return (y, h) if residual is not None else y
 
@@ -363,41 +389,44 @@ def reference(x, weight=None, eps=1e-6, residual=None):
 def samples(device, dtype):
     def t(*shape, scale=1.0, shift=0.0):
         return torch.randn(*shape, device=device, dtype=torch.float32).mul(scale).add(shift).to(dtype)
-    return [Sample((t(5, 1), t(1, shift=1)), label="1 column"),
-            Sample((t(3, 7), t(7, shift=1)), label="7 columns"),
-            Sample((t(2, 3, 33), t(33, shift=1), 1e-5), label="rank 3, 33 columns"),
-            Sample((t(4, 1000), None), label="no weight, 1000 columns"),
-            Sample((t(6, 33), t(33, shift=1)), dict(residual=t(6, 33)), label="residual"),
-            Sample((t(0, 16), t(16)), label="no rows")]
+    return [Sample((t(5, 1), 1, t(1, shift=1), 1e-6), label="1 column"),
+            Sample((t(3, 7), (7,), t(7, shift=1), 1e-6), label="7 columns"),
+            Sample((t(2, 3, 33), [33], t(33, shift=1), 1e-5), label="rank 3, 33 columns"),
+            Sample((t(4, 1000), 1000, None, 1e-6), label="no weight, 1000 columns"),
+            Sample((t(6, 33), 33, t(33, shift=1), 1e-6), dict(residual=t(6, 33)), label="residual"),
+            Sample((t(2, 5, 3, 4), (3, 4), t(3, 4, shift=1), 1e-6), label="normalized_shape of 2 dimensions"),
+            Sample((t(3, 2, 40), (2, 40), t(2, 40, shift=1), 1e-6), dict(residual=t(3, 2, 40)),
+                   label="2 dimensions, residual"),
+            Sample((t(0, 16), 16, t(16), 1e-6), label="no rows")]
 
 
 def _bench_make(shape, dtype, device):
     m, n = shape
     x = torch.randn(m, n, device=device, dtype=dtype)
     w = torch.rand(n, device=device, dtype=dtype) + 0.5
-    return Sample((x, w, 1e-6))
+    return Sample((x, (n,), w, 1e-6))
 
 
 def _bench_bytes(sample, mode):
-    x, w = sample.args[0], sample.args[1]
+    x, w = sample.args[0], sample.args[2]
     # fwd: read x, write y; bwd: read dy and x, write dx (the weight and rstd are a rounding error)
     return (2 if mode == "fwd" else 3) * x.numel() * x.element_size() + w.numel() * w.element_size()
 
 
 def _eager(sample):
-    x, w, eps = sample.args
-    return lambda x=x, w=w: torch.nn.functional.rms_norm(x, (x.shape[-1],), w, eps)
+    x, shape, w, eps = sample.args
+    return lambda x=x, w=w: torch.nn.functional.rms_norm(x, shape, w, eps)
 
 
 def _liger(sample):
     from liger_kernel.ops.rms_norm import LigerRMSNormFunction
-    x, w, eps = sample.args
+    x, _, w, eps = sample.args
     # in_place=False: by default Liger writes dx into the upstream gradient
     return lambda x=x, w=w: LigerRMSNormFunction.apply(x, w, eps, 0.0, "llama", False)
 
 
 OPERATOR = Operator(
-    "rms_norm", fn=rms_norm, reference=reference, samples=samples, grad_inputs=(0, 1, "residual"),
+    "rms_norm", fn=rms_norm, reference=reference, samples=samples, grad_inputs=(0, 2, "residual"),
     bench=BenchSpec(dry_shapes=[(64, 256), (32, 512)],
                     shapes=[(32768, 8192), (32768, 4096), (65536, 2048), (65536, 1024), (131072, 512)],
                     make=_bench_make, bytes=_bench_bytes, eager=_eager, peers={"liger": _liger},

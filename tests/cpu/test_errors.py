@@ -121,8 +121,8 @@ def test_unsupported_scalar_argument_is_named():
 
 
 @pytest.mark.parametrize("call, words", [
-    (lambda: rms_norm(torch.tensor(1.0), torch.ones(16), backend="torch"), ["'x'", "rank 0"]),
-    (lambda: rms_norm(torch.randn(4, 16), torch.ones(15), backend="torch"), ["'weight'", "shape"]),
+    (lambda: rms_norm(torch.tensor(1.0), 16, torch.ones(16), backend="torch"), ["'input'", "rank 0"]),
+    (lambda: rms_norm(torch.randn(4, 16), 16, torch.ones(15), backend="torch"), ["'weight'", "shape"]),
     (lambda: softmax(torch.randint(0, 5, (4, 16))), ["'x'", "dtype int64"]),
     (lambda: softmax(torch.randn(4, 16), dim=0), ["'dim'", "last dimension"]),
     (lambda: add(torch.randn(8), torch.randn(8).double()), ["'y'", "dtype float64"]),
@@ -193,7 +193,7 @@ def test_triton_interpret_changed_after_triton_was_imported(monkeypatch):
                                               r"\(Triton reads it once, at import\); unset it before Python starts"):
         scale[(1,)](x, torch.empty_like(x), 64, BLOCK=64, backend="triton")
     with pytest.raises(tle.BackendUnavailable, match="TRITON_INTERPRET is unset now but was set"):
-        rms_norm(x.view(4, 16), torch.ones(16), backend="triton")
+        rms_norm(x.view(4, 16), 16, torch.ones(16), backend="triton")
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     out = torch.empty_like(x)
     scale[(1,)](x, out, 64, BLOCK=64, backend="triton")       # as imported: it runs

@@ -118,40 +118,40 @@ def test_torch_compile_fullgraph_matches_eager(backend):
 def test_unknown_backend_lists_the_operator_backends():
     with pytest.raises(tle.BackendUnavailable, match=r"tle.ops.rms_norm: unknown backend 'cuda'.*torch, triton, "
                                                      r"tilelang"):
-        tle.ops.rms_norm(torch.randn(2, 4), backend="cuda")
+        tle.ops.rms_norm(torch.randn(2, 4), 4, backend="cuda")
 
 
 def test_unusable_backend_is_an_error_unless_fallback_is_allowed(monkeypatch):
     x = torch.randn(3, 8)
     with pytest.raises(tle.BackendUnavailable, match="backend 'tilelang' cannot run on cpu.*fallback='torch'"):
-        tle.ops.rms_norm(x, backend="tilelang")
+        tle.ops.rms_norm(x, 8, backend="tilelang")
     import tle.oplib.backend as b
     b._warned.clear()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        y1 = tle.ops.rms_norm(x, backend="tilelang", fallback="torch")
+        y1 = tle.ops.rms_norm(x, 8, backend="tilelang", fallback="torch")
         monkeypatch.setenv("TLE_FALLBACK", "torch")
-        y2 = tle.ops.rms_norm(x, backend="tilelang")
+        y2 = tle.ops.rms_norm(x, 8, backend="tilelang")
     said = [str(w.message) for w in caught if "running the torch reference" in str(w.message)]
     assert len(said) == 1, said                     # once per operator, backend and reason
-    torch.testing.assert_close(y1, tle.ops.rms_norm(x, backend="torch"))
+    torch.testing.assert_close(y1, tle.ops.rms_norm(x, 8, backend="torch"))
     torch.testing.assert_close(y2, y1)
     with pytest.raises(ValueError, match="fallback must be None or 'torch'"):
-        tle.ops.rms_norm(x, backend="torch", fallback="triton")
+        tle.ops.rms_norm(x, 8, backend="torch", fallback="triton")
 
 
 def test_backend_order_call_module_env(monkeypatch):
     x = torch.randn(3, 8)
     monkeypatch.setenv("TLE_BACKEND", "tilelang")
     with pytest.raises(tle.BackendUnavailable, match="'tilelang'"):
-        tle.ops.rms_norm(x)                                       # the environment's choice
+        tle.ops.rms_norm(x, 8)                                    # the environment's choice
     tle.ops.RMSNorm(8, backend="torch")(x)                        # the module's beats it
-    tle.ops.rms_norm(x, backend="torch")                          # the call's beats it
+    tle.ops.rms_norm(x, 8, backend="torch")                       # the call's beats it
     monkeypatch.delenv("TLE_BACKEND")
     with pytest.raises(tle.BackendUnavailable, match="'tilelang'"):
         tle.ops.RMSNorm(8, backend="tilelang")(x)
     with pytest.raises(tle.BackendUnavailable, match="'tilelang'"):   # the call's beats the module's
-        tle.ops.rms_norm(x, tle.ops.RMSNorm(8, backend="torch").weight, backend="tilelang")
+        tle.ops.rms_norm(x, 8, tle.ops.RMSNorm(8, backend="torch").weight, backend="tilelang")
 
 
 def _sdpa_inputs(h=4, h_kv=4, l=6, s=7, e=16):
@@ -242,14 +242,22 @@ def test_flash_attention_window_and_softcap_checks():
 
 
 @pytest.mark.parametrize("bad, match", [
-    (lambda: tle.ops.rms_norm(torch.arange(8).reshape(2, 4), backend="torch"), "'x' has dtype int64"),
-    (lambda: tle.ops.rms_norm(torch.randn(2, 4), torch.randn(5), backend="torch"), r"'weight' has shape \(5,\)"),
-    (lambda: tle.ops.rms_norm(torch.randn(2, 4), residual=torch.randn(2, 5), backend="torch"), "'residual' has shape"),
-    (lambda: tle.ops.rms_norm(torch.randn(2, 4), residual=torch.randn(2, 4).half(), backend="torch"),
+    (lambda: tle.ops.rms_norm(torch.arange(8).reshape(2, 4), 4, backend="torch"), "'input' has dtype int64"),
+    (lambda: tle.ops.rms_norm(torch.randn(2, 4), 4, torch.randn(5), backend="torch"),
+     r"'weight' has shape \[5\]; expected normalized_shape \[4\]"),
+    (lambda: tle.ops.rms_norm(torch.randn(2, 4), 4, residual=torch.randn(2, 5), backend="torch"),
+     "'residual' has shape"),
+    (lambda: tle.ops.rms_norm(torch.randn(2, 4), 4, residual=torch.randn(2, 4).half(), backend="torch"),
      "'residual' has dtype"),
-    (lambda: tle.ops.rms_norm(torch.randn(2, 4).double(), backend="triton"), "'x' has dtype float64, which backend"),
-    (lambda: tle.ops.rms_norm("x", backend="torch"), "'x' must be a torch.Tensor"),
-    (lambda: tle.ops.rms_norm(torch.tensor(1.0), backend="torch"), "'x' has rank 0"),
+    (lambda: tle.ops.rms_norm(torch.randn(2, 4).double(), 4, backend="triton"),
+     "'input' has dtype float64, which backend"),
+    (lambda: tle.ops.rms_norm("x", 4, backend="torch"), "'input' must be a torch.Tensor"),
+    (lambda: tle.ops.rms_norm(torch.tensor(1.0), 4, backend="torch"), "'input' has rank 0"),
+    (lambda: tle.ops.rms_norm(torch.randn(2, 4), 5, backend="torch"),
+     r"'normalized_shape' is \[5\], but 'input' has shape \[2, 4\]: its last 1 dimension must be that"),
+    (lambda: tle.ops.rms_norm(torch.randn(2, 4), (2, 3), backend="torch"), "its last 2 dimensions must be that"),
+    (lambda: tle.ops.rms_norm(torch.randn(2, 4), "4", backend="torch"), "'normalized_shape' is '4'; expected an int or a non-empty"),
+    (lambda: tle.ops.rms_norm(torch.randn(2, 4), (), backend="torch"), "non-empty sequence of ints"),
 ])
 def test_rms_norm_bad_inputs(bad, match):
     with pytest.raises(tle.LaunchError, match=match):
@@ -259,16 +267,18 @@ def test_rms_norm_bad_inputs(bad, match):
 @pytest.mark.parametrize("name", ["rms_norm", "layer_norm", "l2_norm"])
 def test_norms_refuse_tensors_past_int32_offsets_on_the_kernel_backends(name):
     x = torch.zeros(1, 1).expand(2 ** 16, 2 ** 15)           # 2^31 elements, no memory
-    with pytest.raises(tle.LaunchError, match="'x' has 2147483648 elements; backend 'triton'"):
-        getattr(tle.ops, name)(x, backend="triton")
+    shape = () if name == "l2_norm" else (2 ** 15,)           # torch's normalized_shape where torch has one
+    arg = "x" if name == "l2_norm" else "input"
+    with pytest.raises(tle.LaunchError, match=f"'{arg}' has 2147483648 elements; backend 'triton'"):
+        getattr(tle.ops, name)(x, *shape, backend="triton")
 
 
 def test_non_contiguous_inputs_are_handled():
     x = torch.randn(8, 6, 16).transpose(0, 1)          # rows not evenly strided: copied
     w = torch.rand(16) + 0.5
     for backend in ("torch", "triton"):
-        torch.testing.assert_close(tle.ops.rms_norm(x, w, backend=backend),
-                                   OPERATORS["rms_norm"].reference(x, w), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(tle.ops.rms_norm(x, 16, w, 1e-6, backend=backend),
+                                   OPERATORS["rms_norm"].reference(x, 16, w, 1e-6), atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("backend", ["torch", "triton"])

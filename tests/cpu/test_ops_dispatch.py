@@ -71,7 +71,7 @@ def test_plain_eager_call_matches_the_custom_op(name, backend):
 
 def _path(x, w):
     """Which way tle.ops.rms_norm went for these inputs: 'eager' (the autograd.Function) or 'op'."""
-    y = OPERATORS["rms_norm"].fn(x, w, backend="torch")
+    y = OPERATORS["rms_norm"].fn(x, x.shape[-1:], w, backend="torch")
     node = y.grad_fn
     while type(node).__name__ == "AliasBackward0":      # a subclass's __torch_function__ re-wraps its results
         node = node.next_functions[0][0]
@@ -106,7 +106,7 @@ def test_second_order_gradients_are_refused_on_both_paths():
         if mode:
             mode.__enter__()
         try:
-            y = OPERATORS["rms_norm"].fn(x, w, backend="torch")
+            y = OPERATORS["rms_norm"].fn(x, x.shape[-1:], w, backend="torch")
             (g,) = torch.autograd.grad(y.sum(), x, create_graph=True)
             with pytest.raises(RuntimeError, match="no autograd formula"):
                 torch.autograd.grad(g.sum(), x)

@@ -14,24 +14,32 @@ BACKENDS = ["torch", "triton"]          # triton runs in Triton's interpreter he
 
 # -- bad inputs ----------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("bad, match", [
-    (lambda: tle.ops.layer_norm(torch.arange(8).reshape(2, 4), backend="torch"), "'x' has dtype int64"),
-    (lambda: tle.ops.layer_norm(torch.randn(2, 4), torch.randn(5), backend="torch"), r"'weight' has shape \(5,\)"),
-    (lambda: tle.ops.layer_norm(torch.randn(2, 4), torch.randn(4), torch.randn(4, 1), backend="torch"),
-     r"'bias' has shape \(4, 1\)"),
-    (lambda: tle.ops.layer_norm(torch.randn(2, 4), None, torch.randn(3), backend="triton"), r"'bias' has shape \(3,\)"),
-    (lambda: tle.ops.layer_norm(torch.randn(2, 4), torch.ones(4, dtype=torch.int32), backend="torch"),
+    (lambda: tle.ops.layer_norm(torch.arange(8).reshape(2, 4), 4, backend="torch"), "'input' has dtype int64"),
+    (lambda: tle.ops.layer_norm(torch.randn(2, 4), 4, torch.randn(5), backend="torch"),
+     r"'weight' has shape \[5\]; expected normalized_shape \[4\]"),
+    (lambda: tle.ops.layer_norm(torch.randn(2, 4), 4, torch.randn(4), torch.randn(4, 1), backend="torch"),
+     r"'bias' has shape \[4, 1\]"),
+    (lambda: tle.ops.layer_norm(torch.randn(2, 4), 4, None, torch.randn(3), backend="triton"),
+     r"'bias' has shape \[3\]"),
+    (lambda: tle.ops.layer_norm(torch.randn(2, 4), 4, torch.ones(4, dtype=torch.int32), backend="torch"),
      "'weight' has dtype int32"),
-    (lambda: tle.ops.layer_norm(torch.randn(2, 4), None, torch.zeros(4, dtype=torch.bool), backend="torch"),
+    (lambda: tle.ops.layer_norm(torch.randn(2, 4), 4, None, torch.zeros(4, dtype=torch.bool), backend="torch"),
      "'bias' has dtype bool"),
-    (lambda: tle.ops.layer_norm(torch.randn(2, 4), torch.randn(4, device="meta"), backend="torch"),
+    (lambda: tle.ops.layer_norm(torch.randn(2, 4), 4, torch.randn(4, device="meta"), backend="torch"),
      "'weight' is on meta"),
-    (lambda: tle.ops.layer_norm(torch.randn(2, 4).double(), backend="triton"), "'x' has dtype float64, which backend"),
-    (lambda: tle.ops.layer_norm(torch.randn(2, 4), None, torch.randn(4).double(), backend="triton"),
+    (lambda: tle.ops.layer_norm(torch.randn(2, 4).double(), 4, backend="triton"),
+     "'input' has dtype float64, which backend"),
+    (lambda: tle.ops.layer_norm(torch.randn(2, 4), 4, None, torch.randn(4).double(), backend="triton"),
      "'bias' has dtype float64, which backend 'triton'"),
-    (lambda: tle.ops.layer_norm(torch.randn(1, 65537), backend="triton"), "'x' has 65537 columns"),
-    (lambda: tle.ops.layer_norm([1.0, 2.0], backend="torch"), "'x' must be a torch.Tensor"),
-    (lambda: tle.ops.layer_norm(torch.tensor(1.0), backend="torch"), "'x' has rank 0"),
-    (lambda: tle.ops.LayerNorm(4, backend="torch")(torch.randn(2, 5)), r"'x' has shape \(2, 5\).*last dimension of 4"),
+    (lambda: tle.ops.layer_norm(torch.randn(1, 65537), 65537, backend="triton"), "'input' has 65537 elements a row"),
+    (lambda: tle.ops.layer_norm(torch.randn(3, 5, 13109), (5, 13109), backend="triton"),
+     "'input' has 65545 elements a row"),
+    (lambda: tle.ops.layer_norm([1.0, 2.0], 2, backend="torch"), "'input' must be a torch.Tensor"),
+    (lambda: tle.ops.layer_norm(torch.tensor(1.0), 1, backend="torch"), "'input' has rank 0"),
+    (lambda: tle.ops.LayerNorm(4, backend="torch")(torch.randn(2, 5)),
+     r"'normalized_shape' is \[4\], but 'input' has shape \[2, 5\]"),
+    (lambda: tle.ops.LayerNorm((3, 4), backend="torch")(torch.randn(2, 4, 3)), "its last 2 dimensions must be"),
+    (lambda: tle.ops.RMSNorm((3, 4), backend="torch")(torch.randn(2, 4, 3)), "its last 2 dimensions must be"),
     (lambda: tle.ops.l2_norm(torch.arange(8).reshape(2, 4), backend="torch"), "'x' has dtype int64"),
     (lambda: tle.ops.l2_norm(torch.ones(2, 4, dtype=torch.uint8), backend="triton"), "'x' has dtype uint8"),
     (lambda: tle.ops.l2_norm(torch.randn(2, 4).double(), backend="triton"), "'x' has dtype float64, which backend"),
@@ -44,7 +52,7 @@ def test_bad_inputs(bad, match):
         bad()
 
 
-@pytest.mark.parametrize("call", [lambda b: tle.ops.layer_norm(torch.randn(2, 4), backend=b),
+@pytest.mark.parametrize("call", [lambda b: tle.ops.layer_norm(torch.randn(2, 4), 4, backend=b),
                                   lambda b: tle.ops.LayerNorm(4, backend=b)(torch.randn(2, 4)),
                                   lambda b: tle.ops.l2_norm(torch.randn(2, 4), backend=b),
                                   lambda b: tle.ops.L2Norm(backend=b)(torch.randn(2, 4))])
@@ -53,10 +61,12 @@ def test_unknown_backend(call):
         call("cuda")
 
 
-def test_layer_norm_module_shapes():
-    with pytest.raises(ValueError, match="last dimension only; got normalized_shape \\(3, 4\\)"):
-        tle.ops.LayerNorm((3, 4))
-    assert tle.ops.LayerNorm([8]).normalized_shape == (8,)
+def test_norm_modules_take_torchs_normalized_shape():
+    assert tle.ops.LayerNorm([8]).normalized_shape == (8,) and tle.ops.LayerNorm(torch.Size([3, 4])).normalized_shape \
+        == (3, 4)
+    assert tle.ops.RMSNorm((3, 4)).weight.shape == (3, 4) and tle.ops.LayerNorm((3, 4)).bias.shape == (3, 4)
+    with pytest.raises(tle.LaunchError, match="'normalized_shape' is 'x'; expected an int or a non-empty sequence of ints"):
+        tle.ops.RMSNorm("x")
 
 
 # -- LayerNorm against torch.nn.LayerNorm ------------------------------------------------------------------
@@ -101,13 +111,13 @@ def test_layer_norm_half_input_fp32_parameters(backend):
     torch.manual_seed(0)
     x = torch.randn(7, 33).half().requires_grad_()
     w, b = (torch.rand(33) + 0.5).requires_grad_(), torch.randn(33).requires_grad_()
-    y = tle.ops.layer_norm(x, w, b, backend=backend)
+    y = tle.ops.layer_norm(x, 33, w, b, backend=backend)
     assert y.dtype == torch.float16
     dy = torch.randn(7, 33).half()
     gx, gw, gb = torch.autograd.grad(y, (x, w, b), dy)
     assert (gx.dtype, gw.dtype, gb.dtype) == (torch.float16, torch.float32, torch.float32)
     xd, wd, bd = (t.detach().double().requires_grad_() for t in (x, w, b))
-    y_ref = OPERATORS["layer_norm"].reference(xd, wd, bd)
+    y_ref = OPERATORS["layer_norm"].reference(xd, 33, wd, bd)
     rx, rw, rb = torch.autograd.grad(y_ref, (xd, wd, bd), dy.double())
     torch.testing.assert_close(y.double(), y_ref, atol=4e-3, rtol=2e-3)
     torch.testing.assert_close(gx.double(), rx, atol=4e-3, rtol=2e-3)
@@ -120,8 +130,8 @@ def test_layer_norm_rows_with_large_mean(backend):
     """Rows far from zero: the variance is of the centred row (no E[x^2] - E[x]^2 cancellation)."""
     torch.manual_seed(0)
     x = torch.randn(4, 100) * 0.1 + 100.0             # E[x^2] - E[x]^2 in fp32 would be off by ~5%
-    y = tle.ops.layer_norm(x, backend=backend)
-    ref = OPERATORS["layer_norm"].reference(x.double())
+    y = tle.ops.layer_norm(x, 100, backend=backend)
+    ref = OPERATORS["layer_norm"].reference(x.double(), 100)
     torch.testing.assert_close(y.double(), ref, atol=2e-3, rtol=2e-3)
 
 
@@ -130,8 +140,8 @@ def test_strided_inputs(backend):
     torch.manual_seed(0)
     x = torch.randn(8, 6, 16).transpose(0, 1)          # rows not evenly strided: copied
     w, b = torch.rand(16) + 0.5, torch.randn(16)
-    torch.testing.assert_close(tle.ops.layer_norm(x, w, b, backend=backend),
-                               OPERATORS["layer_norm"].reference(x, w, b), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(tle.ops.layer_norm(x, 16, w, b, backend=backend),
+                               OPERATORS["layer_norm"].reference(x, 16, w, b), atol=1e-5, rtol=1e-5)
     xs = torch.randn(6, 40)[:, :16]                    # evenly strided rows: a view
     torch.testing.assert_close(tle.ops.l2_norm(xs, backend=backend), OPERATORS["l2_norm"].reference(xs),
                                atol=1e-6, rtol=1e-5)
@@ -203,7 +213,7 @@ def test_rms_norm_residual_gradients_of_either_output(backend, used):
     x, r = torch.randn(3, 33, requires_grad=True), torch.randn(3, 33, requires_grad=True)
     w = (torch.rand(33) + 0.5).requires_grad_()
     gy, gh = torch.randn(3, 33), torch.randn(3, 33)
-    y, h = tle.ops.rms_norm(x, w, 1e-6, residual=r, backend=backend)
+    y, h = tle.ops.rms_norm(x, 33, w, 1e-6, residual=r, backend=backend)
     outs, grads = {"y": ([y], [gy]), "h": ([h], [gh]), "both": ([y, h], [gy, gh])}[used]
     got = torch.autograd.grad(outs, (x, r, w), grads, allow_unused=True)
     xr, rr, wr = (t.detach().double().requires_grad_() for t in (x, r, w))
@@ -339,3 +349,48 @@ def test_tilelang_backward_row_statistics_stay_with_the_compute_warps(lower):
     cuda = lowered.stage("cuda")
     assert "tma_load" in cuda                    # the warp-specialized pipeline this is about
     assert "_producer_ws" not in cuda
+
+
+# -- torch's own signatures: the same positional call as torch.nn.functional, the same modules ----------------
+# torch's functional norms take a tuple, a list or a torch.Size (not an int: only its modules do; ours take one)
+NORMALIZED_SHAPES = [lambda s: tuple(s[-1:]), lambda s: list(s[-2:]), lambda s: torch.Size(s[-3:])]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("form", range(len(NORMALIZED_SHAPES)))
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_norms_take_torchs_arguments(backend, form, dtype):
+    """tle.ops.rms_norm / layer_norm called exactly as F.rms_norm / F.layer_norm: normalized_shape as an int, a
+    tuple, a list or a torch.Size of one to three trailing dimensions, with and without the affine parameters,
+    eps given or left to torch's default (rms_norm: the dtype's eps)."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 4, 24).to(dtype)
+    shape = NORMALIZED_SHAPES[form](x.shape)
+    dims = tuple(shape)
+    w, b = (torch.rand(dims) + 0.5).to(dtype), torch.randn(dims).to(dtype)
+    tol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=2e-2, rtol=2e-2)
+    F = torch.nn.functional
+    for args in [(x, shape), (x, shape, w), (x, shape, w, 1e-3), (x, shape, None, None)]:
+        torch.testing.assert_close(tle.ops.rms_norm(*args, backend=backend), F.rms_norm(*args), **tol)
+    for args in [(x, shape), (x, shape, w), (x, shape, None, b), (x, shape, w, b, 1e-3)]:
+        torch.testing.assert_close(tle.ops.layer_norm(*args, backend=backend), F.layer_norm(*args), **tol)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_norm_modules_match_torchs_defaults(backend):
+    """nn.RMSNorm's eps is None (the input dtype's eps), not a fixed 1e-6: at |x| ~ 1e-3 the two differ by far
+    more than rounding; tle.ops.RMSNorm(d) is torch's module, parameters and state_dict included."""
+    torch.manual_seed(0)
+    x = torch.randn(5, 3, 64) * 1e-3
+    for shape in (64, (3, 64)):
+        ref, ours = torch.nn.RMSNorm(shape), tle.ops.RMSNorm(shape, backend=backend)
+        assert ours.eps is None and ref.eps is None
+        with torch.no_grad():
+            ref.weight.copy_(torch.rand(ref.weight.shape) + 0.5)
+        ours.load_state_dict(ref.state_dict())
+        torch.testing.assert_close(ours(x), ref(x), atol=1e-5, rtol=1e-4)
+        assert (ours(x) - torch.nn.RMSNorm(shape, eps=1e-6)(x)).abs().max() > 0.1      # 1e-6 would be far off
+        lref, lours = torch.nn.LayerNorm(shape, bias=False), tle.ops.LayerNorm(shape, bias=False, backend=backend)
+        lours.load_state_dict(lref.state_dict())
+        torch.testing.assert_close(lours(x * 1e3), lref(x * 1e3), atol=1e-5, rtol=1e-5)
+    assert not tle.ops.RMSNorm(8, elementwise_affine=False).state_dict()

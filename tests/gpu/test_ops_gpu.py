@@ -80,7 +80,7 @@ def test_wide_rows(name, rows, cols, residual, backend):
     op = OPERATORS[name]
     torch.manual_seed(0)
     x = torch.randn(rows, cols, device="cuda", dtype=torch.bfloat16)
-    args = (x,) if name == "l2_norm" else (x, torch.rand(cols, device="cuda", dtype=torch.bfloat16) + 0.5)
+    args = (x,) if name == "l2_norm" else (x, (cols,), torch.rand(cols, device="cuda", dtype=torch.bfloat16) + 0.5)
     kwargs = {"residual": torch.randn_like(x)} if residual else {}
     from tle.oplib import Sample
     assert_matches_reference(op, Sample(args, kwargs, label=f"{rows}x{cols}"), backend, ref_dtype=torch.float32)

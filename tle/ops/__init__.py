@@ -1,6 +1,6 @@
 """tle.ops: the operator library, each operator written once and run on "torch", "triton" or "tilelang".
 
-    y = tle.ops.rms_norm(x, weight, eps=1e-6, backend="tilelang")
+    y = tle.ops.rms_norm(x, (4096,), weight, eps=1e-6, backend="tilelang")   # torch's F.rms_norm arguments
     norm = tle.ops.RMSNorm(4096, backend="triton")
 
 Every operator is a torch.library custom op (tle::<name>) with a backward; docs/ops.md lists them.

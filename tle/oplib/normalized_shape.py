@@ -1,0 +1,46 @@
+"""torch's `normalized_shape` for the norms (F.rms_norm, F.layer_norm): the trailing dimensions a norm takes
+together. The kernels normalize rows, so a norm over k > 1 trailing dimensions runs on the input with those
+dimensions folded into one row of their product, its affine parameters flattened alike."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from tle.errors import LaunchError
+
+
+def as_shape(normalized_shape, op: str) -> tuple[int, ...]:
+    """`normalized_shape` (an int, or a sequence of ints such as a torch.Size) as a tuple; LaunchError naming it
+    for anything else, or an empty one."""
+    if isinstance(normalized_shape, int) and not isinstance(normalized_shape, bool):
+        return (normalized_shape,)
+    try:
+        shape = tuple(normalized_shape)
+    except TypeError:
+        raise LaunchError(f"tle.ops.{op}: 'normalized_shape' is {normalized_shape!r}; expected an int or a "
+                          f"sequence of ints") from None
+    if not shape or not all(isinstance(s, int) and not isinstance(s, bool) for s in shape):
+        raise LaunchError(f"tle.ops.{op}: 'normalized_shape' is {normalized_shape!r}; expected an int or a "
+                          f"non-empty sequence of ints")
+    return shape
+
+
+def fold(op: str, input: torch.Tensor, normalized_shape, **params):
+    """(input with its trailing `normalized_shape` dimensions folded into one, {name: parameter flattened}, the
+    input's shape). Checks, as torch does, that the input ends in `normalized_shape` and that each parameter
+    given has exactly that shape."""
+    shape = as_shape(normalized_shape, op)
+    k = len(shape)
+    if input.dim() < k or tuple(input.shape[-k:]) != shape:
+        raise LaunchError(f"tle.ops.{op}: 'normalized_shape' is {list(shape)}, but 'input' has shape "
+                          f"{list(input.shape)}: its last {k} dimension{'s' if k > 1 else ''} must be that")
+    for name, p in params.items():
+        if p is not None and tuple(p.shape) != shape:
+            raise LaunchError(f"tle.ops.{op}: '{name}' has shape {list(p.shape)}; expected normalized_shape "
+                              f"{list(shape)}")
+    if k == 1:
+        return input, params, input.shape
+    n = math.prod(shape)
+    folded = {name: (p.reshape(n) if p is not None else None) for name, p in params.items()}
+    return input.reshape(*input.shape[:-k], n), folded, input.shape
