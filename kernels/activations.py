@@ -154,21 +154,29 @@ SILU_OP = Recipe("silu", forward=Stage(torch=_torch_forward, kernels=_kernel_for
 
 
 # -- the public surface -------------------------------------------------------------------------------------
-def gelu(x: torch.Tensor, approximate: str = "none", *, backend: str | None = None, fallback: str | None = None):
-    """torch.nn.functional.gelu: x * Phi(x), or its tanh approximation with approximate="tanh"."""
-    check_float(x, "x")
+def gelu(input: torch.Tensor, approximate: str = "none", *, backend: str | None = None,
+         fallback: str | None = None):
+    """torch.nn.functional.gelu: input * Phi(input), or its tanh approximation with approximate="tanh"."""
+    check_float(input, "input")
     gelu_activation(approximate)
-    b = GELU_OP.resolve(x.device, backend, fallback)
-    check_kernel_dtypes("gelu", b, x=x)
-    return GELU_OP(x, approximate, backend=b)
+    b = GELU_OP.resolve(input.device, backend, fallback)
+    check_kernel_dtypes("gelu", b, input=input)
+    return GELU_OP(input, approximate, backend=b)
 
 
-def silu(x: torch.Tensor, *, backend: str | None = None, fallback: str | None = None):
-    """torch.nn.functional.silu: x * sigmoid(x)."""
-    check_float(x, "x")
-    b = SILU_OP.resolve(x.device, backend, fallback)
-    check_kernel_dtypes("silu", b, x=x)
-    return SILU_OP(x, backend=b)
+def silu(input: torch.Tensor, inplace: bool = False, *, backend: str | None = None, fallback: str | None = None):
+    """torch.nn.functional.silu: input * sigmoid(input); with inplace=True the result is written into `input`,
+    which is returned (through a copy: the kernels write a new tensor; under autograd the backward keeps a copy
+    of the input the copy overwrites, as torch's in-place silu does)."""
+    check_float(input, "input")
+    if not isinstance(inplace, bool):
+        raise tle.LaunchError(f"tle.ops.silu: 'inplace' is {inplace!r}; expected a bool")
+    b = SILU_OP.resolve(input.device, backend, fallback)
+    check_kernel_dtypes("silu", b, input=input)
+    if not inplace:
+        return SILU_OP(input, backend=b)
+    saved = input.clone() if input.requires_grad and torch.is_grad_enabled() else input
+    return input.copy_(SILU_OP(saved, backend=b))
 
 
 class GELU(torch.nn.Module):
@@ -187,17 +195,17 @@ class GELU(torch.nn.Module):
 
 
 class SiLU(torch.nn.Module):
-    """torch.nn.SiLU on a tle backend (`backend=`, else TLE_BACKEND)."""
+    """torch.nn.SiLU on a tle backend (`backend=`, else TLE_BACKEND), inplace as in torch."""
 
-    def __init__(self, *, backend: str | None = None, fallback: str | None = None):
+    def __init__(self, inplace: bool = False, *, backend: str | None = None, fallback: str | None = None):
         super().__init__()
-        self.backend, self.fallback = backend, fallback
+        self.inplace, self.backend, self.fallback = inplace, backend, fallback
 
     def forward(self, x):
-        return silu(x, backend=self.backend, fallback=self.fallback)
+        return silu(x, self.inplace, backend=self.backend, fallback=self.fallback)
 
     def extra_repr(self):
-        return f"backend={self.backend}"
+        return f"inplace={self.inplace}, backend={self.backend}" if self.inplace else f"backend={self.backend}"
 
 
 # -- tests and benchmarks -----------------------------------------------------------------------------------

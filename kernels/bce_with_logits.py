@@ -3,7 +3,8 @@
     loss = w * ((1 - t) * x + (1 + (pw - 1) * t) * (log1p(exp(-|x|)) + max(-x, 0)))
     dloss/dx = w * ((1 + (pw - 1) * t) * sigmoid(x) - pw * t)
 
-`tle.ops.binary_cross_entropy_with_logits(logits, target, weight=None, pos_weight=None, reduction="mean")`.
+`tle.ops.binary_cross_entropy_with_logits(input, target, weight=None, size_average=None, reduce=None,
+reduction="mean", pos_weight=None)`, torch's signature; the loss in torch's dtype (input's and target's promoted).
 The kernels see the tensors as [rows, C] (C the last dimension) and walk tiles of TILE elements: a weight
 or pos_weight of one value is read once, one over the last dimension ([C], or [1, .., 1, C]) is read per
 tile's columns, any other broadcast of them is materialized to the input's shape first. Without per-column
@@ -452,50 +453,60 @@ def _check_broadcast(v, name, x):
         ok = False
     if not ok:
         raise tle.LaunchError(f"'{name}' has shape {tuple(v.shape)}, which does not broadcast to the shape of "
-                              f"'logits' {tuple(x.shape)}")
+                              f"'input' {tuple(x.shape)}")
 
 
-def binary_cross_entropy_with_logits(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None = None,
-                                     pos_weight: torch.Tensor | None = None, reduction: str = "mean", *,
+def binary_cross_entropy_with_logits(input: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None = None,
+                                     size_average: bool | None = None, reduce: bool | None = None,
+                                     reduction: str = "mean", pos_weight: torch.Tensor | None = None, *,
                                      backend: str | None = None, fallback: str | None = None) -> torch.Tensor:
-    """torch.nn.functional.binary_cross_entropy_with_logits on a tle backend.
+    """torch.nn.functional.binary_cross_entropy_with_logits on a tle backend, with its arguments in its order
+    (size_average and reduce: torch's deprecated spellings of `reduction`, converted as torch converts them).
 
-    `target` has the shape of `logits` and values in [0, 1] (soft labels too); `weight` and `pos_weight`
-    broadcast to that shape (pos_weight usually [C], over the last dimension). The loss has the logits'
-    dtype: the input's shape for reduction "none", 0-d for "mean" and "sum". Only `logits` is
-    differentiated: target, weight and pos_weight must not require grad."""
-    check_float(logits, "logits", rank=tuple(range(0, 9)))
-    check_float(target, "target", device=logits.device)
-    if target.shape != logits.shape:
-        raise tle.LaunchError(f"'target' has shape {tuple(target.shape)}; expected the shape of 'logits' "
-                              f"{tuple(logits.shape)}")
+    `target` has the shape of `input` and values in [0, 1] (soft labels too); `weight` and `pos_weight`
+    broadcast to that shape (pos_weight usually [C], over the last dimension). The loss has the dtype torch gives
+    it, input's and target's promoted (bf16 logits with fp32 targets: fp32): the input's shape for reduction
+    "none", 0-d for "mean" and "sum". Only `input` is differentiated: target, weight and pos_weight must not
+    require grad."""
+    if size_average is not None or reduce is not None:
+        reduction = torch.nn._reduction.legacy_get_string(size_average, reduce)
+    check_float(input, "input", rank=tuple(range(0, 9)))
+    check_float(target, "target", device=input.device)
+    if target.shape != input.shape:
+        raise tle.LaunchError(f"'target' has shape {tuple(target.shape)}; expected the shape of 'input' "
+                              f"{tuple(input.shape)}")
     if weight is not None:
-        _check_broadcast(weight, "weight", logits)
+        _check_broadcast(weight, "weight", input)
     if pos_weight is not None:
-        _check_broadcast(pos_weight, "pos_weight", logits)
+        _check_broadcast(pos_weight, "pos_weight", input)
     if reduction not in REDUCTIONS:
         raise tle.LaunchError(f"'reduction' is {reduction!r}; expected one of {', '.join(map(repr, REDUCTIONS))}")
     if torch.is_grad_enabled():
         for name, v in (("target", target), ("weight", weight), ("pos_weight", pos_weight)):
             if v is not None and v.requires_grad:
                 raise tle.LaunchError(f"'{name}' requires grad; tle.ops.binary_cross_entropy_with_logits "
-                                      f"differentiates 'logits' only (detach '{name}')")
-    b = BCE_WITH_LOGITS.resolve(logits.device, backend, fallback)
-    check_kernel_dtypes("binary_cross_entropy_with_logits", b, logits=logits, target=target, weight=weight,
+                                      f"differentiates 'input' only (detach '{name}')")
+    b = BCE_WITH_LOGITS.resolve(input.device, backend, fallback)
+    check_kernel_dtypes("binary_cross_entropy_with_logits", b, input=input, target=target, weight=weight,
                         pos_weight=pos_weight)
-    if b != "torch" and logits.numel() >= MAX_NUMEL:
-        raise tle.LaunchError(f"'logits' has {logits.numel()} elements; binary_cross_entropy_with_logits on {b} "
+    if b != "torch" and input.numel() >= MAX_NUMEL:
+        raise tle.LaunchError(f"'input' has {input.numel()} elements; binary_cross_entropy_with_logits on {b} "
                               f"addresses them with 32-bit offsets (fewer than {MAX_NUMEL})")
+    # the loss's dtype is torch's promotion of input and target: the kernels compute in the input's
+    promoted = torch.promote_types(input.dtype, target.dtype)
+    logits = input.to(promoted) if promoted != input.dtype else input
     return BCE_WITH_LOGITS(logits, target, weight, pos_weight, reduction, backend=b)
 
 
 class BCEWithLogitsLoss(torch.nn.Module):
-    """torch.nn.BCEWithLogitsLoss on a tle backend (`backend=`, else TLE_BACKEND); weight and pos_weight are
-    buffers, as in torch."""
+    """torch.nn.BCEWithLogitsLoss on a tle backend (`backend=`, else TLE_BACKEND), its constructor in its order;
+    weight and pos_weight are buffers, as in torch."""
 
-    def __init__(self, weight: torch.Tensor | None = None, reduction: str = "mean",
+    def __init__(self, weight: torch.Tensor | None = None, size_average=None, reduce=None, reduction: str = "mean",
                  pos_weight: torch.Tensor | None = None, *, backend: str | None = None, fallback: str | None = None):
         super().__init__()
+        if size_average is not None or reduce is not None:
+            reduction = torch.nn._reduction.legacy_get_string(size_average, reduce)
         if reduction not in REDUCTIONS:
             raise ValueError(f"tle.ops.BCEWithLogitsLoss: reduction must be one of {REDUCTIONS}, got {reduction!r}")
         self.register_buffer("weight", weight)
@@ -504,18 +515,19 @@ class BCEWithLogitsLoss(torch.nn.Module):
         self.backend, self.fallback = backend, fallback
 
     def forward(self, input, target):
-        return binary_cross_entropy_with_logits(input, target, self.weight, self.pos_weight, self.reduction,
-                                                backend=self.backend or None, fallback=self.fallback)
+        return binary_cross_entropy_with_logits(input, target, self.weight, reduction=self.reduction,
+                                                pos_weight=self.pos_weight, backend=self.backend or None,
+                                                fallback=self.fallback)
 
     def extra_repr(self):
         return f"reduction={self.reduction!r}, backend={self.backend}"
 
 
 # -- tests and benchmarks -----------------------------------------------------------------------------------
-def reference(logits, target, weight=None, pos_weight=None, reduction="mean"):
+def reference(input, target, weight=None, size_average=None, reduce=None, reduction="mean", pos_weight=None):
     """Plain differentiable torch (no custom op): the tests' ground truth, evaluated in fp64."""
-    return torch.nn.functional.binary_cross_entropy_with_logits(logits, target, weight, pos_weight=pos_weight,
-                                                                reduction=reduction)
+    return torch.nn.functional.binary_cross_entropy_with_logits(input, target, weight, size_average, reduce,
+                                                                reduction, pos_weight)
 
 
 def samples(device, dtype):
@@ -531,28 +543,30 @@ def samples(device, dtype):
     def pos(*shape):
         return (torch.rand(*shape, device=device, dtype=torch.float32) * 2 + 0.25).to(dtype)
     return [Sample((x(5, 1), hard(5, 1)), label="1 column, mean"),
-            Sample((x(3, 7), soft(3, 7), pos(7), None, "none"), label="7 columns, weight [C], none"),
-            Sample((x(2, 3, 33), soft(2, 3, 33), None, pos(1, 33), "sum"), label="rank 3, pos_weight [1, C], sum"),
-            Sample((x(4, 1000), hard(4, 1000), pos(4, 1000), pos(1000), "mean"),
+            Sample((x(3, 7), soft(3, 7), pos(7), None, None, "none"), label="7 columns, weight [C], none"),
+            Sample((x(2, 3, 33), soft(2, 3, 33), None, None, None, "sum", pos(1, 33)),
+                   label="rank 3, pos_weight [1, C], sum"),
+            Sample((x(4, 1000), hard(4, 1000), pos(4, 1000), None, None, "mean", pos(1000)),
                    label="1000 columns, full weight and pos_weight [C], mean"),
-            Sample((x(6, 33), soft(6, 33), pos(6, 1), pos(1)), dict(reduction="none"),
+            Sample((x(6, 33), soft(6, 33), pos(6, 1)), dict(reduction="none", pos_weight=pos(1)),
                    label="weight [M, 1] (materialized), pos_weight of one value, none"),
-            Sample((x(37), soft(37), pos(()), pos(37)), label="rank 1, 0-d weight, pos_weight [C], mean"),
-            Sample((x(2, 5, 9), soft(2, 5, 9), pos(5, 9), pos(2, 1, 9), "sum"),
+            Sample((x(37), soft(37), pos(())), dict(pos_weight=pos(37)),
+                   label="rank 1, 0-d weight, pos_weight [C], mean"),
+            Sample((x(2, 5, 9), soft(2, 5, 9), pos(5, 9)), dict(reduction="sum", pos_weight=pos(2, 1, 9)),
                    label="weight [5, 9], pos_weight [2, 1, 9] (both materialized), sum"),
-            Sample((x(0, 16), soft(0, 16), None, None, "none"), label="no rows, none"),
-            Sample((x(0, 16), soft(0, 16), None, None, "sum"), label="no rows, sum")]
+            Sample((x(0, 16), soft(0, 16)), dict(reduction="none"), label="no rows, none"),
+            Sample((x(0, 16), soft(0, 16)), dict(reduction="sum"), label="no rows, sum")]
 
 
 def _bench_make(shape, dtype, device):
     m, n, *rest = shape
     x = torch.randn(m, n, device=device, dtype=dtype)
     t = torch.rand(m, n, device=device, dtype=dtype)
-    return Sample((x, t, None, None, rest[0] if rest else "none"))
+    return Sample((x, t), dict(reduction=rest[0] if rest else "none"))
 
 
 def _bench_bytes(sample, mode):
-    x, reduction = sample.args[0], sample.args[4]
+    x, reduction = sample.args[0], sample.kwargs["reduction"]
     per = x.numel() * x.element_size()
     # fwd: read logits and target (write the loss for "none"); bwd: read logits and target (and the upstream
     # gradient for "none"), write dlogits
@@ -562,9 +576,8 @@ def _bench_bytes(sample, mode):
 
 
 def _eager(sample):
-    x, t, w, pw, reduction = sample.args
-    return lambda x=x: torch.nn.functional.binary_cross_entropy_with_logits(x, t, w, pos_weight=pw,
-                                                                            reduction=reduction)
+    x, t = sample.args
+    return lambda x=x: torch.nn.functional.binary_cross_entropy_with_logits(x, t, **sample.kwargs)
 
 
 OPERATOR = Operator(

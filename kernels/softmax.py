@@ -2,7 +2,8 @@
 
     y = exp(x - max(x)) / sum(exp(x - max(x)))        dx = y * (dy - sum(dy * y))
 
-`tle.ops.softmax(x, dim=-1)` takes any rank; only the last dimension is supported. A program holds BLOCK_M
+`tle.ops.softmax(input, dim=None, _stacklevel=3, dtype=None)` takes torch's F.softmax arguments, any rank
+and any dim (moved last for the kernels, which take rows). A program holds BLOCK_M
 whole rows in one tile (`row_config`: short rows are stacked), reads them once and writes them once; the
 backward reads (dy, y) once from the saved output and writes dx, with no second pass. Rows longer than
 MAX_COLS do not fit one tile: the kernel backends refuse them."""
@@ -139,58 +140,77 @@ SOFTMAX = Recipe("softmax",
 
 
 # -- the public surface -------------------------------------------------------------------------------------
-def softmax(x: torch.Tensor, dim: int = -1, *, backend: str | None = None, fallback: str | None = None):
-    """Softmax of `x` over its last dimension (`dim` must name it: -1 or x.dim() - 1), in x's dtype."""
-    check_float(x, "x", rank=tuple(range(1, 9)))
-    if not isinstance(dim, int) or isinstance(dim, bool) or dim not in (-1, x.dim() - 1):
-        raise tle.LaunchError(f"tle.ops.softmax: 'dim' is {dim!r}; only the last dimension is supported "
-                              f"(-1 or {x.dim() - 1} for 'x' of rank {x.dim()})")
-    b = SOFTMAX.resolve(x.device, backend, fallback)
-    check_kernel_dtypes("softmax", b, x=x)
+def softmax(input: torch.Tensor, dim: int | None = None, _stacklevel: int = 3, dtype: torch.dtype | None = None, *,
+            backend: str | None = None, fallback: str | None = None):
+    """torch.nn.functional.softmax on a tle backend: softmax of `input` along `dim` (any dimension; None picks
+    one as torch does, with its deprecation warning), in input's dtype, or in `dtype` when given (the input is
+    cast to it first, as in torch)."""
+    check_float(input, "input", rank=tuple(range(0, 9)))
+    if dim is None:
+        dim = torch.nn.functional._get_softmax_dim("softmax", input.dim(), _stacklevel)
+    ndim = max(input.dim(), 1)
+    if not isinstance(dim, int) or isinstance(dim, bool) or not -ndim <= dim < ndim:
+        raise tle.LaunchError(f"tle.ops.softmax: 'dim' is {dim!r}; expected an int in [{-ndim}, {ndim - 1}] for "
+                              f"'input' of rank {input.dim()}")
+    if dtype is not None:
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise tle.LaunchError(f"tle.ops.softmax: 'dtype' is {dtype!r}; expected a floating torch.dtype")
+        input = input.to(dtype)
+    b = SOFTMAX.resolve(input.device, backend, fallback)
+    check_kernel_dtypes("softmax", b, input=input)
+    # the kernels take rows: another dimension is moved last (the rows then a copy) and back
+    moved = input.dim() > 0 and dim % input.dim() != input.dim() - 1
+    x = input.reshape(1) if input.dim() == 0 else input.movedim(dim, -1) if moved else input
     n = x.shape[-1]
     if b != "torch" and n > MAX_COLS:
-        raise tle.LaunchError(f"'x' has {n} columns; softmax on {b} holds a row in one tile (at most {MAX_COLS})")
+        raise tle.LaunchError(f"'input' has {n} elements along dim {dim}; softmax on {b} holds a row in one tile "
+                              f"(at most {MAX_COLS})")
     if b != "torch" and x.numel() >= MAX_NUMEL:
-        raise tle.LaunchError(f"'x' has {x.numel()} elements; softmax on {b} addresses them with 32-bit offsets "
-                              f"(fewer than {MAX_NUMEL})")
-    return SOFTMAX(x, backend=b)
+        raise tle.LaunchError(f"'input' has {x.numel()} elements; softmax on {b} addresses them with 32-bit "
+                              f"offsets (fewer than {MAX_NUMEL})")
+    y = SOFTMAX(x, backend=b)
+    return y.reshape(()) if input.dim() == 0 else y.movedim(-1, dim) if moved else y
 
 
 class Softmax(torch.nn.Module):
-    """torch.nn.Softmax over the last dimension, on a tle backend (`backend=`, else TLE_BACKEND)."""
+    """torch.nn.Softmax on a tle backend (`backend=`, else TLE_BACKEND): dim None as in torch."""
 
-    def __init__(self, dim: int = -1, *, backend: str | None = None, fallback: str | None = None):
+    def __init__(self, dim: int | None = None, *, backend: str | None = None, fallback: str | None = None):
         super().__init__()
         self.dim = dim
         self.backend, self.fallback = backend, fallback
 
     def forward(self, x):
-        return softmax(x, self.dim, backend=self.backend or None, fallback=self.fallback)
+        return softmax(x, self.dim, _stacklevel=5, backend=self.backend or None, fallback=self.fallback)
 
     def extra_repr(self):
         return f"dim={self.dim}, backend={self.backend}"
 
 
 # -- tests and benchmarks -----------------------------------------------------------------------------------
-def reference(x, dim=-1):
-    """Plain differentiable torch (no custom op): the tests' ground truth, evaluated in fp64."""
-    return torch.softmax(x, dim=dim)
+def reference(x, dim=None, _stacklevel=3, dtype=None):
+    """Plain differentiable torch (no custom op): the tests' ground truth, evaluated in fp64 (the samples name
+    dim and leave dtype: it would cast the fp64 inputs down)."""
+    return torch.nn.functional.softmax(x, dim, dtype=dtype)
 
 
 def samples(device, dtype):
     def t(*shape, scale=1.0):
         return torch.randn(*shape, device=device, dtype=torch.float32).mul(scale).to(dtype)
-    return [Sample((t(5, 1),), label="1 column"),
-            Sample((t(3, 7),), label="7 columns"),
+    return [Sample((t(5, 1), -1), label="1 column"),
+            Sample((t(3, 7), 1), label="7 columns"),
             Sample((t(2, 3, 33), -1), label="rank 3, 33 columns"),
             Sample((t(4, 1000, scale=4.0), 1), label="dim=1, 1000 columns, wide range"),
-            Sample((t(2, 2, 3, 65),), label="rank 4, 65 columns"),
-            Sample((t(130),), label="rank 1"),
-            Sample((t(0, 16),), label="no rows")]
+            Sample((t(2, 2, 3, 65), -1), label="rank 4, 65 columns"),
+            Sample((t(130), 0), label="rank 1"),
+            Sample((t(6, 9), 0), label="dim=0 (a column softmax)"),
+            Sample((t(2, 17, 5), 1), label="dim=1 of rank 3"),
+            Sample((t(3, 4, 7), -2), label="dim=-2"),
+            Sample((t(0, 16), -1), label="no rows")]
 
 
 def _bench_make(shape, dtype, device):
-    return Sample((torch.randn(*shape, device=device, dtype=dtype),))
+    return Sample((torch.randn(*shape, device=device, dtype=dtype), -1))
 
 
 def _bench_bytes(sample, mode):
@@ -200,13 +220,13 @@ def _bench_bytes(sample, mode):
 
 
 def _eager(sample):
-    (x,) = sample.args
-    return lambda x=x: torch.softmax(x, dim=-1)
+    x, dim = sample.args
+    return lambda x=x: torch.softmax(x, dim=dim)
 
 
 def _liger(sample):
     from liger_kernel.ops.softmax import LigerSoftmaxFunction
-    (x,) = sample.args
+    x, _ = sample.args
     return lambda x=x: LigerSoftmaxFunction.apply(x)
 
 

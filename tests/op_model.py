@@ -25,7 +25,7 @@ class Model(torch.nn.Module):
         y = tle.ops.swiglu(self.up(y), backend=b)
         y = tle.ops.dropout_add(self.act(self.ln(y)), h, 0.1, seed=7, backend=b)
         y = tle.ops.scale_bias_add(y, self.scale, self.bias, h, backend=b)
-        y = tle.ops.softmax(tle.ops.l2_norm(tle.ops.silu(y, backend=b), backend=b), backend=b)
+        y = tle.ops.softmax(tle.ops.l2_norm(tle.ops.silu(y, backend=b), backend=b), -1, backend=b)
         if target is None:
             return y
         return y, tle.ops.binary_cross_entropy_with_logits(y, target, backend=b)

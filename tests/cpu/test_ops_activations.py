@@ -14,12 +14,13 @@ def _randn(*shape, dtype=torch.float32, scale=1.0):
 
 
 @pytest.mark.parametrize("bad, match", [
-    (lambda: tle.ops.gelu(torch.arange(6), backend="torch"), "'x' has dtype int64"),
-    (lambda: tle.ops.silu(torch.arange(6).int(), backend="torch"), "'x' has dtype int32"),
+    (lambda: tle.ops.gelu(torch.arange(6), backend="torch"), "'input' has dtype int64"),
+    (lambda: tle.ops.silu(torch.arange(6).int(), backend="torch"), "'input' has dtype int32"),
     (lambda: tle.ops.gelu(torch.randn(4), approximate="fast", backend="torch"), "'approximate' is 'fast'"),
     (lambda: tle.ops.GELU(approximate="Tanh"), "'approximate' is 'Tanh'"),
-    (lambda: tle.ops.silu(torch.randn(4).double(), backend="triton"), "'x' has dtype float64, which backend"),
-    (lambda: tle.ops.gelu([1.0, 2.0], backend="torch"), "'x' must be a torch.Tensor"),
+    (lambda: tle.ops.silu(torch.randn(4).double(), backend="triton"), "'input' has dtype float64, which backend"),
+    (lambda: tle.ops.gelu([1.0, 2.0], backend="torch"), "'input' must be a torch.Tensor"),
+    (lambda: tle.ops.silu(torch.randn(4), "yes", backend="torch"), "'inplace' is 'yes'; expected a bool"),
     (lambda: tle.ops.swiglu(torch.randn(3, 7), backend="torch"), r"'x' has shape \(3, 7\).*must be even"),
     (lambda: tle.ops.geglu(torch.randn(2, 3, 5), backend="torch"), r"'x' has shape \(2, 3, 5\).*must be even"),
     (lambda: tle.ops.swiglu(torch.randn(3, 8), torch.randn(3, 4), backend="torch"), r"'value' has shape \(3, 4\)"),
@@ -177,3 +178,25 @@ def test_scale_bias_add_backward_loops_over_row_blocks():
     torch.testing.assert_close(dx, dy * s)
     torch.testing.assert_close(ds, (dy * x).sum(0), atol=1e-4, rtol=1e-5)
     torch.testing.assert_close(db, dy.sum(0), atol=1e-4, rtol=1e-5)
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_silu_inplace_as_torch(backend):
+    """F.silu(x, inplace=True): the result written into x, x returned; gradients through it as through torch's
+    in-place silu (x a non-leaf); a leaf that requires grad refused as torch refuses it; nn.SiLU(inplace=True)."""
+    torch.manual_seed(0)
+    x0 = torch.randn(5, 7)
+    x = x0.clone()
+    y = tle.ops.silu(x, True, backend=backend)
+    assert y is x
+    torch.testing.assert_close(x, torch.nn.functional.silu(x0))
+    a, b = torch.randn(5, 7, requires_grad=True), torch.randn(5, 7)
+    ours = tle.ops.silu(a * 2, inplace=True, backend=backend)
+    ref = torch.nn.functional.silu(a * 2, inplace=True)
+    torch.testing.assert_close(ours, ref)
+    torch.testing.assert_close(torch.autograd.grad(ours, a, b)[0], torch.autograd.grad(ref, a, b)[0])
+    with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
+        tle.ops.silu(torch.randn(3, requires_grad=True), True, backend=backend)
+    m, x = tle.ops.SiLU(inplace=True, backend=backend), x0.clone()
+    assert m(x) is x and "inplace=True" in repr(m)
+    torch.testing.assert_close(tle.ops.SiLU(backend=backend)(x0), torch.nn.SiLU()(x0))

@@ -1,5 +1,5 @@
 """tle.ops.softmax and tle.ops.binary_cross_entropy_with_logits beyond the shared operator tests: bad inputs,
-and what is particular to each (the last dimension only, masked rows, the fused reductions and their
+and what is particular to each (torch's arguments: any dim, dtype, dim None; masked rows, the fused reductions and their
 partials, soft targets, broadcast weights, strided and expanded tensors, the result's dtype and shape)."""
 import pytest
 import torch
@@ -27,18 +27,21 @@ def on(backend, fn):
 
 # -- softmax ------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("bad, match", [
-    (lambda: tle.ops.softmax(torch.randn(4, 16), dim=0, backend="torch"), r"'dim' is 0; only the last dimension"),
-    (lambda: tle.ops.softmax(torch.randn(2, 4, 16), 1, backend="torch"), r"'dim' is 1.*-1 or 2"),
-    (lambda: tle.ops.softmax(torch.randn(2, 4, 16), dim=3, backend="torch"), r"'dim' is 3"),
-    (lambda: tle.ops.softmax(torch.randn(2, 4, 16), dim=-2, backend="torch"), r"'dim' is -2"),
-    (lambda: tle.ops.softmax(torch.randn(4, 16), dim=None, backend="torch"), r"'dim' is None"),
+    (lambda: tle.ops.softmax(torch.randn(2, 4, 16), dim=3, backend="torch"),
+     r"'dim' is 3; expected an int in \[-3, 2\]"),
+    (lambda: tle.ops.softmax(torch.randn(2, 4, 16), dim=-4, backend="torch"), r"'dim' is -4"),
     (lambda: tle.ops.softmax(torch.randn(4, 16), dim=1.0, backend="torch"), r"'dim' is 1.0"),
-    (lambda: tle.ops.softmax(torch.arange(8).reshape(2, 4), backend="torch"), "'x' has dtype int64"),
-    (lambda: tle.ops.softmax(torch.tensor(1.0), backend="torch"), "'x' has rank 0"),
-    (lambda: tle.ops.softmax("x", backend="torch"), "'x' must be a torch.Tensor"),
-    (lambda: tle.ops.softmax(torch.randn(2, 4).double(), backend="triton"), "'x' has dtype float64, which backend"),
-    (lambda: tle.ops.softmax(torch.randn(1, 65537), backend="triton"), r"65537 columns.*at most 65536"),
-    (lambda: tle.ops.softmax(torch.zeros(1, 1).expand(2 ** 16, 2 ** 15), backend="triton"),
+    (lambda: tle.ops.softmax(torch.randn(4, 16), -1, dtype=torch.int32, backend="torch"), r"'dtype' is torch.int32"),
+    (lambda: tle.ops.softmax(torch.arange(8).reshape(2, 4), -1, backend="torch"), "'input' has dtype int64"),
+    (lambda: tle.ops.softmax("x", -1, backend="torch"), "'input' must be a torch.Tensor"),
+    (lambda: tle.ops.softmax(torch.randn(2, 4).double(), -1, backend="triton"),
+     "'input' has dtype float64, which backend"),
+    (lambda: tle.ops.softmax(torch.randn(2, 4), -1, dtype=torch.float64, backend="triton"),
+     "'input' has dtype float64, which backend"),
+    (lambda: tle.ops.softmax(torch.randn(1, 65537), -1, backend="triton"),
+     r"65537 elements along dim -1.*at most 65536"),
+    (lambda: tle.ops.softmax(torch.randn(65537, 2), 0, backend="triton"), r"65537 elements along dim 0"),
+    (lambda: tle.ops.softmax(torch.zeros(1, 1).expand(2 ** 16, 2 ** 15), -1, backend="triton"),
      r"2147483648 elements.*32-bit offsets"),
 ])
 def test_softmax_bad_inputs(bad, match):
@@ -48,7 +51,7 @@ def test_softmax_bad_inputs(bad, match):
 
 def test_softmax_long_rows_run_on_torch():
     x = torch.randn(2, 65537)
-    torch.testing.assert_close(tle.ops.softmax(x, backend="torch"), torch.softmax(x, -1))
+    torch.testing.assert_close(tle.ops.softmax(x, -1, backend="torch"), torch.softmax(x, -1))
 
 
 @pytest.mark.parametrize("backend", kernel_backends())
@@ -57,7 +60,7 @@ def test_softmax_masked_rows(backend):
     x = torch.randn(6, 40)
     x[:, 20:] = float("-inf")
     x[1, :] = float("-inf")
-    y = on(backend, lambda: tle.ops.softmax(x, backend=backend))
+    y = on(backend, lambda: tle.ops.softmax(x, -1, backend=backend))
     torch.testing.assert_close(y, torch.softmax(x, -1), equal_nan=True)
     assert y[1].isnan().all() and (y[0, 20:] == 0).all()
 
@@ -73,7 +76,7 @@ def test_softmax_strided_and_expanded(backend):
     g, = on(backend, lambda: torch.autograd.grad(y, x, dy))
     torch.testing.assert_close(g, _softmax_grad(x.detach(), dy), atol=1e-6, rtol=1e-5)
     x1 = torch.randn(5, 1, requires_grad=True)
-    g1, = on(backend, lambda: torch.autograd.grad(tle.ops.softmax(x1, backend=backend).sum(), x1))
+    g1, = on(backend, lambda: torch.autograd.grad(tle.ops.softmax(x1, -1, backend=backend).sum(), x1))
     assert (g1 == 0).all()
 
 
@@ -84,19 +87,44 @@ def _softmax_grad(x, dy):
 
 def test_softmax_module_and_dims():
     x = torch.randn(3, 5, 9)
-    m = tle.ops.Softmax(backend="torch")
+    m = tle.ops.Softmax(-1, backend="torch")
     torch.testing.assert_close(m(x), torch.softmax(x, -1))
     torch.testing.assert_close(tle.ops.Softmax(2, backend="triton")(x), torch.softmax(x, -1))
+    torch.testing.assert_close(tle.ops.Softmax(1, backend="triton")(x), torch.softmax(x, 1))
     assert "backend=torch" in repr(m)
-    with pytest.raises(tle.LaunchError, match="'dim' is 1"):
-        tle.ops.Softmax(1, backend="torch")(x)
+    with pytest.warns(UserWarning, match="Implicit dimension choice for softmax"):   # dim None: torch's choice
+        torch.testing.assert_close(tle.ops.Softmax(backend="torch")(x), torch.nn.Softmax()(x))
 
 
 def test_softmax_keeps_the_dtype():
     x = torch.randn(4, 33).half()
     for backend in ("torch", "triton"):
-        y = tle.ops.softmax(x, backend=backend)
+        y = tle.ops.softmax(x, -1, backend=backend)
         assert y.dtype == torch.float16 and y.shape == x.shape and y.is_contiguous()
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_softmax_takes_torchs_arguments(backend):
+    """tle.ops.softmax called as F.softmax: every dim of ranks 0 to 4, positive or negative, dtype= (the input
+    cast first: the result in that dtype), dim None with torch's choice and its warning; gradients through any
+    dim."""
+    torch.manual_seed(0)
+    for shape in [(), (7,), (4, 9), (3, 5, 6), (2, 3, 4, 5)]:
+        x = torch.randn(shape)
+        for dim in range(-max(x.dim(), 1), max(x.dim(), 1)):
+            torch.testing.assert_close(tle.ops.softmax(x, dim, backend=backend), F.softmax(x, dim))
+        with pytest.warns(UserWarning, match="Implicit dimension choice"):
+            got = tle.ops.softmax(x, backend=backend)
+        with pytest.warns(UserWarning, match="Implicit dimension choice"):
+            torch.testing.assert_close(got, F.softmax(x))
+    x = torch.randn(4, 6).half()
+    y = tle.ops.softmax(x, 0, dtype=torch.float32, backend=backend)
+    assert y.dtype == torch.float32
+    torch.testing.assert_close(y, F.softmax(x, 0, dtype=torch.float32))
+    xg = torch.randn(3, 8, 5, requires_grad=True)
+    dy = torch.randn(3, 8, 5)
+    got = torch.autograd.grad(tle.ops.softmax(xg, 1, backend=backend), xg, dy)[0]
+    torch.testing.assert_close(got, torch.autograd.grad(F.softmax(xg, 1), xg, dy)[0], atol=1e-6, rtol=1e-5)
 
 
 def test_softmax_wrapper_kernel_examples_run():
@@ -111,10 +139,10 @@ def x_t(*shape):
 
 
 @pytest.mark.parametrize("bad, match", [
-    (lambda: BCE(torch.arange(8).reshape(2, 4), torch.rand(2, 4), backend="torch"), "'logits' has dtype int64"),
+    (lambda: BCE(torch.arange(8).reshape(2, 4), torch.rand(2, 4), backend="torch"), "'input' has dtype int64"),
     (lambda: BCE(torch.randn(2, 4), torch.randint(0, 2, (2, 4)), backend="torch"), "'target' has dtype int64"),
     (lambda: BCE(torch.randn(2, 4), torch.rand(2, 3), backend="torch"),
-     r"'target' has shape \(2, 3\); expected the shape of 'logits' \(2, 4\)"),
+     r"'target' has shape \(2, 3\); expected the shape of 'input' \(2, 4\)"),
     (lambda: BCE(torch.randn(2, 4), torch.rand(8), backend="torch"), r"'target' has shape \(8,\)"),
     (lambda: BCE(torch.randn(2, 4), torch.rand(2, 4), torch.rand(5), backend="torch"),
      r"'weight' has shape \(5,\), which does not broadcast"),
@@ -125,26 +153,56 @@ def x_t(*shape):
     (lambda: BCE(torch.randn(2, 4), torch.rand(2, 4), pos_weight=torch.rand(3), backend="torch"),
      r"'pos_weight' has shape \(3,\), which does not broadcast"),
     (lambda: BCE(torch.randn(4), torch.rand(4), pos_weight=torch.rand(1, 4), backend="torch"),
-     r"'pos_weight' has shape \(1, 4\), which does not broadcast to the shape of 'logits' \(4,\)"),
+     r"'pos_weight' has shape \(1, 4\), which does not broadcast to the shape of 'input' \(4,\)"),
     (lambda: BCE(torch.randn(2, 4), torch.rand(2, 4), reduction="avg", backend="torch"),
      r"'reduction' is 'avg'; expected one of 'none', 'mean', 'sum'"),
     (lambda: BCE(torch.randn(2, 4), torch.rand(2, 4), reduction=None, backend="torch"), "'reduction' is None"),
     (lambda: BCE(torch.randn(2, 4).double(), torch.rand(2, 4).double(), backend="triton"),
-     "'logits' has dtype float64, which backend"),
+     "'input' has dtype float64, which backend"),
     (lambda: BCE(torch.randn(2, 4), torch.rand(2, 4), pos_weight=torch.rand(4).double(), backend="triton"),
      "'pos_weight' has dtype float64, which backend"),
     (lambda: BCE(torch.randn(2, 4), torch.rand(2, 4, device="meta"), backend="torch"), "'target' is on meta"),
     (lambda: BCE(torch.randn(2, 4), torch.rand(2, 4, requires_grad=True), backend="torch"),
-     "'target' requires grad.*differentiates 'logits' only"),
+     "'target' requires grad.*differentiates 'input' only"),
     (lambda: BCE(torch.randn(2, 4), torch.rand(2, 4), torch.rand(4, requires_grad=True), backend="torch"),
      "'weight' requires grad"),
-    (lambda: BCE("x", torch.rand(2, 4), backend="torch"), "'logits' must be a torch.Tensor"),
+    (lambda: BCE("x", torch.rand(2, 4), backend="torch"), "'input' must be a torch.Tensor"),
     (lambda: BCE(torch.zeros(1, 1).expand(2 ** 16, 2 ** 15), torch.zeros(1, 1).expand(2 ** 16, 2 ** 15),
                  backend="triton"), r"2147483648 elements.*32-bit offsets"),
 ])
 def test_bce_bad_inputs(bad, match):
     with pytest.raises(tle.LaunchError, match=match):
         bad()
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_bce_takes_torchs_arguments(backend):
+    """Called exactly as F.binary_cross_entropy_with_logits: weight third, the deprecated size_average and reduce
+    fourth and fifth (converted, with torch's warning), reduction sixth, pos_weight seventh; the module likewise;
+    gradients of the input in its own dtype under promotion."""
+    torch.manual_seed(0)
+    x, t = x_t(4, 9)
+    w, pw = torch.rand(9) + 0.5, torch.rand(9) + 0.5
+    for args in [(x, t, w), (x, t, w, None, None, "sum"), (x, t, None, None, None, "none", pw),
+                 (x, t, w, None, None, "mean", pw)]:
+        torch.testing.assert_close(BCE(*args, backend=backend), F.binary_cross_entropy_with_logits(*args))
+    for legacy in [(False, None), (None, False), (True, True)]:
+        with pytest.warns(UserWarning):
+            got = BCE(x, t, w, *legacy, backend=backend)
+        with pytest.warns(UserWarning):
+            torch.testing.assert_close(got, F.binary_cross_entropy_with_logits(x, t, w, *legacy))
+    with pytest.warns(UserWarning):
+        m = tle.ops.BCEWithLogitsLoss(w, False, None, "mean", pw, backend=backend)   # size_average=False: sum
+    assert m.reduction == "sum"
+    torch.testing.assert_close(tle.ops.BCEWithLogitsLoss(w, None, None, "none", pw, backend=backend)(x, t),
+                               torch.nn.BCEWithLogitsLoss(w, None, None, "none", pw)(x, t))
+    xh = x.half().requires_grad_()
+    loss = BCE(xh, t, backend=backend)
+    assert loss.dtype == torch.float32
+    (g,) = torch.autograd.grad(loss, xh)
+    (r,) = torch.autograd.grad(F.binary_cross_entropy_with_logits(xh, t), xh)
+    assert g.dtype == torch.float16
+    torch.testing.assert_close(g, r)
 
 
 def test_bce_module_checks_its_reduction():
@@ -237,10 +295,11 @@ def test_bce_dtypes_and_shapes():
     x, t = x_t(3, 33)
     for backend in ("torch", "triton"):
         assert BCE(x.half(), t.half(), reduction="none", backend=backend).dtype == torch.float16
-        out = BCE(x.half(), t, reduction="mean", backend=backend)        # target of another float dtype
-        assert out.dtype == torch.float16 and out.shape == ()
-        torch.testing.assert_close(out.float(), F.binary_cross_entropy_with_logits(x.half().float(), t),
-                                   atol=1e-3, rtol=2e-3)
+        out = BCE(x.half(), t, reduction="mean", backend=backend)        # fp32 target: promoted as in torch
+        assert out.dtype == torch.float32 and out.shape == ()
+        torch.testing.assert_close(out, F.binary_cross_entropy_with_logits(x.half(), t), atol=1e-5, rtol=1e-5)
+        assert BCE(x, t.half(), reduction="none", backend=backend).dtype == torch.float32
+        assert BCE(x.bfloat16(), t.bfloat16(), torch.rand(33), backend=backend).dtype == torch.bfloat16
         s = BCE(torch.tensor(0.5), torch.tensor(1.0), reduction="none", backend=backend)   # 0-d logits
         assert s.shape == ()
         torch.testing.assert_close(s, F.binary_cross_entropy_with_logits(torch.tensor(0.5), torch.tensor(1.0),
