@@ -258,6 +258,8 @@ def test_flash_attention_window_and_softcap_checks():
     (lambda: tle.ops.rms_norm(torch.randn(2, 4), (2, 3), backend="torch"), "its last 2 dimensions must be that"),
     (lambda: tle.ops.rms_norm(torch.randn(2, 4), "4", backend="torch"), "'normalized_shape' is '4'; expected an int or a non-empty"),
     (lambda: tle.ops.rms_norm(torch.randn(2, 4), (), backend="torch"), "non-empty sequence of ints"),
+    (lambda: tle.ops.rms_norm(torch.randn(2, 4), torch.ones(4), backend="torch"),
+     r"'normalized_shape' is a tensor; the arguments are torch's, \(input, normalized_shape, weight, ...\)"),
 ])
 def test_rms_norm_bad_inputs(bad, match):
     with pytest.raises(tle.LaunchError, match=match):

@@ -15,6 +15,9 @@ def as_shape(normalized_shape, op: str) -> tuple[int, ...]:
     for anything else, or an empty one."""
     if isinstance(normalized_shape, int) and not isinstance(normalized_shape, bool):
         return (normalized_shape,)
+    if isinstance(normalized_shape, torch.Tensor):       # the weight, where tle.ops took it second before
+        raise LaunchError(f"tle.ops.{op}: 'normalized_shape' is a tensor; the arguments are torch's, "
+                          f"(input, normalized_shape, weight, ...): pass the weight after the shape")
     try:
         shape = tuple(normalized_shape)
     except TypeError:
