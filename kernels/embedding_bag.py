@@ -476,7 +476,8 @@ def embedding_bag_mean(weight: torch.Tensor, indices: torch.Tensor, offsets: tor
         raise tle.LaunchError(f"'backward' must be one of {', '.join(map(repr, BACKWARDS))}; got {backward!r}")
     num_weights = weight.shape[0]
     pad = _padding(padding_idx, num_weights)
-    if weight.device.type == "cpu":
+    if weight.device.type == "cpu" and not torch.compiler.is_compiling():
+        # a traced graph holds no data-dependent branches (fullgraph compiles): unchecked there, as on CUDA
         _check_offsets_on_cpu(indices, offsets, num_weights)
     b = EMBEDDING_BAG_MEAN.resolve(weight.device, backend, fallback)
     check_kernel_dtypes("embedding_bag_mean", b, weight=weight)
