@@ -17,8 +17,10 @@ failed but a tle backend asked for cannot run on this device (its cells say "una
 is a dry run of the loop with a wall-clock timer, for tests: never a measurement (it writes files only
 with --out). It runs each operator's small dry-run shapes (BenchSpec.dry_shapes) unless --shapes says
 otherwise, and Triton in its interpreter: started as a program without TRITON_INTERPRET, it starts again
-with TRITON_INTERPRET=1 (Triton reads it at import). TileLang kernels run on CUDA only: unavailable there. torch.compile compiles once per shape and input kind (forward; forward with gradients), the
-bulk of a run's time: --no-compile skips it. Where the tree has no .git (a copy on a GPU machine), set
+with TRITON_INTERPRET=1 (Triton reads it at import). TileLang kernels run on CUDA only: the default backends
+leave it out there (said on stderr); named in --backends, its cells say "unavailable" and the exit code is 3.
+torch.compile compiles once per shape and input kind (forward; forward with gradients), the bulk of a run's
+time: --no-compile skips it. Where the tree has no .git (a copy on a GPU machine), set
 TLE_COMMIT."""
 from __future__ import annotations
 
@@ -64,10 +66,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--list", action="store_true", help="list the operators and their default shapes, and exit")
     p.add_argument("--device", default="cuda",
                    help="cuda (default), cuda:N; cpu is a wall-clock dry run for tests, not a measurement")
-    p.add_argument("--backends", default=DEFAULT_BACKENDS,
-                   help=f"tle backends, comma-separated, of {', '.join(OP_BACKENDS)} (default {DEFAULT_BACKENDS}); "
-                        "torch here is the tle op's torch backend, shown as 'tle torch'; the eager torch anchor "
-                        "is always timed")
+    p.add_argument("--backends", default=None,
+                   help=f"tle backends, comma-separated, of {', '.join(OP_BACKENDS)} (default {DEFAULT_BACKENDS}, "
+                        "with --device cpu those of them that run there); torch here is the tle op's torch "
+                        "backend, shown as 'tle torch'; the eager torch anchor is always timed")
     p.add_argument("--shapes", default=None,
                    help="comma-separated shapes, sizes joined by x (e.g. 32768x8192,4096x4096); "
                         "default: the operator's own")
@@ -113,7 +115,8 @@ def parse_args(argv, operators: dict) -> argparse.Namespace:
         a.operators = list(dict.fromkeys(a.operator))
     else:
         p.error("name an operator (--operator NAME) or --all (--list shows them)")
-    a.backend_list = _split(a.backends)
+    a.backends_given = a.backends is not None
+    a.backend_list = _split(a.backends if a.backends_given else DEFAULT_BACKENDS)
     for b in a.backend_list:
         if b not in OP_BACKENDS:
             p.error(f"unknown backend {b!r} in --backends (backends: {', '.join(OP_BACKENDS)})")
@@ -171,6 +174,22 @@ def parse_args(argv, operators: dict) -> argparse.Namespace:
     if a.torch_device.type not in ("cuda", "cpu"):
         p.error(f"unknown device {a.device!r} (cuda, cuda:N, or cpu for a dry run)")
     return a
+
+
+def runnable_here(backends: list[str], device: torch.device) -> list[str]:
+    """The default backends that can launch on `device` (a dry run on the CPU: Triton in its interpreter, not
+    TileLang); each one left out is said, with why. Backends named with --backends are all run: one that cannot
+    run is then an "unavailable" row and exit code 3."""
+    from tle import select
+    kept = []
+    for name in backends:
+        why = None if name == "torch" else select.resolve(name).launch_unavailable_reason(device)
+        if why is None:
+            kept.append(name)
+        else:
+            print(f"tle-bench: --device {device.type}: backend {name} left out ({why}); name it in --backends to "
+                  f"see its cells", file=sys.stderr)
+    return kept
 
 
 def list_operators(operators: dict, out=None) -> None:
@@ -231,6 +250,8 @@ def main(argv=None, operators: dict | None = None) -> int:
     if device.type == "cuda" and not torch.cuda.is_available():
         print(NO_CUDA, file=sys.stderr)
         return 2
+    if device.type == "cpu" and not args.backends_given:
+        args.backend_list = runnable_here(args.backend_list, device)
     if device.type == "cuda" and device.index is not None:
         torch.cuda.set_device(device)
     timer = timer_for(device)
