@@ -21,7 +21,7 @@ from tle.kernels.column_sum import column_sum
 from tle.oplib import (BenchSpec, Operator, Sample, as_rows, check_float, check_int32_offsets, check_kernel_dtypes,
                         programs, shared_memory_per_block)
 from tle.oplib.arith import cdiv
-from tle.oplib.normalized_shape import as_shape, fold
+from tle.oplib.normalized_shape import as_shape, fold, trailing_dims
 from tle.oplib.recipe import Recipe, Stage
 from tle.oplib.rows import backward_row_config, row_config, row_stat_like, torch_compute_dtype
 
@@ -297,8 +297,8 @@ def layer_norm(input: torch.Tensor, normalized_shape, weight: torch.Tensor | Non
     for name, p in (("weight", weight), ("bias", bias)):
         if p is not None:
             check_float(p, name, device=input.device)
-    x, params, shape = fold("layer_norm", input, normalized_shape, weight=weight, bias=bias)
-    weight, bias = params["weight"], params["bias"]
+    folded = fold("layer_norm", input, normalized_shape, weight=weight, bias=bias)
+    x, weight, bias = folded.rows, folded.params["weight"], folded.params["bias"]
     n = x.shape[-1]
     b = LAYER_NORM.resolve(input.device, backend, fallback)
     check_kernel_dtypes("layer_norm", b, input=input, weight=weight, bias=bias)
@@ -307,7 +307,7 @@ def layer_norm(input: torch.Tensor, normalized_shape, weight: torch.Tensor | Non
         raise tle.LaunchError(f"'input' has {n} elements a row (normalized_shape); layer_norm on {b} holds a row "
                               f"in one tile (at most {MAX_COLS})")
     y, _, _ = LAYER_NORM(x, weight, bias, float(eps), backend=b)
-    return y.reshape(shape) if x is not input else y       # folded: the input's shape again
+    return folded.unfold(y)
 
 
 class LayerNorm(torch.nn.Module):
@@ -346,7 +346,7 @@ class LayerNorm(torch.nn.Module):
 # -- tests and benchmarks -----------------------------------------------------------------------------------
 def reference(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     """Plain differentiable torch (no custom op): the tests' ground truth, evaluated in fp64."""
-    dims = tuple(range(-len(as_shape(normalized_shape, "layer_norm")), 0))
+    dims = trailing_dims(normalized_shape, "layer_norm")
     mean = x.mean(dims, keepdim=True)
     var = (x - mean).pow(2).mean(dims, keepdim=True)
     y = (x - mean) * torch.rsqrt(var + eps)

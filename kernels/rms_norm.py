@@ -20,7 +20,7 @@ from tle.kernels.column_sum import column_sum
 from tle.oplib import (BenchSpec, Operator, Sample, as_rows, check_float, check_int32_offsets, check_kernel_dtypes,
                         programs, shared_memory_per_block)
 from tle.oplib.arith import cdiv
-from tle.oplib.normalized_shape import as_shape, fold
+from tle.oplib.normalized_shape import as_shape, fold, trailing_dims
 from tle.oplib.recipe import Recipe, Stage
 from tle.oplib.rows import backward_row_config, forward_row_config, row_stat_like, torch_compute_dtype
 
@@ -319,15 +319,14 @@ def rms_norm(input: torch.Tensor, normalized_shape, weight: torch.Tensor | None 
     check_float(input, "input", rank=tuple(range(1, 9)))
     if weight is not None:
         check_float(weight, "weight", device=input.device)
-    x, params, shape = fold("rms_norm", input, normalized_shape, weight=weight)
-    weight = params["weight"]
+    folded = fold("rms_norm", input, normalized_shape, weight=weight)
+    x, weight = folded.rows, folded.params["weight"]
     n = x.shape[-1]
     if residual is not None:
-        check_float(residual, "residual", device=input.device, shape=tuple(shape))
+        check_float(residual, "residual", device=input.device, shape=tuple(input.shape))
         if residual.dtype != input.dtype:
             raise tle.LaunchError(f"'residual' has dtype {residual.dtype}; expected input's dtype {input.dtype}")
-        if x is not input:
-            residual = residual.reshape(x.shape)
+        residual = folded.fold(residual)
     b = RMS_NORM.resolve(input.device, backend, fallback)
     check_kernel_dtypes("rms_norm", b, input=input, weight=weight)
     check_int32_offsets("rms_norm", b, "input", input)
@@ -338,9 +337,7 @@ def rms_norm(input: torch.Tensor, normalized_shape, weight: torch.Tensor | None 
                               f"one tile (at most {MAX_COLS})")
     eps = torch.finfo(input.dtype).eps if eps is None else eps
     y, h, _ = RMS_NORM(x, weight, residual, float(eps), backend=b)
-    if residual is None:
-        return y.reshape(shape) if x is not input else y       # folded: the input's shape again
-    return (y.reshape(shape), h.reshape(shape)) if x is not input else (y, h)
+    return (folded.unfold(y), folded.unfold(h)) if residual is not None else folded.unfold(y)
 
 
 class RMSNorm(torch.nn.Module):
@@ -377,8 +374,7 @@ class RMSNorm(torch.nn.Module):
 def reference(x, normalized_shape, weight=None, eps=None, residual=None):
     """Plain differentiable torch (no custom op): the tests' ground truth, evaluated in fp64 (the samples give
     eps: None would be fp64's eps here, not that of the dtype the operator ran in)."""
-    k = len(as_shape(normalized_shape, "rms_norm"))
-    dims = tuple(range(-k, 0))
+    dims = trailing_dims(normalized_shape, "rms_norm")
     eps = torch.finfo(x.dtype).eps if eps is None else eps
     h = x + residual if residual is not None else x
     y = h * torch.rsqrt(h.pow(2).mean(dims, keepdim=True) + eps)

@@ -183,7 +183,8 @@ def runnable_here(backends: list[str], device: torch.device) -> list[str]:
     from tle import select
     kept = []
     for name in backends:
-        why = None if name == "torch" else select.resolve(name).launch_unavailable_reason(device)
+        why = None if name == "torch" else select.launch_unavailable_reason(select.resolve(name), device,
+                                                                              select.interpret_setting())
         if why is None:
             kept.append(name)
         else:

@@ -4,6 +4,7 @@ dimensions folded into one row of their product, its affine parameters flattened
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 
@@ -29,10 +30,28 @@ def as_shape(normalized_shape, op: str) -> tuple[int, ...]:
     return shape
 
 
-def fold(op: str, input: torch.Tensor, normalized_shape, **params):
-    """(input with its trailing `normalized_shape` dimensions folded into one, {name: parameter flattened}, the
-    input's shape). Checks, as torch does, that the input ends in `normalized_shape` and that each parameter
-    given has exactly that shape."""
+def trailing_dims(normalized_shape, op: str) -> tuple[int, ...]:
+    """The dimensions `normalized_shape` names, counted from the end: (-k, ..., -1)."""
+    return tuple(range(-len(as_shape(normalized_shape, op)), 0))
+
+
+class Folded(NamedTuple):
+    """An input as the rows the kernels take (`rows`), its affine parameters flattened alike (`params`), and its
+    own shape (`shape`): `fold` and `unfold` take another tensor of that shape to rows and back."""
+    rows: torch.Tensor
+    params: dict
+    shape: torch.Size
+
+    def fold(self, t: torch.Tensor) -> torch.Tensor:
+        return t.reshape(self.rows.shape) if self.rows.shape != self.shape else t
+
+    def unfold(self, t: torch.Tensor) -> torch.Tensor:
+        return t.reshape(self.shape) if self.rows.shape != self.shape else t
+
+
+def fold(op: str, input: torch.Tensor, normalized_shape, **params) -> Folded:
+    """`input` with its trailing `normalized_shape` dimensions folded into one row. Checks, as torch does, that
+    the input ends in `normalized_shape` and that each parameter given has exactly that shape."""
     shape = as_shape(normalized_shape, op)
     k = len(shape)
     if input.dim() < k or tuple(input.shape[-k:]) != shape:
@@ -43,7 +62,7 @@ def fold(op: str, input: torch.Tensor, normalized_shape, **params):
             raise LaunchError(f"tle.ops.{op}: '{name}' has shape {list(p.shape)}; expected normalized_shape "
                               f"{list(shape)}")
     if k == 1:
-        return input, params, input.shape
+        return Folded(input, params, input.shape)
     n = math.prod(shape)
-    folded = {name: (p.reshape(n) if p is not None else None) for name, p in params.items()}
-    return input.reshape(*input.shape[:-k], n), folded, input.shape
+    flat = {name: (p.reshape(n) if p is not None else None) for name, p in params.items()}
+    return Folded(input.reshape(*input.shape[:-k], n), flat, input.shape)
