@@ -49,15 +49,15 @@ PLANS = {
         ('load', 'box', 'T.copy into fragment'),
         ('store', 'box', 'T.copy from fragment'),
     ],
-    'embedding_bag.embedding_bag_bwd_atomic_kernel': [
-        ('load', 'scalar', 'scalar expression'),
+    'embedding_bag_kernels.embedding_bag_bwd_atomic_kernel': [
         ('load', 'scalar', 'scalar expression'),
         ('load', 'scalar', 'scalar expression'),
         ('load', 'box', 'T.copy into fragment'),
+        ('load', 'scalar', 'scalar expression'),
         ('load', 'box', 'read at each use'),
         ('atomic', 'gather', 'T.atomic_add per element'),
     ],
-    'embedding_bag.embedding_bag_bwd_sorted_kernel': [
+    'embedding_bag_kernels.embedding_bag_bwd_sorted_kernel': [
         ('load', 'box', 'read at each use'),
         ('load', 'box', 'T.copy into fragment'),
         ('load', 'gather', 'read at each use'),
@@ -65,17 +65,38 @@ PLANS = {
         ('load', 'gather', 'T.Parallel into fragment'),
         ('store', 'box', 'T.copy from fragment'),
     ],
-    'embedding_bag.embedding_bag_cast_kernel': [
+    'embedding_bag_kernels.embedding_bag_cast_kernel': [
         ('load', 'box', 'T.copy into fragment'),
         ('store', 'box', 'T.copy from fragment'),
     ],
-    'embedding_bag.embedding_bag_fwd_kernel': [
+    'embedding_bag_kernels.embedding_bag_fwd_kernel': [
+        ('load', 'scalar', 'scalar expression'),
+        ('load', 'scalar', 'scalar expression'),
+        ('load', 'box', 'read at each use'),
+        ('load', 'gather', 'T.Parallel into fragment'),
+        ('store', 'scalar', 'scalar statement'),
+        ('store', 'box', 'T.copy from fragment'),
+    ],
+    'embedding_bag_kernels.embedding_bag_max_bwd_kernel': [
+        ('load', 'box', 'T.Parallel into fragment'),
+        ('load', 'box', 'T.Parallel into fragment'),
+        ('atomic', 'general', 'T.atomic_add per element'),
+    ],
+    'embedding_bag_kernels.embedding_bag_max_fwd_kernel': [
         ('load', 'scalar', 'scalar expression'),
         ('load', 'scalar', 'scalar expression'),
         ('load', 'box', 'read at each use'),
         ('load', 'gather', 'T.Parallel into fragment'),
         ('store', 'box', 'T.copy from fragment'),
-        ('store', 'scalar', 'scalar statement'),
+        ('store', 'box', 'T.copy from fragment'),
+    ],
+    'embedding_bag_kernels.embedding_bag_psw_grad_kernel': [
+        ('load', 'scalar', 'scalar expression'),
+        ('load', 'scalar', 'scalar expression'),
+        ('load', 'box', 'read at each use'),
+        ('load', 'box', 'T.copy into fragment'),
+        ('load', 'gather', 'T.Parallel into fragment'),
+        ('store', 'box', 'T.Parallel'),
     ],
     'l2_norm.l2_norm_fwd_kernel': [
         ('load', 'box', 'T.copy into fragment'),

@@ -15,8 +15,6 @@ DOCUMENTED = {
     "scaled_dot_product_attention": "(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, "
                                     "enable_gqa=False)",
 }
-NOT_YET = {"EmbeddingBag": "mode 'sum'/'max', max_norm, norm_type, scale_grad_by_freq, sparse, _weight and "
-                           "include_last_offset are not taken yet (tle.ops.embedding_bag_mean is mean only)"}
 
 
 def _torch_params(name):
@@ -58,8 +56,7 @@ def test_functions_take_torchs_signature(name):
     assert {"backend", "fallback"} <= {n for n, _ in ours_kw}
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=NOT_YET[n]))
-                                  if n in NOT_YET else n for n in MODULES])
+@pytest.mark.parametrize("name", MODULES)
 def test_modules_take_torchs_constructor(name):
     theirs, _ = _params(inspect.signature(getattr(torch.nn, name).__init__), skip_self=True)
     ours, ours_kw = _params(inspect.signature(getattr(tle.ops, name).__init__), skip_self=True)
