@@ -84,12 +84,17 @@ def embedding_bag_fwd_kernel(w_ptr, idx_ptr, off_ptr, psw_ptr, out_ptr, inv_ptr,
 @tle.jit
 def embedding_bag_max_fwd_kernel(w_ptr, idx_ptr, off_ptr, out_ptr, arg_ptr, w_row_stride, n_bags, n_indices, dim,
                                  padding_idx, BLOCK_I: tl.constexpr, BLOCK_D: tl.constexpr, HAS_PADDING: tl.constexpr):
+    # each of the BLOCK_I lanes keeps, per column, the largest value of the positions it saw and the first of
+    # them (positions ascend along a lane, so a strictly larger value only replaces); the lanes are merged after
+    # the loop: the largest value, at the least position holding it. No reduction inside the loop (TileLang's
+    # layout inference takes minutes over one there).
     bag = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
     col_mask = cols < dim
     start, end = bag_bounds(off_ptr, bag, n_bags, n_indices)
-    best = tl.full([BLOCK_D], float("-inf"), dtype=tl.float32)
-    arg = tl.full([BLOCK_D], -1, dtype=tl.int32)
+    none: tl.constexpr = 2147483647              # "no position yet"
+    best = tl.full([BLOCK_I, BLOCK_D], float("-inf"), dtype=tl.float32)
+    at = tl.full([BLOCK_I, BLOCK_D], none, dtype=tl.int32)       # position in the bag of each lane's best
     for i in range(start, end, BLOCK_I):
         pos = i + tl.arange(0, BLOCK_I)
         keep = pos < end
@@ -98,17 +103,16 @@ def embedding_bag_max_fwd_kernel(w_ptr, idx_ptr, off_ptr, out_ptr, arg_ptr, w_ro
             keep = keep & (idx != padding_idx)
         rows = tl.load(w_ptr + idx.to(tl.int64)[:, None] * w_row_stride + cols[None, :],
                        mask=keep[:, None] & col_mask[None, :], other=float("-inf")).to(tl.float32)
-        step_best = tl.max(rows, axis=0)
-        first = tl.argmax(rows, axis=0)              # the first position holding it (tie_break_left)
-        step_arg = tl.sum(tl.where(tl.arange(0, BLOCK_I)[:, None] == first[None, :], idx.to(tl.int32)[:, None], 0),
-                          axis=0)
-        # a later step replaces only a strictly larger value (earlier positions win ties); a step of padding only
-        # (all -inf) replaces nothing
-        take = (step_best > best) | ((arg < 0) & (tl.sum(keep.to(tl.int32), axis=0) > 0))
-        best = tl.where(take, step_best, best)
-        arg = tl.where(take, step_arg, arg)
-    out = tl.where(arg >= 0, best, 0.0)
-    tl.store(out_ptr + bag.to(tl.int64) * dim + cols, out.to(out_ptr.dtype.element_ty), mask=col_mask)
+        take = keep[:, None] & ((rows > best) | (at == none))      # the first counted value even if -inf
+        best = tl.where(take, rows, best)
+        at = tl.where(take, (pos - start).to(tl.int32)[:, None], at)
+    top = tl.max(best, axis=0)
+    first = tl.min(tl.where((best == top[None, :]) & (at != none), at, none), axis=0)
+    found = first != none
+    arg = tl.load(idx_ptr + start + first, mask=found & col_mask, other=0).to(tl.int32)
+    arg = tl.where(found, arg, -1)
+    tl.store(out_ptr + bag.to(tl.int64) * dim + cols, tl.where(found, top, 0.0).to(out_ptr.dtype.element_ty),
+             mask=col_mask)
     tl.store(arg_ptr + bag.to(tl.int64) * dim + cols, arg, mask=col_mask)
 
 

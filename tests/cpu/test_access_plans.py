@@ -87,6 +87,7 @@ PLANS = {
         ('load', 'scalar', 'scalar expression'),
         ('load', 'box', 'read at each use'),
         ('load', 'gather', 'T.Parallel into fragment'),
+        ('load', 'general', 'T.Parallel into fragment'),
         ('store', 'box', 'T.copy from fragment'),
         ('store', 'box', 'T.copy from fragment'),
     ],

@@ -21,54 +21,48 @@ def embedding_bag_max_fwd_kernel(
     with T.Kernel(10, 1, threads=32) as (bx, by):
         out_ptr_v = T.StridedTensor((10, 33), (33, 1), 'float32', data=out_ptr.data)
         arg_ptr_v = T.StridedTensor((10, 33), (33, 1), 'int32', data=arg_ptr.data)
-        best = T.alloc_fragment((64,), 'float32')
-        arg = T.alloc_fragment((64,), 'int32')
+        best = T.alloc_fragment((16, 64), 'float32')
+        at = T.alloc_fragment((16, 64), 'int32')
         rows = T.alloc_fragment((16, 64), 'float32')
-        step_best = T.alloc_fragment((64,), 'float32')
-        first = T.alloc_fragment((64,), 'int32')
-        first_val = T.alloc_fragment((64,), 'float32')
-        first_idx = T.alloc_fragment((16, 64), 'int32')
+        best_next = T.alloc_fragment((16, 64), 'float32')
+        at_next = T.alloc_fragment((16, 64), 'int32')
+        top = T.alloc_fragment((64,), 'float32')
         t_1 = T.alloc_fragment((16, 64), 'int32')
-        step_arg = T.alloc_fragment((64,), 'int32')
-        t_2 = T.alloc_fragment((16,), 'int32')
-        sum_1 = T.alloc_fragment((1,), 'int32')
-        best_next = T.alloc_fragment((64,), 'float32')
-        arg_next = T.alloc_fragment((64,), 'int32')
-        out = T.alloc_fragment((64,), 'float32')
+        first = T.alloc_fragment((64,), 'int32')
+        t_2 = T.alloc_fragment((64,), 'int64')
+        t_3 = T.alloc_fragment((64,), 'float32')
+        arg = T.alloc_fragment((64,), 'int32')
         bag = bx
         start = off_ptr[bag]
         has_next = ((bag + 1) < 10)
         t = T.if_then_else(has_next, off_ptr[(bag + 1)], T.int64(0))
         end = T.if_then_else(has_next, t, T.int64(39))
         end_1 = T.min(end, T.int64(39))
-        for i0 in T.Parallel(64):
-            best[i0] = -T.infinity('float32')
-        for i0 in T.Parallel(64):
-            arg[i0] = -1
+        for i0, i1 in T.Parallel(16, 64):
+            best[i0, i1] = -T.infinity('float32')
+        for i0, i1 in T.Parallel(16, 64):
+            at[i0, i1] = 2147483647
         for i_it in T.serial(T.ceildiv(end_1 - start, T.int64(16))):
             i = start + i_it * T.int64(16)
             for i0, i1 in T.Parallel(16, 64):
                 rows[i0, i1] = T.if_then_else(((((i + T.cast(i0, 'int64')) < end_1) & (T.if_then_else(((i + T.cast(i0, 'int64')) < end_1), idx_ptr[(i + T.cast(i0, 'int64'))], T.int64(0)) != T.int64(9))) & (((by * 64) + i1) < 33)), w_ptr[((T.if_then_else(((i + T.cast(i0, 'int64')) < end_1), idx_ptr[(i + T.cast(i0, 'int64'))], T.int64(0)) * T.int64(33)) + ((by * 64) + i1))], -T.infinity('float32'))
-            T.reduce_max(rows, step_best, dim=0)
-            T.reduce_max(rows, first_val, dim=0)
             for i0, i1 in T.Parallel(16, 64):
-                first_idx[i0, i1] = T.if_then_else(rows[i0, i1] == first_val[i1], i0, 16)
-            T.reduce_min(first_idx, first, dim=0)
+                best_next[i0, i1] = T.if_then_else(((((i + T.cast(i0, 'int64')) < end_1) & (T.if_then_else(((i + T.cast(i0, 'int64')) < end_1), idx_ptr[(i + T.cast(i0, 'int64'))], T.int64(0)) != T.int64(9))) & ((rows[i0, i1] > best[i0, i1]) | (at[i0, i1] == 2147483647))), rows[i0, i1], best[i0, i1])
             for i0, i1 in T.Parallel(16, 64):
-                t_1[i0, i1] = T.if_then_else((i0 == first[i1]), T.cast(T.if_then_else(((i + T.cast(i0, 'int64')) < end_1), idx_ptr[(i + T.cast(i0, 'int64'))], T.int64(0)), 'int32'), 0)
-            T.reduce_sum(t_1, step_arg, dim=0)
-            for i0 in T.Parallel(16):
-                t_2[i0] = T.cast((((i + T.cast(i0, 'int64')) < end_1) & (T.if_then_else(((i + T.cast(i0, 'int64')) < end_1), idx_ptr[(i + T.cast(i0, 'int64'))], T.int64(0)) != T.int64(9))), 'int32')
-            T.reduce_sum(t_2, sum_1, dim=0)
-            for i0 in T.Parallel(64):
-                best_next[i0] = T.if_then_else(((step_best[i0] > best[i0]) | ((arg[i0] < 0) & (sum_1[0] > 0))), step_best[i0], best[i0])
-            for i0 in T.Parallel(64):
-                arg_next[i0] = T.if_then_else(((step_best[i0] > best[i0]) | ((arg[i0] < 0) & (sum_1[0] > 0))), step_arg[i0], arg[i0])
-            for i0 in T.Parallel(64):
-                best[i0] = best_next[i0]
-            for i0 in T.Parallel(64):
-                arg[i0] = arg_next[i0]
+                at_next[i0, i1] = T.if_then_else(((((i + T.cast(i0, 'int64')) < end_1) & (T.if_then_else(((i + T.cast(i0, 'int64')) < end_1), idx_ptr[(i + T.cast(i0, 'int64'))], T.int64(0)) != T.int64(9))) & ((rows[i0, i1] > best[i0, i1]) | (at[i0, i1] == 2147483647))), T.cast(((i + T.cast(i0, 'int64')) - start), 'int32'), at[i0, i1])
+            for i0, i1 in T.Parallel(16, 64):
+                best[i0, i1] = best_next[i0, i1]
+            for i0, i1 in T.Parallel(16, 64):
+                at[i0, i1] = at_next[i0, i1]
+        T.reduce_max(best, top, dim=0)
+        for i0, i1 in T.Parallel(16, 64):
+            t_1[i0, i1] = T.if_then_else(((best[i0, i1] == top[i1]) & (at[i0, i1] != 2147483647)), at[i0, i1], 2147483647)
+        T.reduce_min(t_1, first, dim=0)
         for i0 in T.Parallel(64):
-            out[i0] = T.if_then_else((arg[i0] >= 0), best[i0], 0.0)
-        T.copy(out, out_ptr_v[bag, by * 64:by * 64 + 64])
+            t_2[i0] = T.if_then_else(((first[i0] != 2147483647) & (((by * 64) + i0) < 33)), idx_ptr[(start + first[i0])], T.int64(0))
+        for i0 in T.Parallel(64):
+            t_3[i0] = T.if_then_else((first[i0] != 2147483647), top[i0], 0.0)
+        T.copy(t_3, out_ptr_v[bag, by * 64:by * 64 + 64])
+        for i0 in T.Parallel(64):
+            arg[i0] = T.if_then_else((first[i0] != 2147483647), T.cast(t_2[i0], 'int32'), -1)
         T.copy(arg, arg_ptr_v[bag, by * 64:by * 64 + 64])
