@@ -11,6 +11,7 @@ from tle.oplib.operator import Operator as _Operator
 
 from tle.kernels.activations import OPERATOR as _op_activations, GELU, SiLU, gelu, silu  # noqa: E402,F401
 from tle.kernels.bce_with_logits import OPERATOR as _op_bce_with_logits, BCEWithLogitsLoss, binary_cross_entropy_with_logits  # noqa: E402,F401,E501
+from tle.kernels.cross_entropy import OPERATOR as _op_cross_entropy, CrossEntropyLoss, cross_entropy  # noqa: E402,F401
 from tle.kernels.dropout_add import OPERATOR as _op_dropout_add, DropoutAdd, dropout_add  # noqa: E402,F401
 from tle.kernels.embedding_bag import OPERATOR as _op_embedding_bag, EmbeddingBag, embedding_bag  # noqa: E402,F401
 from tle.kernels.flash_attention import OPERATOR as _op_flash_attention, flash_attention  # noqa: E402,F401
