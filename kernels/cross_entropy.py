@@ -292,6 +292,9 @@ def _kernel_forward(x, target, weight, ignore_index, label_smoothing, lse_square
                                        backend=backend, num_warps=warps)
     if per_row:
         return loss_rows, z_rows, lse, stats
+    if n == 0:          # no rows to add up: torch's 0 for "sum", 0 / 0 for "mean"
+        empty = torch.full((), float("nan") if reduction == "mean" else 0.0, device=dev, dtype=x.dtype)
+        return empty, empty.clone(), lse, stats
     loss = torch.empty((), device=dev, dtype=x.dtype)
     z = torch.zeros((), device=dev, dtype=x.dtype)
     cross_entropy_reduce_kernel[(1,)](loss_rows, z_rows, w_t, loss, z, stats, n, BLOCK=REDUCE_BLOCK,

@@ -131,6 +131,7 @@ def test_parsing():
     assert a.torch_dtype == torch.float16
     assert a.shape_list == [(8, 16), (2, 3)]
     assert cli.parse_shape("32768x8192xmean") == (32768, 8192, "mean")   # a word part stays a string
+    assert cli.parse_shape("1024x64x32xmax") == (1024, 64, 32, "max")     # an x inside a word does not split
     for bad in ("x8", "8x", "8xx8", "mean", "8x-1", "8 x 8"):
         with pytest.raises(ValueError):
             cli.parse_shape(bad)

@@ -90,8 +90,9 @@ def parser() -> argparse.ArgumentParser:
 
 
 def parse_shape(text: str) -> tuple:
-    """"32768x8192" -> (32768, 8192); a part that is a word stays a string ("32768x8192xmean": a reduction)."""
-    parts = text.split("x")
+    """"32768x8192" -> (32768, 8192); a part that is a word stays a string ("32768x8192xmean": a reduction). An
+    x splits only beside a digit, so that a word may hold one ("1048576x256x65536x32xmax")."""
+    parts = re.split(r"(?<=\d)x|x(?=\d)", text)
     if not all(_SIZE.match(d) for d in parts) or any(d.isdigit() and int(d) == 0 for d in parts) \
             or not parts[0].isdigit():
         raise ValueError(text)
