@@ -41,7 +41,7 @@ from tle.oplib import BenchSpec, Operator, Sample, check_float, check_kernel_dty
 from tle.oplib.recipe import Recipe, Stage
 from tle.oplib.rows import torch_compute_dtype
 from tle.kernels import embedding_bag_kernels as kernels
-from tle.kernels.embedding_bag_kernels import bags_of_positions
+from tle.kernels import embedding_bag_torch as torch_side
 
 INDEX_DTYPES = (torch.int32, torch.int64)
 MODES = ("sum", "mean", "max")
@@ -52,86 +52,12 @@ def default_backward(mode: str) -> str:
     return "atomic" if mode == "max" else "sorted"
 
 
-# -- the torch backend: the same arithmetic in torch (fp32, or fp64 for fp64 weights) -----------------------
-def _positions(indices, offsets, padding_idx):
-    """(the bag of each position, clamped into range; which positions count; the index of each, 0 where it does
-    not count)."""
-    bag, keep = bags_of_positions(indices, offsets, padding_idx)
-    return torch.where(keep, bag, 0), keep, torch.where(keep, indices, 0)
-
-
-def _torch_max(rows, keep, at, indices, n_bags):
-    """(the largest value of each bag and column, the weight row holding it: the first position on a tie, -1
-    for an empty bag)."""
-    n, dim = rows.shape
-    vals = torch.where(keep[:, None], rows, float("-inf"))
-    where = at[:, None].expand(n, dim)
-    best = torch.full((n_bags, dim), float("-inf"), dtype=rows.dtype, device=rows.device)
-    best = best.scatter_reduce(0, where, vals, "amax")
-    pos = torch.arange(n, device=rows.device)[:, None].expand(n, dim)
-    first = torch.full((n_bags, dim), n, dtype=torch.int64, device=rows.device)
-    first = first.scatter_reduce(0, where, torch.where(keep[:, None] & (vals == best.gather(0, where)), pos, n), "amin")
-    arg = torch.where(first < n, indices[first.clamp(max=n - 1)], -1).to(torch.int32)
-    return torch.where(arg >= 0, best, 0), arg
-
-
-def _torch_forward(weight, indices, offsets, per_sample_weights, mode, padding_idx):
-    ct = torch_compute_dtype(weight)
-    n_bags, dim, n = offsets.shape[0], weight.shape[1], indices.shape[0]
-    out = torch.zeros(n_bags, dim, device=weight.device, dtype=ct)
-    aux = {"max": lambda: torch.full((n_bags, dim), -1, device=weight.device, dtype=torch.int32),
-           "mean": lambda: torch.ones(n_bags, device=weight.device, dtype=ct),
-           "sum": lambda: torch.empty(0, device=weight.device, dtype=ct)}[mode]()
-    if n_bags and n and dim:
-        at, keep, idx = _positions(indices, offsets, padding_idx)
-        rows = weight.index_select(0, idx).to(ct)
-        if mode == "max":
-            out, aux = _torch_max(rows, keep, at, indices, n_bags)
-            return out.to(weight.dtype), aux
-        if per_sample_weights is not None:
-            rows = rows * per_sample_weights.to(ct)[:, None]
-        out.index_add_(0, at, torch.where(keep[:, None], rows, 0))
-        if mode == "mean":
-            counts = torch.zeros(n_bags, device=weight.device, dtype=ct).index_add_(0, at, keep.to(ct)).clamp(min=1)
-            out, aux = out / counts[:, None], 1 / counts
-    return out.to(weight.dtype), aux
-
-
-def _torch_weight_grad(dy, indices, offsets, per_sample_weights, aux, num_weights, mode, padding_idx):
-    ct = torch_compute_dtype(dy)
-    n_bags, dim = dy.shape
-    dw = torch.zeros(num_weights, dim, device=dy.device, dtype=ct)
-    if not (n_bags and indices.shape[0] and num_weights and dim):
-        return dw.to(dy.dtype)
-    if mode == "max":
-        hit = aux >= 0
-        cols = torch.arange(dim, device=dy.device).expand(n_bags, dim)
-        dw.view(-1).index_add_(0, (aux.long() * dim + cols)[hit], dy.to(ct)[hit])
-        return dw.to(dy.dtype)
-    at, keep, idx = _positions(indices, offsets, padding_idx)
-    g = dy.to(ct) * aux.to(ct)[:, None] if mode == "mean" else dy.to(ct)
-    g = g.index_select(0, at)
-    if per_sample_weights is not None:
-        g = g * per_sample_weights.to(ct)[:, None]
-    dw.index_add_(0, idx, torch.where(keep[:, None], g, 0))
-    return dw.to(dy.dtype)
-
-
-def _torch_per_sample_weights_grad(dy, weight, indices, offsets, padding_idx):
-    ct = torch_compute_dtype(weight)
-    n_bags = dy.shape[0]
-    if not (n_bags and indices.shape[0]):
-        return torch.zeros(indices.shape[0], device=dy.device, dtype=weight.dtype)
-    at, keep, idx = _positions(indices, offsets, padding_idx)
-    dots = (dy.to(ct).index_select(0, at) * weight.index_select(0, idx).to(ct)).sum(1)
-    return torch.where(keep, dots, 0).to(weight.dtype)
-
-
+# -- the torch backend (kernels/embedding_bag_torch.py) ---------------------------------------------------
 def _torch_backward(dy, indices, offsets, per_sample_weights, aux, weight, num_weights, mode, padding_idx,
                     backward, need_weight_grad):
-    dw = (_torch_weight_grad(dy, indices, offsets, per_sample_weights, aux, num_weights, mode, padding_idx)
+    dw = (torch_side.weight_grad(dy, indices, offsets, per_sample_weights, aux, num_weights, mode, padding_idx)
           if need_weight_grad else dy.new_empty(0))
-    dpsw = (_torch_per_sample_weights_grad(dy, weight, indices, offsets, padding_idx) if weight is not None
+    dpsw = (torch_side.per_sample_weights_grad(dy, weight, indices, offsets, padding_idx) if weight is not None
             else dy.new_empty(0))
     return dw, dpsw
 
@@ -207,7 +133,7 @@ def _grads(ctx, backward, dy, _daux):
 
 EMBEDDING_BAG = Recipe(
     "embedding_bag",
-    forward=Stage(torch=_torch_forward, kernels=_kernel_forward, adapt=_contiguous, fake=_forward_fake),
+    forward=Stage(torch=torch_side.forward, kernels=_kernel_forward, adapt=_contiguous, fake=_forward_fake),
     backward=Stage(torch=_torch_backward, kernels=_kernel_backward, adapt=_backward_contiguous, fake=_backward_fake),
     save=_save, grads=_grads)
 

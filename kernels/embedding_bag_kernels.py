@@ -30,6 +30,8 @@ import torch
 import triton.language as tl
 
 import tle
+from tle.kernels import embedding_bag_torch as torch_side
+from tle.kernels.embedding_bag_torch import bags_of_positions
 from tle.oplib.arith import cdiv, next_power_of_2
 
 MAX_BLOCK_D = 1024          # wider rows take several programs per bag (grid axis 1)
@@ -266,18 +268,6 @@ def psw_grad_config(dim: int) -> tuple[int, int, int]:
 
 
 # -- index bookkeeping (integer positions only, in torch) ---------------------------------------------------
-def bags_of_positions(indices, offsets, padding_idx, out_int32=False):
-    """(bag of each position of indices, -1 before offsets[0] (int64, or int32 with out_int32); which positions
-    count: in a bag and not padding)."""
-    n = indices.shape[0]
-    pos = torch.arange(n, device=indices.device, dtype=offsets.dtype)
-    bag = torch.searchsorted(offsets, pos, right=True, out_int32=out_int32) - 1
-    keep = bag >= 0
-    if padding_idx >= 0:
-        keep = keep & (indices != padding_idx)
-    return bag, keep
-
-
 def sorted_runs(indices, offsets, num_weights, padding_idx):
     """The positions of indices sorted by index (stable), as (bag of each sorted position, int32 where the bags
     and positions fit; run_ptr [num_weights + 1]: weight row r is pointed at by sorted positions
@@ -414,11 +404,6 @@ def _label(weight, indices, offsets, what=""):
             + (f" {what}" if what else ""))
 
 
-def _operator():
-    from tle.kernels import embedding_bag         # the torch backend, as the references (imported late: it imports this)
-    return embedding_bag
-
-
 @tle.example(embedding_bag_fwd_kernel)
 def _fwd_example(device, size):
     """mean with per-sample weights is not an operator case, but the kernel's two options at once: mean over
@@ -432,7 +417,7 @@ def _fwd_example(device, size):
     block_i, block_d, warps = fwd_config(dim, "triton")      # one launch for both lowerings
 
     def ref():
-        y, c = _operator()._torch_forward(weight, indices, offsets, psw, "mean" if mean else "sum", padding_idx)
+        y, c = torch_side.forward(weight, indices, offsets, psw, "mean" if mean else "sum", padding_idx)
         return {"out": y, "inv_counts": c} if mean else {"out": y}
     return tle.Launch(grid=(n_bags, cdiv(dim, block_d)),
                       args=(weight, indices, offsets, psw if psw is not None else weight, out, inv_counts, dim, n_bags,
@@ -453,7 +438,7 @@ def _max_fwd_example(device, size):
     block_i, block_d, warps = fwd_config(dim, "triton")
 
     def ref():
-        y, a = _operator()._torch_forward(weight, indices, offsets, None, "max", padding_idx)
+        y, a = torch_side.forward(weight, indices, offsets, None, "max", padding_idx)
         return {"out": y, "arg": a}
     return tle.Launch(grid=(n_bags, cdiv(dim, block_d)),
                       args=(weight, indices, offsets, out, arg, dim, n_bags, indices.shape[0], dim, padding_idx),
@@ -465,14 +450,14 @@ def _max_fwd_example(device, size):
 
 def _example_backward(device, size, mode="mean"):
     weight, indices, offsets, padding_idx = _example_problem(device, size)
-    aux = _operator()._torch_forward(weight if mode == "max" else weight[:, :1], indices, offsets, None, mode,
+    aux = torch_side.forward(weight if mode == "max" else weight[:, :1], indices, offsets, None, mode,
                                      padding_idx)[1]
     dy = torch.randn(offsets.shape[0], weight.shape[1], device=device).to(weight.dtype)
     return weight, indices, offsets, padding_idx, aux, dy
 
 
 def _weight_grad_ref(dy, indices, offsets, psw, aux, e, mode, padding_idx):
-    return lambda: {"dw": _operator()._torch_weight_grad(dy.float(), indices, offsets, psw, aux, e, mode,
+    return lambda: {"dw": torch_side.weight_grad(dy.float(), indices, offsets, psw, aux, e, mode,
                                                          padding_idx)}
 
 
@@ -533,7 +518,7 @@ def _psw_grad_example(device, size):
                                             padding_idx),
                       kwargs=dict(BLOCK_I=block_i, BLOCK_D=block_d, HAS_PADDING=padding_idx >= 0, num_warps=warps),
                       outputs={"dpsw": dpsw},
-                      reference=lambda: {"dpsw": _operator()._torch_per_sample_weights_grad(
+                      reference=lambda: {"dpsw": torch_side.per_sample_weights_grad(
                           dy.float(), weight.float(), indices, offsets, padding_idx)},
                       bytes=(indices.shape[0] + n_bags) * dim * weight.element_size(),
                       label=_label(weight, indices, offsets, "per-sample weights' gradient"))
