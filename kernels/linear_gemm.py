@@ -2,6 +2,7 @@
 
     C = act(A @ B + bias)            (ACT "none", "silu", "gelu", "gelu_tanh" or "relu")
     C = silu(A @ B) * (A @ B2)       (GATED: SwiGLU of two products sharing A)
+    C = C + A @ B                    (ACCUMULATE: the epilogue adds the tile C holds, then rounds once)
 
 A and B come in either orientation (A_T: A is stored [K, M]; B_T: B is stored [N, K], as nn.Linear's weight
 is), read by tensor descriptors: Triton issues TMA loads and stores, TileLang copies the same boxes. The
@@ -48,8 +49,8 @@ def _operand(desc, row, col, TRANSPOSED: tl.constexpr):
 @tle.jit
 def _output_tile(a_desc, b_desc, b2_desc, bias_ptr, c_desc, pre_ptr, pre2_ptr, stride_pre, tile, M, N, K,
                  A_T: tl.constexpr, B_T: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
-                 GATED: tl.constexpr, SAVE_PRE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                 BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, NUM_STAGES: tl.constexpr):
+                 GATED: tl.constexpr, SAVE_PRE: tl.constexpr, ACCUMULATE: tl.constexpr, BLOCK_M: tl.constexpr,
+                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, NUM_STAGES: tl.constexpr):
     off_m, off_n = _tile_origin(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     if GATED:
@@ -59,6 +60,8 @@ def _output_tile(a_desc, b_desc, b2_desc, bias_ptr, c_desc, pre_ptr, pre2_ptr, s
         acc = tl.dot(a, _operand(b_desc, k, off_n, B_T), acc)
         if GATED:
             acc2 = tl.dot(a, _operand(b2_desc, k, off_n, B_T), acc2)
+    if ACCUMULATE:
+        acc += c_desc.load([off_m, off_n]).to(tl.float32)
     cols = off_n + tl.arange(0, BLOCK_N)
     if HAS_BIAS:
         acc += tl.load(bias_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
@@ -81,8 +84,8 @@ def _output_tile(a_desc, b_desc, b2_desc, bias_ptr, c_desc, pre_ptr, pre2_ptr, s
 @tle.jit
 def linear_gemm_kernel(a_ptr, b_ptr, b2_ptr, bias_ptr, c_ptr, pre_ptr, pre2_ptr, M, N, K, stride_pre, NUM_PROGRAMS,
                        A_T: tl.constexpr, B_T: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
-                       GATED: tl.constexpr, SAVE_PRE: tl.constexpr, PERSISTENT: tl.constexpr,
-                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                       GATED: tl.constexpr, SAVE_PRE: tl.constexpr, ACCUMULATE: tl.constexpr,
+                       PERSISTENT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
                        NUM_STAGES: tl.constexpr):
     if A_T:
         a_desc = tl.make_tensor_descriptor(a_ptr, shape=[K, M], strides=[M, 1], block_shape=[BLOCK_K, BLOCK_M])
@@ -103,10 +106,12 @@ def linear_gemm_kernel(a_ptr, b_ptr, b2_ptr, bias_ptr, c_ptr, pre_ptr, pre2_ptr,
         tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
         for tile in tl.range(tl.program_id(0), tiles, NUM_PROGRAMS, warp_specialize=True):
             _output_tile(a_desc, b_desc, b2_desc, bias_ptr, c_desc, pre_ptr, pre2_ptr, stride_pre, tile, M, N, K,
-                         A_T, B_T, HAS_BIAS, ACT, GATED, SAVE_PRE, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_STAGES)
+                         A_T, B_T, HAS_BIAS, ACT, GATED, SAVE_PRE, ACCUMULATE, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M,
+                         NUM_STAGES)
     else:
         _output_tile(a_desc, b_desc, b2_desc, bias_ptr, c_desc, pre_ptr, pre2_ptr, stride_pre, tl.program_id(0), M, N,
-                     K, A_T, B_T, HAS_BIAS, ACT, GATED, SAVE_PRE, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_STAGES)
+                     K, A_T, B_T, HAS_BIAS, ACT, GATED, SAVE_PRE, ACCUMULATE, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M,
+                     NUM_STAGES)
 
 
 # -- configurations, measured on the H200 (docs/benchmark/linear_act.md) -------------------------------------
@@ -127,10 +132,13 @@ def config(m: int, n: int, k: int, backend: str, gated: bool = False) -> dict:
 
 
 def launch(a, b, c, *, a_t=False, b_t=False, bias=None, act="none", b2=None, pre=None, pre2=None,
-           backend: str):
+           accumulate=False, backend: str):
     """c[M, N] = the product of a and b (in their stored orientations a_t / b_t) with bias, activation, gating
     (b2) and saved pre-activations (pre, and pre2 when gated: [M, N] views of one row stride) as the kernel
-    doc says; c, pre and pre2 are written. Shapes are the caller's to check."""
+    doc says; c, pre and pre2 are written. accumulate: c += the product (nothing else with it). Shapes are the
+    caller's to check; the tensors are contiguous."""
+    if accumulate and (bias is not None or act != "none" or b2 is not None or pre is not None):
+        raise ValueError("linear_gemm.launch: accumulate takes no bias, activation, gating or saved pre-activation")
     m, n = c.shape
     k = a.shape[0] if a_t else a.shape[1]
     cfg = config(m, n, k, backend, gated=b2 is not None)
@@ -140,7 +148,7 @@ def launch(a, b, c, *, a_t=False, b_t=False, bias=None, act="none", b2=None, pre
         a, b, b if b2 is None else b2, c if bias is None else bias, c, c if pre is None else pre,
         c if pre2 is None else pre2, m, n, k, n if pre is None else pre.stride(0), n_programs,
         A_T=a_t, B_T=b_t, HAS_BIAS=bias is not None, ACT=act, GATED=b2 is not None, SAVE_PRE=pre is not None,
-        backend=backend, **cfg)
+        ACCUMULATE=accumulate, backend=backend, **cfg)
     return c
 
 
@@ -164,6 +172,7 @@ def _example(device, size):
         p = x.float() @ w.float().T + bias.float()
         return {"y": torch_activation(p, act), "pre": p}
     return tle.Launch(grid=(n_programs,), args=(x, w, w, bias, y, pre, pre, m, n, k, n, n_programs),
-                      kwargs=dict(A_T=False, B_T=True, HAS_BIAS=True, ACT=act, GATED=False, SAVE_PRE=True, **cfg),
+                      kwargs=dict(A_T=False, B_T=True, HAS_BIAS=True, ACT=act, GATED=False, SAVE_PRE=True,
+                                  ACCUMULATE=False, **cfg),
                       outputs={"y": y, "pre": pre}, reference=reference, flops=2 * m * n * k,
                       label=f"{m}x{n}x{k} {str(dtype)[6:]} {act}, bias, pre-activation saved")

@@ -172,6 +172,12 @@ PLANS = {
         ('store', 'box', 'T.copy from fragment through shared'),
         ('store', 'box', 'T.copy from fragment'),
     ],
+    'fused_linear_cross_entropy.scale_by_upstream_kernel': [
+        ('load', 'scalar', 'scalar expression'),
+        ('load', 'scalar', 'scalar expression'),
+        ('load', 'box', 'T.copy into fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+    ],
     'gated_activations.gated_bwd_kernel': [
         ('load', 'box', 'T.copy into fragment'),
         ('load', 'box', 'T.copy into fragment'),

@@ -15,6 +15,7 @@ from tle.kernels.cross_entropy import OPERATOR as _op_cross_entropy, CrossEntrop
 from tle.kernels.dropout_add import OPERATOR as _op_dropout_add, DropoutAdd, dropout_add  # noqa: E402,F401
 from tle.kernels.embedding_bag import OPERATOR as _op_embedding_bag, EmbeddingBag, embedding_bag  # noqa: E402,F401
 from tle.kernels.flash_attention import OPERATOR as _op_flash_attention, flash_attention  # noqa: E402,F401
+from tle.kernels.fused_linear_cross_entropy import OPERATOR as _op_fused_linear_cross_entropy, FusedLinearCrossEntropyLoss, fused_linear_cross_entropy  # noqa: E402,F401,E501
 from tle.kernels.gated_delta_rule import OPERATOR as _op_gated_delta_rule, chunk_gated_delta_rule, fused_recurrent_gated_delta_rule  # noqa: E402,F401,E501
 from tle.kernels.gated_activations import OPERATOR as _op_gated_activations, geglu, swiglu  # noqa: E402,F401
 from tle.kernels.l2_norm import OPERATOR as _op_l2_norm, L2Norm, l2_norm  # noqa: E402,F401
