@@ -229,6 +229,19 @@ def test_page_keeps_the_notes_section(tmp_path):
     assert page.NOTES_PLACEHOLDER in open(path).read()                             # a fresh page has the heading
 
 
+def test_full_mode_records_and_shows_a_steps_peak_memory():
+    obs = {"gpu": "NVIDIA H200", "commit": "c3", "date": "2026-03-03", "versions": {}}
+    cases = [Case("scale", "8x16 bf16", "full", 100, [Row("torch", "anchor", ms=2, tbs=1.0, peak_gb=1.5),
+                                                      Row("triton", "tle", ms=1, tbs=2.0, peak_gb=0.75)])]
+    recs = records.from_cases(cases, obs)
+    assert {(r["backend"], r["value"]) for r in recs if r["metric"] == "peak GB"} == {("torch", 1.5), ("triton", 0.75)}
+    text = page.render(OPS["scale"], "tle-bench", obs, recs, cases)
+    assert "peak memory of a step beyond what was allocated before it" in text
+    assert "| torch (anchor) | 1.5 |" in text and "| triton | 0.75 |" in text       # no ratio: lower is better
+    fwd = [Case("scale", "8x16 bf16", "fwd", 100, [Row("torch", "anchor", ms=2, tbs=1.0)])]
+    assert "peak memory" not in page.render(OPS["scale"], "tle-bench", obs, records.from_cases(fwd, obs), fwd)
+
+
 def test_page_states_the_operators_own_check():
     text = page.render(OPS["noisy"], "tle-bench", {"gpu": "g"}, [], [Case("noisy", "8x16 bf16", "fwd")])
     assert "the operator's own check (BenchSpec.check): Every output element is 0 or 2x its input" in text

@@ -43,6 +43,7 @@ class Row:
     tflops: float | None = None
     error: float | None = None  # the largest error its check measured
     note: str = ""
+    peak_gb: float | None = None    # full mode on a GPU: the most memory one step held beyond what was there before
 
 
 @dataclass
@@ -296,9 +297,24 @@ def _measure(name, kind, factory, spec, s, leaves, names, mode, dtype, n_out, up
                 o, u = _pairs(as_tuple(fn())[:n_out], upstream)
                 return torch.autograd.grad(o, leaves, u, allow_unused=True)
         row.ms = timer(target)
+        if mode == "full" and leaves and leaves[0].is_cuda:
+            row.peak_gb = step_peak_gb(target)
     except Exception as e:  # noqa: BLE001
         return Row(name, kind, "error", note=f"while timing: {_why(e)}", error=row.error)
     return row
+
+
+def step_peak_gb(step: Callable) -> float:
+    """The most CUDA memory (GB, 1e9 bytes) one call of `step` holds at once beyond what was allocated before it:
+    its temporaries and what it returns (a training step's gradients), as torch's caching allocator counts."""
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    out = step()
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - before
+    del out
+    return peak / 1e9
 
 
 # -- an operator -------------------------------------------------------------------------------------------------

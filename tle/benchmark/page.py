@@ -142,9 +142,14 @@ def render(op, command: str, observation: dict, records: list[dict], cases: list
     for mode in modes:
         rate, notes_rate = tables.table(mode, records, cases, observation, metric, order)
         ms, _ = tables.table(mode, records, cases, observation, "ms", order)
+        peak = tables.table(mode, records, cases, observation, "peak GB", order)[0] \
+            if _has_peaks(mode, records, cases) else []
         lines += ["", f"## {mode}", ""]
         if rate:
             lines += [f"{metric} (ratio to torch):", "", *rate, "", "ms:", "", *ms]
+        if peak:
+            lines += ["", "peak memory of a step beyond what was allocated before it (GB, "
+                      "torch.cuda.max_memory_allocated):", "", *peak]
         errs = tables.max_errors(mode, cases)
         if notes_rate or errs:
             if lines[-1]:
@@ -158,6 +163,11 @@ def render(op, command: str, observation: dict, records: list[dict], cases: list
         lines += _sweep_section(op, swept_labels, observation, all_records, all_cases, metric, sweep_plots)
     lines += ["", (notes or f"{NOTES_HEADING}\n\n{NOTES_PLACEHOLDER}\n").rstrip(), ""]
     return "\n".join(lines)
+
+
+def _has_peaks(mode: str, records: list[dict], cases: list) -> bool:
+    return any(r.peak_gb is not None for c in cases if c.mode == mode for r in c.rows) or \
+        any(r.get("mode") == mode and r.get("metric") == "peak GB" for r in records)
 
 
 def write(path: str, op, command: str, observation: dict, records: list[dict], cases: list,

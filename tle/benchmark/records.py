@@ -6,13 +6,14 @@
 A run replaces the records of each (op, shape, mode, backend) it measured, drops those of an implementation
 that failed its check or raised in this run (an old figure must not stand for a broken implementation), and
 keeps every other record (other shapes, modes, dtypes; a peer skipped here because its package is missing).
-An operator counting its flops (BenchSpec.flops) has "TFLOP/s" records where the others have "TB/s"."""
+An operator counting its flops (BenchSpec.flops) has "TFLOP/s" records where the others have "TB/s". The full
+mode on a GPU also records "peak GB": the most memory a step held beyond what was allocated before it."""
 from __future__ import annotations
 
 import json
 import os
 
-METRICS = ("TB/s", "TFLOP/s", "ms")
+METRICS = ("TB/s", "TFLOP/s", "ms", "peak GB")
 
 
 def _sig(v: float, digits: int = 4) -> float:
@@ -25,7 +26,7 @@ def key(r: dict) -> tuple:
 
 def from_cases(cases, observation: dict) -> list[dict]:
     """Records of the timed rows of `cases`: TB/s (where the case counts bytes) or TFLOP/s (where it counts
-    flops), and ms."""
+    flops), ms, and peak GB where it was measured."""
     out = []
     for c in cases:
         for r in c.rows:
@@ -37,6 +38,8 @@ def from_cases(cases, observation: dict) -> list[dict]:
             if r.tflops is not None:
                 out.append(dict(base, metric="TFLOP/s", value=_sig(r.tflops), **observation))
             out.append(dict(base, metric="ms", value=_sig(r.ms), **observation))
+            if r.peak_gb is not None:
+                out.append(dict(base, metric="peak GB", value=_sig(r.peak_gb), **observation))
     return out
 
 

@@ -48,10 +48,10 @@ def table(mode: str, records: list[dict], cases: list, latest: dict | None, metr
     by_key = {(r["shape"], r["backend"]): r for r in recs}
     latest_obs = observation_of(latest or {})
     starred = False
-    ratio = metric != "ms"        # a throughput (higher is better): its ratio to the anchor's too
+    ratio = metric not in ("ms", "peak GB")      # a throughput (higher is better): its ratio to the anchor's too
 
     def value_of(row):
-        return {"TB/s": row.tbs, "TFLOP/s": row.tflops}.get(metric, row.ms)
+        return {"TB/s": row.tbs, "TFLOP/s": row.tflops, "peak GB": row.peak_gb}.get(metric, row.ms)
 
     def cell(shape, impl):
         nonlocal starred
