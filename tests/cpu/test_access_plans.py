@@ -130,6 +130,16 @@ PLANS = {
         ('load', 'gather', 'T.Parallel into fragment'),
         ('store', 'box', 'T.Parallel'),
     ],
+    'kl_div.kl_div_bwd_kernel': [
+        ('load', 'box', 'T.copy into fragment'),
+        ('load', 'scalar', 'scalar expression'),
+        ('store', 'box', 'T.copy from fragment'),
+    ],
+    'kl_div.kl_div_fwd_kernel': [
+        ('load', 'box', 'T.copy into fragment'),
+        ('load', 'box', 'T.copy into fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+    ],
     'l2_norm.l2_norm_fwd_kernel': [
         ('load', 'box', 'T.copy into fragment'),
         ('store', 'box', 'T.copy from fragment'),
