@@ -49,6 +49,25 @@ def bag_bounds(off_ptr, bag, n_bags, n_indices):
 
 
 @tle.jit
+def bag_step(idx_ptr, i, end, padding_idx, BLOCK_I: tl.constexpr, HAS_PADDING: tl.constexpr):
+    """The positions i .. i + BLOCK_I of a bag ending at `end`: (positions, which count (inside the bag, not
+    padding), their indices (0 outside the bag))."""
+    pos = i + tl.arange(0, BLOCK_I)
+    keep = pos < end
+    idx = tl.load(idx_ptr + pos, mask=keep, other=0)
+    if HAS_PADDING:
+        keep = keep & (idx != padding_idx)
+    return pos, keep, idx
+
+
+@tle.jit
+def gather_rows(w_ptr, idx, keep, cols, col_mask, w_row_stride, OTHER: tl.constexpr):
+    """The weight rows of `idx` over `cols`, OTHER where a position does not count, in fp32."""
+    return tl.load(w_ptr + idx.to(tl.int64)[:, None] * w_row_stride + cols[None, :],
+                   mask=keep[:, None] & col_mask[None, :], other=OTHER).to(tl.float32)
+
+
+@tle.jit
 def embedding_bag_fwd_kernel(w_ptr, idx_ptr, off_ptr, psw_ptr, out_ptr, inv_ptr, w_row_stride, n_bags, n_indices,
                              dim, padding_idx, BLOCK_I: tl.constexpr, BLOCK_D: tl.constexpr, MEAN: tl.constexpr,
                              HAS_PSW: tl.constexpr, HAS_PADDING: tl.constexpr):
@@ -60,18 +79,12 @@ def embedding_bag_fwd_kernel(w_ptr, idx_ptr, off_ptr, psw_ptr, out_ptr, inv_ptr,
     if MEAN:                # accumulators only where used: an unused fragment can defeat TileLang layout inference
         cnt = tl.zeros([BLOCK_I], dtype=tl.int32)
     for i in range(start, end, BLOCK_I):
-        pos = i + tl.arange(0, BLOCK_I)
-        keep = pos < end
-        idx = tl.load(idx_ptr + pos, mask=keep, other=0)
-        if HAS_PADDING:
-            keep = keep & (idx != padding_idx)
-        rows = tl.load(w_ptr + idx.to(tl.int64)[:, None] * w_row_stride + cols[None, :],
-                       mask=keep[:, None] & col_mask[None, :], other=0.0)
+        pos, keep, idx = bag_step(idx_ptr, i, end, padding_idx, BLOCK_I, HAS_PADDING)
+        rows = gather_rows(w_ptr, idx, keep, cols, col_mask, w_row_stride, 0.0)
         if HAS_PSW:
-            scale = tl.load(psw_ptr + pos, mask=keep, other=0.0)
-            acc += rows.to(tl.float32) * scale.to(tl.float32)[:, None]
+            acc += rows * tl.load(psw_ptr + pos, mask=keep, other=0.0).to(tl.float32)[:, None]
         else:
-            acc += rows.to(tl.float32)
+            acc += rows
         if MEAN:
             cnt += keep.to(tl.int32)
     total = tl.sum(acc, axis=0)
@@ -98,13 +111,8 @@ def embedding_bag_max_fwd_kernel(w_ptr, idx_ptr, off_ptr, out_ptr, arg_ptr, w_ro
     best = tl.full([BLOCK_I, BLOCK_D], float("-inf"), dtype=tl.float32)
     at = tl.full([BLOCK_I, BLOCK_D], none, dtype=tl.int32)       # position in the bag of each lane's best
     for i in range(start, end, BLOCK_I):
-        pos = i + tl.arange(0, BLOCK_I)
-        keep = pos < end
-        idx = tl.load(idx_ptr + pos, mask=keep, other=0)
-        if HAS_PADDING:
-            keep = keep & (idx != padding_idx)
-        rows = tl.load(w_ptr + idx.to(tl.int64)[:, None] * w_row_stride + cols[None, :],
-                       mask=keep[:, None] & col_mask[None, :], other=float("-inf")).to(tl.float32)
+        pos, keep, idx = bag_step(idx_ptr, i, end, padding_idx, BLOCK_I, HAS_PADDING)
+        rows = gather_rows(w_ptr, idx, keep, cols, col_mask, w_row_stride, float("-inf"))
         take = keep[:, None] & ((rows > best) | (at == none))      # the first counted value even if -inf
         best = tl.where(take, rows, best)
         at = tl.where(take, (pos - start).to(tl.int32)[:, None], at)
@@ -162,11 +170,7 @@ def embedding_bag_bwd_atomic_kernel(dy_ptr, idx_ptr, off_ptr, scale_ptr, acc_ptr
     if SCALE == 1:
         g = g * tl.load(scale_ptr + bag)
     for i in range(start, end, BLOCK_I):
-        pos = i + tl.arange(0, BLOCK_I)
-        keep = pos < end
-        idx = tl.load(idx_ptr + pos, mask=keep, other=0)
-        if HAS_PADDING:
-            keep = keep & (idx != padding_idx)
+        pos, keep, idx = bag_step(idx_ptr, i, end, padding_idx, BLOCK_I, HAS_PADDING)
         if SCALE == 2:
             sample = tl.load(scale_ptr + pos, mask=keep, other=0.0).to(tl.float32)
             vals = g[None, :] * sample[:, None]
@@ -195,21 +199,14 @@ def embedding_bag_psw_grad_kernel(dy_ptr, w_ptr, idx_ptr, off_ptr, dpsw_ptr, w_r
     bag = tl.program_id(0)
     start, end = bag_bounds(off_ptr, bag, n_bags, n_indices)
     for i in range(start, end, BLOCK_I):
-        pos = i + tl.arange(0, BLOCK_I)
-        in_bag = pos < end
-        idx = tl.load(idx_ptr + pos, mask=in_bag, other=0)
-        keep = in_bag
-        if HAS_PADDING:
-            keep = keep & (idx != padding_idx)
+        pos, keep, idx = bag_step(idx_ptr, i, end, padding_idx, BLOCK_I, HAS_PADDING)
         dot = tl.zeros([BLOCK_I], dtype=tl.float32)
         for c in range(0, dim, BLOCK_D):
             cols = c + tl.arange(0, BLOCK_D)
             col_mask = cols < dim
             g = tl.load(dy_ptr + bag.to(tl.int64) * dim + cols, mask=col_mask, other=0.0).to(tl.float32)
-            rows = tl.load(w_ptr + idx.to(tl.int64)[:, None] * w_row_stride + cols[None, :],
-                           mask=keep[:, None] & col_mask[None, :], other=0.0).to(tl.float32)
-            dot += tl.sum(rows * g[None, :], axis=1)
-        tl.store(dpsw_ptr + pos, dot.to(dpsw_ptr.dtype.element_ty), mask=in_bag)
+            dot += tl.sum(gather_rows(w_ptr, idx, keep, cols, col_mask, w_row_stride, 0.0) * g[None, :], axis=1)
+        tl.store(dpsw_ptr + pos, dot.to(dpsw_ptr.dtype.element_ty), mask=pos < end)
 
 
 @tle.jit

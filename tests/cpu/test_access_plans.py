@@ -83,9 +83,9 @@ PLANS = {
     'embedding_bag_kernels.embedding_bag_bwd_atomic_kernel': [
         ('load', 'scalar', 'scalar expression'),
         ('load', 'scalar', 'scalar expression'),
+        ('load', 'box', 'read at each use'),
         ('load', 'box', 'T.copy into fragment'),
         ('load', 'scalar', 'scalar expression'),
-        ('load', 'box', 'read at each use'),
         ('atomic', 'gather', 'T.atomic_add per element'),
     ],
     'embedding_bag_kernels.embedding_bag_bwd_sorted_kernel': [
@@ -126,8 +126,8 @@ PLANS = {
         ('load', 'scalar', 'scalar expression'),
         ('load', 'scalar', 'scalar expression'),
         ('load', 'box', 'read at each use'),
-        ('load', 'box', 'T.copy into fragment'),
         ('load', 'gather', 'T.Parallel into fragment'),
+        ('load', 'box', 'T.copy into fragment'),
         ('store', 'box', 'T.Parallel'),
     ],
     'kl_div.kl_div_bwd_kernel': [
