@@ -27,6 +27,7 @@ import triton.language as tl
 import tle
 from tle.oplib import BenchSpec, Operator, Sample, as_rows, check_float, check_kernel_dtypes
 from tle.oplib.arith import cdiv, next_power_of_2
+from tle.oplib.losses import check_input_and_target, reduction_of
 from tle.oplib.recipe import Recipe, Stage
 from tle.oplib.rows import torch_compute_dtype
 
@@ -468,19 +469,12 @@ def binary_cross_entropy_with_logits(input: torch.Tensor, target: torch.Tensor, 
     it, input's and target's promoted (bf16 logits with fp32 targets: fp32): the input's shape for reduction
     "none", 0-d for "mean" and "sum". Only `input` is differentiated: target, weight and pos_weight must not
     require grad."""
-    if size_average is not None or reduce is not None:
-        reduction = torch.nn._reduction.legacy_get_string(size_average, reduce)
-    check_float(input, "input", rank=tuple(range(0, 9)))
-    check_float(target, "target", device=input.device)
-    if target.shape != input.shape:
-        raise tle.LaunchError(f"'target' has shape {tuple(target.shape)}; expected the shape of 'input' "
-                              f"{tuple(input.shape)}")
+    check_input_and_target(input, target)
     if weight is not None:
         _check_broadcast(weight, "weight", input)
     if pos_weight is not None:
         _check_broadcast(pos_weight, "pos_weight", input)
-    if reduction not in REDUCTIONS:
-        raise tle.LaunchError(f"'reduction' is {reduction!r}; expected one of {', '.join(map(repr, REDUCTIONS))}")
+    reduction = reduction_of(size_average, reduce, reduction, REDUCTIONS)
     if torch.is_grad_enabled():
         for name, v in (("target", target), ("weight", weight), ("pos_weight", pos_weight)):
             if v is not None and v.requires_grad:

@@ -23,10 +23,10 @@ import torch
 import triton.language as tl
 
 import tle
-from tle.checks import check_tensor
 from tle.kernels.bce_with_logits import bce_with_logits_sum_kernel as partial_sum_kernel   # adds fp32 partials
-from tle.oplib import BenchSpec, Operator, Sample, check_float, check_kernel_dtypes
+from tle.oplib import BenchSpec, Operator, Sample, check_kernel_dtypes
 from tle.oplib.arith import cdiv
+from tle.oplib.losses import check_input_and_target, reduction_of
 from tle.oplib.recipe import Recipe, Stage
 from tle.oplib.rows import torch_compute_dtype
 
@@ -213,15 +213,8 @@ def kl_div(input: torch.Tensor, target: torch.Tensor, size_average: bool | None 
            fallback: str | None = None) -> torch.Tensor:
     """torch.nn.functional.kl_div on a tle backend (see the module doc): the pointwise KL divergence of
     target from input (log-probabilities), reduced as torch reduces it."""
-    if size_average is not None or reduce is not None:
-        reduction = torch.nn._reduction.legacy_get_string(size_average, reduce)
-    check_float(input, "input", rank=tuple(range(0, 9)))
-    check_float(target, "target", device=input.device)
-    if target.shape != input.shape:
-        raise tle.LaunchError(f"'target' has shape {tuple(target.shape)}; expected the shape of 'input' "
-                              f"{tuple(input.shape)}")
-    if reduction not in REDUCTIONS:
-        raise tle.LaunchError(f"'reduction' is {reduction!r}; expected one of {', '.join(map(repr, REDUCTIONS))}")
+    check_input_and_target(input, target)
+    reduction = reduction_of(size_average, reduce, reduction, REDUCTIONS)
     if reduction == "mean":
         warnings.warn("reduction: 'mean' divides the total loss by both the batch size and the support size. "
                       "'batchmean' divides only by the batch size, and aligns with the KL div math definition.",
