@@ -511,6 +511,18 @@ PLANS = {
         ('load', 'box', 'T.copy into fragment'),
         ('store', 'box', 'T.copy from fragment'),
     ],
+    'rotary.rope_kernel': [
+        ('load', 'box', 'T.copy into fragment'),
+        ('load', 'box', 'T.copy into fragment'),
+        ('load', 'box', 'T.copy into fragment'),
+        ('load', 'box', 'T.copy into fragment'),
+        ('load', 'box', 'T.copy into fragment'),
+        ('load', 'box', 'T.copy into fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+        ('load', 'box', 'T.copy into fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+    ],
     'scale_bias_add.scale_bias_add_bwd_kernel': [
         ('load', 'box', 'T.copy into fragment'),
         ('load', 'box', 'T.copy into fragment'),

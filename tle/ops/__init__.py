@@ -23,6 +23,7 @@ from tle.kernels.l2_norm import OPERATOR as _op_l2_norm, L2Norm, l2_norm  # noqa
 from tle.kernels.linear_activation import OPERATOR as _op_linear_activation, linear_act, linear_swiglu  # noqa: E402,F401
 from tle.kernels.layer_norm import OPERATOR as _op_layer_norm, LayerNorm, layer_norm  # noqa: E402,F401
 from tle.kernels.rms_norm import OPERATOR as _op_rms_norm, RMSNorm, rms_norm  # noqa: E402,F401
+from tle.kernels.rotary import OPERATOR as _op_rotary, apply_rotary_pos_emb  # noqa: E402,F401
 from tle.kernels.sampling import OPERATOR as _op_sampling, sample, top_k_top_p_mask  # noqa: E402,F401
 from tle.kernels.scaled_dot_product_attention import OPERATOR as _op_scaled_dot_product_attention, scaled_dot_product_attention  # noqa: E402,F401,E501
 from tle.kernels.scale_bias_add import OPERATOR as _op_scale_bias_add, scale_bias_add  # noqa: E402,F401
