@@ -34,6 +34,7 @@ import tle
 from tle.checks import check_tensor
 from tle.oplib import BenchSpec, Operator, Sample, check_float, check_kernel_dtypes
 from tle.oplib.arith import next_power_of_2
+from tle.oplib.losses import reduction_of
 from tle.oplib.recipe import Recipe, Stage
 from tle.oplib.rows import torch_compute_dtype
 
@@ -274,33 +275,52 @@ def _torch_backward(dy, x, target, weight, lse, stats, ignore_index, label_smoot
 
 
 # -- the kernel backends ------------------------------------------------------------------------------------
+class RowLosses:
+    """What the forward kernel writes per row (the loss: in the output's dtype for "none", fp32 to reduce
+    otherwise; the z-loss term; lse and the target's weight, fp32) and [the mean's denominator, the class
+    weights' sum]; `reduced` adds the rows up. fused_linear_cross_entropy fills it chunk by chunk."""
+
+    def __init__(self, n: int, dtype: torch.dtype, device, reduction: str):
+        self.reduction = reduction
+        row_dtype = dtype if reduction == "none" else torch.float32
+        self.loss = torch.empty(n, device=device, dtype=row_dtype)
+        self.z = torch.zeros(n, device=device, dtype=row_dtype)
+        self.lse = torch.empty(n, device=device, dtype=torch.float32)
+        self.w_t = torch.empty(n, device=device, dtype=torch.float32)
+        self.stats = torch.zeros(2, device=device, dtype=torch.float32)
+
+    def fill(self, x, target, weight, opts, r0: int, backend: str) -> None:
+        """The forward kernel over the rows of x ([rows, C], row-major), the rows r0.. of the results."""
+        rows, c = x.shape
+        r1 = r0 + rows
+        bn, warps = block_n(c)
+        cross_entropy_fwd_kernel[(rows,)](x, target, weight if weight is not None else self.lse, self.loss[r0:r1],
+                                          self.z[r0:r1], self.lse[r0:r1], self.w_t[r0:r1], self.stats, x.stride(0),
+                                          c, *opts.args, BLOCK_N=bn, **opts.flags, backend=backend,
+                                          num_warps=warps)
+
+    def reduced(self, opts, dtype: torch.dtype, backend: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """(loss, z-loss term): the rows themselves for "none", else added up (the mean over the weights)."""
+        if self.reduction == "none":
+            return self.loss, self.z
+        dev, n = self.loss.device, self.loss.shape[0]
+        if n == 0:          # no rows to add up: torch's 0 for "sum", 0 / 0 for "mean"
+            empty = torch.full((), float("nan") if self.reduction == "mean" else 0.0, device=dev, dtype=dtype)
+            return empty, empty.clone()
+        loss, z = torch.empty((), device=dev, dtype=dtype), torch.zeros((), device=dev, dtype=dtype)
+        cross_entropy_reduce_kernel[(1,)](self.loss, self.z, self.w_t, loss, z, self.stats, n, BLOCK=REDUCE_BLOCK,
+                                          MEAN=self.reduction == "mean", Z_LOSS=opts.flags["Z_LOSS"],
+                                          backend=backend, num_warps=4)
+        return loss, z
+
+
 def _kernel_forward(x, target, weight, ignore_index, label_smoothing, lse_square_scale, softcap, reduction,
                     backend):
-    n, c = x.shape
-    dev = x.device
     opts = _Options(weight, ignore_index, label_smoothing, lse_square_scale, softcap)
-    per_row = reduction == "none"
-    loss_rows = torch.empty(n, device=dev, dtype=x.dtype if per_row else torch.float32)
-    z_rows = torch.zeros(n, device=dev, dtype=x.dtype if per_row else torch.float32)
-    lse = torch.empty(n, device=dev, dtype=torch.float32)
-    w_t = torch.empty(n, device=dev, dtype=torch.float32)
-    stats = torch.zeros(2, device=dev, dtype=torch.float32)
-    if n:
-        bn, warps = block_n(c)
-        cross_entropy_fwd_kernel[(n,)](x, target, weight if weight is not None else lse, loss_rows, z_rows, lse,
-                                       w_t, stats, x.stride(0), c, *opts.args, BLOCK_N=bn, **opts.flags,
-                                       backend=backend, num_warps=warps)
-    if per_row:
-        return loss_rows, z_rows, lse, stats
-    if n == 0:          # no rows to add up: torch's 0 for "sum", 0 / 0 for "mean"
-        empty = torch.full((), float("nan") if reduction == "mean" else 0.0, device=dev, dtype=x.dtype)
-        return empty, empty.clone(), lse, stats
-    loss = torch.empty((), device=dev, dtype=x.dtype)
-    z = torch.zeros((), device=dev, dtype=x.dtype)
-    cross_entropy_reduce_kernel[(1,)](loss_rows, z_rows, w_t, loss, z, stats, n, BLOCK=REDUCE_BLOCK,
-                                      MEAN=reduction == "mean", Z_LOSS=opts.flags["Z_LOSS"], backend=backend,
-                                      num_warps=4)
-    return loss, z, lse, stats
+    rows = RowLosses(x.shape[0], x.dtype, x.device, reduction)
+    if x.shape[0]:
+        rows.fill(x, target, weight, opts, 0, backend)
+    return (*rows.reduced(opts, x.dtype, backend), rows.lse, rows.stats)
 
 
 def _kernel_backward(dy, x, target, weight, lse, stats, ignore_index, label_smoothing, lse_square_scale, softcap,
@@ -446,9 +466,10 @@ def _as_rows(input, target):
     return input.movedim(1, -1).reshape(-1, input.shape[1]), target.reshape(-1), expected
 
 
-def _check_options(reduction, label_smoothing, lse_square_scale, softcap, ignore_index):
-    if reduction not in REDUCTIONS:
-        raise tle.LaunchError(f"'reduction' is {reduction!r}; expected one of {', '.join(map(repr, REDUCTIONS))}")
+def _check_options(reduction, label_smoothing, lse_square_scale, softcap, ignore_index, size_average=None,
+                   reduce=None) -> str:
+    """The reduction (torch's deprecated size_average / reduce converted), the options checked."""
+    reduction = reduction_of(size_average, reduce, reduction, REDUCTIONS)
     if not isinstance(label_smoothing, (int, float)) or not 0.0 <= label_smoothing <= 1.0:
         raise tle.LaunchError(f"'label_smoothing' must be a number in [0, 1]; got {label_smoothing!r}")
     if not isinstance(lse_square_scale, (int, float)):
@@ -457,6 +478,7 @@ def _check_options(reduction, label_smoothing, lse_square_scale, softcap, ignore
         raise tle.LaunchError(f"'softcap' must be None or a positive number; got {softcap!r}")
     if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):
         raise tle.LaunchError(f"'ignore_index' must be an int; got {ignore_index!r}")
+    return reduction
 
 
 def cross_entropy(input: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None = None,
@@ -466,8 +488,6 @@ def cross_entropy(input: torch.Tensor, target: torch.Tensor, weight: torch.Tenso
                   fallback: str | None = None):
     """torch.nn.functional.cross_entropy on a tle backend, over class-index targets (see the module doc);
     keyword-only: lse_square_scale (the z-loss), softcap, return_z_loss ((loss, z-loss term) then)."""
-    if size_average is not None or reduce is not None:
-        reduction = torch.nn._reduction.legacy_get_string(size_average, reduce)
     check_float(input, "input", rank=tuple(range(1, 9)))
     check_tensor(target, "target", device=input.device)
     if target.is_floating_point():
@@ -476,7 +496,8 @@ def cross_entropy(input: torch.Tensor, target: torch.Tensor, weight: torch.Tenso
     check_tensor(target, "target", dtypes=TARGET_DTYPES)
     if weight is not None:
         check_float(weight, "weight", device=input.device, shape=(input.shape[1 if input.dim() > 1 else 0],))
-    _check_options(reduction, label_smoothing, lse_square_scale, softcap, ignore_index)
+    reduction = _check_options(reduction, label_smoothing, lse_square_scale, softcap, ignore_index, size_average,
+                               reduce)
     x, t, shape = _as_rows(input, target)
     if x.shape[1] == 0:
         raise tle.LaunchError("'input' has no classes (its class dimension is empty)")
@@ -505,10 +526,9 @@ class CrossEntropyLoss(torch.nn.Module):
                  softcap: float | None = None, return_z_loss: bool = False, backend: str | None = None,
                  fallback: str | None = None):
         super().__init__()
-        if size_average is not None or reduce is not None:
-            reduction = torch.nn._reduction.legacy_get_string(size_average, reduce)
         try:
-            _check_options(reduction, label_smoothing, lse_square_scale, softcap, ignore_index)
+            reduction = _check_options(reduction, label_smoothing, lse_square_scale, softcap, ignore_index,
+                                       size_average, reduce)
         except tle.LaunchError as e:
             raise ValueError(f"tle.ops.CrossEntropyLoss: {e}") from None
         self.register_buffer("weight", weight)
@@ -572,7 +592,8 @@ def samples(device, dtype):
         return (torch.rand(c, generator=g) + 0.5).to(device=device, dtype=dtype)
 
     return [Sample((x(8, 10), t(10, 8)), label="8x10 mean"),
-            Sample((x(5, 1000), t(1000, 5, ignore=(1, 3))), dict(reduction="sum"), label="1000 classes, ignored rows, sum"),
+            Sample((x(5, 1000), t(1000, 5, ignore=(1, 3))), dict(reduction="sum"),
+                   label="1000 classes, ignored rows, sum"),
             Sample((x(6, 33), t(33, 6, ignore=(0,))), dict(reduction="none"), label="none"),
             Sample((x(7, 70), t(70, 7, ignore=(2,))), dict(weight=w(70)), label="class weights"),
             Sample((x(7, 70), t(70, 7, ignore=(4,))), dict(label_smoothing=0.2), label="label smoothing"),

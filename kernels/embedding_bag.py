@@ -64,8 +64,6 @@ def _torch_backward(dy, indices, offsets, per_sample_weights, aux, weight, num_w
 
 # -- the kernel backends ------------------------------------------------------------------------------------
 def _kernel_forward(weight, indices, offsets, per_sample_weights, mode, padding_idx, backend):
-    if weight.shape[1] > 1 and weight.stride(1) != 1:
-        weight = weight.contiguous()
     return kernels.forward(weight, indices, offsets, per_sample_weights, mode, padding_idx, backend)
 
 
@@ -75,29 +73,33 @@ def _kernel_backward(dy, indices, offsets, per_sample_weights, aux, weight, num_
                               backward, backend) if need_weight_grad else dy.new_empty(0))
     if weight is None:
         return dw, dy.new_empty(0)
-    if weight.shape[1] > 1 and weight.stride(1) != 1:
-        weight = weight.contiguous()
     return dw, kernels.per_sample_weights_grad(dy, weight, indices, offsets, padding_idx, backend)
 
 
 # -- the operator's recipe: its custom ops and autograd ---------------------------------------------------
+def _unit_stride_rows(weight):
+    """weight with contiguous rows (the kernels take the row stride; a transposed weight is copied)."""
+    return weight.contiguous() if weight is not None and weight.shape[1] > 1 and weight.stride(1) != 1 else weight
+
+
 def _contiguous(run, weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor,
                 per_sample_weights: Optional[torch.Tensor], mode: str, padding_idx: int,
                 backward: str) -> tuple[torch.Tensor, torch.Tensor]:
     """(the bags' rows, what the backward needs of the forward: per bag 1 / max(count, 1) for mean, per bag and
     column the chosen row for max, nothing for sum); `backward` is the backward's choice, saved for it."""
     psw = per_sample_weights.contiguous() if per_sample_weights is not None else None
-    return run(weight, indices.contiguous(), offsets.contiguous(), psw, mode, padding_idx)
+    return run(_unit_stride_rows(weight), indices.contiguous(), offsets.contiguous(), psw, mode, padding_idx)
 
 
 def _backward_contiguous(run, dy: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor,
                          per_sample_weights: Optional[torch.Tensor], aux: torch.Tensor, weight: Optional[torch.Tensor],
-                         num_weights: int, mode: str, padding_idx: int, backward: str, need_weight_grad: bool) -> tuple[torch.Tensor, torch.Tensor]:
+                         num_weights: int, mode: str, padding_idx: int, backward: str, need_weight_grad: bool
+                         ) -> tuple[torch.Tensor, torch.Tensor]:
     """(dweight, or an empty tensor where not needed; dper_sample_weights where `weight` is given (it is saved
     only then), else an empty tensor)."""
     psw = per_sample_weights.contiguous() if per_sample_weights is not None else None
-    return run(dy.contiguous(), indices.contiguous(), offsets.contiguous(), psw, aux, weight, num_weights, mode,
-               padding_idx, backward, need_weight_grad)
+    return run(dy.contiguous(), indices.contiguous(), offsets.contiguous(), psw, aux, _unit_stride_rows(weight),
+               num_weights, mode, padding_idx, backward, need_weight_grad)
 
 
 def _forward_fake(weight, indices, offsets, per_sample_weights, mode, padding_idx, backward):

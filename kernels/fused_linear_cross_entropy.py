@@ -14,21 +14,20 @@ How, per chunk of rows (kernels/linear_gemm.py for the products, kernels/cross_e
     dx_c = dlogits @ W                          the product kernel
     dW += dlogits^T @ x_c                       the product kernel, adding into dW in its epilogue
     db partial_c = column sums of dlogits
-When a gradient will be needed ("mean" and "sum"), the forward does all of it, as Liger's does: the chunk's
-logits are made once. The backward then multiplies dx, dW (and db) by the upstream gradient (over the mean's
-denominator), one pass, on the device, into new tensors: autograd takes those as the parameters' .grad
-without a copy (it copies a gradient something else still holds, as Liger's in-place scaled dW, saved by its
-context, is), so a step's peak holds two dW either way. With reduction "none" the upstream gradient of each row is
-needed before dW is formed: the forward computes the loss only and the backward makes each chunk's logits
-again (a second product per chunk). dW accumulates in weight's dtype (rounded once per chunk, as Liger's
-addmm), dx is written once per chunk. Numerics: the chunk's logits are rounded to the weight's dtype before the loss, and
-dlogits before the products (as Liger's): bf16 losses within about 1% of fp64 over whole logits.
+When a gradient will be needed ("mean" and "sum"), the forward does all of it, as Liger's does: the chunk's logits
+are made once. The backward then multiplies dx, dW (and db) by the upstream gradient (over the mean's
+denominator), one pass, on the device, into new tensors: autograd takes those as the parameters' .grad without a
+copy (it copies a gradient something else still holds, as Liger's in-place scaled dW, saved by its context, is),
+so a step's peak holds two dW either way. With reduction "none" the upstream gradient of each row is needed before
+dW is formed: the forward computes the loss only and the backward makes each chunk's logits again (a second
+product per chunk). dW accumulates in weight's dtype (rounded once per chunk, as Liger's addmm), dx is written
+once per chunk. Numerics: the chunk's logits are rounded to the weight's dtype before the loss, and dlogits before
+the products (as Liger's): bf16 losses within about 1% of fp64 over whole logits.
 
-chunk_rows: the rows per chunk; by default Liger's rule, N / ceil(V / H) rounded up to a power of two (512 at
-N 16384, H 4096, V 128256): a chunk's logits are about the size of the input."""
+chunk_rows: the rows per chunk; by default Liger's rule, N / ceil(V / H) rounded up to a power of two (512 at N
+16384, H 4096, V 128256): a chunk's logits are about the size of the input."""
 from __future__ import annotations
 
-import math
 from typing import Optional
 
 import torch
@@ -38,7 +37,7 @@ import tle
 from tle.checks import check_tensor
 from tle.kernels import cross_entropy as ce
 from tle.kernels import linear_gemm
-from tle.kernels.column_sum import BLOCK, BLOCK_P, column_sum, column_sum_kernel
+from tle.kernels.column_sum import BLOCK, BLOCK_P, column_sum_kernel
 from tle.oplib import BenchSpec, Operator, Sample, check_float, check_kernel_dtypes
 from tle.oplib.arith import cdiv, next_power_of_2
 from tle.oplib.recipe import Recipe, Stage
@@ -155,44 +154,26 @@ def _bias_grad_into(buf, db, backend):
 
 def _kernel_forward(x, weight, target, bias, ignore_index, label_smoothing, lse_square_scale, softcap, reduction,
                     chunk_rows, need_grads, backend):
-    n, _ = x.shape
-    v = weight.shape[0]
-    dev = x.device
+    n = x.shape[0]
     opts = ce._Options(None, ignore_index, label_smoothing, lse_square_scale, softcap)
     grads = need_grads and reduction != "none"
     dx, dw, db = _grad_buffers(x, weight, bias, grads)
     buf = _Chunks(x, weight, bias, chunk_rows, grads)
-    per_row = reduction == "none"
-    loss_rows = torch.empty(n, device=dev, dtype=x.dtype if per_row else torch.float32)
-    z_rows = torch.zeros(n, device=dev, dtype=x.dtype if per_row else torch.float32)
-    lse = torch.empty(n, device=dev, dtype=torch.float32)
-    w_t = torch.empty(n, device=dev, dtype=torch.float32)
-    stats = torch.zeros(2, device=dev, dtype=torch.float32)
-    one = torch.ones((), device=dev, dtype=torch.float32)
-    bn, warps = ce.block_n(v)
+    rows = ce.RowLosses(n, x.dtype, x.device, reduction)
+    one = torch.ones((), device=x.device, dtype=torch.float32)
     for i, r0 in enumerate(buf.starts):
         r1 = min(n, r0 + buf.rows)
         logits = buf.logits[:r1 - r0]
         linear_gemm.launch(x[r0:r1], weight, logits, b_t=True, bias=bias, backend=backend)
-        ce.cross_entropy_fwd_kernel[(r1 - r0,)](logits, target[r0:r1], lse, loss_rows[r0:r1], z_rows[r0:r1],
-                                                lse[r0:r1], w_t[r0:r1], stats, v, v, *opts.args, BLOCK_N=bn,
-                                                **opts.flags, backend=backend, num_warps=warps)
+        rows.fill(logits, target[r0:r1], None, opts, r0, backend)
         if grads:
-            _chunk_gradients(buf, i, r0, r1, x, weight, target, lse, stats, one, opts, ce.SUM, dx, dw, backend)
+            _chunk_gradients(buf, i, r0, r1, x, weight, target, rows.lse, rows.stats, one, opts, ce.SUM, dx, dw,
+                             backend)
     if grads and n:
         _bias_grad_into(buf, db, backend)
     elif grads:
         db.zero_()
-    if per_row:
-        return loss_rows, z_rows, dx, dw, db, lse, stats
-    if n == 0:
-        empty = torch.full((), float("nan") if reduction == "mean" else 0.0, device=dev, dtype=x.dtype)
-        return empty, empty.clone(), dx, dw, db, lse, stats
-    loss, z = torch.empty((), device=dev, dtype=x.dtype), torch.zeros((), device=dev, dtype=x.dtype)
-    ce.cross_entropy_reduce_kernel[(1,)](loss_rows, z_rows, w_t, loss, z, stats, n, BLOCK=ce.REDUCE_BLOCK,
-                                         MEAN=reduction == "mean", Z_LOSS=opts.flags["Z_LOSS"], backend=backend,
-                                         num_warps=4)
-    return loss, z, dx, dw, db, lse, stats
+    return (*rows.reduced(opts, x.dtype, backend), dx, dw, db, rows.lse, rows.stats)
 
 
 def _kernel_backward(dy, x, weight, target, bias, dx, dw, db, lse, stats, ignore_index, label_smoothing,

@@ -238,11 +238,10 @@ class KLDivLoss(torch.nn.Module):
     def __init__(self, size_average=None, reduce=None, reduction: str = "mean", log_target: bool = False, *,
                  backend: str | None = None, fallback: str | None = None):
         super().__init__()
-        if size_average is not None or reduce is not None:
-            reduction = torch.nn._reduction.legacy_get_string(size_average, reduce)
-        if reduction not in REDUCTIONS:
-            raise ValueError(f"tle.ops.KLDivLoss: 'reduction' is {reduction!r}; expected one of "
-                             f"{', '.join(map(repr, REDUCTIONS))}")
+        try:
+            reduction = reduction_of(size_average, reduce, reduction, REDUCTIONS)
+        except tle.LaunchError as e:
+            raise ValueError(f"tle.ops.KLDivLoss: {e}") from None
         self.reduction, self.log_target = reduction, log_target
         self.backend, self.fallback = backend, fallback
 

@@ -85,8 +85,8 @@ def _output_tile(a_desc, b_desc, b2_desc, bias_ptr, c_desc, pre_ptr, pre2_ptr, s
 def linear_gemm_kernel(a_ptr, b_ptr, b2_ptr, bias_ptr, c_ptr, pre_ptr, pre2_ptr, M, N, K, stride_pre, NUM_PROGRAMS,
                        A_T: tl.constexpr, B_T: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
                        GATED: tl.constexpr, SAVE_PRE: tl.constexpr, ACCUMULATE: tl.constexpr,
-                       PERSISTENT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                       NUM_STAGES: tl.constexpr):
+                       PERSISTENT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                       GROUP_M: tl.constexpr, NUM_STAGES: tl.constexpr):
     if A_T:
         a_desc = tl.make_tensor_descriptor(a_ptr, shape=[K, M], strides=[M, 1], block_shape=[BLOCK_K, BLOCK_M])
     else:
