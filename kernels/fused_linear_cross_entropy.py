@@ -16,9 +16,10 @@ How, per chunk of rows (kernels/linear_gemm.py for the products, kernels/cross_e
     db partial_c = column sums of dlogits
 When a gradient will be needed ("mean" and "sum"), the forward does all of it, as Liger's does: the chunk's logits
 are made once. The backward then multiplies dx, dW (and db) by the upstream gradient (over the mean's
-denominator), one pass, on the device, into new tensors: autograd takes those as the parameters' .grad without a
-copy (it copies a gradient something else still holds, as Liger's in-place scaled dW, saved by its context, is),
-so a step's peak holds two dW either way. With reduction "none" the upstream gradient of each row is needed before
+denominator), one pass on the device, where they lie when the backward is the graph's last (autograd frees the
+saved tensors before .grad takes them, so a step holds one dW, as Liger's does); when the graph is retained (or
+under torch.compile, modes, create_graph) into new tensors, so that a second backward finds them unscaled.
+With reduction "none" the upstream gradient of each row is needed before
 dW is formed: the forward computes the loss only and the backward makes each chunk's logits again (a second
 product per chunk). dW accumulates in weight's dtype (rounded once per chunk, as Liger's addmm), dx is written
 once per chunk. Numerics: the chunk's logits are rounded to the weight's dtype before the loss, and dlogits before
@@ -40,6 +41,7 @@ from tle.kernels import linear_gemm
 from tle.kernels.column_sum import BLOCK, BLOCK_P, column_sum_kernel
 from tle.oplib import BenchSpec, Operator, Sample, check_float, check_kernel_dtypes
 from tle.oplib.arith import cdiv, next_power_of_2
+from tle.oplib.dispatch import plain_eager
 from tle.oplib.recipe import Recipe, Stage
 from tle.oplib.rows import torch_compute_dtype
 
@@ -176,16 +178,21 @@ def _kernel_forward(x, weight, target, bias, ignore_index, label_smoothing, lse_
     return (*rows.reduced(opts, x.dtype, backend), dx, dw, db, rows.lse, rows.stats)
 
 
+def _scale_by_upstream(t, out, dy, stats, reduction, backend):
+    """out = t * dy (over the mean's denominator); out may be t."""
+    if t.numel():
+        scale_by_upstream_kernel[(cdiv(t.numel(), SCALE_BLOCK),)](
+            t, out, dy, stats, t.numel(), BLOCK=SCALE_BLOCK, MEAN=reduction == "mean", backend=backend,
+            num_warps=8)
+
+
 def _kernel_backward(dy, x, weight, target, bias, dx, dw, db, lse, stats, ignore_index, label_smoothing,
                      lse_square_scale, softcap, reduction, chunk_rows, backend):
     n = x.shape[0]
     if reduction != "none":
         out = tuple(torch.empty_like(t) for t in (dx, dw, db))
         for t, o in zip((dx, dw, db), out):
-            if t.numel():
-                scale_by_upstream_kernel[(cdiv(t.numel(), SCALE_BLOCK),)](
-                    t, o, dy, stats, t.numel(), BLOCK=SCALE_BLOCK, MEAN=reduction == "mean", backend=backend,
-                    num_warps=8)
+            _scale_by_upstream(t, o, dy, stats, reduction, backend)
         return out
     dx, dw, db = _grad_buffers(x, weight, bias, True)
     if n == 0:
@@ -273,8 +280,30 @@ def _grads(ctx, backward, dloss, *_unused):
     # the z-loss output is for logging: its part of the loss carries the gradient, its own upstream is ignored
     if dloss is None:
         return ()
-    dx, dw, db = backward(dloss, *ctx.saved_tensors, *ctx.options)
+    saved = ctx.saved_tensors
+    if _last_use_of_forward_grads(ctx, dloss, saved):
+        dx, dw, db = _scale_in_place(dloss, saved, ctx.options, ctx.backend)
+    else:
+        dx, dw, db = backward(dloss, *saved, *ctx.options)
     return (dx, dw, None, db if ctx.has_bias else None)
+
+
+def _last_use_of_forward_grads(ctx, dloss, saved) -> bool:
+    """True when the forward's gradients may be scaled where they lie: a kernel backend's "mean" or "sum", a
+    plain eager backward that releases the graph (autograd frees the saved tensors before it hands the
+    gradients on, so .grad takes them without a copy). A retained graph, create_graph, compiling, modes and
+    tensor subclasses take the backward op (new tensors), which a second backward needs."""
+    keep_graph = getattr(torch._C._autograd, "_get_current_graph_task_keep_graph", None)
+    return (ctx.backend != "torch" and ctx.options[-2] != "none" and keep_graph is not None
+            and not torch.is_grad_enabled() and plain_eager((dloss, *saved)) and not keep_graph())
+
+
+def _scale_in_place(dy, saved, options, backend):
+    """The forward's dx, dW and db multiplied by dy (over the mean's denominator) in place; returns them."""
+    dx, dw, db, stats = saved[4], saved[5], saved[6], saved[8]
+    for t in (dx, dw, db):
+        _scale_by_upstream(t, t, dy, stats, options[-2], backend)
+    return dx, dw, db
 
 
 FUSED_LINEAR_CROSS_ENTROPY = Recipe(

@@ -95,6 +95,23 @@ def test_a_second_backward_through_the_graph(backend, reduction):
     torch.testing.assert_close(x.grad.float(), 4 * once.float(), atol=2e-3, rtol=2e-3)
 
 
+def test_the_last_backward_scales_the_forwards_gradients_where_they_lie(monkeypatch):
+    """One dW in a step: a backward that releases the graph scales the saved gradients in place; a retained
+    graph gets new tensors (the second backward above needs the saved ones unscaled)."""
+    calls = []
+    scale = fl._scale_in_place
+    monkeypatch.setattr(fl, "_scale_in_place", lambda *a: calls.append(1) or scale(*a))
+    x, w, t, _ = problem()
+    w.requires_grad_()
+    out = tle.ops.fused_linear_cross_entropy(x, w, t, chunk_rows=16, backend="triton")
+    out.backward(torch.tensor(0.5, dtype=out.dtype), retain_graph=True)
+    assert calls == []
+    first = w.grad.clone()
+    out.backward(torch.tensor(0.5, dtype=out.dtype))
+    assert calls == [1]
+    torch.testing.assert_close(w.grad.float(), 2 * first.float(), atol=2e-3, rtol=2e-3)
+
+
 @pytest.mark.parametrize("backend", ["triton"])
 def test_product_kernel_adds_into_its_output(backend):
     torch.manual_seed(0)
