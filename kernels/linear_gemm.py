@@ -122,16 +122,20 @@ def config(m: int, n: int, k: int, backend: str, gated: bool = False) -> dict:
     """Tiles, stages, warps and program layout of a product C[m, n] = A[m, k] B[k, n] on `backend`. Triton:
     persistent and warp-specialized (128x256 tiles: 1.59 ms at 8192^3 against 1.90 for a tile a program);
     TileLang: a tile a program (its own producer/consumer split; its persistent loop measured slower).
-    Fewer tiles than two waves of programs (a few rows by a long K, as fused linear cross entropy's dx of a
-    512-row chunk: 512x4096 over K 128256) take 128x128 tiles while those fill a wave, else 64x128 (the tests'
-    sizes too)."""
+    Fewer 128x256 tiles than about a wave of programs (a few rows by a long K, as fused linear cross entropy's
+    dx of a chunk: 512x4096 over K 128256) take 128x128 tiles while those make a wave (Triton: a third of one),
+    else 64x128 (the tests' sizes too). Measured at that dx: Triton 658 TFLOP/s in 128x128 tiles against 463 in
+    128x256 and 356 in 64x128; TileLang 517 / 465 / 482; at 256 rows Triton 405 / 232 / 346, TileLang
+    349 (128x128) / 485 (64x128)."""
     block_n = 128 if gated else 256          # gated: two [128, 128] accumulators, the footprint of one 128x256
     # groups of 16 row blocks on TileLang: 1.3% to 1.8% faster than 8 there (16384x8192x8192, 4096x8192x8192,
     # SwiGLU 16384x4096x14336); Triton's best is 8 at 16384 rows, within 1% of 16 at the others
     group_m = 16 if backend == "tilelang" else 8
     cfg = dict(BLOCK_M=128, BLOCK_N=block_n, BLOCK_K=64, GROUP_M=group_m, NUM_STAGES=3, num_warps=8)
-    if k < 256 or cdiv(m, 128) * cdiv(n, block_n) < 2 * WAVE:
-        if k >= 256 and not gated and cdiv(m, 128) * cdiv(n, 128) >= WAVE - WAVE // 8:
+    nearly_a_wave = WAVE - WAVE // 8
+    if k < 256 or cdiv(m, 128) * cdiv(n, block_n) < nearly_a_wave:
+        if k >= 256 and not gated and cdiv(m, 128) * cdiv(n, 128) >= (WAVE // 3 if backend == "triton"
+                                                                        else nearly_a_wave):
             cfg.update(BLOCK_N=128, NUM_STAGES=4)
         else:
             cfg.update(BLOCK_M=64, BLOCK_N=128 if not gated else 64, NUM_STAGES=4, num_warps=4)

@@ -70,7 +70,8 @@ def test_tilelang_through_interpreter():
 def test_default_chunk_rows_follow_the_input_size():
     assert fl.default_chunk_rows(16384, 4096, 128256) == 512
     assert fl.default_chunk_rows(8192, 4096, 32000) == 1024
-    assert fl.default_chunk_rows(3, 8, 1000) == 1
+    assert fl.default_chunk_rows(8192, 4096, 128256) == 512       # Liger's rule says 256: at least 512
+    assert fl.default_chunk_rows(3, 8, 1000) == 512
 
 
 def test_no_gradient_no_gradient_buffers():
