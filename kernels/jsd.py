@@ -23,9 +23,9 @@ an ignored row reads nothing); when input requires grad the same pass writes the
 gradient 1, before the mean's division) in input's dtype. cross_entropy's reduce kernel adds the rows' losses
 and counts up (one program, a fixed order) and divides; the backward is fused_linear_cross_entropy's scale
 kernel, the forward's gradient times the upstream gradient over the count (read on the device), into a new
-tensor. So a step reads input and target once and writes the gradient twice. log M is taken as
-max(x, y) + log(s), s >= min(beta, 1 - beta): finite where P and Q underflow; with P and Q it costs three
-exponentials or logarithms per element."""
+tensor. So a step reads input and target once, writes the gradient, and reads and writes it once more.
+log M is taken as max(x, y) + log(s), s >= min(beta, 1 - beta): finite where P and Q underflow; with P and Q it
+costs three exponentials or logarithms per element."""
 from __future__ import annotations
 
 import math
@@ -44,7 +44,6 @@ from tle.oplib.losses import check_input_and_target
 from tle.oplib.recipe import Recipe, Stage
 from tle.oplib.rows import torch_compute_dtype
 
-LABEL_DTYPES = (torch.int64, torch.int32)
 MAX_NUMEL = 2 ** 31         # row offsets are 64-bit, column counts 32-bit
 MIXED, FORWARD_KL, REVERSE_KL = 0, 1, 2   # how the kernel sees beta: in (0, 1), 0, 1
 # added to the count of counted rows: absorbed exactly by any count >= 1 (below half an fp32 ulp of 1), and
@@ -269,7 +268,7 @@ def jsd(input: torch.Tensor, target: torch.Tensor, shift_labels: torch.Tensor | 
     check_float(input, "input", rank=2)
     check_input_and_target(input, target)
     if shift_labels is not None:
-        check_tensor(shift_labels, "shift_labels", dtypes=LABEL_DTYPES, device=input.device,
+        check_tensor(shift_labels, "shift_labels", dtypes=ce.TARGET_DTYPES, device=input.device,
                      shape=(input.shape[0],))
     _check_options(beta, ignore_index)
     if input.shape[1] == 0:
