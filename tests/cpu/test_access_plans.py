@@ -130,6 +130,15 @@ PLANS = {
         ('load', 'box', 'T.copy into fragment'),
         ('store', 'box', 'T.Parallel'),
     ],
+    'jsd.jsd_fwd_kernel': [
+        ('load', 'scalar', 'scalar expression'),
+        ('load', 'box', 'T.copy into fragment'),
+        ('load', 'box', 'T.copy into fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+        ('store', 'box', 'T.copy from fragment'),
+        ('store', 'scalar', 'scalar statement'),
+        ('store', 'scalar', 'scalar statement'),
+    ],
     'kl_div.kl_div_bwd_kernel': [
         ('load', 'box', 'T.copy into fragment'),
         ('load', 'scalar', 'scalar expression'),
