@@ -13,9 +13,11 @@ or [S, R]; with position_ids [B or 1, S], cos and sin are tables [P, R] and row 
 (the older Hugging Face form). cos and sin are not differentiated (a cos or sin that requires grad is an
 error); the outputs have q's and k's dtype, computed in fp32 and rounded once.
 
-The kernel: one program per (batch, position), which reads that position's cos and sin once and rotates
-every head of the tensor in blocks of BLOCK_H heads (q and k are two launches); strided reads and writes, so
-both layouts are read in place. The backward is the same kernel with the rotation transposed:
+The kernel: one program per tile of BLOCK_S consecutive positions of one batch entry and a group of HEADS heads
+(grid (B * cdiv(S, BLOCK_S), H / HEADS); q and k are two launches). It reads the tile's cos and sin once, as
+[BLOCK_S, R/2] halves, and rotates its heads one after another, each head's halves read as [BLOCK_S, R/2] tiles
+by strides, so both layouts are read in place (TILES picks the tile by which of them x has). The backward is
+the same kernel with the rotation transposed:
     dx1 = g1 * cos1 + g2 * sin2,    dx2 = g2 * cos2 - g1 * sin1."""
 from __future__ import annotations
 
@@ -27,59 +29,70 @@ import triton.language as tl
 import tle
 from tle.checks import check_tensor
 from tle.oplib import BenchSpec, Operator, Sample, check_float, check_kernel_dtypes
-from tle.oplib.arith import next_power_of_2
+from tle.oplib.arith import cdiv, next_power_of_2
 from tle.oplib.recipe import Recipe, Stage
 from tle.oplib.rows import torch_compute_dtype
 
 POSITION_DTYPES = (torch.int64, torch.int32)
+# (BLOCK_S, HEADS, num_warps) of a launch, by which rows of x are contiguous. [B, H, S, D]: a head's positions, so
+# a program reads HEADS runs of BLOCK_S * D elements; 16 positions x 4 heads (16 KB of bf16 read at D = 128) hold
+# the angles in 64 registers a thread, fit eight programs on an SM and launch thousands of programs at Llama's
+# shapes. [B, S, H, D]: a position's heads, so more heads and fewer positions make a program's reads one run of
+# BLOCK_S * HEADS * D elements.
+TILES = {"heads outer": (16, 4, 4), "positions outer": (8, 16, 2)}
 
 
 @tle.jit
 def rope_kernel(x_ptr, cos_ptr, sin_ptr, pos_ptr, out_ptr, sx_b, sx_s, sx_h, so_b, so_s, so_h, sc_b, sc_s,
-                sp_b, sp_s, n_seq, n_heads, half, n_dim, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
+                sp_b, sp_s, n_seq, half, n_dim, BLOCK_S: tl.constexpr, HEADS: tl.constexpr, BLOCK_D: tl.constexpr,
                 BLOCK_T: tl.constexpr, INTERLEAVED: tl.constexpr, HAS_POS: tl.constexpr, BACKWARD: tl.constexpr,
                 PARTIAL: tl.constexpr):
-    # x and out addressed as [B, S, H, D] by their strides (the feature stride is 1); cos and sin rows [R] at
-    # b * sc_b + s * sc_s, or with HAS_POS at row pos[b, s] of a table (row stride sc_s)
+    # x and out addressed as [B, S, H, D] by their strides (the feature stride is 1). Program (i, j): positions
+    # [s0, s0 + BLOCK_S) of batch entry b = i // cdiv(S, BLOCK_S), heads [j * HEADS, (j + 1) * HEADS) (HEADS
+    # divides H). cos and sin rows [R] at b * sc_b + s * sc_s, or with HAS_POS at row pos[b, s] of a table
     pid = tl.program_id(0)
-    b = pid // n_seq
-    s = pid % n_seq
+    n_tiles = tl.cdiv(n_seq, BLOCK_S)
+    b = pid // n_tiles
+    s0 = (pid % n_tiles) * BLOCK_S
+    h0 = tl.program_id(1) * HEADS
+    seq = s0 + tl.arange(0, BLOCK_S)
+    in_seq = seq < n_seq
     if HAS_POS:
-        row = tl.load(pos_ptr + b * sp_b + s * sp_s).to(tl.int64) * sc_s
+        rows = tl.load(pos_ptr + b * sp_b + seq * sp_s, mask=in_seq, other=0).to(tl.int64) * sc_s
     else:
-        row = b.to(tl.int64) * sc_b + s.to(tl.int64) * sc_s
+        rows = b.to(tl.int64) * sc_b + seq.to(tl.int64) * sc_s
     j = tl.arange(0, BLOCK_D)
-    inside = j < half
     if INTERLEAVED:
         i1 = 2 * j
         i2 = 2 * j + 1
     else:
         i1 = j
         i2 = j + half
-    c1 = tl.load(cos_ptr + row + i1, mask=inside, other=0.0).to(tl.float32)
-    c2 = tl.load(cos_ptr + row + i2, mask=inside, other=0.0).to(tl.float32)
-    s1 = tl.load(sin_ptr + row + i1, mask=inside, other=0.0).to(tl.float32)
-    s2 = tl.load(sin_ptr + row + i2, mask=inside, other=0.0).to(tl.float32)
-    x_row = x_ptr + b.to(tl.int64) * sx_b + s.to(tl.int64) * sx_s
-    o_row = out_ptr + b.to(tl.int64) * so_b + s.to(tl.int64) * so_s
-    for h0 in range(0, n_heads, BLOCK_H):
-        heads = h0 + tl.arange(0, BLOCK_H)
-        mask = (heads < n_heads)[:, None] & inside[None, :]
-        xh = x_row + heads[:, None] * sx_h
-        oh = o_row + heads[:, None] * so_h
+    mask = in_seq[:, None] & (j < half)[None, :]
+    # the angles of the tile, read once for all HEADS heads
+    c1 = tl.load(cos_ptr + rows[:, None] + i1[None, :], mask=mask, other=0.0).to(tl.float32)
+    c2 = tl.load(cos_ptr + rows[:, None] + i2[None, :], mask=mask, other=0.0).to(tl.float32)
+    s1 = tl.load(sin_ptr + rows[:, None] + i1[None, :], mask=mask, other=0.0).to(tl.float32)
+    s2 = tl.load(sin_ptr + rows[:, None] + i2[None, :], mask=mask, other=0.0).to(tl.float32)
+    x_tile = x_ptr + b.to(tl.int64) * sx_b + seq.to(tl.int64)[:, None] * sx_s
+    o_tile = out_ptr + b.to(tl.int64) * so_b + seq.to(tl.int64)[:, None] * so_s
+    for i in range(HEADS):
+        h = h0 + i
+        xh = x_tile + h.to(tl.int64) * sx_h
+        oh = o_tile + h.to(tl.int64) * so_h
         x1 = tl.load(xh + i1[None, :], mask=mask, other=0.0).to(tl.float32)
         x2 = tl.load(xh + i2[None, :], mask=mask, other=0.0).to(tl.float32)
         if BACKWARD:
-            y1 = x1 * c1[None, :] + x2 * s2[None, :]
-            y2 = x2 * c2[None, :] - x1 * s1[None, :]
+            y1 = x1 * c1 + x2 * s2
+            y2 = x2 * c2 - x1 * s1
         else:
-            y1 = x1 * c1[None, :] - x2 * s1[None, :]
-            y2 = x2 * c2[None, :] + x1 * s2[None, :]
+            y1 = x1 * c1 - x2 * s1
+            y2 = x2 * c2 + x1 * s2
         tl.store(oh + i1[None, :], y1.to(out_ptr.dtype.element_ty), mask=mask)
         tl.store(oh + i2[None, :], y2.to(out_ptr.dtype.element_ty), mask=mask)
         if PARTIAL:             # the features past the rotated ones pass through
             t = 2 * half + tl.arange(0, BLOCK_T)
-            tmask = (heads < n_heads)[:, None] & (t < n_dim)[None, :]
+            tmask = in_seq[:, None] & (t < n_dim)[None, :]
             tl.store(oh + t[None, :], tl.load(xh + t[None, :], mask=tmask, other=0.0), mask=tmask)
 
 
@@ -135,6 +148,15 @@ def _bshd(x, unsqueeze_dim):
     return x.transpose(1, 2) if unsqueeze_dim == 1 else x
 
 
+def _tiling(xv):
+    """(BLOCK_S, HEADS, num_warps) for x viewed as [B, S, H, D], from TILES."""
+    _, s, h, _ = xv.shape
+    block_s, heads, warps = TILES["heads outer" if xv.stride(2) >= xv.stride(1) else "positions outer"]
+    block_s = min(block_s, next_power_of_2(s))
+    heads = max(g for g in range(1, min(heads, h) + 1) if h % g == 0)      # a divisor: no head is masked
+    return block_s, heads, warps
+
+
 def _launch(x, cos, sin, position_ids, unsqueeze_dim, interleaved, backward, backend):
     out = torch.empty_like(x, memory_format=torch.contiguous_format)
     xv, ov = _bshd(x, unsqueeze_dim), _bshd(out, unsqueeze_dim)
@@ -153,15 +175,14 @@ def _launch(x, cos, sin, position_ids, unsqueeze_dim, interleaved, backward, bac
         sc_b, sc_s = (c3.stride(0) if c3.shape[0] > 1 else 0), c3.stride(1)
         sp_b = sp_s = 0
     block_d = max(1, next_power_of_2(half))
-    block_h = max(1, min(next_power_of_2(h), max(1, 2048 // block_d)))
+    block_s, heads, warps = _tiling(xv)
     partial = r < d
     block_t = next_power_of_2(d - r) if partial else 1
-    warps = 4 if block_h * block_d >= 1024 else 2
-    rope_kernel[(b * s,)](xv, cos, sin, pos, ov, xv.stride(0), xv.stride(1), xv.stride(2), ov.stride(0),
-                          ov.stride(1), ov.stride(2), sc_b, sc_s, sp_b, sp_s, s, h, half, d, BLOCK_H=block_h,
-                          BLOCK_D=block_d, BLOCK_T=block_t, INTERLEAVED=interleaved,
-                          HAS_POS=position_ids is not None, BACKWARD=backward, PARTIAL=partial, backend=backend,
-                          num_warps=warps)
+    grid = (b * cdiv(s, block_s), h // heads)
+    rope_kernel[grid](xv, cos, sin, pos, ov, xv.stride(0), xv.stride(1), xv.stride(2), ov.stride(0), ov.stride(1),
+                      ov.stride(2), sc_b, sc_s, sp_b, sp_s, s, half, d, BLOCK_S=block_s, HEADS=heads,
+                      BLOCK_D=block_d, BLOCK_T=block_t, INTERLEAVED=interleaved, HAS_POS=position_ids is not None,
+                      BACKWARD=backward, PARTIAL=partial, backend=backend, num_warps=warps)
     return out
 
 
@@ -176,21 +197,22 @@ def _kernel_backward(dq, dk, cos, sin, position_ids, unsqueeze_dim, interleaved,
 # -- example launches (tle show / compare, the kernel tests and goldens) -----------------------------------
 @tle.example(rope_kernel)
 def _example(device, size):
-    """Queries [B, H, S, D] rotated in the half-split form, partially (R < D) over small; Llama's 2x32x4096x128
-    bf16 over large."""
+    """Queries [B, H, S, D] rotated in the half-split form, partially (R < D), in tiles of 4 positions and 2 heads
+    over small (the last tile of positions masked); Llama's 2x32x4096x128 bf16 in the operator's tiles over large."""
     small = size == "small"
-    (b, h, s, d, r), dtype = ((2, 3, 5, 20, 16), torch.float32) if small else ((2, 32, 4096, 128, 128), torch.bfloat16)
+    (b, h, s, d, r), dtype = ((2, 4, 5, 20, 16), torch.float32) if small else ((2, 32, 4096, 128, 128), torch.bfloat16)
     x = torch.randn(b, h, s, d, device=device).to(dtype)
     angles = torch.rand(b, s, r // 2, device=device) * 6.3
     cos, sin = torch.cat([angles.cos()] * 2, -1).to(dtype), torch.cat([angles.sin()] * 2, -1).to(dtype)
     out = torch.full_like(x, float("nan"))
     xv, ov = x.transpose(1, 2), out.transpose(1, 2)
     block_d = next_power_of_2(r // 2)
-    return tle.Launch(grid=(b * s,), args=(xv, cos, sin, cos, ov, *xv.stride()[:3], *ov.stride()[:3], cos.stride(0),
-                                           cos.stride(1), 0, 0, s, h, r // 2, d),
-                      kwargs=dict(BLOCK_H=min(next_power_of_2(h), 2048 // block_d), BLOCK_D=block_d,
-                                  BLOCK_T=next_power_of_2(max(d - r, 1)), INTERLEAVED=False, HAS_POS=False,
-                                  BACKWARD=False, PARTIAL=r < d, num_warps=4 if not small else 2),
+    block_s, heads, warps = (4, 2, 2) if small else _tiling(xv)
+    return tle.Launch(grid=(b * cdiv(s, block_s), h // heads),
+                      args=(xv, cos, sin, cos, ov, *xv.stride()[:3], *ov.stride()[:3], cos.stride(0), cos.stride(1),
+                            0, 0, s, r // 2, d),
+                      kwargs=dict(BLOCK_S=block_s, HEADS=heads, BLOCK_D=block_d, BLOCK_T=next_power_of_2(max(d - r, 1)),
+                                  INTERLEAVED=False, HAS_POS=False, BACKWARD=False, PARTIAL=r < d, num_warps=warps),
                       outputs={"out": out},
                       reference=lambda: {"out": _torch_rope(x.float(), cos.float(), sin.float(), None, 1, False,
                                                             False)},

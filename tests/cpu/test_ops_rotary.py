@@ -44,6 +44,18 @@ def test_tilelang_through_interpreter():
         check("tilelang")
 
 
+@pytest.mark.parametrize("backend", ["triton", pytest.param("tilelang", marks=needs_tilelang)])
+def test_several_tiles_a_sequence_and_head_groups(backend, monkeypatch):
+    """Tiles of 2 positions and up to 3 heads: the samples' 5 positions end in a masked tile, and their head
+    counts split into groups of a divisor (4 heads into 2 of 2, 33 into 11 of 3), in both layouts."""
+    monkeypatch.setattr(rotary, "TILES", dict.fromkeys(rotary.TILES, (2, 3, 1)))
+    if backend == "tilelang":
+        with tilelang_through_interpreter():
+            check(backend)
+    else:
+        check(backend)
+
+
 def test_a_non_contiguous_layout_is_read_in_place():
     g = torch.Generator().manual_seed(1)
     q = torch.randn(2, 5, 3, 16, generator=g).transpose(1, 2)          # [B, H, S, D] view of [B, S, H, D]
