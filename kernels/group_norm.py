@@ -299,9 +299,10 @@ def _bwd_example(device, size):
         dx_ref, _, _ = _torch_backward(dy, x, w, None, mean, rstd, groups)
         x_hat = ((_grouped(x.float(), groups) - mean[..., None]) * rstd[..., None]).reshape(x.shape)
         return {"dx": dx_ref, "dw_partials": (dy.float() * x_hat).sum(-1), "db_partials": dy.float().sum(-1)}
-    return tle.Launch(grid=(n * groups,), args=(_by_group(dy, groups), _by_group(x, groups), _by_channel(w, groups, None),
-                                                mean, rstd, _by_group(dx, groups), _by_channel(dw_parts, groups, None),
-                                                _by_channel(db_parts, groups, None), groups, c // groups, s),
+    args = (_by_group(dy, groups), _by_group(x, groups), _by_channel(w, groups, None), mean, rstd,
+            _by_group(dx, groups), _by_channel(dw_parts, groups, None), _by_channel(db_parts, groups, None), groups,
+            c // groups, s)
+    return tle.Launch(grid=(n * groups,), args=args,
                       kwargs=dict(BLOCK_C=cfg.block_c, BLOCK_S=cfg.block_s, HAS_WEIGHT=True, HAS_BIAS=True,
                                   num_warps=cfg.num_warps),
                       outputs={"dx": dx, "dw_partials": dw_parts, "db_partials": db_parts}, reference=ref,

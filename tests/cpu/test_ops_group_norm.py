@@ -175,7 +175,8 @@ X = torch.randn(2, 6, 5)
     (lambda: tle.ops.group_norm(X, 3, None, torch.randn(6).double(), backend="triton"),
      "'bias' has dtype float64, which backend 'triton'"),
     (lambda: tle.ops.group_norm([1.0, 2.0], 1), "'input' must be a torch.Tensor"),
-    (lambda: tle.ops.GroupNorm(2, 6, backend="torch")(torch.randn(2, 4, 5)), r"'weight' has shape \[6\]; expected \[4\]"),
+    (lambda: tle.ops.GroupNorm(2, 6, backend="torch")(torch.randn(2, 4, 5)),
+     r"'weight' has shape \[6\]; expected \[4\]"),
 ], ids=lambda v: v if isinstance(v, str) else "")
 def test_bad_inputs(bad, match):
     with pytest.raises(tle.LaunchError, match=match):
