@@ -18,6 +18,7 @@ from tle.kernels.flash_attention import OPERATOR as _op_flash_attention, flash_a
 from tle.kernels.fused_linear_cross_entropy import OPERATOR as _op_fused_linear_cross_entropy, FusedLinearCrossEntropyLoss, fused_linear_cross_entropy  # noqa: E402,F401,E501
 from tle.kernels.gated_delta_rule import OPERATOR as _op_gated_delta_rule, chunk_gated_delta_rule, fused_recurrent_gated_delta_rule  # noqa: E402,F401,E501
 from tle.kernels.gated_activations import OPERATOR as _op_gated_activations, geglu, swiglu  # noqa: E402,F401
+from tle.kernels.group_norm import OPERATOR as _op_group_norm, GroupNorm, group_norm  # noqa: E402,F401
 from tle.kernels.jsd import OPERATOR as _op_jsd, JSD, jsd  # noqa: E402,F401
 from tle.kernels.kl_div import OPERATOR as _op_kl_div, KLDivLoss, kl_div  # noqa: E402,F401
 from tle.kernels.l2_norm import OPERATOR as _op_l2_norm, L2Norm, l2_norm  # noqa: E402,F401
