@@ -295,13 +295,15 @@ def _grads(ctx, backward, dloss, *_unused):
 
 
 def _last_use_of_forward_grads(ctx, dloss, saved) -> bool:
-    """True when the forward's gradients may be scaled where they lie: a kernel backend's "mean" or "sum", a
-    plain eager backward that releases the graph (autograd frees the saved tensors before it hands the
-    gradients on, so .grad takes them without a copy). A retained graph, create_graph, compiling, modes and
-    tensor subclasses take the backward op (new tensors), which a second backward needs."""
+    """True when the forward's gradients may be scaled where they lie: a kernel backend's "mean" or "sum", called
+    eagerly through tle.ops (the op's gradient outputs went nowhere else: a caller of torch.ops.tle.* would see
+    its outputs change), a plain eager backward that releases the graph (autograd frees the saved tensors before
+    it hands the gradients on, so .grad takes them without a copy). A retained graph, create_graph, compiling,
+    modes, tensor subclasses and direct op calls take the backward op (new tensors)."""
     keep_graph = getattr(torch._C._autograd, "_get_current_graph_task_keep_graph", None)
-    return (ctx.backend != "torch" and ctx.options[-2] != "none" and keep_graph is not None
-            and not torch.is_grad_enabled() and plain_eager((dloss, *saved)) and not keep_graph())
+    return (ctx.backend != "torch" and ctx.options[-2] != "none" and getattr(ctx, "direct_eager_call", False)
+            and keep_graph is not None and not torch.is_grad_enabled() and plain_eager((dloss, *saved))
+            and not keep_graph())
 
 
 def _scale_in_place(dy, saved, options, backend):

@@ -111,6 +111,14 @@ def test_the_last_backward_scales_the_forwards_gradients_where_they_lie(monkeypa
     out.backward(torch.tensor(0.5, dtype=out.dtype))
     assert calls == [1]
     torch.testing.assert_close(w.grad.float(), 2 * first.float(), atol=2e-3, rtol=2e-3)
+    # called as torch.ops.tle.*, the op's gradient outputs are the caller's: they are never scaled in place
+    x, w, t, _ = problem()
+    w.requires_grad_()
+    outs = torch.ops.tle.fused_linear_cross_entropy(x, w, t, None, -100, 0.0, 0.0, 0.0, "mean", 16, True, "triton")
+    dw_out = outs[3].clone()
+    outs[0].backward(torch.tensor(0.5, dtype=outs[0].dtype))
+    assert calls == [1]
+    torch.testing.assert_close(outs[3], dw_out, atol=0, rtol=0)
 
 
 @pytest.mark.parametrize("backend", ["triton"])

@@ -65,6 +65,7 @@ def _eager_function(name: str, impl, backward, setup_context):
     registered setup_context on (inputs, output), the registered backward."""
     def forward(ctx, *args):
         out = impl(*args)
+        ctx.direct_eager_call = True         # the op's outputs went to the operator's own Python function only
         setup_context(ctx, args, out)
         return out
 
