@@ -4,6 +4,7 @@
               [--shapes 32768x8192,...|--sweep] [--dtype bf16] [--mode fwd,bwd] [--out docs/benchmark]
               [--no-peers] [--warm N]
     tle-bench --list
+    tle-bench --model llama-block [--layers 2] [--seq 4096] [--batch 2] ...   (tle/benchmark/model_step.py)
 
 For each operator, shape and mode: every implementation is checked against the eager torch code evaluated
 in fp32, then timed with triton.testing.do_bench. Prints a table per operator and mode (TB/s, or TFLOP/s
@@ -237,6 +238,9 @@ def write_sweep_plots(out_dir: str, op, records_: list[dict], dtype, metric: str
 def main(argv=None, operators: dict | None = None) -> int:
     from_command_line = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
+    if any(a == "--model" or a.startswith("--model=") for a in argv):       # a whole model's step: its own run
+        from tle.benchmark import model_step
+        return model_step.main(argv, from_command_line)
     if operators is None:
         from tle.ops import OPERATORS as operators
     args = parse_args(argv, operators)
