@@ -31,6 +31,7 @@ import tle
 from tle.kernels.column_sum import column_sum
 from tle.oplib import BenchSpec, Operator, Sample, check_float, check_kernel_dtypes
 from tle.oplib.arith import next_power_of_2
+from tle.oplib.normalized_shape import add_affine_parameters, reset_affine_parameters
 from tle.oplib.recipe import Recipe, Stage
 from tle.oplib.rows import torch_compute_dtype
 
@@ -423,23 +424,10 @@ class GroupNorm(torch.nn.Module):
             raise ValueError(f"num_channels ({num_channels}) must be divisible by num_groups ({num_groups})")
         self.num_groups, self.num_channels, self.eps, self.affine = num_groups, num_channels, eps, affine
         self.backend, self.fallback = backend, fallback
-        factory = dict(device=device, dtype=dtype)
-        if affine:
-            self.weight = torch.nn.Parameter(torch.empty(num_channels, **factory))
-            if bias:
-                self.bias = torch.nn.Parameter(torch.empty(num_channels, **factory))
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
-        self.reset_parameters()
+        add_affine_parameters(self, num_channels, affine, bias, device, dtype)
 
     def reset_parameters(self):
-        if self.weight is not None:
-            torch.nn.init.ones_(self.weight)
-        if self.bias is not None:
-            torch.nn.init.zeros_(self.bias)
+        reset_affine_parameters(self)
 
     def forward(self, input):
         return group_norm(input, self.num_groups, self.weight, self.bias, self.eps, backend=self.backend,

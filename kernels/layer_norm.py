@@ -21,7 +21,7 @@ from tle.kernels.column_sum import column_sum
 from tle.oplib import (BenchSpec, Operator, Sample, as_rows, check_float, check_int32_offsets, check_kernel_dtypes,
                         programs, shared_memory_per_block)
 from tle.oplib.arith import cdiv
-from tle.oplib.normalized_shape import as_shape, fold, trailing_dims
+from tle.oplib.normalized_shape import add_affine_parameters, as_shape, fold, reset_affine_parameters, trailing_dims
 from tle.oplib.recipe import Recipe, Stage
 from tle.oplib.rows import backward_row_config, row_config, row_stat_like, torch_compute_dtype
 
@@ -320,19 +320,10 @@ class LayerNorm(torch.nn.Module):
         self.eps = eps
         self.elementwise_affine = elementwise_affine
         self.backend, self.fallback = backend, fallback
-        factory = dict(device=device, dtype=dtype)
-        if elementwise_affine:
-            self.weight = torch.nn.Parameter(torch.ones(shape, **factory))
-            self.bias = torch.nn.Parameter(torch.zeros(shape, **factory)) if bias else None
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        add_affine_parameters(self, shape, elementwise_affine, bias, device, dtype)
 
     def reset_parameters(self):
-        if self.weight is not None:
-            torch.nn.init.ones_(self.weight)
-        if self.bias is not None:
-            torch.nn.init.zeros_(self.bias)
+        reset_affine_parameters(self)
 
     def forward(self, x):
         return layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps, backend=self.backend,

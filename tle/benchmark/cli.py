@@ -34,11 +34,11 @@ import sys
 import torch
 
 from tle.benchmark import page, plot, records, tables, warm
+from tle.benchmark.dry_run import restart_in_triton_interpreter
 from tle.benchmark.measure import MODES, TBS, Options, bench_operator, metric_of, shape_label
 from tle.benchmark.progress import Progress
 from tle.benchmark.provenance import observation
 from tle.benchmark.timing import timer_for
-from tle.lowering.triton.backend import interpret_mode
 from tle.oplib.backend import KERNEL_BACKENDS, OP_BACKENDS
 
 DTYPES = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16,
@@ -248,11 +248,8 @@ def main(argv=None, operators: dict | None = None) -> int:
         list_operators(operators)
         return 0
     device = args.torch_device
-    if device.type == "cpu" and from_command_line and "triton" in args.backend_list and not interpret_mode():
-        print("tle-bench: --device cpu: starting again with TRITON_INTERPRET=1 (Triton runs in its interpreter)",
-              file=sys.stderr, flush=True)
-        os.execve(sys.executable, [sys.executable, "-m", "tle.benchmark", *argv],
-                  {**os.environ, "TRITON_INTERPRET": "1"})
+    if device.type == "cpu" and from_command_line and "triton" in args.backend_list:
+        restart_in_triton_interpreter(argv)
     if device.type == "cuda" and not torch.cuda.is_available():
         print(NO_CUDA, file=sys.stderr)
         return 2

@@ -31,10 +31,10 @@ from functools import partial
 import torch
 
 from tle.benchmark import page
+from tle.benchmark.dry_run import restart_in_triton_interpreter
 from tle.benchmark.llama_block import (DRY_CONFIG, TORCH_OPS, LlamaConfig, config_with, flops_per_step, liger_ops,
                                        loss_of, make_inputs, make_params, relative_error, rope_tables, tle_ops)
 from tle.benchmark.provenance import observation
-from tle.lowering.triton.backend import interpret_mode
 from tle.oplib.backend import KERNEL_BACKENDS, OP_BACKENDS
 
 MODELS = ("llama-block",)
@@ -316,11 +316,8 @@ def write(out_dir: str, rows: list[Row], cfg: LlamaConfig, command: str, obs: di
 def main(argv, from_command_line: bool = False) -> int:
     args = parse_args(argv)
     device = args.torch_device
-    if device.type == "cpu" and from_command_line and "triton" in args.backend_list and not interpret_mode():
-        print("tle-bench: --device cpu: starting again with TRITON_INTERPRET=1 (Triton runs in its interpreter)",
-              file=sys.stderr, flush=True)
-        os.execve(sys.executable, [sys.executable, "-m", "tle.benchmark", *argv],
-                  {**os.environ, "TRITON_INTERPRET": "1"})
+    if device.type == "cpu" and from_command_line and "triton" in args.backend_list:
+        restart_in_triton_interpreter(argv)
     if device.type == "cuda" and not torch.cuda.is_available():
         print("tle-bench: no CUDA device here (--device cpu is a dry run)", file=sys.stderr)
         return EXIT_USAGE

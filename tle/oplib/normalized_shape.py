@@ -1,6 +1,7 @@
 """torch's `normalized_shape` for the norms (F.rms_norm, F.layer_norm): the trailing dimensions a norm takes
 together. The kernels normalize rows, so a norm over k > 1 trailing dimensions runs on the input with those
-dimensions folded into one row of their product, its affine parameters flattened alike."""
+dimensions folded into one row of their product, its affine parameters flattened alike. Also the norm modules'
+affine parameters, made and reset as torch's norms do."""
 from __future__ import annotations
 
 import math
@@ -66,3 +67,20 @@ def fold(op: str, input: torch.Tensor, normalized_shape, **params) -> Folded:
     n = math.prod(shape)
     flat = {name: (p.reshape(n) if p is not None else None) for name, p in params.items()}
     return Folded(input.reshape(*input.shape[:-k], n), flat, input.shape)
+
+
+def add_affine_parameters(module: torch.nn.Module, shape, weight: bool, bias: bool, device=None, dtype=None) -> None:
+    """A norm module's `weight` (ones) and `bias` (zeros) Parameters of `shape`, as torch's norms make them; a
+    parameter not wanted is registered as None (bias only with a weight)."""
+    factory = dict(device=device, dtype=dtype)
+    module.register_parameter("weight", torch.nn.Parameter(torch.ones(shape, **factory)) if weight else None)
+    module.register_parameter("bias", torch.nn.Parameter(torch.zeros(shape, **factory)) if weight and bias
+                              else None)
+
+
+def reset_affine_parameters(module: torch.nn.Module) -> None:
+    """torch's norms' reset_parameters: weight ones, bias zeros (those present)."""
+    if module.weight is not None:
+        torch.nn.init.ones_(module.weight)
+    if module.bias is not None:
+        torch.nn.init.zeros_(module.bias)
