@@ -57,11 +57,20 @@ def test_a_wrong_variant_fails_and_a_raising_one_is_a_row(monkeypatch, capsys):
     assert "no kernel here" in line
 
 
+def test_warm_compiles_one_part_on_tle_and_says_what_failed():
+    one_layer = dataclasses.replace(llama_block.DRY_CONFIG, layers=1)
+    line = model_step.warm_part(model_step.WarmTask(one_layer, "cpu", "triton", "attention"))
+    assert line.startswith("triton attention: compiled"), line
+    line = model_step.warm_part(model_step.WarmTask(one_layer, "cpu", "triton", "no_such_part"))
+    assert line.startswith("triton no_such_part: AttributeError"), line
+
+
 @pytest.mark.parametrize("args, message", [
     (["--layers", "0"], "--layers 0: a positive size"),
     (["--heads", "5"], "the heads must divide the hidden size"),
     (["--backends", "cuda"], "unknown backend 'cuda'"),
     (["--reps", "0"], "at least one timed step"),
+    (["--warm", "-1"], "--warm -1"),
 ])
 def test_usage_errors_name_the_culprit(args, message, capsys):
     with pytest.raises(SystemExit) as e:

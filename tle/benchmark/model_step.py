@@ -3,23 +3,25 @@
 under torch.compile and on Liger's kernels, in one process.
 
     tle-bench --model llama-block [--layers 2] [--seq 4096] [--batch 2] [--backends triton,tilelang]
-              [--device cuda] [--no-peers] [--no-compile] [--reps 5] [--out docs/benchmark]
+              [--device cuda] [--no-peers] [--no-compile] [--reps 5] [--warm N] [--out docs/benchmark]
 
 Every variant runs on the same bf16 weights and inputs. Its first step is checked: the loss and every weight's
 gradient against the eager stack evaluated in fp32 (the weights cast up), as relative errors ||got - ref|| /
 ||ref||; a variant beyond LOSS_TOLERANCE or GRAD_TOLERANCE fails (its time is still shown, marked). Then: the
 median of --reps timed steps (CUDA events around each, gradients reset to None before it, so that the step
 allocates them), and the most memory one step held beyond what was allocated before it
-(torch.cuda.max_memory_allocated). Writes
-<out>/llama_block.json, llama_block.png (step time and peak memory per variant) and llama_block.md (keeping its
-"## Notes"). `--device cpu` is a dry run on a tiny stack (llama_block.DRY_CONFIG; Triton in its interpreter), for
-tests: nothing is written unless --out is given, and no figure means anything. Exit codes as tle-bench's: 1 when
-a tle variant failed its check or raised, 2 on usage errors or without CUDA, 3 when a tle backend asked for cannot
-run here."""
+(torch.cuda.max_memory_allocated). Writes <out>/llama_block.json, llama_block.png (step time and peak memory per
+variant) and llama_block.md (keeping its "## Notes"). --warm N first compiles each tle backend's kernels in N
+processes, a part of the stack each (a TileLang kernel takes seconds to a minute to compile). `--device cpu` is a
+dry run on a tiny stack (llama_block.DRY_CONFIG; Triton in its interpreter), for tests: nothing is written unless
+--out is given, and no figure means anything. Exit codes as tle-bench's: 1 when a tle variant failed its check or
+raised, 2 on usage errors or without CUDA, 3 when a tle backend asked for cannot run here."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import multiprocessing as mp
 import os
 import shlex
 import statistics
@@ -76,6 +78,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--reps", type=int, default=5, help="timed steps; the median is reported (default 5)")
     p.add_argument("--no-peers", action="store_true", help="skip Liger")
     p.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    p.add_argument("--warm", type=int, default=0, metavar="N",
+                   help="first compile each tle backend's kernels in N processes at once, one part of the stack "
+                        "(norm, rope, attention, ...) a process, on a one-layer stack of the same sizes")
     p.add_argument("--out", default=None, help="where llama_block.{json,md,png} go (default docs/benchmark on a "
                                                "GPU; with --device cpu, nothing unless given)")
     return p
@@ -101,6 +106,8 @@ def parse_args(argv) -> argparse.Namespace:
                 f"must divide the hidden size and the KV heads the heads")
     if a.reps < 1:
         p.error(f"--reps {a.reps}: at least one timed step")
+    if a.warm < 0:
+        p.error(f"--warm {a.warm}: the number of processes that compile first (0: none)")
     return a
 
 
@@ -230,6 +237,48 @@ def _unavailable(row: Row, device) -> str:
     return select.launch_unavailable_reason(select.resolve(row.variant[4:]), device, select.interpret_setting()) or ""
 
 
+# -- --warm: each part's kernels compiled in a process of its own -------------------------------------------------
+PARTS = ("rms_norm", "rope", "attention", "linear", "swiglu_mlp", "head_loss")
+
+
+@dataclass(frozen=True)
+class WarmTask:
+    config: LlamaConfig
+    device: str
+    backend: str
+    part: str
+
+
+def warm_part(task: WarmTask) -> str:
+    """One step of a one-layer stack in which only `task.part` runs on tle (the rest on torch): its kernels land in
+    the on-disk caches (TileLang's, Triton's) that the timed run reads. Returns what happened, in a line."""
+    start = time.perf_counter()
+    try:
+        cfg, device = task.config, torch.device(task.device)
+        params = make_params(cfg, device, torch.bfloat16)
+        x, targets = make_inputs(cfg, device, torch.bfloat16)
+        cos, sin = rope_tables(cfg, device, torch.bfloat16)
+        ops = dataclasses.replace(TORCH_OPS, **{task.part: getattr(tle_ops(task.backend), task.part)})
+        _step(partial(loss_of, cfg, ops, params, x, targets, cos, sin), params)
+        _sync(device)
+        return f"{task.backend} {task.part}: compiled ({time.perf_counter() - start:.0f} s)"
+    except Exception as e:  # noqa: BLE001 - the timed run reports it in its table
+        return f"{task.backend} {task.part}: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+
+
+def warm(args) -> None:
+    tasks = [WarmTask(dataclasses.replace(args.config, layers=1), str(args.torch_device), b, part)
+             for b in args.backend_list if b != "torch" and not _unavailable(Row(f"tle {b}", "tle"), args.torch_device)
+             for part in PARTS]
+    if not tasks:
+        return
+    print(f"tle-bench --model: compiling {len(tasks)} parts in {min(args.warm, len(tasks))} processes first",
+          file=sys.stderr, flush=True)
+    with mp.get_context("spawn").Pool(min(args.warm, len(tasks))) as pool:
+        for line in pool.imap_unordered(warm_part, tasks):
+            print(f"  {line}", file=sys.stderr, flush=True)
+
+
 # -- the table, the page, the plot --------------------------------------------------------------------------------
 def _fmt(v, digits=3) -> str:
     return "" if v is None else f"{v:.{digits}g}"
@@ -321,6 +370,8 @@ def main(argv, from_command_line: bool = False) -> int:
     if device.type == "cuda" and not torch.cuda.is_available():
         print("tle-bench: no CUDA device here (--device cpu is a dry run)", file=sys.stderr)
         return EXIT_USAGE
+    if args.warm > 0:
+        warm(args)
     rows = run(args)
     command = "tle-bench " + shlex.join(argv)
     obs = observation(device)
