@@ -5,6 +5,7 @@
               [--no-peers] [--warm N]
     tle-bench --list
     tle-bench --model llama-block [--layers 2] [--seq 4096] [--batch 2] ...   (tle/benchmark/model_step.py)
+    tle-bench --host-cost --operator rms_norm [...|--all]                      (tle/benchmark/host_cost.py)
 
 For each operator, shape and mode: every implementation is checked against the eager torch code evaluated
 in fp32, then timed with triton.testing.do_bench. Prints a table per operator and mode (TB/s, or TFLOP/s
@@ -243,6 +244,9 @@ def main(argv=None, operators: dict | None = None) -> int:
         return model_step.main(argv, from_command_line)
     if operators is None:
         from tle.ops import OPERATORS as operators
+    if "--host-cost" in argv:                  # the host's cost of a call: its own run and page
+        from tle.benchmark import host_cost
+        return host_cost.main(argv, operators, from_command_line)
     args = parse_args(argv, operators)
     if args.list:
         list_operators(operators)

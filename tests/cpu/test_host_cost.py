@@ -1,0 +1,43 @@
+"""tle-bench --host-cost on the CPU: one forward-and-backward call per implementation timed back to back at each
+operator's smallest shape, the table, the page and its records; usage errors."""
+import json
+
+import pytest
+
+from tle.benchmark import cli, host_cost
+
+
+def test_dry_run_times_each_implementation_and_writes_the_page(tmp_path, capsys):
+    (tmp_path / "host_cost.md").write_text("# old\n\n## Notes\n\nkept\n")
+    code = cli.main(["--host-cost", "--operator", "rms_norm", "--operator", "softmax", "--device", "cpu",
+                     "--backends", "torch", "--no-compile", "--no-peers", "--calls", "3", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "| operator (shape) | torch | tle torch |" in out
+    cells = json.loads((tmp_path / "host_cost.json").read_text())["cells"]
+    assert [(c["op"], c["impl"]) for c in cells] == [("rms_norm", "torch"), ("rms_norm", "tle torch"),
+                                                     ("softmax", "torch"), ("softmax", "tle torch")]
+    assert all(c["status"] == "ok" and c["host_us"] > 0 and c["gpu_us"] is None for c in cells)
+    md = (tmp_path / "host_cost.md").read_text()
+    assert "| rms_norm (64x256 bf16) |" in md and md.count("## Notes") == 1 and "kept" in md
+
+
+def test_a_raising_tle_backend_is_a_cell_and_exit_code_1(monkeypatch, capsys):
+    from tle.ops import OPERATORS
+    op = OPERATORS["softmax"]
+    monkeypatch.setattr(op, "fn", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("no launch")))
+    code = cli.main(["--host-cost", "--operator", "softmax", "--device", "cpu", "--backends", "torch",
+                     "--no-compile", "--no-peers", "--calls", "2"])
+    assert code == 1 and "| error |" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--operator", "nope"], "unknown operator 'nope'"),
+    (["--operator", "softmax", "--calls", "0"], "--calls 0"),
+    (["--operator", "softmax", "--backends", "cuda"], "unknown backend 'cuda'"),
+])
+def test_usage_errors_name_the_culprit(args, message, capsys):
+    from tle.ops import OPERATORS
+    with pytest.raises(SystemExit) as e:
+        host_cost.parse_args(["--host-cost", "--device", "cpu", *args], OPERATORS)
+    assert e.value.code == 2 and message in capsys.readouterr().err

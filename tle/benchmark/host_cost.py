@@ -1,0 +1,195 @@
+"""tle-bench --host-cost: what one call of an operator (its forward and its backward) costs the host, with the GPU
+idle, beside the same call on the operator's peers (eager torch, torch.compile, Liger).
+
+    tle-bench --host-cost [--operator NAME ...|--all] [--backends triton,tilelang] [--calls 200] [--out DIR]
+
+At each operator's smallest shape (its BenchSpec.dry_shapes[0]: tens to thousands of elements, so that the GPU
+finishes each kernel long before the host has launched the next), every implementation runs forward and backward
+`--calls` times back to back after ten untimed calls, with one device synchronization after the last: the wall
+time per call is what the host spends (Python, dispatch, autograd, launches). Beside it, the same call's GPU time
+(triton.testing.do_bench): where the host's time is the larger, the GPU waited on the host and the figure is the
+host's cost. Nothing is checked here (tle-bench's other modes check every implementation at these operators).
+Writes <out>/host_cost.json and host_cost.md (keeping its "## Notes"); `--device cpu` is a dry run (a CPU's wall
+time, no GPU column)."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+
+from tle.benchmark import page
+from tle.benchmark.dry_run import restart_in_triton_interpreter
+from tle.benchmark.measure import Options, as_tuple, implementations, input_grads, make_upstream, prepared, shape_label
+from tle.benchmark.provenance import observation
+from tle.oplib.backend import KERNEL_BACKENDS, OP_BACKENDS
+
+NAME = "host_cost"
+WARM_CALLS = 10
+
+
+@dataclass
+class Cell:
+    op: str
+    shape: str
+    impl: str
+    kind: str                       # as tle-bench's rows: "anchor", "compile", "peer", "tle"
+    status: str = "ok"              # ok, skip (not installed, lacks the case), error
+    host_us: float | None = None    # wall time per forward-and-backward call, calls back to back
+    gpu_us: float | None = None     # the same call's time on the GPU (do_bench), where there is one
+    note: str = ""
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tle-bench --host-cost", description=__doc__.splitlines()[0])
+    p.add_argument("--host-cost", action="store_true", required=True)
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--operator", action="append", default=[], metavar="NAME")
+    which.add_argument("--all", action="store_true")
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--backends", default=",".join(KERNEL_BACKENDS))
+    p.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"))
+    p.add_argument("--calls", type=int, default=200, help="timed calls per implementation (default 200)")
+    p.add_argument("--no-peers", action="store_true")
+    p.add_argument("--no-compile", action="store_true")
+    p.add_argument("--out", default=None, help="default docs/benchmark on a GPU; on the CPU nothing unless given")
+    return p
+
+
+def parse_args(argv, operators: dict) -> argparse.Namespace:
+    p = parser()
+    a = p.parse_args(argv)
+    benched = sorted(n for n, op in operators.items() if op.bench is not None and op.bench.dry_shapes)
+    for name in a.operator:
+        if name not in benched:
+            p.error(f"unknown operator {name!r}, or one without a small shape (operators: {', '.join(benched)})")
+    a.operators = benched if a.all else list(dict.fromkeys(a.operator))
+    a.backend_list = [b.strip() for b in a.backends.split(",") if b.strip()]
+    for b in a.backend_list:
+        if b not in OP_BACKENDS:
+            p.error(f"unknown backend {b!r} in --backends (backends: {', '.join(OP_BACKENDS)})")
+    if a.calls < 1:
+        p.error(f"--calls {a.calls}: at least one timed call")
+    a.torch_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[a.dtype]
+    a.torch_device = torch.device(a.device)
+    return a
+
+
+def _sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def host_us(call, calls: int, device) -> float:
+    for _ in range(WARM_CALLS):
+        call()
+    _sync(device)
+    start = time.perf_counter()
+    for _ in range(calls):
+        call()
+    _sync(device)
+    return (time.perf_counter() - start) / calls * 1e6
+
+
+def operator_cells(op, args) -> list[Cell]:
+    device, dtype = args.torch_device, args.torch_dtype
+    shape = tuple(op.bench.dry_shapes[0])
+    label = shape_label(shape, dtype)
+    sample = op.bench.make(shape, dtype, device)
+    keys = op.grad_keys(sample)
+    s, leaves = prepared(sample, keys)
+    options = Options(backends=tuple(args.backend_list), peers=not args.no_peers, compile=not args.no_compile)
+    cells = []
+    for name, kind, factory in implementations(op, s, options):
+        cell = Cell(op.name, label, name, kind)
+        try:
+            fn = factory()
+            if fn is None:
+                cell.status, cell.note = "skip", "lacks this case"
+            else:
+                upstream = make_upstream(as_tuple(fn()))
+
+                def call(fn=fn, upstream=upstream):
+                    outs = as_tuple(fn())
+                    if leaves:
+                        input_grads(outs, leaves, upstream)
+                cell.host_us = host_us(call, args.calls, device)
+                if device.type == "cuda":
+                    from triton.testing import do_bench
+                    cell.gpu_us = float(do_bench(call, return_mode="median")) * 1e3
+        except ImportError as e:
+            cell.status, cell.note = "skip", f"not installed ({str(e).splitlines()[0][:120]})"
+        except Exception as e:  # noqa: BLE001 - a cell, not the end of the run
+            cell.status, cell.note = "error", f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:160]}"
+        cells.append(cell)
+    return cells
+
+
+def table(cells: list[Cell]) -> list[str]:
+    impls = list(dict.fromkeys(c.impl for c in cells))
+    ops = list(dict.fromkeys((c.op, c.shape) for c in cells))
+    at = {(c.op, c.impl): c for c in cells}
+    lines = ["| operator (shape) | " + " | ".join(impls) + " |", "|---|" + "---:|" * len(impls)]
+    for op, shape in ops:
+        row = []
+        for impl in impls:
+            c = at.get((op, impl))
+            if c is None or c.status != "ok":
+                row.append("" if c is None else c.status)
+            else:
+                gpu = f" ({c.gpu_us:.0f})" if c.gpu_us is not None else ""
+                row.append(f"{c.host_us:.0f}{gpu}")
+        lines.append(f"| {op} ({shape}) | " + " | ".join(row) + " |")
+    return lines
+
+
+def render(cells: list[Cell], command: str, obs: dict, calls: int, notes: str | None) -> str:
+    versions = ", ".join(f"{k} {v}" for k, v in obs["versions"].items())
+    skipped = [f"- {c.op} {c.impl}: {c.status}: {c.note}" for c in cells if c.status != "ok"]
+    out = [f"# {NAME}: the host's cost of one forward-and-backward call", "",
+           f"Written by `{command}`. A rerun rewrites this page and keeps the section \"Notes\".", "",
+           f"Microseconds per call of the forward and the backward, {calls} calls back to back after "
+           f"{WARM_CALLS} untimed, one synchronization after the last, at each operator's smallest shape; in "
+           "parentheses the same call's GPU time (do_bench median): where it is the smaller, the GPU waited on "
+           "the host and the first figure is the host's cost.", "",
+           "## Latest observation", "", f"- date {obs['date']}, commit {obs['commit']}, GPU {obs['gpu']}",
+           f"- versions: {versions}", ""] + table(cells) + [""] + skipped
+    out += ["", notes.rstrip() if notes else page.NOTES_HEADING + "\n\n<!-- Written by people: analysis of the "
+            "figures above. tle-bench keeps this section when it rewrites the page. -->"]
+    return "\n".join(out) + "\n"
+
+
+def main(argv, operators: dict | None = None, from_command_line: bool = False) -> int:
+    if operators is None:
+        from tle.ops import OPERATORS as operators
+    args = parse_args(argv, operators)
+    device = args.torch_device
+    if device.type == "cpu" and from_command_line and "triton" in args.backend_list:
+        restart_in_triton_interpreter(argv)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        print("tle-bench: no CUDA device here (--device cpu is a dry run)", file=sys.stderr)
+        return 2
+    cells = []
+    for name in args.operators:
+        print(f"tle-bench --host-cost: {name} ...", file=sys.stderr, flush=True)
+        cells += operator_cells(operators[name], args)
+    command = "tle-bench " + shlex.join(argv)
+    obs = observation(device)
+    print("\n".join(table(cells)))
+    out_dir = args.out if args.out is not None else (os.path.join("docs", "benchmark") if device.type == "cuda"
+                                                     else None)
+    if out_dir:
+        os.makedirs(out_dir, exist_ok=True)
+        md = os.path.join(out_dir, NAME + ".md")
+        notes = page.kept_notes(open(md).read()) if os.path.exists(md) else None
+        with open(os.path.join(out_dir, NAME + ".json"), "w") as f:
+            json.dump({**obs, "calls": args.calls, "cells": [asdict(c) for c in cells]}, f, indent=1)
+        with open(md, "w") as f:
+            f.write(render(cells, command, obs, args.calls, notes))
+        print(f"\nwrote {out_dir}/{NAME}.{{json,md}}")
+    return 1 if any(c.kind == "tle" and c.status == "error" for c in cells) else 0
