@@ -184,12 +184,11 @@ def _kernel_forward(x, weight, target, bias, ignore_index, label_smoothing, lse_
     return (*rows.reduced(opts, x.dtype, backend), dx, dw, db, rows.lse, rows.stats)
 
 
-def _scale_by_upstream(t, out, dy, stats, reduction, backend):
-    """out = t * dy (over the mean's denominator); out may be t."""
+def scale_by_upstream(t, out, dy, stats, mean: bool, backend):
+    """out = t * dy (over stats[0], the mean's denominator, with `mean`); out may be t; both contiguous."""
     if t.numel():
         scale_by_upstream_kernel[(cdiv(t.numel(), SCALE_BLOCK),)](
-            t, out, dy, stats, t.numel(), BLOCK=SCALE_BLOCK, MEAN=reduction == "mean", backend=backend,
-            num_warps=8)
+            t, out, dy, stats, t.numel(), BLOCK=SCALE_BLOCK, MEAN=mean, backend=backend, num_warps=8)
 
 
 def _kernel_backward(dy, x, weight, target, bias, dx, dw, db, lse, stats, ignore_index, label_smoothing,
@@ -198,7 +197,7 @@ def _kernel_backward(dy, x, weight, target, bias, dx, dw, db, lse, stats, ignore
     if reduction != "none":
         out = tuple(torch.empty_like(t) for t in (dx, dw, db))
         for t, o in zip((dx, dw, db), out):
-            _scale_by_upstream(t, o, dy, stats, reduction, backend)
+            scale_by_upstream(t, o, dy, stats, reduction == "mean", backend)
         return out
     dx, dw, db = _grad_buffers(x, weight, bias, True)
     if n == 0:
@@ -310,7 +309,7 @@ def _scale_in_place(dy, saved, options, backend):
     """The forward's dx, dW and db multiplied by dy (over the mean's denominator) in place; returns them."""
     dx, dw, db, stats = saved[4], saved[5], saved[6], saved[8]
     for t in (dx, dw, db):
-        _scale_by_upstream(t, t, dy, stats, options[-2], backend)
+        scale_by_upstream(t, t, dy, stats, options[-2] == "mean", backend)
     return dx, dw, db
 
 

@@ -37,9 +37,8 @@ import triton.language as tl
 import tle
 from tle.checks import check_tensor
 from tle.kernels import cross_entropy as ce
-from tle.kernels.fused_linear_cross_entropy import SCALE_BLOCK, scale_by_upstream_kernel
+from tle.kernels.fused_linear_cross_entropy import scale_by_upstream
 from tle.oplib import BenchSpec, Operator, Sample, check_float, check_kernel_dtypes
-from tle.oplib.arith import cdiv
 from tle.oplib.losses import check_input_and_target
 from tle.oplib.recipe import Recipe, Stage
 from tle.oplib.rows import torch_compute_dtype
@@ -171,11 +170,7 @@ def _kernel_forward(x, target, shift_labels, beta, ignore_index, need_grad, back
 
 def _kernel_backward(dy, dx, stats, backend):
     out = torch.empty_like(dx)
-    n = dx.numel()
-    if n:
-        scale_by_upstream_kernel[(cdiv(n, SCALE_BLOCK),)](dx.reshape(-1), out.reshape(-1), dy, stats, n,
-                                                          BLOCK=SCALE_BLOCK, MEAN=True, backend=backend,
-                                                          num_warps=8)
+    scale_by_upstream(dx.reshape(-1), out.reshape(-1), dy, stats, True, backend)
     return out
 
 

@@ -27,6 +27,7 @@ from tle.benchmark import page
 from tle.benchmark.dry_run import restart_in_triton_interpreter
 from tle.benchmark.measure import Options, as_tuple, implementations, input_grads, make_upstream, prepared, shape_label
 from tle.benchmark.provenance import observation
+from tle.benchmark.timing import gpu_ms, synchronize
 from tle.oplib.backend import KERNEL_BACKENDS, OP_BACKENDS
 
 NAME = "host_cost"
@@ -80,19 +81,14 @@ def parse_args(argv, operators: dict) -> argparse.Namespace:
     return a
 
 
-def _sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def host_us(call, calls: int, device) -> float:
     for _ in range(WARM_CALLS):
         call()
-    _sync(device)
+    synchronize(device)
     start = time.perf_counter()
     for _ in range(calls):
         call()
-    _sync(device)
+    synchronize(device)
     return (time.perf_counter() - start) / calls * 1e6
 
 
@@ -120,8 +116,7 @@ def operator_cells(op, args) -> list[Cell]:
                         input_grads(outs, leaves, upstream)
                 cell.host_us = host_us(call, args.calls, device)
                 if device.type == "cuda":
-                    from triton.testing import do_bench
-                    cell.gpu_us = float(do_bench(call, return_mode="median")) * 1e3
+                    cell.gpu_us = gpu_ms(call) * 1e3
         except ImportError as e:
             cell.status, cell.note = "skip", f"not installed ({str(e).splitlines()[0][:120]})"
         except Exception as e:  # noqa: BLE001 - a cell, not the end of the run

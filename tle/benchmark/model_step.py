@@ -36,7 +36,9 @@ from tle.benchmark import page
 from tle.benchmark.dry_run import restart_in_triton_interpreter
 from tle.benchmark.llama_block import (DRY_CONFIG, TORCH_OPS, LlamaConfig, config_with, flops_per_step, liger_ops,
                                        loss_of, make_inputs, make_params, relative_error, rope_tables, tle_ops)
+from tle.benchmark.measure import step_peak_gb
 from tle.benchmark.provenance import observation
+from tle.benchmark.timing import synchronize
 from tle.oplib.backend import KERNEL_BACKENDS, OP_BACKENDS
 
 MODELS = ("llama-block",)
@@ -120,15 +122,10 @@ def _step(loss_fn, params: dict) -> torch.Tensor:
     return loss
 
 
-def _sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def _median_ms(loss_fn, params, device, reps: int) -> float:
     times = []
     for _ in range(reps):
-        _sync(device)
+        synchronize(device)
         if device.type == "cuda":
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
@@ -148,12 +145,7 @@ def _peak_gb(loss_fn, params, device) -> float | None:
         return None
     for p in params.values():
         p.grad = None
-    _sync(device)
-    torch.cuda.reset_peak_memory_stats(device)
-    base = torch.cuda.memory_allocated(device)
-    _step(loss_fn, params)
-    _sync(device)
-    return (torch.cuda.max_memory_allocated(device) - base) / 1e9
+    return step_peak_gb(lambda: _step(loss_fn, params))
 
 
 def reference(cfg: LlamaConfig, params: dict, x, targets) -> tuple[float, dict]:
@@ -205,7 +197,7 @@ def run(args) -> list[Row]:
     x, targets = make_inputs(cfg, device, dtype)
     cos, sin = rope_tables(cfg, device, dtype)
     ref = reference(cfg, params, x, targets)
-    _sync(device)
+    synchronize(device)
     rows = []
     for row, make in variants(args, cfg):
         reason = _unavailable(row, device)
@@ -260,7 +252,7 @@ def warm_part(task: WarmTask) -> str:
         cos, sin = rope_tables(cfg, device, torch.bfloat16)
         ops = dataclasses.replace(TORCH_OPS, **{task.part: getattr(tle_ops(task.backend), task.part)})
         _step(partial(loss_of, cfg, ops, params, x, targets, cos, sin), params)
-        _sync(device)
+        synchronize(device)
         return f"{task.backend} {task.part}: compiled ({time.perf_counter() - start:.0f} s)"
     except Exception as e:  # noqa: BLE001 - the timed run reports it in its table
         return f"{task.backend} {task.part}: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"

@@ -16,6 +16,12 @@ DESCRIPTION = {"cuda": f"triton.testing.do_bench medians (warm-up {WARMUP_MS} ms
                "cpu": "wall-clock medians on the CPU: a dry run of the measuring loop, not a measurement"}
 
 
+def synchronize(device: torch.device) -> None:
+    """Wait for the device's queued work (nothing to wait for on the CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def gpu_ms(fn: Callable) -> float:
     from triton.testing import do_bench
     torch.cuda.synchronize()
