@@ -42,7 +42,7 @@ from tle.kernels import linear_gemm
 from tle.kernels.column_sum import BLOCK, BLOCK_P, column_sum_kernel
 from tle.oplib import BenchSpec, Operator, Sample, check_float, check_kernel_dtypes
 from tle.oplib.arith import cdiv, next_power_of_2
-from tle.oplib.dispatch import plain_eager
+from tle.oplib.dispatch import last_use_of_saved
 from tle.oplib.recipe import Recipe, Stage
 from tle.oplib.rows import torch_compute_dtype
 
@@ -276,6 +276,9 @@ def _backward_fake(dy, x, weight, target, bias, *_):
 def _save(ctx, inputs, output):
     x, weight, target, bias, *ctx.options = inputs
     ctx.options = ctx.options[:-1]                       # need_grads is not the backward's
+    dx = output[2]
+    if ctx.options[-2] != "none" and dx.numel():
+        x = dx          # "mean" and "sum" read only x's shape and dtype: dx stands in, x is not kept alive
     ctx.save_for_backward(x, weight, target, bias, *output[2:])
     ctx.has_bias = bias is not None
     ctx.set_materialize_grads(False)
@@ -294,15 +297,10 @@ def _grads(ctx, backward, dloss, *_unused):
 
 
 def _last_use_of_forward_grads(ctx, dloss, saved) -> bool:
-    """True when the forward's gradients may be scaled where they lie: a kernel backend's "mean" or "sum", called
-    eagerly through tle.ops (the op's gradient outputs went nowhere else: a caller of torch.ops.tle.* would see
-    its outputs change), a plain eager backward that releases the graph (autograd frees the saved tensors before
-    it hands the gradients on, so .grad takes them without a copy). A retained graph, create_graph, compiling,
-    modes, tensor subclasses and direct op calls take the backward op (new tensors)."""
-    keep_graph = getattr(torch._C._autograd, "_get_current_graph_task_keep_graph", None)
-    return (ctx.backend != "torch" and ctx.options[-2] != "none" and getattr(ctx, "direct_eager_call", False)
-            and keep_graph is not None and not torch.is_grad_enabled() and plain_eager((dloss, *saved))
-            and not keep_graph())
+    """True when the forward's gradients may be scaled where they lie: a kernel backend's "mean" or "sum" whose
+    backward is the last use of what the forward saved (tle.oplib.dispatch.last_use_of_saved: then autograd frees
+    the saved tensors before it hands the gradients on, so .grad takes them without a copy)."""
+    return ctx.backend != "torch" and ctx.options[-2] != "none" and last_use_of_saved(ctx, (dloss, *saved))
 
 
 def _scale_in_place(dy, saved, options, backend):

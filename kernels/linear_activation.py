@@ -25,6 +25,7 @@ consumer warps itself."""
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import Optional
 
 import torch
@@ -35,6 +36,7 @@ from tle.kernels import activations, gated_activations, linear_gemm
 from tle.kernels.activation_math import ACTIVATIONS, reference_activation, torch_activation
 from tle.kernels.column_sum import column_sum
 from tle.oplib import BenchSpec, Operator, Sample, check_float
+from tle.oplib.dispatch import last_use_of_saved
 from tle.oplib.operator import Sweep
 from tle.oplib.recipe import Recipe, Stage
 from tle.oplib.rows import torch_compute_dtype
@@ -141,9 +143,11 @@ def _kernel_swiglu(x, w_gate_up, save_pre, backend):
     return y, pre
 
 
-def _kernel_swiglu_backward(dy, x, w_gate_up, pre, backend):
+def _kernel_swiglu_backward(dy, x, w_gate_up, pre, backend, overwrite_pre=False):
+    # overwrite_pre: the gradient of the pre-activations goes where they lie (each element is read before it is
+    # written, by the same program): no second [M, 2I] buffer at the backward's peak
     i = w_gate_up.shape[0] // 2
-    dpre = torch.empty_like(pre)
+    dpre = pre if overwrite_pre else torch.empty_like(pre)
     if dpre.numel():
         gated_activations._kernel_backward(dy, pre[:, :i], pre, i, dpre[:, :i], dpre, i, "silu", backend)
     return _kernel_grads(dpre, x, w_gate_up, False, backend)[:2]
@@ -231,7 +235,12 @@ def _swiglu_save(ctx, inputs, output):
 
 
 def _swiglu_grads(ctx, backward, dy, _dpre):
-    return (None, None) if dy is None else backward(dy, *ctx.saved_tensors)
+    if dy is None:
+        return None, None
+    saved = ctx.saved_tensors
+    if ctx.backend != "torch" and last_use_of_saved(ctx, (dy, *saved)):       # the saved pre-activations are free
+        return _swiglu_backward(partial(_kernel_swiglu_backward, backend=ctx.backend, overwrite_pre=True), dy, *saved)
+    return backward(dy, *saved)
 
 
 LINEAR_SWIGLU = Recipe(

@@ -121,6 +121,18 @@ def test_the_last_backward_scales_the_forwards_gradients_where_they_lie(monkeypa
     torch.testing.assert_close(outs[3], dw_out, atol=0, rtol=0)
 
 
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+def test_the_input_is_kept_only_where_the_backward_reads_it(reduction):
+    """"mean" and "sum" make the gradients in the forward: the step does not keep the input alive for the
+    backward ("none" recomputes from it)."""
+    x, w, t, _ = problem()
+    w.requires_grad_()
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda s: saved.append(s.data_ptr()) or s, lambda s: s):
+        tle.ops.fused_linear_cross_entropy(x, w, t, reduction=reduction, chunk_rows=16, backend="torch")
+    assert (x.data_ptr() in saved) == (reduction == "none")
+
+
 @pytest.mark.parametrize("backend", ["triton"])
 def test_product_kernel_adds_into_its_output(backend):
     torch.manual_seed(0)

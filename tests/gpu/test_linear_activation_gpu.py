@@ -67,6 +67,25 @@ def test_linear_swiglu_forward_and_backward(backend):
 
 
 @pytest.mark.parametrize("backend", ["triton", "tilelang"])
+def test_linear_swiglu_backward_overwrites_the_pre_activations_only_at_their_last_use(backend, monkeypatch):
+    """A retained graph's backward leaves the saved pre-activations alone (a second backward reads them); the
+    backward that releases the graph writes their gradient where they lie. Both give the same gradients."""
+    from tle.kernels import linear_activation as la
+    calls = []
+    run = la._kernel_swiglu_backward
+    monkeypatch.setattr(la, "_kernel_swiglu_backward", lambda *a, **k: calls.append(k) or run(*a, **k))
+    x, w = _inputs(torch.bfloat16, 2 * N)
+    y = tle.ops.linear_swiglu(x, w, backend=backend)
+    dy = torch.randn_like(y)
+    kept = torch.autograd.grad(y, (x, w), dy, retain_graph=True)
+    assert calls == []                      # the backward op's own launch, new tensors
+    released = torch.autograd.grad(y, (x, w), dy)
+    assert calls == [{"backend": backend, "overwrite_pre": True}]
+    for a, b in zip(kept, released):
+        torch.testing.assert_close(a, b, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("backend", ["triton", "tilelang"])
 def test_forward_without_grad(backend):
     x, w = _inputs(torch.bfloat16, N)
     with torch.no_grad():

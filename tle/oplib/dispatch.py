@@ -71,3 +71,15 @@ def _eager_function(name: str, impl, backward, setup_context):
 
     return type(f"Eager_{name.replace('.', '_')}", (torch.autograd.Function,),
                 {"forward": staticmethod(forward), "backward": staticmethod(backward)})
+
+
+def last_use_of_saved(ctx, tensors) -> bool:
+    """True when this backward is the last use of what its forward saved, so that the backward may overwrite
+    those tensors: the op was called eagerly through its operator (its outputs went to tle.ops' own function,
+    not to a caller of torch.ops.tle.*), the backward releases the graph (no retain_graph: autograd frees the
+    saved tensors when the node returns), runs without create_graph and nothing but eager autograd watches
+    (`tensors`: the backward's tensor arguments). A retained graph, create_graph, compiling, modes and direct
+    op calls give False (the backward makes new tensors)."""
+    keep_graph = getattr(_C._autograd, "_get_current_graph_task_keep_graph", None)
+    return (getattr(ctx, "direct_eager_call", False) and keep_graph is not None and not _C.is_grad_enabled()
+            and plain_eager(tensors) and not keep_graph())
