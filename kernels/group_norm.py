@@ -11,7 +11,8 @@ folded, contiguous), where the channels of one group are one contiguous run of C
 
 Each group is split into chunks of about CHUNK elements (boxes of [channels, spatial] tiles of its run; a group of
 fewer is one chunk), a program a chunk: thousands of short programs rather than one long one a group. `tiles`
-chooses the tiles and chunks.
+chooses the tiles and chunks. Where a group is one chunk, each pass is one kernel: the second, which then takes its
+chunk's statistics or sums itself (FUSED) before it writes.
 
 Forward, two kernels: the first writes each chunk's count, mean and sum of squared deviations (each tile's exact
 in registers, merged across tiles as Chan et al.: no E[x^2] - E[x]^2 cancellation on inputs far from zero); the
@@ -75,11 +76,9 @@ def channel_tile(pid, group_size, ch, ch_mask, s0, spatial, BLOCK_S: tl.constexp
 
 
 @tle.jit
-def group_norm_stats_kernel(x_ptr, count_ptr, cmean_ptr, m2_ptr, group_channels, spatial, split, chunks_s,
-                            BLOCK_C: tl.constexpr, BLOCK_S: tl.constexpr, TILES_C: tl.constexpr,
-                            TILES_S: tl.constexpr):
-    # count_ptr, cmean_ptr, m2_ptr: each chunk's count, mean and sum of squared deviations from that mean
-    pid, chunk, c_lo, s_lo = program_chunk(split, chunks_s, TILES_C * BLOCK_C, TILES_S * BLOCK_S, False)
+def chunk_moments(x_ptr, pid, c_lo, s_lo, group_channels, spatial, BLOCK_C: tl.constexpr, BLOCK_S: tl.constexpr,
+                  TILES_C: tl.constexpr, TILES_S: tl.constexpr):
+    """(count, mean, sum of squared deviations from that mean) of the chunk of group `pid` at (c_lo, s_lo)."""
     group_size = group_channels * spatial
     n = tl.zeros([], dtype=tl.float32)
     mean = tl.zeros([], dtype=tl.float32)
@@ -104,6 +103,16 @@ def group_norm_stats_kernel(x_ptr, count_ptr, cmean_ptr, m2_ptr, group_channels,
             mean += delta * (n_t / n_ab)
             m2 += tl.sum(tl.sum(dev * dev, axis=1), axis=0) + delta * delta * (n * (n_t / n_ab))
             n = n_ab
+    return n, mean, m2
+
+
+@tle.jit
+def group_norm_stats_kernel(x_ptr, count_ptr, cmean_ptr, m2_ptr, group_channels, spatial, split, chunks_s,
+                            BLOCK_C: tl.constexpr, BLOCK_S: tl.constexpr, TILES_C: tl.constexpr,
+                            TILES_S: tl.constexpr):
+    # count_ptr, cmean_ptr, m2_ptr: each chunk's count, mean and sum of squared deviations from that mean
+    pid, chunk, c_lo, s_lo = program_chunk(split, chunks_s, TILES_C * BLOCK_C, TILES_S * BLOCK_S, False)
+    n, mean, m2 = chunk_moments(x_ptr, pid, c_lo, s_lo, group_channels, spatial, BLOCK_C, BLOCK_S, TILES_C, TILES_S)
     tl.store(count_ptr + pid * split + chunk, n)
     tl.store(cmean_ptr + pid * split + chunk, mean)
     tl.store(m2_ptr + pid * split + chunk, m2)
@@ -114,18 +123,24 @@ def group_norm_fwd_kernel(x_ptr, count_ptr, cmean_ptr, m2_ptr, w_ptr, b_ptr, y_p
                           group_channels, spatial, split, chunks_s, eps, BLOCK_SPLIT: tl.constexpr,
                           BLOCK_C: tl.constexpr, BLOCK_S: tl.constexpr, TILES_C: tl.constexpr,
                           TILES_S: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
-                          REVERSE: tl.constexpr):
+                          REVERSE: tl.constexpr, FUSED: tl.constexpr):
+    # FUSED: the group is one chunk, whose statistics this kernel takes itself (group_norm_stats_kernel not run)
     pid, chunk, c_lo, s_lo = program_chunk(split, chunks_s, TILES_C * BLOCK_C, TILES_S * BLOCK_S, REVERSE)
     group_size = group_channels * spatial
-    # the group's statistics from its chunks' (Chan et al.): `split` values, which every chunk's program merges
-    k = tl.arange(0, BLOCK_SPLIT)
-    k_mask = k < split
-    n_k = tl.load(count_ptr + pid * split + k, mask=k_mask, other=0.0)
-    mean_k = tl.load(cmean_ptr + pid * split + k, mask=k_mask, other=0.0)
-    m2_k = tl.load(m2_ptr + pid * split + k, mask=k_mask, other=0.0)
-    mean = tl.sum(n_k * mean_k, axis=0) / group_size
-    dev = mean_k - mean
-    var = (tl.sum(m2_k, axis=0) + tl.sum(n_k * dev * dev, axis=0)) / group_size
+    if FUSED:
+        _, mean, m2 = chunk_moments(x_ptr, pid, c_lo, s_lo, group_channels, spatial, BLOCK_C, BLOCK_S, TILES_C,
+                                    TILES_S)
+        var = m2 / group_size
+    else:
+        # the group's statistics from its chunks' (Chan et al.): `split` values, which every chunk's program merges
+        k = tl.arange(0, BLOCK_SPLIT)
+        k_mask = k < split
+        n_k = tl.load(count_ptr + pid * split + k, mask=k_mask, other=0.0)
+        mean_k = tl.load(cmean_ptr + pid * split + k, mask=k_mask, other=0.0)
+        m2_k = tl.load(m2_ptr + pid * split + k, mask=k_mask, other=0.0)
+        mean = tl.sum(n_k * mean_k, axis=0) / group_size
+        dev = mean_k - mean
+        var = (tl.sum(m2_k, axis=0) + tl.sum(n_k * dev * dev, axis=0)) / group_size
     rstd = tl.rsqrt(var + eps)
     if chunk == 0:
         tl.store(mean_ptr + pid, mean)
@@ -149,18 +164,13 @@ def group_norm_fwd_kernel(x_ptr, count_ptr, cmean_ptr, m2_ptr, w_ptr, b_ptr, y_p
 
 
 @tle.jit
-def group_norm_bwd_sums_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, gx_ptr, g_ptr, dw_ptr, db_ptr,
-                               groups, group_channels, spatial, split, chunks_s, BLOCK_C: tl.constexpr,
-                               BLOCK_S: tl.constexpr, TILES_C: tl.constexpr, TILES_S: tl.constexpr,
-                               HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr):
-    # gx_ptr, g_ptr: each chunk's sums of g * x_hat and of g (g = dy * weight); dw_ptr, db_ptr: per channel, the
-    # sums over the chunk's positions of dy * x_hat and of dy (the parameters' gradients' partials)
-    pid, chunk, c_lo, s_lo = program_chunk(split, chunks_s, TILES_C * BLOCK_C, TILES_S * BLOCK_S, False)
+def chunk_sums(dy_ptr, x_ptr, w_ptr, dw_ptr, db_ptr, pid, part, c_lo, s_lo, group, group_channels, spatial, mean,
+               rstd, BLOCK_C: tl.constexpr, BLOCK_S: tl.constexpr, TILES_C: tl.constexpr, TILES_S: tl.constexpr,
+               HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr):
+    """The sums of g * x_hat and of g (g = dy * weight) over the chunk of group `pid` at (c_lo, s_lo); writes per
+    channel the sums over its positions of dy * x_hat and of dy (the parameters' gradients' partials) to row
+    `part` of dw_ptr and db_ptr."""
     group_size = group_channels * spatial
-    group = pid % groups
-    part = (chunk % chunks_s) * (tl.num_programs(0) // split) + pid     # the row of the partials
-    mean = tl.load(mean_ptr + pid)
-    rstd = tl.load(rstd_ptr + pid)
     sum_gx = tl.zeros([BLOCK_C], dtype=tl.float32)
     sum_g = tl.zeros([BLOCK_C], dtype=tl.float32)
     for tc in range(TILES_C):
@@ -186,25 +196,48 @@ def group_norm_bwd_sums_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, gx_ptr,
             sum_g += dyc
         if HAS_BIAS:
             tl.store(db_ptr + part * group_channels + ch, dyc, mask=ch_mask)
-    tl.store(gx_ptr + pid * split + chunk, tl.sum(sum_gx, axis=0))
-    tl.store(g_ptr + pid * split + chunk, tl.sum(sum_g, axis=0))
+    return tl.sum(sum_gx, axis=0), tl.sum(sum_g, axis=0)
 
 
 @tle.jit
-def group_norm_bwd_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, gx_ptr, g_ptr, dx_ptr, groups, group_channels,
-                          spatial, split, chunks_s, BLOCK_SPLIT: tl.constexpr, BLOCK_C: tl.constexpr,
+def group_norm_bwd_sums_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, gx_ptr, g_ptr, dw_ptr, db_ptr,
+                               groups, group_channels, spatial, split, chunks_s, BLOCK_C: tl.constexpr,
+                               BLOCK_S: tl.constexpr, TILES_C: tl.constexpr, TILES_S: tl.constexpr,
+                               HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr):
+    # gx_ptr, g_ptr: each chunk's sums of g * x_hat and of g
+    pid, chunk, c_lo, s_lo = program_chunk(split, chunks_s, TILES_C * BLOCK_C, TILES_S * BLOCK_S, False)
+    part = (chunk % chunks_s) * (tl.num_programs(0) // split) + pid     # the row of the partials
+    gx, g = chunk_sums(dy_ptr, x_ptr, w_ptr, dw_ptr, db_ptr, pid, part, c_lo, s_lo, pid % groups, group_channels,
+                       spatial, tl.load(mean_ptr + pid), tl.load(rstd_ptr + pid), BLOCK_C, BLOCK_S, TILES_C, TILES_S,
+                       HAS_WEIGHT, HAS_BIAS)
+    tl.store(gx_ptr + pid * split + chunk, gx)
+    tl.store(g_ptr + pid * split + chunk, g)
+
+
+@tle.jit
+def group_norm_bwd_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, gx_ptr, g_ptr, dw_ptr, db_ptr, dx_ptr, groups,
+                          group_channels, spatial, split, chunks_s, BLOCK_SPLIT: tl.constexpr, BLOCK_C: tl.constexpr,
                           BLOCK_S: tl.constexpr, TILES_C: tl.constexpr, TILES_S: tl.constexpr,
-                          HAS_WEIGHT: tl.constexpr, REVERSE: tl.constexpr):
+                          HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, REVERSE: tl.constexpr,
+                          FUSED: tl.constexpr):
+    # FUSED: the group is one chunk, whose sums (and the parameters' partials) this kernel takes itself
+    # (group_norm_bwd_sums_kernel not run)
     pid, chunk, c_lo, s_lo = program_chunk(split, chunks_s, TILES_C * BLOCK_C, TILES_S * BLOCK_S, REVERSE)
     group_size = group_channels * spatial
     group = pid % groups
     mean = tl.load(mean_ptr + pid)
     rstd = tl.load(rstd_ptr + pid)
     # the group's means of g * x_hat and of g, from its chunks' sums
-    k = tl.arange(0, BLOCK_SPLIT)
-    k_mask = k < split
-    c_hat = tl.sum(tl.load(gx_ptr + pid * split + k, mask=k_mask, other=0.0), axis=0) / group_size
-    c_one = tl.sum(tl.load(g_ptr + pid * split + k, mask=k_mask, other=0.0), axis=0) / group_size
+    if FUSED:
+        sum_gx, sum_g = chunk_sums(dy_ptr, x_ptr, w_ptr, dw_ptr, db_ptr, pid, pid, c_lo, s_lo, group, group_channels,
+                                   spatial, mean, rstd, BLOCK_C, BLOCK_S, TILES_C, TILES_S, HAS_WEIGHT, HAS_BIAS)
+    else:
+        k = tl.arange(0, BLOCK_SPLIT)
+        k_mask = k < split
+        sum_gx = tl.sum(tl.load(gx_ptr + pid * split + k, mask=k_mask, other=0.0), axis=0)
+        sum_g = tl.sum(tl.load(g_ptr + pid * split + k, mask=k_mask, other=0.0), axis=0)
+    c_hat = sum_gx / group_size
+    c_one = sum_g / group_size
     for tc in range(TILES_C):
         ch = c_lo + tc * BLOCK_C + tl.arange(0, BLOCK_C)
         ch_mask = ch < group_channels
@@ -284,11 +317,18 @@ class Chunks(NamedTuple):
     chunks_s: int
     split: int
 
+    @property
+    def fused(self) -> bool:
+        """A group of one chunk: each pass one kernel, the second, which takes the chunk's statistics or sums itself."""
+        return self.split == 1
+
     def constexprs(self, merges=False):
-        """The launch options of every kernel; BLOCK_SPLIT and REVERSE too for the two that merge chunks."""
+        """The launch options of every kernel; BLOCK_SPLIT, REVERSE and FUSED too for the two that merge chunks."""
         c = self.cfg
         out = dict(BLOCK_C=c.block_c, BLOCK_S=c.block_s, TILES_C=c.tiles_c, TILES_S=c.tiles_s, num_warps=c.num_warps)
-        return out | dict(BLOCK_SPLIT=next_power_of_2(self.split), REVERSE=c.reverse) if merges else out
+        # (reversed, for L2 to hold what a first kernel read last: there is none where fused)
+        merge = dict(BLOCK_SPLIT=next_power_of_2(self.split), REVERSE=c.reverse and not self.fused, FUSED=self.fused)
+        return out | merge if merges else out
 
 
 def chunks(group_channels: int, spatial: int, cfg: Optional[Tiles] = None) -> Chunks:
@@ -316,9 +356,11 @@ def _kernel_forward(x, weight, bias, num_groups, eps, backend):
     rstd = torch.full((n, num_groups), float("nan"), device=x.device)
     if x.numel():
         ch, rows, xg = chunks(c // num_groups, s), n * num_groups, _by_group(x, num_groups)
-        parts = torch.empty((3, rows, ch.split), device=x.device, dtype=torch.float32)   # count, mean, m2
-        group_norm_stats_kernel[(rows * ch.split,)](xg, *parts, c // num_groups, s, ch.split, ch.chunks_s,
-                                                    backend=backend, **ch.constexprs())
+        parts = [mean] * 3              # the chunks' count, mean, m2 (never read where fused)
+        if not ch.fused:
+            parts = torch.empty((3, rows, ch.split), device=x.device, dtype=torch.float32)
+            group_norm_stats_kernel[(rows * ch.split,)](xg, *parts, c // num_groups, s, ch.split, ch.chunks_s,
+                                                        backend=backend, **ch.constexprs())
         group_norm_fwd_kernel[(rows * ch.split,)](
             xg, *parts, _by_channel(weight, num_groups, mean), _by_channel(bias, num_groups, mean),
             _by_group(y, num_groups), mean, rstd, num_groups, c // num_groups, s, ch.split, ch.chunks_s, float(eps),
@@ -332,18 +374,21 @@ def _kernel_backward(dy, x, weight, bias, mean, rstd, num_groups, backend):
     if not x.numel():
         return dx, _zeros_or_none(weight), _zeros_or_none(bias)
     ch, rows, gc = chunks(c // num_groups, s), n * num_groups, c // num_groups
-    sums = torch.empty((2, rows, ch.split), device=x.device, dtype=torch.float32)       # of g * x_hat, of g
     dw_parts, db_parts = ((torch.empty((ch.chunks_s * rows, gc), device=x.device, dtype=torch.float32)
                            if p is not None else None) for p in (weight, bias))
     dyg, xg = _by_group(dy, num_groups), _by_group(x, num_groups)
     w = _by_channel(weight, num_groups, mean)
-    group_norm_bwd_sums_kernel[(rows * ch.split,)](
-        dyg, xg, w, mean, rstd, *sums, mean if dw_parts is None else dw_parts, mean if db_parts is None else db_parts,
-        num_groups, gc, s, ch.split, ch.chunks_s, HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None,
-        backend=backend, **ch.constexprs())
+    partials = (mean if dw_parts is None else dw_parts, mean if db_parts is None else db_parts)
+    affine = dict(HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None)
+    sums = [mean] * 2               # the chunks' sums of g * x_hat and of g (never read where fused)
+    if not ch.fused:
+        sums = torch.empty((2, rows, ch.split), device=x.device, dtype=torch.float32)
+        group_norm_bwd_sums_kernel[(rows * ch.split,)](dyg, xg, w, mean, rstd, *sums, *partials, num_groups, gc, s,
+                                                       ch.split, ch.chunks_s, backend=backend, **affine,
+                                                       **ch.constexprs())
     group_norm_bwd_kernel[(rows * ch.split,)](
-        dyg, xg, w, mean, rstd, *sums, _by_group(dx, num_groups), num_groups, gc, s, ch.split, ch.chunks_s,
-        HAS_WEIGHT=weight is not None, backend=backend, **ch.constexprs(merges=True))
+        dyg, xg, w, mean, rstd, *sums, *partials, _by_group(dx, num_groups), num_groups, gc, s, ch.split,
+        ch.chunks_s, backend=backend, **affine, **ch.constexprs(merges=True))
     # the parameters' gradients: their partials' rows ([chunks along the positions] x [samples]) added up
     dw = column_sum(dw_parts.view(-1, c), weight.dtype, backend) if weight is not None else None
     db = column_sum(db_parts.view(-1, c), bias.dtype, backend) if bias is not None else None
@@ -466,8 +511,8 @@ def _bwd_example(device, size):
     sums, _, _ = _torch_chunk_sums(dy, x, w, mean, rstd, groups, ch)
     return tle.Launch(grid=(n * groups * ch.split,),
                       args=(_by_group(dy, groups), _by_group(x, groups), _by_channel(w, groups, None), mean, rstd,
-                            *sums, _by_group(dx, groups), groups, c // groups, s, ch.split, ch.chunks_s),
-                      kwargs=dict(HAS_WEIGHT=True, **ch.constexprs(merges=True)), outputs={"dx": dx},
+                            *sums, mean, mean, _by_group(dx, groups), groups, c // groups, s, ch.split, ch.chunks_s),
+                      kwargs=dict(HAS_WEIGHT=True, HAS_BIAS=False, **ch.constexprs(merges=True)), outputs={"dx": dx},
                       reference=lambda: {"dx": _torch_backward(dy, x, w, None, mean, rstd, groups)[0]},
                       bytes=3 * x.numel() * x.element_size(), label=_example_label(x, groups))
 

@@ -121,6 +121,18 @@ def test_chunks_of_several_channel_tiles(backend, monkeypatch):
             run(backend, shape, groups, affine)
 
 
+def test_tiles_and_chunks():
+    """The benchmark's groups split into chunks of about 8K elements, tiles without masked channel lanes; a small
+    group is one chunk (one kernel a pass)."""
+    from tle.kernels.group_norm import CHUNK, TILE, chunks
+    for (group_channels, spatial), split in [((16, 4096), 8), ((32, 1024), 4), ((10, 4096), 5), ((3, 1000), 1)]:
+        ch = chunks(group_channels, spatial)
+        c = ch.cfg
+        assert ch.split == split and ch.fused == (split == 1), (group_channels, spatial, ch)
+        assert group_channels % c.block_c == 0 and c.block_c * c.block_s <= TILE
+        assert c.tiles_c * c.tiles_s * c.block_c * c.block_s <= max(CHUNK, c.block_c * c.block_s)
+
+
 # -- layouts -----------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("backend", ["torch", "triton"])
 def test_channels_last_and_strided_inputs(backend):
