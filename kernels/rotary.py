@@ -45,14 +45,16 @@ TILES = {"positions inner": (32, 4), "heads inner": (32, 4)}
 
 
 @tle.jit
-def rope_rows(x_ptr, o_ptr, cos_ptr, sin_ptr, pos_ptr, tile, n_rows, n_heads, sx_b, sx_o, sx_i, sc_b, sc_s, sp_b,
-              sp_s, n_seq, half, n_dim, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_T: tl.constexpr,
+def rope_rows(x_ptr, o_ptr, cos_ptr, sin_ptr, pos_ptr, tile, n_rows, n_heads, sx_b, sx_o, sx_i, c_batch, n_seq,
+              half, n_dim, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_T: tl.constexpr,
               HEADS_INNER: tl.constexpr, FLAT: tl.constexpr, INTERLEAVED: tl.constexpr, HAS_POS: tl.constexpr,
               BACKWARD: tl.constexpr, PARTIAL: tl.constexpr):
     # Rows [tile * BLOCK_R, (tile + 1) * BLOCK_R) of x, its rows of D features numbered in the order [B, S, H]
     # (HEADS_INNER) or [B, H, S]: row r is (b, outer, inner) = (r // (O * I), r // I % O, r % I), by a division
     # a row. x's row at b * sx_b + outer * sx_o + inner * sx_i, or with FLAT (rows evenly spaced) at r * sx_i;
-    # out's at r * n_dim. cos and sin rows [R] at b * sc_b + s * sc_s, or with HAS_POS at row pos[b, s] of a table
+    # out's at r * n_dim. cos and sin are contiguous rows of R = 2 * half: row b * c_batch + s, or with HAS_POS
+    # row pos[b * c_batch + s] of a table (c_batch 0 where all batch entries share one); the row number times R
+    # in the address itself lets both backends see the rows 16-byte aligned and read them in vectors
     r = tile * BLOCK_R + tl.arange(0, BLOCK_R)
     in_rows = r < n_rows
     if HEADS_INNER:
@@ -69,9 +71,9 @@ def rope_rows(x_ptr, o_ptr, cos_ptr, sin_ptr, pos_ptr, tile, n_rows, n_heads, sx
     else:
         s = inner
     if HAS_POS:
-        angle = tl.load(pos_ptr + b * sp_b + s * sp_s, mask=in_rows, other=0).to(tl.int64) * sc_s
+        angle = tl.load(pos_ptr + b * c_batch + s, mask=in_rows, other=0).to(tl.int64)
     else:
-        angle = b.to(tl.int64) * sc_b + s.to(tl.int64) * sc_s
+        angle = (b * c_batch + s).to(tl.int64)
     if FLAT:
         x_row = r.to(tl.int64) * sx_i
     else:
@@ -87,10 +89,10 @@ def rope_rows(x_ptr, o_ptr, cos_ptr, sin_ptr, pos_ptr, tile, n_rows, n_heads, sx
     mask = in_rows[:, None] & (j < half)[None, :]
     x1 = tl.load(x_ptr + x_row[:, None] + i1[None, :], mask=mask, other=0.0).to(tl.float32)
     x2 = tl.load(x_ptr + x_row[:, None] + i2[None, :], mask=mask, other=0.0).to(tl.float32)
-    c1 = tl.load(cos_ptr + angle[:, None] + i1[None, :], mask=mask, other=0.0).to(tl.float32)
-    c2 = tl.load(cos_ptr + angle[:, None] + i2[None, :], mask=mask, other=0.0).to(tl.float32)
-    s1 = tl.load(sin_ptr + angle[:, None] + i1[None, :], mask=mask, other=0.0).to(tl.float32)
-    s2 = tl.load(sin_ptr + angle[:, None] + i2[None, :], mask=mask, other=0.0).to(tl.float32)
+    c1 = tl.load(cos_ptr + angle[:, None] * (2 * half) + i1[None, :], mask=mask, other=0.0).to(tl.float32)
+    c2 = tl.load(cos_ptr + angle[:, None] * (2 * half) + i2[None, :], mask=mask, other=0.0).to(tl.float32)
+    s1 = tl.load(sin_ptr + angle[:, None] * (2 * half) + i1[None, :], mask=mask, other=0.0).to(tl.float32)
+    s2 = tl.load(sin_ptr + angle[:, None] * (2 * half) + i2[None, :], mask=mask, other=0.0).to(tl.float32)
     if BACKWARD:
         y1 = x1 * c1 + x2 * s2
         y2 = x2 * c2 - x1 * s1
@@ -107,8 +109,8 @@ def rope_rows(x_ptr, o_ptr, cos_ptr, sin_ptr, pos_ptr, tile, n_rows, n_heads, sx
 
 
 @tle.jit
-def rope_kernel(q_ptr, k_ptr, cos_ptr, sin_ptr, pos_ptr, qo_ptr, ko_ptr, sq_b, sq_o, sq_i, sk_b, sk_o, sk_i, sc_b,
-                sc_s, sp_b, sp_s, n_batch, n_seq, n_q_heads, n_k_heads, half, n_dim, BLOCK_R: tl.constexpr,
+def rope_kernel(q_ptr, k_ptr, cos_ptr, sin_ptr, pos_ptr, qo_ptr, ko_ptr, sq_b, sq_o, sq_i, sk_b, sk_o, sk_i,
+                c_batch, n_batch, n_seq, n_q_heads, n_k_heads, half, n_dim, BLOCK_R: tl.constexpr,
                 BLOCK_D: tl.constexpr, BLOCK_T: tl.constexpr, HEADS_INNER: tl.constexpr, FLAT: tl.constexpr,
                 INTERLEAVED: tl.constexpr, HAS_POS: tl.constexpr, BACKWARD: tl.constexpr, PARTIAL: tl.constexpr):
     # q and k in one launch: the first cdiv(B * S * Hq, BLOCK_R) programs take q's tiles, the rest k's, counted
@@ -119,12 +121,12 @@ def rope_kernel(q_ptr, k_ptr, cos_ptr, sin_ptr, pos_ptr, qo_ptr, ko_ptr, sq_b, s
     q_tiles = tl.cdiv(q_rows, BLOCK_R)
     last = q_tiles + tl.cdiv(k_rows, BLOCK_R) - 1
     if pid < q_tiles:
-        rope_rows(q_ptr, qo_ptr, cos_ptr, sin_ptr, pos_ptr, pid, q_rows, n_q_heads, sq_b, sq_o, sq_i, sc_b, sc_s,
-                  sp_b, sp_s, n_seq, half, n_dim, BLOCK_R, BLOCK_D, BLOCK_T, HEADS_INNER, FLAT, INTERLEAVED,
+        rope_rows(q_ptr, qo_ptr, cos_ptr, sin_ptr, pos_ptr, pid, q_rows, n_q_heads, sq_b, sq_o, sq_i, c_batch,
+                  n_seq, half, n_dim, BLOCK_R, BLOCK_D, BLOCK_T, HEADS_INNER, FLAT, INTERLEAVED,
                   HAS_POS, BACKWARD, PARTIAL)
     else:
         rope_rows(k_ptr, ko_ptr, cos_ptr, sin_ptr, pos_ptr, last - pid, k_rows, n_k_heads,
-                  sk_b, sk_o, sk_i, sc_b, sc_s, sp_b, sp_s, n_seq, half, n_dim, BLOCK_R, BLOCK_D, BLOCK_T,
+                  sk_b, sk_o, sk_i, c_batch, n_seq, half, n_dim, BLOCK_R, BLOCK_D, BLOCK_T,
                   HEADS_INNER, FLAT, INTERLEAVED, HAS_POS, BACKWARD, PARTIAL)
 
 
@@ -249,18 +251,12 @@ def _launch_args(q, k, cos, sin, position_ids, unsqueeze_dim, interleaved, backw
             xs.append(xr)
             strides += list(xr.stride()[:3])
     r = cos.shape[-1]
-    if position_ids is not None:
-        pos = position_ids if position_ids.dim() == 2 else position_ids[None]
-        sc_b, sc_s = 0, cos.stride(0)
-        sp_b, sp_s = (pos.stride(0) if pos.shape[0] > 1 else 0), pos.stride(1)
-    else:
-        pos = cos                                         # not read
-        c3 = cos if cos.dim() == 3 else cos[None]
-        sc_b, sc_s = (c3.stride(0) if c3.shape[0] > 1 else 0), c3.stride(1)
-        sp_b = sp_s = 0
+    per_batch = position_ids if position_ids is not None else cos      # [B, S, ...], [1, S, ...] or [S, ...]
+    c_batch = s if per_batch.dim() == (2 if position_ids is not None else 3) and per_batch.shape[0] > 1 else 0
+    pos = position_ids if position_ids is not None else cos           # cos: not read
     o_rows = [_rows(_bshd(o, unsqueeze_dim), heads_inner).reshape(-1, d) for o in outs]
     grid = (cdiv(b * s * hq, block_r) + cdiv(b * s * hk, block_r),)
-    args = (*xs, cos, sin, pos, *o_rows, *strides, sc_b, sc_s, sp_b, sp_s, b, s, hq, hk, r // 2, d)
+    args = (*xs, cos, sin, pos, *o_rows, *strides, c_batch, b, s, hq, hk, r // 2, d)
     constexprs = dict(BLOCK_R=block_r, BLOCK_D=max(1, next_power_of_2(r // 2)),
                       BLOCK_T=next_power_of_2(d - r) if r < d else 1, HEADS_INNER=heads_inner, FLAT=flat,
                       INTERLEAVED=interleaved, HAS_POS=position_ids is not None, BACKWARD=backward, PARTIAL=r < d,
