@@ -71,9 +71,9 @@ def rope_rows(x_ptr, o_ptr, cos_ptr, sin_ptr, pos_ptr, tile, n_rows, n_heads, sx
     else:
         s = inner
     if HAS_POS:
-        angle = tl.load(pos_ptr + b * c_batch + s, mask=in_rows, other=0).to(tl.int64)
+        c_row = tl.load(pos_ptr + b * c_batch + s, mask=in_rows, other=0).to(tl.int64)
     else:
-        angle = (b * c_batch + s).to(tl.int64)
+        c_row = (b * c_batch + s).to(tl.int64)
     if FLAT:
         x_row = r.to(tl.int64) * sx_i
     else:
@@ -89,10 +89,10 @@ def rope_rows(x_ptr, o_ptr, cos_ptr, sin_ptr, pos_ptr, tile, n_rows, n_heads, sx
     mask = in_rows[:, None] & (j < half)[None, :]
     x1 = tl.load(x_ptr + x_row[:, None] + i1[None, :], mask=mask, other=0.0).to(tl.float32)
     x2 = tl.load(x_ptr + x_row[:, None] + i2[None, :], mask=mask, other=0.0).to(tl.float32)
-    c1 = tl.load(cos_ptr + angle[:, None] * (2 * half) + i1[None, :], mask=mask, other=0.0).to(tl.float32)
-    c2 = tl.load(cos_ptr + angle[:, None] * (2 * half) + i2[None, :], mask=mask, other=0.0).to(tl.float32)
-    s1 = tl.load(sin_ptr + angle[:, None] * (2 * half) + i1[None, :], mask=mask, other=0.0).to(tl.float32)
-    s2 = tl.load(sin_ptr + angle[:, None] * (2 * half) + i2[None, :], mask=mask, other=0.0).to(tl.float32)
+    c1 = tl.load(cos_ptr + c_row[:, None] * (2 * half) + i1[None, :], mask=mask, other=0.0).to(tl.float32)
+    c2 = tl.load(cos_ptr + c_row[:, None] * (2 * half) + i2[None, :], mask=mask, other=0.0).to(tl.float32)
+    s1 = tl.load(sin_ptr + c_row[:, None] * (2 * half) + i1[None, :], mask=mask, other=0.0).to(tl.float32)
+    s2 = tl.load(sin_ptr + c_row[:, None] * (2 * half) + i2[None, :], mask=mask, other=0.0).to(tl.float32)
     if BACKWARD:
         y1 = x1 * c1 + x2 * s2
         y2 = x2 * c2 - x1 * s1
@@ -251,9 +251,12 @@ def _launch_args(q, k, cos, sin, position_ids, unsqueeze_dim, interleaved, backw
             xs.append(xr)
             strides += list(xr.stride()[:3])
     r = cos.shape[-1]
-    per_batch = position_ids if position_ids is not None else cos      # [B, S, ...], [1, S, ...] or [S, ...]
-    c_batch = s if per_batch.dim() == (2 if position_ids is not None else 3) and per_batch.shape[0] > 1 else 0
-    pos = position_ids if position_ids is not None else cos           # cos: not read
+    # c_batch: how many rows of cos (or of position_ids) apart two batch entries are; 0 where they share them
+    if position_ids is not None:
+        pos, lead = position_ids, position_ids.shape[:-1]
+    else:
+        pos, lead = cos, cos.shape[:-2]                   # pos: not read
+    c_batch = s if len(lead) == 1 and lead[0] > 1 else 0
     o_rows = [_rows(_bshd(o, unsqueeze_dim), heads_inner).reshape(-1, d) for o in outs]
     grid = (cdiv(b * s * hq, block_r) + cdiv(b * s * hk, block_r),)
     args = (*xs, cos, sin, pos, *o_rows, *strides, c_batch, b, s, hq, hk, r // 2, d)

@@ -18,7 +18,7 @@ def rope_kernel(q_ptr, k_ptr, cos_ptr, sin_ptr, pos_ptr, qo_ptr, ko_ptr, sq_b, s
         inner = r % n_seq
         outer = r // n_seq % n_q_heads
         b = r // n_seq // n_q_heads
-        angle = (b * c_batch + inner).to(tl.int64)
+        c_row = (b * c_batch + inner).to(tl.int64)
         x_row = r.to(tl.int64) * tl.cast(sq_i, tl.int64)
         o_row = r.to(tl.int64) * tl.cast(n_dim, tl.int64)
         j = tl.arange(0, 8)
@@ -26,10 +26,10 @@ def rope_kernel(q_ptr, k_ptr, cos_ptr, sin_ptr, pos_ptr, qo_ptr, ko_ptr, sq_b, s
         mask = in_rows[:, None] & (j < half)[None, :]
         x1 = tl.load(q_ptr + x_row[:, None] + j[None, :], mask=mask, other=0.0)
         x2 = tl.load(q_ptr + x_row[:, None] + i2[None, :], mask=mask, other=0.0)
-        c1 = tl.load(cos_ptr + angle[:, None] * tl.cast(2 * half, tl.int64) + j[None, :], mask=mask, other=0.0)
-        c2 = tl.load(cos_ptr + angle[:, None] * tl.cast(2 * half, tl.int64) + i2[None, :], mask=mask, other=0.0)
-        s1 = tl.load(sin_ptr + angle[:, None] * tl.cast(2 * half, tl.int64) + j[None, :], mask=mask, other=0.0)
-        s2 = tl.load(sin_ptr + angle[:, None] * tl.cast(2 * half, tl.int64) + i2[None, :], mask=mask, other=0.0)
+        c1 = tl.load(cos_ptr + c_row[:, None] * tl.cast(2 * half, tl.int64) + j[None, :], mask=mask, other=0.0)
+        c2 = tl.load(cos_ptr + c_row[:, None] * tl.cast(2 * half, tl.int64) + i2[None, :], mask=mask, other=0.0)
+        s1 = tl.load(sin_ptr + c_row[:, None] * tl.cast(2 * half, tl.int64) + j[None, :], mask=mask, other=0.0)
+        s2 = tl.load(sin_ptr + c_row[:, None] * tl.cast(2 * half, tl.int64) + i2[None, :], mask=mask, other=0.0)
         y1 = x1 * c1 - x2 * s1
         y2 = x2 * c2 + x1 * s2
         tl.store(qo_ptr + o_row[:, None] + j[None, :], y1, mask=mask)
@@ -44,7 +44,7 @@ def rope_kernel(q_ptr, k_ptr, cos_ptr, sin_ptr, pos_ptr, qo_ptr, ko_ptr, sq_b, s
         inner_1 = r_1 % n_seq
         outer_1 = r_1 // n_seq % n_k_heads
         b_1 = r_1 // n_seq // n_k_heads
-        angle_1 = (b_1 * c_batch + inner_1).to(tl.int64)
+        c_row_1 = (b_1 * c_batch + inner_1).to(tl.int64)
         x_row_1 = r_1.to(tl.int64) * tl.cast(sk_i, tl.int64)
         o_row_1 = r_1.to(tl.int64) * tl.cast(n_dim, tl.int64)
         j_1 = tl.arange(0, 8)
@@ -52,10 +52,10 @@ def rope_kernel(q_ptr, k_ptr, cos_ptr, sin_ptr, pos_ptr, qo_ptr, ko_ptr, sq_b, s
         mask_1 = in_rows_1[:, None] & (j_1 < half)[None, :]
         x1_1 = tl.load(k_ptr + x_row_1[:, None] + j_1[None, :], mask=mask_1, other=0.0)
         x2_1 = tl.load(k_ptr + x_row_1[:, None] + i2_1[None, :], mask=mask_1, other=0.0)
-        c1_1 = tl.load(cos_ptr + angle_1[:, None] * tl.cast(2 * half, tl.int64) + j_1[None, :], mask=mask_1, other=0.0)
-        c2_1 = tl.load(cos_ptr + angle_1[:, None] * tl.cast(2 * half, tl.int64) + i2_1[None, :], mask=mask_1, other=0.0)
-        s1_1 = tl.load(sin_ptr + angle_1[:, None] * tl.cast(2 * half, tl.int64) + j_1[None, :], mask=mask_1, other=0.0)
-        s2_1 = tl.load(sin_ptr + angle_1[:, None] * tl.cast(2 * half, tl.int64) + i2_1[None, :], mask=mask_1, other=0.0)
+        c1_1 = tl.load(cos_ptr + c_row_1[:, None] * tl.cast(2 * half, tl.int64) + j_1[None, :], mask=mask_1, other=0.0)
+        c2_1 = tl.load(cos_ptr + c_row_1[:, None] * tl.cast(2 * half, tl.int64) + i2_1[None, :], mask=mask_1, other=0.0)
+        s1_1 = tl.load(sin_ptr + c_row_1[:, None] * tl.cast(2 * half, tl.int64) + j_1[None, :], mask=mask_1, other=0.0)
+        s2_1 = tl.load(sin_ptr + c_row_1[:, None] * tl.cast(2 * half, tl.int64) + i2_1[None, :], mask=mask_1, other=0.0)
         y1_1 = x1_1 * c1_1 - x2_1 * s1_1
         y2_1 = x2_1 * c2_1 + x1_1 * s2_1
         tl.store(ko_ptr + o_row_1[:, None] + j_1[None, :], y1_1, mask=mask_1)
