@@ -58,11 +58,11 @@ def test_tiles_of_a_few_rows(backend, monkeypatch):
         check(backend)
 
 
-def _strided(base64):
+def _strided(leaves):
     """From leaves [B, S, H, D] and [B, S, (H + Hk) * D]: q and k as Hugging Face's attention makes them,
     [B, H, S, D] views of [B, S, H, D] projections (rows evenly spaced in memory, heads inner); the same sliced
     out of one fused projection (rows not evenly spaced); one of each."""
-    q, k, qk = base64
+    q, k, qk = leaves
     h, hk = q.shape[2], k.shape[2]
     fq = qk[..., :h * 16].unflatten(-1, (h, 16)).transpose(1, 2)
     fk = qk[..., h * 16:].unflatten(-1, (hk, 16)).transpose(1, 2)
