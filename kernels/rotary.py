@@ -13,11 +13,15 @@ or [S, R]; with position_ids [B or 1, S], cos and sin are tables [P, R] and row 
 (the older Hugging Face form). cos and sin are not differentiated (a cos or sin that requires grad is an
 error); the outputs have q's and k's dtype, computed in fp32 and rounded once.
 
-The kernel: one program per tile of BLOCK_S consecutive positions of one batch entry and a group of HEADS heads
-(grid (B * cdiv(S, BLOCK_S), H / HEADS); q and k are two launches). It reads the tile's cos and sin once, as
-[BLOCK_S, R/2] halves, and rotates its heads one after another, each head's halves read as [BLOCK_S, R/2] tiles
-by strides, so both layouts are read in place (TILES picks the tile by which of them x has). The backward is
-the same kernel with the rotation transposed:
+The kernel streams q and k as rows of D features, in one launch: a program takes BLOCK_R consecutive rows of
+one of them, numbered as they lie in memory ([B, H, S] for q [B, H, S, D] in memory, [B, S, H] for [B, S, H, D];
+q's order for both). Each row's batch entry and position come from its number by a division a row, and its
+cos and sin rows are gathered by them (they are small and stay in L2). A tile is [BLOCK_R, R/2] a half, with no
+loop over heads, so a program's loads are all in flight at once, as an element-wise kernel's are. Where the rows
+of q and of k are evenly spaced in memory (contiguous, or a [B, H, S, D] view of [B, S, H, D]) the kernel reads
+them as [rows, D] (boxes for TileLang); otherwise by the rows' strides (a slice of a fused projection). The
+outputs are laid out as q's rows lie, so they are written as q is read. TILES holds the tile by row order. The
+backward is the same kernel with the rotation transposed:
     dx1 = g1 * cos1 + g2 * sin2,    dx2 = g2 * cos2 - g1 * sin1."""
 from __future__ import annotations
 
@@ -34,33 +38,47 @@ from tle.oplib.recipe import Recipe, Stage
 from tle.oplib.rows import torch_compute_dtype
 
 POSITION_DTYPES = (torch.int64, torch.int32)
-# (BLOCK_S, HEADS, num_warps) of a launch, by which rows of x are contiguous. [B, H, S, D]: a head's positions, so
-# a program reads HEADS runs of BLOCK_S * D elements; 16 positions x 4 heads (16 KB of bf16 read at D = 128) hold
-# the angles in 64 registers a thread, fit eight programs on an SM and launch thousands of programs at Llama's
-# shapes. [B, S, H, D]: a position's heads, so more heads and fewer positions make a program's reads one run of
-# BLOCK_S * HEADS * D elements.
-TILES = {"heads outer": (16, 4, 4), "positions outer": (8, 16, 2)}
+# (BLOCK_R, num_warps) of the launch, by which rows of q lie next to each other in memory: "positions inner"
+# ([B, H, S, D] memory) or "heads inner" ([B, S, H, D] memory). 32 rows of D = 128 bf16 features are 8 KB read a
+# program, and the row's angles 8 KB more from L2.
+TILES = {"positions inner": (32, 4), "heads inner": (32, 4)}
 
 
 @tle.jit
-def rope_kernel(x_ptr, cos_ptr, sin_ptr, pos_ptr, out_ptr, sx_b, sx_s, sx_h, so_b, so_s, so_h, sc_b, sc_s,
-                sp_b, sp_s, n_seq, half, n_dim, BLOCK_S: tl.constexpr, HEADS: tl.constexpr, BLOCK_D: tl.constexpr,
-                BLOCK_T: tl.constexpr, INTERLEAVED: tl.constexpr, HAS_POS: tl.constexpr, BACKWARD: tl.constexpr,
-                PARTIAL: tl.constexpr):
-    # x and out addressed as [B, S, H, D] by their strides (the feature stride is 1). Program (i, j): positions
-    # [s0, s0 + BLOCK_S) of batch entry b = i // cdiv(S, BLOCK_S), heads [j * HEADS, (j + 1) * HEADS) (HEADS
-    # divides H). cos and sin rows [R] at b * sc_b + s * sc_s, or with HAS_POS at row pos[b, s] of a table
-    pid = tl.program_id(0)
-    n_tiles = tl.cdiv(n_seq, BLOCK_S)
-    b = pid // n_tiles
-    s0 = (pid % n_tiles) * BLOCK_S
-    h0 = tl.program_id(1) * HEADS
-    seq = s0 + tl.arange(0, BLOCK_S)
-    in_seq = seq < n_seq
-    if HAS_POS:
-        rows = tl.load(pos_ptr + b * sp_b + seq * sp_s, mask=in_seq, other=0).to(tl.int64) * sc_s
+def rope_rows(x_ptr, o_ptr, cos_ptr, sin_ptr, pos_ptr, tile, n_rows, n_heads, sx_b, sx_o, sx_i, c_batch, n_seq,
+              half, n_dim, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_T: tl.constexpr,
+              HEADS_INNER: tl.constexpr, FLAT: tl.constexpr, INTERLEAVED: tl.constexpr, HAS_POS: tl.constexpr,
+              BACKWARD: tl.constexpr, PARTIAL: tl.constexpr):
+    # Rows [tile * BLOCK_R, (tile + 1) * BLOCK_R) of x, its rows of D features numbered in the order [B, S, H]
+    # (HEADS_INNER) or [B, H, S]: row r is (b, outer, inner) = (r // (O * I), r // I % O, r % I), by a division
+    # a row. x's row at b * sx_b + outer * sx_o + inner * sx_i, or with FLAT (rows evenly spaced) at r * sx_i;
+    # out's at r * n_dim. cos and sin are contiguous rows of R = 2 * half: row b * c_batch + s, or with HAS_POS
+    # row pos[b * c_batch + s] of a table (c_batch 0 where all batch entries share one); the row number times R
+    # in the address itself lets both backends see the rows 16-byte aligned and read them in vectors
+    r = tile * BLOCK_R + tl.arange(0, BLOCK_R)
+    in_rows = r < n_rows
+    if HEADS_INNER:
+        n_inner = n_heads
+        n_outer = n_seq
     else:
-        rows = b.to(tl.int64) * sc_b + seq.to(tl.int64) * sc_s
+        n_inner = n_seq
+        n_outer = n_heads
+    inner = r % n_inner
+    outer = r // n_inner % n_outer
+    b = r // n_inner // n_outer
+    if HEADS_INNER:
+        s = outer
+    else:
+        s = inner
+    if HAS_POS:
+        c_row = tl.load(pos_ptr + b * c_batch + s, mask=in_rows, other=0).to(tl.int64)
+    else:
+        c_row = (b * c_batch + s).to(tl.int64)
+    if FLAT:
+        x_row = r.to(tl.int64) * sx_i
+    else:
+        x_row = b.to(tl.int64) * sx_b + outer.to(tl.int64) * sx_o + inner.to(tl.int64) * sx_i
+    o_row = r.to(tl.int64) * n_dim
     j = tl.arange(0, BLOCK_D)
     if INTERLEAVED:
         i1 = 2 * j
@@ -68,32 +86,80 @@ def rope_kernel(x_ptr, cos_ptr, sin_ptr, pos_ptr, out_ptr, sx_b, sx_s, sx_h, so_
     else:
         i1 = j
         i2 = j + half
-    mask = in_seq[:, None] & (j < half)[None, :]
-    # the angles of the tile, read once for all HEADS heads
-    c1 = tl.load(cos_ptr + rows[:, None] + i1[None, :], mask=mask, other=0.0).to(tl.float32)
-    c2 = tl.load(cos_ptr + rows[:, None] + i2[None, :], mask=mask, other=0.0).to(tl.float32)
-    s1 = tl.load(sin_ptr + rows[:, None] + i1[None, :], mask=mask, other=0.0).to(tl.float32)
-    s2 = tl.load(sin_ptr + rows[:, None] + i2[None, :], mask=mask, other=0.0).to(tl.float32)
-    x_tile = x_ptr + b.to(tl.int64) * sx_b + seq.to(tl.int64)[:, None] * sx_s
-    o_tile = out_ptr + b.to(tl.int64) * so_b + seq.to(tl.int64)[:, None] * so_s
-    for i in range(HEADS):
-        h = h0 + i
-        xh = x_tile + h.to(tl.int64) * sx_h
-        oh = o_tile + h.to(tl.int64) * so_h
-        x1 = tl.load(xh + i1[None, :], mask=mask, other=0.0).to(tl.float32)
-        x2 = tl.load(xh + i2[None, :], mask=mask, other=0.0).to(tl.float32)
-        if BACKWARD:
-            y1 = x1 * c1 + x2 * s2
-            y2 = x2 * c2 - x1 * s1
-        else:
-            y1 = x1 * c1 - x2 * s1
-            y2 = x2 * c2 + x1 * s2
-        tl.store(oh + i1[None, :], y1.to(out_ptr.dtype.element_ty), mask=mask)
-        tl.store(oh + i2[None, :], y2.to(out_ptr.dtype.element_ty), mask=mask)
-        if PARTIAL:             # the features past the rotated ones pass through
-            t = 2 * half + tl.arange(0, BLOCK_T)
-            tmask = in_seq[:, None] & (t < n_dim)[None, :]
-            tl.store(oh + t[None, :], tl.load(xh + t[None, :], mask=tmask, other=0.0), mask=tmask)
+    mask = in_rows[:, None] & (j < half)[None, :]
+    x1 = tl.load(x_ptr + x_row[:, None] + i1[None, :], mask=mask, other=0.0).to(tl.float32)
+    x2 = tl.load(x_ptr + x_row[:, None] + i2[None, :], mask=mask, other=0.0).to(tl.float32)
+    c1 = tl.load(cos_ptr + c_row[:, None] * (2 * half) + i1[None, :], mask=mask, other=0.0).to(tl.float32)
+    c2 = tl.load(cos_ptr + c_row[:, None] * (2 * half) + i2[None, :], mask=mask, other=0.0).to(tl.float32)
+    s1 = tl.load(sin_ptr + c_row[:, None] * (2 * half) + i1[None, :], mask=mask, other=0.0).to(tl.float32)
+    s2 = tl.load(sin_ptr + c_row[:, None] * (2 * half) + i2[None, :], mask=mask, other=0.0).to(tl.float32)
+    if BACKWARD:
+        y1 = x1 * c1 + x2 * s2
+        y2 = x2 * c2 - x1 * s1
+    else:
+        y1 = x1 * c1 - x2 * s1
+        y2 = x2 * c2 + x1 * s2
+    tl.store(o_ptr + o_row[:, None] + i1[None, :], y1.to(o_ptr.dtype.element_ty), mask=mask)
+    tl.store(o_ptr + o_row[:, None] + i2[None, :], y2.to(o_ptr.dtype.element_ty), mask=mask)
+    if PARTIAL:                 # the features past the rotated ones pass through
+        t = 2 * half + tl.arange(0, BLOCK_T)
+        tmask = in_rows[:, None] & (t < n_dim)[None, :]
+        tl.store(o_ptr + o_row[:, None] + t[None, :], tl.load(x_ptr + x_row[:, None] + t[None, :], mask=tmask,
+                                                              other=0.0), mask=tmask)
+
+
+@tle.jit
+def rope_kernel(q_ptr, k_ptr, cos_ptr, sin_ptr, pos_ptr, qo_ptr, ko_ptr, sq_b, sq_o, sq_i, sk_b, sk_o, sk_i,
+                c_batch, n_batch, n_seq, n_q_heads, n_k_heads, half, n_dim, BLOCK_R: tl.constexpr,
+                BLOCK_D: tl.constexpr, BLOCK_T: tl.constexpr, HEADS_INNER: tl.constexpr, FLAT: tl.constexpr,
+                INTERLEAVED: tl.constexpr, HAS_POS: tl.constexpr, BACKWARD: tl.constexpr, PARTIAL: tl.constexpr):
+    # q and k in one launch: the first cdiv(B * S * Hq, BLOCK_R) programs take q's tiles, the rest k's, counted
+    # from the last program down (a tile index that is plainly never negative, so TileLang copies k's boxes)
+    pid = tl.program_id(0)
+    q_rows = n_batch * n_seq * n_q_heads
+    k_rows = n_batch * n_seq * n_k_heads
+    q_tiles = tl.cdiv(q_rows, BLOCK_R)
+    last = q_tiles + tl.cdiv(k_rows, BLOCK_R) - 1
+    if pid < q_tiles:
+        rope_rows(q_ptr, qo_ptr, cos_ptr, sin_ptr, pos_ptr, pid, q_rows, n_q_heads, sq_b, sq_o, sq_i, c_batch,
+                  n_seq, half, n_dim, BLOCK_R, BLOCK_D, BLOCK_T, HEADS_INNER, FLAT, INTERLEAVED,
+                  HAS_POS, BACKWARD, PARTIAL)
+    else:
+        rope_rows(k_ptr, ko_ptr, cos_ptr, sin_ptr, pos_ptr, last - pid, k_rows, n_k_heads,
+                  sk_b, sk_o, sk_i, c_batch, n_seq, half, n_dim, BLOCK_R, BLOCK_D, BLOCK_T,
+                  HEADS_INNER, FLAT, INTERLEAVED, HAS_POS, BACKWARD, PARTIAL)
+
+
+# -- the row order: the kernel numbers the rows of D features as they lie in memory ----------------------
+def _bshd(x, unsqueeze_dim):
+    """x as [B, S, H, D] (a view: unsqueeze_dim 1 means x is [B, H, S, D]); its own inverse."""
+    return x.transpose(1, 2) if unsqueeze_dim == 1 else x
+
+
+def _heads_inner(xv):
+    """Whether the rows of xv [B, S, H, D] lie in memory as [B, S, H] (else as [B, H, S]): the order the kernel
+    numbers them in. With one head or one position the two orders are one."""
+    _, s, h, _ = xv.shape
+    return s > 1 and h > 1 and xv.stride(2) < xv.stride(1)
+
+
+def _rows(xv, heads_inner):
+    """xv [B, S, H, D] as [B, O, I, D], its rows in the kernel's order (a view)."""
+    return xv if heads_inner else xv.transpose(1, 2)
+
+
+def _empty_rows(x, unsqueeze_dim, heads_inner):
+    """An output like x whose rows are contiguous in the kernel's order (for q as [B, S, H, D] in memory, a
+    [B, H, S, D] view of that), so the kernel writes it as it reads q."""
+    b, s, h, d = _bshd(x, unsqueeze_dim).shape
+    ov = x.new_empty(b, s, h, d) if heads_inner else x.new_empty(b, h, s, d).transpose(1, 2)
+    return _bshd(ov, unsqueeze_dim)
+
+
+def _outputs(q, k, unsqueeze_dim):
+    """Empty (q_embed, k_embed) laid out by q's row order (_empty_rows): every backend's results and the fakes."""
+    heads_inner = _heads_inner(_bshd(q, unsqueeze_dim))
+    return tuple(_empty_rows(x, unsqueeze_dim, heads_inner) for x in (q, k))
 
 
 # -- the torch backend: the same arithmetic in fp32 (fp64 for fp64 inputs) ----------------------------------
@@ -134,90 +200,113 @@ def _torch_rope(x, cos, sin, position_ids, unsqueeze_dim, interleaved, backward)
     return torch.cat((y, tail), dim=-1).to(x.dtype)
 
 
+def _torch_stage(q, k, cos, sin, position_ids, unsqueeze_dim, interleaved, backward):
+    """The results laid out as the kernels lay theirs (_outputs)."""
+    return tuple(o.copy_(_torch_rope(x, cos, sin, position_ids, unsqueeze_dim, interleaved, backward))
+                 for o, x in zip(_outputs(q, k, unsqueeze_dim), (q, k)))
+
+
 def _torch_forward(q, k, cos, sin, position_ids, unsqueeze_dim, interleaved):
-    return tuple(_torch_rope(x, cos, sin, position_ids, unsqueeze_dim, interleaved, False) for x in (q, k))
+    return _torch_stage(q, k, cos, sin, position_ids, unsqueeze_dim, interleaved, False)
 
 
 def _torch_backward(dq, dk, cos, sin, position_ids, unsqueeze_dim, interleaved):
-    return tuple(_torch_rope(g, cos, sin, position_ids, unsqueeze_dim, interleaved, True) for g in (dq, dk))
+    return _torch_stage(dq, dk, cos, sin, position_ids, unsqueeze_dim, interleaved, True)
 
 
 # -- the kernel backends ------------------------------------------------------------------------------------
-def _bshd(x, unsqueeze_dim):
-    """x as [B, S, H, D] (a view: unsqueeze_dim 1 means x is [B, H, S, D])."""
-    return x.transpose(1, 2) if unsqueeze_dim == 1 else x
+def _row_step(xr):
+    """The distance between consecutive rows of xr [B, O, I, D] when they are evenly spaced, else None."""
+    step = want = None
+    for size, stride in zip(reversed(xr.shape[:3]), reversed(xr.stride()[:3])):
+        if size == 1:
+            continue
+        if want is not None and stride != want:
+            return None
+        step = stride if step is None else step
+        want = stride * size
+    return xr.shape[3] if step is None else step
 
 
-def _tiling(xv):
-    """(BLOCK_S, HEADS, num_warps) for x viewed as [B, S, H, D], from TILES."""
-    _, s, h, _ = xv.shape
-    block_s, heads, warps = TILES["heads outer" if xv.stride(2) >= xv.stride(1) else "positions outer"]
-    block_s = min(block_s, next_power_of_2(s))
-    heads = max(g for g in range(1, min(heads, h) + 1) if h % g == 0)      # a divisor: no head is masked
-    return block_s, heads, warps
-
-
-def _launch(x, cos, sin, position_ids, unsqueeze_dim, interleaved, backward, backend):
-    out = torch.empty_like(x, memory_format=torch.contiguous_format)
-    xv, ov = _bshd(x, unsqueeze_dim), _bshd(out, unsqueeze_dim)
-    b, s, h, d = xv.shape
-    if xv.numel() == 0:
-        return out
+def _launch_args(q, k, cos, sin, position_ids, unsqueeze_dim, interleaved, backward, tile):
+    """(grid, args, constexprs, (q_out, k_out)) of rope_kernel over q and k; tile (BLOCK_R, num_warps), by
+    default TILES' entry for q's row order. Evenly spaced rows (FLAT) are passed as [rows, D] views, so the
+    TileLang lowering reads them as boxes."""
+    qv, kv = _bshd(q, unsqueeze_dim), _bshd(k, unsqueeze_dim)
+    heads_inner = _heads_inner(qv)
+    outs = _outputs(q, k, unsqueeze_dim)
+    block_r, warps = tile or TILES["heads inner" if heads_inner else "positions inner"]
+    b, s, hq, d = qv.shape
+    hk = kv.shape[2]
+    xrs = [_rows(x, heads_inner) for x in (qv, kv)]
+    steps = [_row_step(x) for x in xrs]
+    flat = None not in steps
+    xs, strides = [], []
+    for xr, step in zip(xrs, steps):
+        _, n_outer, n_inner, _ = xr.shape
+        if flat:
+            xs.append(xr.as_strided((xr.shape[0] * n_outer * n_inner, d), (step, 1), xr.storage_offset()))
+            strides += [step * n_outer * n_inner, step * n_inner, step]
+        else:
+            xs.append(xr)
+            strides += list(xr.stride()[:3])
     r = cos.shape[-1]
-    half = r // 2
+    # c_batch: how many rows of cos (or of position_ids) apart two batch entries are; 0 where they share them
     if position_ids is not None:
-        pos = position_ids if position_ids.dim() == 2 else position_ids[None]
-        sc_b, sc_s = 0, cos.stride(0)
-        sp_b, sp_s = (pos.stride(0) if pos.shape[0] > 1 else 0), pos.stride(1)
+        pos, lead = position_ids, position_ids.shape[:-1]
     else:
-        pos = cos                                         # not read
-        c3 = cos if cos.dim() == 3 else cos[None]
-        sc_b, sc_s = (c3.stride(0) if c3.shape[0] > 1 else 0), c3.stride(1)
-        sp_b = sp_s = 0
-    block_d = max(1, next_power_of_2(half))
-    block_s, heads, warps = _tiling(xv)
-    partial = r < d
-    block_t = next_power_of_2(d - r) if partial else 1
-    grid = (b * cdiv(s, block_s), h // heads)
-    rope_kernel[grid](xv, cos, sin, pos, ov, xv.stride(0), xv.stride(1), xv.stride(2), ov.stride(0), ov.stride(1),
-                      ov.stride(2), sc_b, sc_s, sp_b, sp_s, s, half, d, BLOCK_S=block_s, HEADS=heads,
-                      BLOCK_D=block_d, BLOCK_T=block_t, INTERLEAVED=interleaved, HAS_POS=position_ids is not None,
-                      BACKWARD=backward, PARTIAL=partial, backend=backend, num_warps=warps)
-    return out
+        pos, lead = cos, cos.shape[:-2]                   # pos: not read
+    c_batch = s if len(lead) == 1 and lead[0] > 1 else 0
+    o_rows = [_rows(_bshd(o, unsqueeze_dim), heads_inner).reshape(-1, d) for o in outs]
+    grid = (cdiv(b * s * hq, block_r) + cdiv(b * s * hk, block_r),)
+    args = (*xs, cos, sin, pos, *o_rows, *strides, c_batch, b, s, hq, hk, r // 2, d)
+    constexprs = dict(BLOCK_R=block_r, BLOCK_D=max(1, next_power_of_2(r // 2)),
+                      BLOCK_T=next_power_of_2(d - r) if r < d else 1, HEADS_INNER=heads_inner, FLAT=flat,
+                      INTERLEAVED=interleaved, HAS_POS=position_ids is not None, BACKWARD=backward, PARTIAL=r < d,
+                      num_warps=warps)
+    return grid, args, constexprs, outs
+
+
+def _launch(q, k, cos, sin, position_ids, unsqueeze_dim, interleaved, backward, backend):
+    grid, args, constexprs, outs = _launch_args(q, k, cos, sin, position_ids, unsqueeze_dim, interleaved, backward,
+                                                None)
+    if grid[0]:
+        rope_kernel[grid](*args, backend=backend, **constexprs)
+    return outs
 
 
 def _kernel_forward(q, k, cos, sin, position_ids, unsqueeze_dim, interleaved, backend):
-    return tuple(_launch(x, cos, sin, position_ids, unsqueeze_dim, interleaved, False, backend) for x in (q, k))
+    return _launch(q, k, cos, sin, position_ids, unsqueeze_dim, interleaved, False, backend)
 
 
 def _kernel_backward(dq, dk, cos, sin, position_ids, unsqueeze_dim, interleaved, backend):
-    return tuple(_launch(g, cos, sin, position_ids, unsqueeze_dim, interleaved, True, backend) for g in (dq, dk))
+    return _launch(dq, dk, cos, sin, position_ids, unsqueeze_dim, interleaved, True, backend)
 
 
 # -- example launches (tle show / compare, the kernel tests and goldens) -----------------------------------
 @tle.example(rope_kernel)
 def _example(device, size):
-    """Queries [B, H, S, D] rotated in the half-split form, partially (R < D), in tiles of 4 positions and 2 heads
-    over small (the last tile of positions masked); Llama's 2x32x4096x128 bf16 in the operator's tiles over large."""
+    """Queries [B, H, S, D] and keys with fewer heads rotated in the half-split form, partially (R < D), in tiles
+    of 8 rows over small (the last tile of each tensor masked); Llama's 2x32x8x4096x128 bf16 in the operator's
+    tile over large."""
     small = size == "small"
-    (b, h, s, d, r), dtype = ((2, 4, 5, 20, 16), torch.float32) if small else ((2, 32, 4096, 128, 128), torch.bfloat16)
-    x = torch.randn(b, h, s, d, device=device).to(dtype)
+    (b, h, hk, s, d, r), dtype = (((2, 4, 2, 5, 20, 16), torch.float32) if small else
+                                  ((2, 32, 8, 4096, 128, 128), torch.bfloat16))
+    q, k = torch.randn(b, h, s, d, device=device).to(dtype), torch.randn(b, hk, s, d, device=device).to(dtype)
     angles = torch.rand(b, s, r // 2, device=device) * 6.3
     cos, sin = torch.cat([angles.cos()] * 2, -1).to(dtype), torch.cat([angles.sin()] * 2, -1).to(dtype)
-    out = torch.full_like(x, float("nan"))
-    xv, ov = x.transpose(1, 2), out.transpose(1, 2)
-    block_d = next_power_of_2(r // 2)
-    block_s, heads, warps = (4, 2, 2) if small else _tiling(xv)
-    return tle.Launch(grid=(b * cdiv(s, block_s), h // heads),
-                      args=(xv, cos, sin, cos, ov, *xv.stride()[:3], *ov.stride()[:3], cos.stride(0), cos.stride(1),
-                            0, 0, s, r // 2, d),
-                      kwargs=dict(BLOCK_S=block_s, HEADS=heads, BLOCK_D=block_d, BLOCK_T=next_power_of_2(max(d - r, 1)),
-                                  INTERLEAVED=False, HAS_POS=False, BACKWARD=False, PARTIAL=r < d, num_warps=warps),
-                      outputs={"out": out},
-                      reference=lambda: {"out": _torch_rope(x.float(), cos.float(), sin.float(), None, 1, False,
-                                                            False)},
-                      bytes=2 * x.numel() * x.element_size() + 2 * cos.numel() * cos.element_size(),
-                      label=f"{b}x{h}x{s}x{d} rotary {r} {str(dtype)[6:]}")
+    grid, args, constexprs, (q_out, k_out) = _launch_args(q, k, cos, sin, None, 1, False, False,
+                                                          (8, 2) if small else None)
+    q_out.fill_(float("nan"))
+    k_out.fill_(float("nan"))
+
+    def reference():
+        want = _torch_forward(q.float(), k.float(), cos.float(), sin.float(), None, 1, False)
+        return dict(zip(("q_out", "k_out"), want))
+    return tle.Launch(grid=grid, args=args, kwargs=constexprs, outputs={"q_out": q_out, "k_out": k_out},
+                      reference=reference,
+                      bytes=2 * (q.numel() + k.numel()) * q.element_size() + 2 * cos.numel() * cos.element_size(),
+                      label=f"{b}x{h}x{hk}x{s}x{d} rotary {r} {str(dtype)[6:]}")
 
 
 # -- the operator's recipe: its custom ops and autograd ---------------------------------------------------
@@ -249,11 +338,10 @@ def _grads(ctx, backward, dq, dk):
 ROTARY = Recipe(
     "apply_rotary_pos_emb",
     forward=Stage(torch=_torch_forward, kernels=_kernel_forward, adapt=_adapt,
-                  fake=lambda q, k, *_: (torch.empty_like(q, memory_format=torch.contiguous_format),
-                                         torch.empty_like(k, memory_format=torch.contiguous_format))),
+                  fake=lambda q, k, cos, sin, position_ids, unsqueeze_dim, interleaved: _outputs(q, k, unsqueeze_dim)),
     backward=Stage(torch=_torch_backward, kernels=_kernel_backward, adapt=_backward_adapt,
-                   fake=lambda dq, dk, *_: (torch.empty_like(dq, memory_format=torch.contiguous_format),
-                                            torch.empty_like(dk, memory_format=torch.contiguous_format))),
+                   fake=lambda dq, dk, cos, sin, position_ids, unsqueeze_dim, interleaved:
+                   _outputs(dq, dk, unsqueeze_dim)),
     save=_save, grads=_grads)
 
 
@@ -335,7 +423,9 @@ def samples(device, dtype):
             Sample((t(2, 3, 5, 24), t(2, 1, 5, 24), cos, sin), label="partial rotary (16 of 24)"),
             Sample((t(2, 3, 5, 8), t(2, 3, 5, 8), table_cos, table_sin, pos), label="position_ids into a table"),
             Sample((t(1, 2, 5, 16), t(1, 2, 5, 16), cos[0], sin[0]), label="cos [S, R]"),
-            Sample((t(2, 33, 5, 16), t(2, 3, 5, 16), cos, sin), label="33 heads (a block of 64, masked)")]
+            Sample((t(2, 33, 5, 16), t(2, 3, 5, 16), cos, sin), label="33 heads"),
+            Sample((t(2, 5, 3, 16).transpose(1, 2), t(2, 5, 2, 16).transpose(1, 2), cos, sin),
+                   label="[B, H, S, D] views of [B, S, H, D] (Hugging Face's)")]
 
 
 def _bench_make(shape, dtype, device):

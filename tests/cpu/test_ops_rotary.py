@@ -2,6 +2,8 @@
 and 2), GQA, the interleaved form, partial rotary, position_ids into a table, cos [S, R], forward and
 backward on the torch backend, the Triton kernel in Triton's interpreter and the TileLang kernel through the
 interpreter of TileLang programs; bad inputs."""
+import contextlib
+
 import pytest
 import torch
 
@@ -45,10 +47,10 @@ def test_tilelang_through_interpreter():
 
 
 @pytest.mark.parametrize("backend", ["triton", pytest.param("tilelang", marks=needs_tilelang)])
-def test_several_tiles_a_sequence_and_head_groups(backend, monkeypatch):
-    """Tiles of 2 positions and up to 3 heads: the samples' 5 positions end in a masked tile, and their head
-    counts split into groups of a divisor (4 heads into 2 of 2, 33 into 11 of 3), in both layouts."""
-    monkeypatch.setattr(rotary, "TILES", dict.fromkeys(rotary.TILES, (2, 3, 1)))
+def test_tiles_of_a_few_rows(backend, monkeypatch):
+    """Tiles of 4 rows: a tile spans heads, positions and batch entries in either row order, and the last tile
+    of some tensors (15 rows, 330 rows) is masked."""
+    monkeypatch.setattr(rotary, "TILES", dict.fromkeys(rotary.TILES, (4, 1)))
     if backend == "tilelang":
         with tilelang_through_interpreter():
             check(backend)
@@ -56,14 +58,39 @@ def test_several_tiles_a_sequence_and_head_groups(backend, monkeypatch):
         check(backend)
 
 
-def test_a_non_contiguous_layout_is_read_in_place():
+def _strided(leaves):
+    """From leaves [B, S, H, D] and [B, S, (H + Hk) * D]: q and k as Hugging Face's attention makes them,
+    [B, H, S, D] views of [B, S, H, D] projections (rows evenly spaced in memory, heads inner); the same sliced
+    out of one fused projection (rows not evenly spaced); one of each."""
+    q, k, qk = leaves
+    h, hk = q.shape[2], k.shape[2]
+    fq = qk[..., :h * 16].unflatten(-1, (h, 16)).transpose(1, 2)
+    fk = qk[..., h * 16:].unflatten(-1, (hk, 16)).transpose(1, 2)
+    return [(q.transpose(1, 2), k.transpose(1, 2)), (fq, fk), (q.transpose(1, 2), fk)]
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton", pytest.param("tilelang", marks=needs_tilelang)])
+def test_strided_inputs_are_read_in_place(backend):
+    """The outputs (and gradients) are laid out as q's rows lie: [B, H, S, D] views of [B, S, H, D] memory."""
     g = torch.Generator().manual_seed(1)
-    q = torch.randn(2, 5, 3, 16, generator=g).transpose(1, 2)          # [B, H, S, D] view of [B, S, H, D]
-    k = torch.randn(2, 5, 1, 16, generator=g).transpose(1, 2)
+    bases = [torch.randn(*shape, generator=g) for shape in ((2, 5, 3, 16), (2, 5, 2, 16), (2, 5, 80))]
     cos, sin = rotary._angles(2, 5, 16, "cpu", torch.float32, g)
-    want = rotary.reference(q.double(), k.double(), cos.double(), sin.double())
-    for got, w in zip(tle.ops.apply_rotary_pos_emb(q, k, cos, sin, backend="triton"), want):
-        torch.testing.assert_close(got.double(), w, atol=1e-5, rtol=1e-5)
+    for i in range(3):
+        leaves = [t.clone().requires_grad_() for t in bases]
+        leaves64 = [t.double().requires_grad_() for t in bases]
+        (q, k), (q64, k64) = _strided(leaves)[i], _strided(leaves64)[i]
+        want = rotary.reference(q64, k64, cos.double(), sin.double())
+        dys = [torch.randn(w.shape, generator=g, dtype=torch.float64) for w in want]
+        with tilelang_through_interpreter() if backend == "tilelang" else contextlib.nullcontext():
+            got = tle.ops.apply_rotary_pos_emb(q, k, cos, sin, backend=backend)
+            torch.autograd.backward(got, [d.float() for d in dys])
+        torch.autograd.backward(want, dys)
+        for o, w in zip(got, want):
+            assert o.transpose(1, 2).is_contiguous()
+            torch.testing.assert_close(o.double(), w, atol=1e-5, rtol=1e-5)
+        for x, x64 in zip(leaves, leaves64):
+            if x64.grad is not None:
+                torch.testing.assert_close(x.grad.double(), x64.grad, atol=1e-5, rtol=1e-5)
 
 
 Q, K = torch.randn(1, 2, 4, 8), torch.randn(1, 1, 4, 8)
