@@ -9,23 +9,16 @@ spatial positions together (biased variance), then scaled and shifted per channe
 `tle.ops.GroupNorm` is torch.nn.GroupNorm. The kernels see the input as [N, C, S] (the spatial dimensions
 folded, contiguous), where the channels of one group are one contiguous run of C / num_groups * S elements.
 
-Each group is split into chunks of about CHUNK elements (boxes of [channels, spatial] tiles of its run; a group of
-fewer is one chunk), a program a chunk: thousands of short programs rather than one long one a group. `tiles`
-chooses the tiles and chunks. Where a group is one chunk, each pass is one kernel: the second, which then takes its
-chunk's statistics or sums itself (FUSED) before it writes.
-
-Forward, two kernels: the first writes each chunk's count, mean and sum of squared deviations (each tile's exact
-in registers, merged across tiles as Chan et al.: no E[x^2] - E[x]^2 cancellation on inputs far from zero); the
-second merges its group's chunks the same way (a few values) and writes y for its chunk with each channel's
-weight and bias. The mean and rstd of each group (fp32, [N, G]) are kept for the backward.
+Forward: one program per (sample, group). A first loop over the run in flat tiles keeps a running mean and
+sum of squared deviations per lane (Welford: no E[x^2] - E[x]^2 cancellation on inputs far from zero), merged
+across lanes after the loop; a second loop over [channels, spatial] tiles of the run writes y with each
+channel's weight and bias. The mean and rstd of each group (fp32, [N, G]) are kept for the backward.
 
 Backward, with x_hat = (x - mean) * rstd and g = dy * weight:
     dx = rstd * (g - mean over the group of g - x_hat * mean over the group of g * x_hat)
-two kernels: the first adds up, per channel over its chunk's positions, dy * x_hat and dy (partials of the
-weight's and bias's gradients, which column_sum adds up over the samples and chunks) and writes its chunk's
-sums of g * x_hat and g; the second adds up its group's chunk sums into the two means and writes dx for its
-chunk. The second kernel of each pass takes the chunks last to first, so that it starts on what the first
-kernel read last, which may still be in L2."""
+one program per (sample, group): a first loop adds up, per channel, dy * x_hat and dy over the spatial
+positions (the weight's and bias's gradients of this sample, written as [N, C] fp32 partials that column_sum
+adds up over the samples), whose weighted sums are the group's two means; a second loop writes dx."""
 from __future__ import annotations
 
 import math
@@ -37,35 +30,19 @@ import triton.language as tl
 import tle
 from tle.kernels.column_sum import column_sum
 from tle.oplib import BenchSpec, Operator, Sample, check_float, check_kernel_dtypes
-from tle.oplib.arith import cdiv, next_power_of_2
+from tle.oplib.arith import next_power_of_2
 from tle.oplib.normalized_shape import add_affine_parameters, reset_affine_parameters
 from tle.oplib.recipe import Recipe, Stage
 from tle.oplib.rows import torch_compute_dtype
 
 TILE = 4096             # the elements a program loads a step
 SPATIAL_TILE = 1024     # the widest spatial extent of a [channels, spatial] tile (wider ones waste more at the edge)
-CHUNK = 8192            # about the elements of a group one program reads: larger groups split across programs
 MAX_GROUP = 2 ** 31     # the kernels' offsets within a group are 32-bit
 
 
-# A group is split into chunks: boxes of TILES_C x TILES_S tiles of [BLOCK_C, BLOCK_S] in its [channels,
-# spatial] plane, `split` of them, numbered along the positions first (`chunks_s` along them). Program p
-# takes chunk p % split of group row p // split, so consecutive programs read consecutive memory.
 # The kernels take each tensor as views whose dimensions the tiles follow, so that TileLang copies every tile as
-# a box: x, y, dy, dx as [N * G, C / G, S] (a group, its channels, their positions); weight and bias as
-# [G, C / G]; the chunks' statistics and sums as [N * G, split]; the per-channel partial sums of the parameters'
-# gradients as [chunks_s * N * G, C / G] (a row for each chunk along the positions of each group).
-@tle.jit
-def program_chunk(split, chunks_s, CHUNK_C: tl.constexpr, CHUNK_S: tl.constexpr, REVERSE: tl.constexpr):
-    """(group row, chunk, the chunk's first channel, its first position) of this program; REVERSE takes the
-    chunks last to first (those a previous pass read last may still be in L2)."""
-    prog = tl.program_id(0)
-    if REVERSE:
-        prog = tl.num_programs(0) - 1 - prog
-    chunk = prog % split
-    return prog // split, chunk, (chunk // chunks_s) * CHUNK_C, (chunk % chunks_s) * CHUNK_S
-
-
+# a box: x, y, dy, dx as [N * G, C / G, S] (a group, its channels, their positions) and, for the flat loop, x
+# again as [N * G, C / G * S]; weight and bias as [G, C / G]; the [N, C] partials as [N * G, C / G].
 @tle.jit
 def channel_tile(pid, group_size, ch, ch_mask, s0, spatial, BLOCK_S: tl.constexpr):
     """(offsets, mask) of the tile of channels `ch` and positions s0 .. s0 + BLOCK_S of group `pid` (in the
@@ -76,87 +53,45 @@ def channel_tile(pid, group_size, ch, ch_mask, s0, spatial, BLOCK_S: tl.constexp
 
 
 @tle.jit
-def chunk_moments(x_ptr, pid, c_lo, s_lo, group_channels, spatial, BLOCK_C: tl.constexpr, BLOCK_S: tl.constexpr,
-                  TILES_C: tl.constexpr, TILES_S: tl.constexpr):
-    """(count, mean, sum of squared deviations from that mean) of the chunk of group `pid` at (c_lo, s_lo)."""
+def group_norm_fwd_kernel(x_ptr, xg_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, groups, group_channels, spatial,
+                          eps, BLOCK: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_S: tl.constexpr,
+                          HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr):
+    # x_ptr: x as [N * G, C / G * S], xg_ptr: x as [N * G, C / G, S]
+    pid = tl.program_id(0)                          # sample pid // groups, group pid % groups
     group_size = group_channels * spatial
-    n = tl.zeros([], dtype=tl.float32)
-    mean = tl.zeros([], dtype=tl.float32)
-    m2 = tl.zeros([], dtype=tl.float32)
-    for tc in range(TILES_C):
-        c0 = c_lo + tc * BLOCK_C
-        ch = c0 + tl.arange(0, BLOCK_C)
-        ch_mask = ch < group_channels
-        rows = tl.minimum(tl.maximum(group_channels - c0, 0), BLOCK_C)
-        for ts in range(TILES_S):
-            s0 = s_lo + ts * BLOCK_S
-            offs, mask = channel_tile(pid, group_size, ch, ch_mask, s0, spatial, BLOCK_S)
-            x = tl.load(x_ptr + offs, mask=mask, other=0.0, eviction_policy="evict_last").to(tl.float32)
-            # the tile's mean and squared deviations, exact (it is all in registers: no E[x^2] - E[x]^2
-            # cancellation on inputs far from zero), merged into the chunk's (Chan et al.); the chunk's first
-            # tile is never empty, so n_ab > 0
-            n_t = (rows * tl.minimum(tl.maximum(spatial - s0, 0), BLOCK_S)).to(tl.float32)
-            mean_t = tl.sum(tl.sum(x, axis=1), axis=0) / tl.maximum(n_t, 1.0)
-            dev = tl.where(mask, x - mean_t, 0.0)
-            n_ab = n + n_t
-            delta = mean_t - mean
-            mean += delta * (n_t / n_ab)
-            m2 += tl.sum(tl.sum(dev * dev, axis=1), axis=0) + delta * delta * (n * (n_t / n_ab))
-            n = n_ab
-    return n, mean, m2
-
-
-@tle.jit
-def group_norm_stats_kernel(x_ptr, count_ptr, cmean_ptr, m2_ptr, group_channels, spatial, split, chunks_s,
-                            BLOCK_C: tl.constexpr, BLOCK_S: tl.constexpr, TILES_C: tl.constexpr,
-                            TILES_S: tl.constexpr):
-    # count_ptr, cmean_ptr, m2_ptr: each chunk's count, mean and sum of squared deviations from that mean
-    pid, chunk, c_lo, s_lo = program_chunk(split, chunks_s, TILES_C * BLOCK_C, TILES_S * BLOCK_S, False)
-    n, mean, m2 = chunk_moments(x_ptr, pid, c_lo, s_lo, group_channels, spatial, BLOCK_C, BLOCK_S, TILES_C, TILES_S)
-    tl.store(count_ptr + pid * split + chunk, n)
-    tl.store(cmean_ptr + pid * split + chunk, mean)
-    tl.store(m2_ptr + pid * split + chunk, m2)
-
-
-@tle.jit
-def group_norm_fwd_kernel(x_ptr, count_ptr, cmean_ptr, m2_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, groups,
-                          group_channels, spatial, split, chunks_s, eps, BLOCK_SPLIT: tl.constexpr,
-                          BLOCK_C: tl.constexpr, BLOCK_S: tl.constexpr, TILES_C: tl.constexpr,
-                          TILES_S: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
-                          REVERSE: tl.constexpr, FUSED: tl.constexpr):
-    # FUSED: the group is one chunk, whose statistics this kernel takes itself (group_norm_stats_kernel not run)
-    pid, chunk, c_lo, s_lo = program_chunk(split, chunks_s, TILES_C * BLOCK_C, TILES_S * BLOCK_S, REVERSE)
-    group_size = group_channels * spatial
-    if FUSED:
-        _, mean, m2 = chunk_moments(x_ptr, pid, c_lo, s_lo, group_channels, spatial, BLOCK_C, BLOCK_S, TILES_C,
-                                    TILES_S)
-        var = m2 / group_size
-    else:
-        # the group's statistics from its chunks' (Chan et al.): `split` values, which every chunk's program merges
-        k = tl.arange(0, BLOCK_SPLIT)
-        k_mask = k < split
-        n_k = tl.load(count_ptr + pid * split + k, mask=k_mask, other=0.0)
-        mean_k = tl.load(cmean_ptr + pid * split + k, mask=k_mask, other=0.0)
-        m2_k = tl.load(m2_ptr + pid * split + k, mask=k_mask, other=0.0)
-        mean = tl.sum(n_k * mean_k, axis=0) / group_size
-        dev = mean_k - mean
-        var = (tl.sum(m2_k, axis=0) + tl.sum(n_k * dev * dev, axis=0)) / group_size
+    lanes = tl.arange(0, BLOCK)
+    # Welford per lane: lane l sees elements l, l + BLOCK, ...; every tile but the last is full, so the
+    # lanes a step updates have all seen t0 // BLOCK elements before it
+    mean_l = tl.zeros([BLOCK], dtype=tl.float32)
+    m2_l = tl.zeros([BLOCK], dtype=tl.float32)
+    for t0 in range(0, group_size, BLOCK):
+        offs = t0 + lanes
+        mask = offs < group_size
+        x = tl.load(x_ptr + pid.to(tl.int64) * group_size + offs, mask=mask, other=0.0,
+                    eviction_policy="evict_last").to(tl.float32)
+        delta = tl.where(mask, x - mean_l, 0.0)
+        mean_l += delta * (1.0 / (t0 // BLOCK + 1))
+        m2_l += delta * (x - mean_l)
+    # merge the lanes (Chan et al.): lane l saw ceil((group_size - l) / BLOCK) elements
+    seen = ((group_size - lanes + BLOCK - 1) // BLOCK).to(tl.float32)
+    mean = tl.sum(seen * mean_l, axis=0) / group_size
+    dev = mean_l - mean
+    var = (tl.sum(m2_l, axis=0) + tl.sum(seen * dev * dev, axis=0)) / group_size
     rstd = tl.rsqrt(var + eps)
-    if chunk == 0:
-        tl.store(mean_ptr + pid, mean)
-        tl.store(rstd_ptr + pid, rstd)
+    tl.store(mean_ptr + pid, mean)
+    tl.store(rstd_ptr + pid, rstd)
     group = pid % groups
-    for tc in range(TILES_C):
-        ch = c_lo + tc * BLOCK_C + tl.arange(0, BLOCK_C)
+    for c0 in range(0, group_channels, BLOCK_C):
+        ch = c0 + tl.arange(0, BLOCK_C)
         ch_mask = ch < group_channels
         scale = tl.zeros([BLOCK_C], dtype=tl.float32) + rstd
         if HAS_WEIGHT:
             scale = scale * tl.load(w_ptr + group * group_channels + ch, mask=ch_mask, other=0.0).to(tl.float32)
         if HAS_BIAS:
             shift = tl.load(b_ptr + group * group_channels + ch, mask=ch_mask, other=0.0).to(tl.float32)
-        for ts in range(TILES_S):
-            offs, mask = channel_tile(pid, group_size, ch, ch_mask, s_lo + ts * BLOCK_S, spatial, BLOCK_S)
-            x = tl.load(x_ptr + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+        for s0 in range(0, spatial, BLOCK_S):
+            offs, mask = channel_tile(pid, group_size, ch, ch_mask, s0, spatial, BLOCK_S)
+            x = tl.load(xg_ptr + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
             y = (x - mean) * scale[:, None]
             if HAS_BIAS:
                 y = y + shift[:, None]
@@ -164,22 +99,25 @@ def group_norm_fwd_kernel(x_ptr, count_ptr, cmean_ptr, m2_ptr, w_ptr, b_ptr, y_p
 
 
 @tle.jit
-def chunk_sums(dy_ptr, x_ptr, w_ptr, dw_ptr, db_ptr, pid, part, c_lo, s_lo, group, group_channels, spatial, mean,
-               rstd, BLOCK_C: tl.constexpr, BLOCK_S: tl.constexpr, TILES_C: tl.constexpr, TILES_S: tl.constexpr,
-               HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr):
-    """The sums of g * x_hat and of g (g = dy * weight) over the chunk of group `pid` at (c_lo, s_lo); writes per
-    channel the sums over its positions of dy * x_hat and of dy (the parameters' gradients' partials) to row
-    `part` of dw_ptr and db_ptr."""
+def group_norm_bwd_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, dw_ptr, db_ptr, groups, group_channels,
+                          spatial, BLOCK_C: tl.constexpr, BLOCK_S: tl.constexpr, HAS_WEIGHT: tl.constexpr,
+                          HAS_BIAS: tl.constexpr):
+    # dw_ptr, db_ptr: fp32 partials, each sample's sums over the positions of dy * x_hat and of dy per channel
+    pid = tl.program_id(0)
     group_size = group_channels * spatial
+    group = pid % groups
+    mean = tl.load(mean_ptr + pid)
+    rstd = tl.load(rstd_ptr + pid)
+    # the group's sums of g * x_hat and of g, per channel lane
     sum_gx = tl.zeros([BLOCK_C], dtype=tl.float32)
     sum_g = tl.zeros([BLOCK_C], dtype=tl.float32)
-    for tc in range(TILES_C):
-        ch = c_lo + tc * BLOCK_C + tl.arange(0, BLOCK_C)
+    for c0 in range(0, group_channels, BLOCK_C):
+        ch = c0 + tl.arange(0, BLOCK_C)
         ch_mask = ch < group_channels
         acc_dyx = tl.zeros([BLOCK_C, BLOCK_S], dtype=tl.float32)
         acc_dy = tl.zeros([BLOCK_C, BLOCK_S], dtype=tl.float32)
-        for ts in range(TILES_S):
-            offs, mask = channel_tile(pid, group_size, ch, ch_mask, s_lo + ts * BLOCK_S, spatial, BLOCK_S)
+        for s0 in range(0, spatial, BLOCK_S):
+            offs, mask = channel_tile(pid, group_size, ch, ch_mask, s0, spatial, BLOCK_S)
             dy = tl.load(dy_ptr + offs, mask=mask, other=0.0, eviction_policy="evict_last").to(tl.float32)
             x = tl.load(x_ptr + offs, mask=mask, other=0.0, eviction_policy="evict_last").to(tl.float32)
             acc_dyx += dy * (x - mean)             # zero where masked: dy is
@@ -190,61 +128,21 @@ def chunk_sums(dy_ptr, x_ptr, w_ptr, dw_ptr, db_ptr, pid, part, c_lo, s_lo, grou
             w = tl.load(w_ptr + group * group_channels + ch, mask=ch_mask, other=0.0).to(tl.float32)
             sum_gx += w * dyx
             sum_g += w * dyc
-            tl.store(dw_ptr + part * group_channels + ch, dyx, mask=ch_mask)
+            tl.store(dw_ptr + pid * group_channels + ch, dyx, mask=ch_mask)
         else:
             sum_gx += dyx
             sum_g += dyc
         if HAS_BIAS:
-            tl.store(db_ptr + part * group_channels + ch, dyc, mask=ch_mask)
-    return tl.sum(sum_gx, axis=0), tl.sum(sum_g, axis=0)
-
-
-@tle.jit
-def group_norm_bwd_sums_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, gx_ptr, g_ptr, dw_ptr, db_ptr,
-                               groups, group_channels, spatial, split, chunks_s, BLOCK_C: tl.constexpr,
-                               BLOCK_S: tl.constexpr, TILES_C: tl.constexpr, TILES_S: tl.constexpr,
-                               HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr):
-    # gx_ptr, g_ptr: each chunk's sums of g * x_hat and of g
-    pid, chunk, c_lo, s_lo = program_chunk(split, chunks_s, TILES_C * BLOCK_C, TILES_S * BLOCK_S, False)
-    part = (chunk % chunks_s) * (tl.num_programs(0) // split) + pid     # the row of the partials
-    gx, g = chunk_sums(dy_ptr, x_ptr, w_ptr, dw_ptr, db_ptr, pid, part, c_lo, s_lo, pid % groups, group_channels,
-                       spatial, tl.load(mean_ptr + pid), tl.load(rstd_ptr + pid), BLOCK_C, BLOCK_S, TILES_C, TILES_S,
-                       HAS_WEIGHT, HAS_BIAS)
-    tl.store(gx_ptr + pid * split + chunk, gx)
-    tl.store(g_ptr + pid * split + chunk, g)
-
-
-@tle.jit
-def group_norm_bwd_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, gx_ptr, g_ptr, dw_ptr, db_ptr, dx_ptr, groups,
-                          group_channels, spatial, split, chunks_s, BLOCK_SPLIT: tl.constexpr, BLOCK_C: tl.constexpr,
-                          BLOCK_S: tl.constexpr, TILES_C: tl.constexpr, TILES_S: tl.constexpr,
-                          HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, REVERSE: tl.constexpr,
-                          FUSED: tl.constexpr):
-    # FUSED: the group is one chunk, whose sums (and the parameters' partials) this kernel takes itself
-    # (group_norm_bwd_sums_kernel not run)
-    pid, chunk, c_lo, s_lo = program_chunk(split, chunks_s, TILES_C * BLOCK_C, TILES_S * BLOCK_S, REVERSE)
-    group_size = group_channels * spatial
-    group = pid % groups
-    mean = tl.load(mean_ptr + pid)
-    rstd = tl.load(rstd_ptr + pid)
-    # the group's means of g * x_hat and of g, from its chunks' sums
-    if FUSED:
-        sum_gx, sum_g = chunk_sums(dy_ptr, x_ptr, w_ptr, dw_ptr, db_ptr, pid, pid, c_lo, s_lo, group, group_channels,
-                                   spatial, mean, rstd, BLOCK_C, BLOCK_S, TILES_C, TILES_S, HAS_WEIGHT, HAS_BIAS)
-    else:
-        k = tl.arange(0, BLOCK_SPLIT)
-        k_mask = k < split
-        sum_gx = tl.sum(tl.load(gx_ptr + pid * split + k, mask=k_mask, other=0.0), axis=0)
-        sum_g = tl.sum(tl.load(g_ptr + pid * split + k, mask=k_mask, other=0.0), axis=0)
-    c_hat = sum_gx / group_size
-    c_one = sum_g / group_size
-    for tc in range(TILES_C):
-        ch = c_lo + tc * BLOCK_C + tl.arange(0, BLOCK_C)
+            tl.store(db_ptr + pid * group_channels + ch, dyc, mask=ch_mask)
+    c_hat = tl.sum(sum_gx, axis=0) / group_size
+    c_one = tl.sum(sum_g, axis=0) / group_size
+    for c0 in range(0, group_channels, BLOCK_C):
+        ch = c0 + tl.arange(0, BLOCK_C)
         ch_mask = ch < group_channels
         if HAS_WEIGHT:
             w = tl.load(w_ptr + group * group_channels + ch, mask=ch_mask, other=0.0).to(tl.float32)
-        for ts in range(TILES_S):
-            offs, mask = channel_tile(pid, group_size, ch, ch_mask, s_lo + ts * BLOCK_S, spatial, BLOCK_S)
+        for s0 in range(0, spatial, BLOCK_S):
+            offs, mask = channel_tile(pid, group_size, ch, ch_mask, s0, spatial, BLOCK_S)
             dy = tl.load(dy_ptr + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
             x = tl.load(x_ptr + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
             x_hat = (x - mean) * rstd
@@ -291,50 +189,18 @@ def _torch_backward(dy, x, weight, bias, mean, rstd, num_groups):
 
 # -- the kernel backends ------------------------------------------------------------------------------------
 class Tiles(NamedTuple):
-    block_c: int        # a tile: channels by positions, at most TILE elements
+    block: int          # the flat tile of the statistics' loop
+    block_c: int        # the [channels, spatial] tile of the loops that need each element's channel
     block_s: int
-    tiles_c: int        # a chunk: tiles_c by tiles_s tiles, what one program reads of a group
-    tiles_s: int
     num_warps: int
-    reverse: bool       # the second kernel of each pass takes the chunks last to first
 
 
 def tiles(group_channels: int, spatial: int) -> Tiles:
-    """Tiles of at most TILE elements, no wider than the group's positions, of as many channels as divide the
-    group's (no masked channel lanes); chunks of about CHUNK elements, along the positions first. A group of
-    fewer elements is one chunk."""
+    """Tiles of at most TILE elements, no wider than the group's run (flat) or its channels and spatial extent."""
+    block = min(TILE, next_power_of_2(group_channels * spatial))
     block_s = min(SPATIAL_TILE, next_power_of_2(spatial))
-    block_c = min(group_channels & -group_channels, TILE // block_s)     # the largest power of 2 dividing it
-    per_chunk = max(1, CHUNK // (block_c * block_s))
-    tiles_s = min(per_chunk, cdiv(spatial, block_s))
-    tiles_c = min(max(1, per_chunk // tiles_s), cdiv(group_channels, block_c))
-    return Tiles(block_c, block_s, tiles_c, tiles_s, 8 if block_c * block_s >= 2048 else 4, True)
-
-
-class Chunks(NamedTuple):
-    """A group's split: the tiles, the chunks along the positions, the chunks in all."""
-    cfg: Tiles
-    chunks_s: int
-    split: int
-
-    @property
-    def fused(self) -> bool:
-        """A group of one chunk: each pass one kernel, the second, which takes the chunk's statistics or sums itself."""
-        return self.split == 1
-
-    def constexprs(self, merges=False):
-        """The launch options of every kernel; BLOCK_SPLIT, REVERSE and FUSED too for the two that merge chunks."""
-        c = self.cfg
-        out = dict(BLOCK_C=c.block_c, BLOCK_S=c.block_s, TILES_C=c.tiles_c, TILES_S=c.tiles_s, num_warps=c.num_warps)
-        # (reversed, for L2 to hold what a first kernel read last: there is none where fused)
-        merge = dict(BLOCK_SPLIT=next_power_of_2(self.split), REVERSE=c.reverse and not self.fused, FUSED=self.fused)
-        return out | merge if merges else out
-
-
-def chunks(group_channels: int, spatial: int, cfg: Optional[Tiles] = None) -> Chunks:
-    cfg = cfg or tiles(group_channels, spatial)
-    chunks_s = cdiv(spatial, cfg.block_s * cfg.tiles_s)
-    return Chunks(cfg, chunks_s, cdiv(group_channels, cfg.block_c * cfg.tiles_c) * chunks_s)
+    block_c = min(next_power_of_2(group_channels), TILE // block_s)
+    return Tiles(block, block_c, block_s, 8 if max(block, block_c * block_s) >= 2048 else 4)
 
 
 def _by_group(t, num_groups):
@@ -344,9 +210,9 @@ def _by_group(t, num_groups):
 
 
 def _by_channel(p, num_groups, absent):
-    """A parameter [C] as [G, C / G] rows of one group each; `absent` where there is none (a kernel then never
-    reads it)."""
-    return p.view(num_groups, -1) if p is not None else absent
+    """A parameter [C], or the [N, C] partials of its gradient, as [..., C / G] rows of one group each; `absent`
+    where there is none (a kernel then never reads it)."""
+    return p.view(-1, p.shape[-1] // num_groups) if p is not None else absent
 
 
 def _kernel_forward(x, weight, bias, num_groups, eps, backend):
@@ -355,166 +221,93 @@ def _kernel_forward(x, weight, bias, num_groups, eps, backend):
     mean = torch.full((n, num_groups), float("nan"), device=x.device)      # NaN: the statistics of empty groups
     rstd = torch.full((n, num_groups), float("nan"), device=x.device)
     if x.numel():
-        ch, rows, xg = chunks(c // num_groups, s), n * num_groups, _by_group(x, num_groups)
-        parts = [mean] * 3              # the chunks' count, mean, m2 (never read where fused)
-        if not ch.fused:
-            parts = torch.empty((3, rows, ch.split), device=x.device, dtype=torch.float32)
-            group_norm_stats_kernel[(rows * ch.split,)](xg, *parts, c // num_groups, s, ch.split, ch.chunks_s,
-                                                        backend=backend, **ch.constexprs())
-        group_norm_fwd_kernel[(rows * ch.split,)](
-            xg, *parts, _by_channel(weight, num_groups, mean), _by_channel(bias, num_groups, mean),
-            _by_group(y, num_groups), mean, rstd, num_groups, c // num_groups, s, ch.split, ch.chunks_s, float(eps),
-            HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, backend=backend, **ch.constexprs(merges=True))
+        cfg = tiles(c // num_groups, s)
+        xg = _by_group(x, num_groups)
+        group_norm_fwd_kernel[(n * num_groups,)](
+            xg.view(n * num_groups, -1), xg, _by_channel(weight, num_groups, mean),
+            _by_channel(bias, num_groups, mean), _by_group(y, num_groups), mean, rstd,
+            num_groups, c // num_groups, s, float(eps), BLOCK=cfg.block, BLOCK_C=cfg.block_c, BLOCK_S=cfg.block_s,
+            HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, backend=backend, num_warps=cfg.num_warps)
     return y, mean, rstd
 
 
 def _kernel_backward(dy, x, weight, bias, mean, rstd, num_groups, backend):
     n, c, s = x.shape
     dx = torch.empty((n, c, s), device=x.device, dtype=x.dtype)
-    if not x.numel():
-        return dx, _zeros_or_none(weight), _zeros_or_none(bias)
-    ch, rows, gc = chunks(c // num_groups, s), n * num_groups, c // num_groups
-    dw_parts, db_parts = ((torch.empty((ch.chunks_s * rows, gc), device=x.device, dtype=torch.float32)
-                           if p is not None else None) for p in (weight, bias))
-    dyg, xg = _by_group(dy, num_groups), _by_group(x, num_groups)
-    w = _by_channel(weight, num_groups, mean)
-    partials = (mean if dw_parts is None else dw_parts, mean if db_parts is None else db_parts)
-    affine = dict(HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None)
-    sums = [mean] * 2               # the chunks' sums of g * x_hat and of g (never read where fused)
-    if not ch.fused:
-        sums = torch.empty((2, rows, ch.split), device=x.device, dtype=torch.float32)
-        group_norm_bwd_sums_kernel[(rows * ch.split,)](dyg, xg, w, mean, rstd, *sums, *partials, num_groups, gc, s,
-                                                       ch.split, ch.chunks_s, backend=backend, **affine,
-                                                       **ch.constexprs())
-    group_norm_bwd_kernel[(rows * ch.split,)](
-        dyg, xg, w, mean, rstd, *sums, *partials, _by_group(dx, num_groups), num_groups, gc, s, ch.split,
-        ch.chunks_s, backend=backend, **affine, **ch.constexprs(merges=True))
-    # the parameters' gradients: their partials' rows ([chunks along the positions] x [samples]) added up
-    dw = column_sum(dw_parts.view(-1, c), weight.dtype, backend) if weight is not None else None
-    db = column_sum(db_parts.view(-1, c), bias.dtype, backend) if bias is not None else None
+    dw_parts = torch.empty((n, c), device=x.device, dtype=torch.float32) if weight is not None else None
+    db_parts = torch.empty((n, c), device=x.device, dtype=torch.float32) if bias is not None else None
+    if x.numel():
+        cfg = tiles(c // num_groups, s)
+        group_norm_bwd_kernel[(n * num_groups,)](
+            _by_group(dy, num_groups), _by_group(x, num_groups),
+            _by_channel(weight, num_groups, mean), mean, rstd, _by_group(dx, num_groups),
+            _by_channel(dw_parts, num_groups, mean), _by_channel(db_parts, num_groups, mean), num_groups,
+            c // num_groups, s,
+            BLOCK_C=cfg.block_c, BLOCK_S=cfg.block_s, HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None,
+            backend=backend, num_warps=cfg.num_warps)
+    dw = db = None
+    if weight is not None:
+        dw = column_sum(dw_parts, weight.dtype, backend) if x.numel() else torch.zeros_like(weight)
+    if bias is not None:
+        db = column_sum(db_parts, bias.dtype, backend) if x.numel() else torch.zeros_like(bias)
     return dx, dw, db
-
-
-def _zeros_or_none(p):
-    return torch.zeros_like(p) if p is not None else None
 
 
 # -- example launches (tle show / compare, the kernel tests and goldens) -----------------------------------
 def _example_problem(size, device):
-    """(x [N, C, S], num_groups, weight, bias, chunks): groups of 3 channels x 1000 positions split in 4 chunks of
-    [2, 512] with partial tiles in both dimensions, or a diffusion model's 32 groups of 16 channels x 4096
-    positions in bf16, split as the operator does."""
+    """(x [N, C, S], num_groups, weight, bias): groups of 3 channels x 1000 positions (several flat tiles), or
+    a diffusion model's 32 groups of 16 channels x 4096 positions in bf16."""
     (n, c, s, groups), dtype = ((2, 6, 1000, 2), torch.float32) if size == "small" else \
         ((32, 512, 4096, 32), torch.bfloat16)
     x = torch.randn(n, c, s, device=device).add_(torch.randn(n, c, 1, device=device)).to(dtype)
     w = (torch.rand(c, device=device) + 0.5).to(dtype)
     b = torch.randn(c, device=device).to(dtype)
-    cfg = Tiles(2, 256, 1, 2, 4, True) if size == "small" else None
-    return x, groups, w, b, chunks(c // groups, s, cfg)
-
-
-def _chunk_views(t, ch):
-    """The chunks of each group of t [N * G, C / G, S] in the kernels' order: [N * G, channels, positions] slices."""
-    cc, cs = ch.cfg.block_c * ch.cfg.tiles_c, ch.cfg.block_s * ch.cfg.tiles_s
-    return [t[:, c0:c0 + cc, s0:s0 + cs] for c0 in range(0, t.shape[1], cc) for s0 in range(0, t.shape[2], cs)]
-
-
-def _torch_chunk_stats(x, groups, ch):
-    """What group_norm_stats_kernel writes, in torch: [3, N * G, split] (count, mean, squared deviations)."""
-    parts = [v.float().flatten(1) for v in _chunk_views(_by_group(x, groups), ch)]
-    means = [p.mean(1) for p in parts]
-    return torch.stack([torch.stack([torch.full_like(m, p.shape[1]) for p, m in zip(parts, means)], 1),
-                        torch.stack(means, 1),
-                        torch.stack([(p - m[:, None]).pow(2).sum(1) for p, m in zip(parts, means)], 1)])
-
-
-def _torch_chunk_sums(dy, x, w, mean, rstd, groups, ch):
-    """What group_norm_bwd_sums_kernel writes, in torch: the chunks' sums of g * x_hat and of g [2, N * G, split],
-    and per channel the sums of dy * x_hat and of dy over each chunk's positions [chunks_s * N * G, C / G]."""
-    dyg = _by_group(dy, groups).float()
-    x_hat = (_by_group(x, groups).float() - mean.reshape(-1, 1, 1)) * rstd.reshape(-1, 1, 1)
-    g = dyg * _by_channel(w, groups, None).float().repeat(x.shape[0], 1)[..., None]
-    sums = torch.stack([torch.stack([v.sum((1, 2)) for v in _chunk_views(t, ch)], 1) for t in (g * x_hat, g)])
-    cs = ch.cfg.block_s * ch.cfg.tiles_s
-    per_channel = [torch.cat([t[..., s0:s0 + cs].sum(-1) for s0 in range(0, x.shape[2], cs)])
-                   for t in (dyg * x_hat, dyg)]
-    return sums, *per_channel
-
-
-def _example_label(x, groups):
-    n, c, s = x.shape
-    return f"{n}x{c}x{s} {str(x.dtype)[6:]}, {groups} groups"
-
-
-@tle.example(group_norm_stats_kernel)
-def _stats_example(device, size):
-    x, groups, _, _, ch = _example_problem(size, device)
-    n, c, s = x.shape
-    parts = torch.full((3, n * groups, ch.split), float("nan"), device=device)
-    return tle.Launch(grid=(n * groups * ch.split,), args=(_by_group(x, groups), *parts, c // groups, s, ch.split,
-                                                          ch.chunks_s),
-                      kwargs=ch.constexprs(), outputs={"count": parts[0], "mean": parts[1], "m2": parts[2]},
-                      reference=lambda: dict(zip(("count", "mean", "m2"), _torch_chunk_stats(x, groups, ch))),
-                      bytes=x.numel() * x.element_size(), label=_example_label(x, groups))
+    return x, groups, w, b
 
 
 @tle.example(group_norm_fwd_kernel)
 def _fwd_example(device, size):
-    x, groups, w, b, ch = _example_problem(size, device)
+    x, groups, w, b = _example_problem(size, device)
     n, c, s = x.shape
     y = torch.full_like(x, float("nan"))
     mean, rstd = (torch.full((n, groups), float("nan"), device=device) for _ in range(2))
+    cfg = tiles(c // groups, s)
+    xg = _by_group(x, groups)
 
     def ref():
         y_ref, mean_ref, rstd_ref = _torch_forward(x, w, b, groups, 1e-5)
         return {"y": y_ref, "mean": mean_ref, "rstd": rstd_ref}
-    return tle.Launch(grid=(n * groups * ch.split,),
-                      args=(_by_group(x, groups), *_torch_chunk_stats(x, groups, ch), _by_channel(w, groups, None),
-                            _by_channel(b, groups, None), _by_group(y, groups), mean, rstd, groups, c // groups, s,
-                            ch.split, ch.chunks_s, 1e-5),
-                      kwargs=dict(HAS_WEIGHT=True, HAS_BIAS=True, **ch.constexprs(merges=True)),
+    return tle.Launch(grid=(n * groups,), args=(xg.view(n * groups, -1), xg, _by_channel(w, groups, None),
+                                                _by_channel(b, groups, None), _by_group(y, groups), mean, rstd,
+                                                groups, c // groups, s, 1e-5),
+                      kwargs=dict(BLOCK=cfg.block, BLOCK_C=cfg.block_c, BLOCK_S=cfg.block_s, HAS_WEIGHT=True,
+                                  HAS_BIAS=True, num_warps=cfg.num_warps),
                       outputs={"y": y, "mean": mean, "rstd": rstd}, reference=ref,
-                      bytes=2 * x.numel() * x.element_size(), label=_example_label(x, groups))
-
-
-def _bwd_problem(size, device):
-    x, groups, w, _, ch = _example_problem(size, device)
-    _, mean, rstd = _torch_forward(x, None, None, groups, 1e-5)
-    return x, groups, w, ch, torch.randn(x.shape, device=device).to(x.dtype), mean, rstd
-
-
-@tle.example(group_norm_bwd_sums_kernel)
-def _bwd_sums_example(device, size):
-    x, groups, w, ch, dy, mean, rstd = _bwd_problem(size, device)
-    n, c, s = x.shape
-    sums = torch.full((2, n * groups, ch.split), float("nan"), device=device)
-    dw_parts, db_parts = (torch.full((ch.chunks_s * n * groups, c // groups), float("nan"), device=device)
-                          for _ in range(2))
-
-    def ref():
-        (gx, g), dw_ref, db_ref = _torch_chunk_sums(dy, x, w, mean, rstd, groups, ch)
-        return {"gx": gx, "g": g, "dw_partials": dw_ref, "db_partials": db_ref}
-    return tle.Launch(grid=(n * groups * ch.split,),
-                      args=(_by_group(dy, groups), _by_group(x, groups), _by_channel(w, groups, None), mean, rstd,
-                            *sums, dw_parts, db_parts, groups, c // groups, s, ch.split, ch.chunks_s),
-                      kwargs=dict(HAS_WEIGHT=True, HAS_BIAS=True, **ch.constexprs()),
-                      outputs={"gx": sums[0], "g": sums[1], "dw_partials": dw_parts, "db_partials": db_parts},
-                      reference=ref,
-                      bytes=2 * x.numel() * x.element_size(), label=_example_label(x, groups))
+                      bytes=2 * x.numel() * x.element_size(), label=f"{n}x{c}x{s} {str(x.dtype)[6:]}, {groups} groups")
 
 
 @tle.example(group_norm_bwd_kernel)
 def _bwd_example(device, size):
-    x, groups, w, ch, dy, mean, rstd = _bwd_problem(size, device)
+    x, groups, w, _ = _example_problem(size, device)
     n, c, s = x.shape
+    dy = torch.randn(x.shape, device=device).to(x.dtype)
+    _, mean, rstd = _torch_forward(x, None, None, groups, 1e-5)
     dx = torch.full_like(x, float("nan"))
-    sums, _, _ = _torch_chunk_sums(dy, x, w, mean, rstd, groups, ch)
-    return tle.Launch(grid=(n * groups * ch.split,),
-                      args=(_by_group(dy, groups), _by_group(x, groups), _by_channel(w, groups, None), mean, rstd,
-                            *sums, mean, mean, _by_group(dx, groups), groups, c // groups, s, ch.split, ch.chunks_s),
-                      kwargs=dict(HAS_WEIGHT=True, HAS_BIAS=False, **ch.constexprs(merges=True)), outputs={"dx": dx},
-                      reference=lambda: {"dx": _torch_backward(dy, x, w, None, mean, rstd, groups)[0]},
-                      bytes=3 * x.numel() * x.element_size(), label=_example_label(x, groups))
+    dw_parts, db_parts = (torch.full((n, c), float("nan"), device=device) for _ in range(2))
+    cfg = tiles(c // groups, s)
+
+    def ref():
+        dx_ref, _, _ = _torch_backward(dy, x, w, None, mean, rstd, groups)
+        x_hat = ((_grouped(x.float(), groups) - mean[..., None]) * rstd[..., None]).reshape(x.shape)
+        return {"dx": dx_ref, "dw_partials": (dy.float() * x_hat).sum(-1), "db_partials": dy.float().sum(-1)}
+    args = (_by_group(dy, groups), _by_group(x, groups), _by_channel(w, groups, None), mean, rstd,
+            _by_group(dx, groups), _by_channel(dw_parts, groups, None), _by_channel(db_parts, groups, None), groups,
+            c // groups, s)
+    return tle.Launch(grid=(n * groups,), args=args,
+                      kwargs=dict(BLOCK_C=cfg.block_c, BLOCK_S=cfg.block_s, HAS_WEIGHT=True, HAS_BIAS=True,
+                                  num_warps=cfg.num_warps),
+                      outputs={"dx": dx, "dw_partials": dw_parts, "db_partials": db_parts}, reference=ref,
+                      bytes=3 * x.numel() * x.element_size(), label=f"{n}x{c}x{s} {str(x.dtype)[6:]}, {groups} groups")
 
 
 # -- the operator's recipe: its custom ops and autograd ---------------------------------------------------

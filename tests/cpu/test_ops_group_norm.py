@@ -82,55 +82,24 @@ def test_tilelang_through_interpreter():
             run("tilelang", shape, groups, affine)
 
 
-@pytest.mark.parametrize("split", [False, True], ids=["one chunk", "five chunks"])
 @pytest.mark.parametrize("backend", ["torch", "triton"])
-def test_groups_far_from_zero_and_of_several_tiles(backend, split, monkeypatch):
-    """Groups of 5000 elements (three tiles of [2, 1024], or five chunks of two [2, 256] tiles) around 100 with a
-    spread of 0.1: E[x^2] - E[x]^2 in fp32 would lose the variance; each tile's deviations from its own mean, merged
-    across tiles and chunks, keep it."""
-    from tle.kernels import group_norm as module
-    if split:
-        monkeypatch.setattr(module, "tiles", lambda group_channels, spatial: module.Tiles(2, 256, 1, 2, 4, True))
+def test_groups_far_from_zero_and_of_several_tiles(backend):
+    """Groups of 5000 elements (two flat tiles of the statistics' loop, three spatial steps a channel) around 100 with
+    a spread of 0.1: E[x^2] - E[x]^2 in fp32 would lose the variance; each lane's running mean keeps it."""
     x, *_ = problem((2, 4, 2500), "both")
     run(backend, (2, 4, 2500), 2, "both", x=x * 0.1 + 100.0)
 
 
 # -- every loop of the kernels with partial tails: tiles forced small -------------------------------------------
-@pytest.mark.parametrize("reverse", [False, True])
 @pytest.mark.parametrize("backend", ["triton", "tilelang"])
-def test_small_tiles(backend, reverse, monkeypatch):
-    """[2, 4] tiles in chunks of [1, 2] tiles, on both backends, the chunks taken in either order: every case
-    splits its groups into several chunks of several tiles, the last tile partial in both dimensions where the
-    sizes allow (3 channels a group, 10 positions), some tiles of a chunk past the group's end."""
+def test_small_tiles(backend, monkeypatch):
+    """Flat tiles of 16 and [2, 4] channel tiles, on both backends: every case loops over several tiles in each
+    loop, the last one partial in both dimensions where the sizes allow (3 channels a group, 10 positions)."""
     from tle.kernels import group_norm as module
-    monkeypatch.setattr(module, "tiles", lambda group_channels, spatial: module.Tiles(2, 4, 1, 2, 4, reverse))
+    monkeypatch.setattr(module, "tiles", lambda group_channels, spatial: module.Tiles(16, 2, 4, 4))
     with tilelang_through_interpreter():
         for shape, groups in CASES + [((2, 6, 10), 2)]:
             run(backend, shape, groups, "both")
-
-
-@pytest.mark.parametrize("backend", ["triton", "tilelang"])
-def test_chunks_of_several_channel_tiles(backend, monkeypatch):
-    """Chunks of [2, 1] tiles of [1, 4]: a chunk spans channels, its second channel tile past the group's last
-    channel where the group has an odd number of them; with and without the affine parameters."""
-    from tle.kernels import group_norm as module
-    monkeypatch.setattr(module, "tiles", lambda group_channels, spatial: module.Tiles(1, 4, 2, 1, 4, True))
-    with tilelang_through_interpreter():
-        for (shape, groups), affine in zip([((2, 6, 10), 2), ((2, 8, 3, 5), 4), ((3, 6, 7), 6)],
-                                           ["both", "none", "weight"]):
-            run(backend, shape, groups, affine)
-
-
-def test_tiles_and_chunks():
-    """The benchmark's groups split into chunks of about 8K elements, tiles without masked channel lanes; a small
-    group is one chunk (one kernel a pass)."""
-    from tle.kernels.group_norm import CHUNK, TILE, chunks
-    for (group_channels, spatial), split in [((16, 4096), 8), ((32, 1024), 4), ((10, 4096), 5), ((3, 1000), 1)]:
-        ch = chunks(group_channels, spatial)
-        c = ch.cfg
-        assert ch.split == split and ch.fused == (split == 1), (group_channels, spatial, ch)
-        assert group_channels % c.block_c == 0 and c.block_c * c.block_s <= TILE
-        assert c.tiles_c * c.tiles_s * c.block_c * c.block_s <= max(CHUNK, c.block_c * c.block_s)
 
 
 # -- layouts -----------------------------------------------------------------------------------------------
