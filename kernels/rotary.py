@@ -20,7 +20,7 @@ cos and sin rows are gathered by them (they are small and stay in L2). A tile is
 loop over heads, so a program's loads are all in flight at once, as an element-wise kernel's are. Where the rows
 of q and of k are evenly spaced in memory (contiguous, or a [B, H, S, D] view of [B, S, H, D]) the kernel reads
 them as [rows, D] (boxes for TileLang); otherwise by the rows' strides (a slice of a fused projection). The
-outputs are laid out as q's rows lie, so they are written as q is read. TILES holds the tile by row order. The
+outputs are laid out as q's rows lie, so they are written as q is read. TILES holds the tile by backend. The
 backward is the same kernel with the rotation transposed:
     dx1 = g1 * cos1 + g2 * sin2,    dx2 = g2 * cos2 - g1 * sin1."""
 from __future__ import annotations
@@ -38,10 +38,9 @@ from tle.oplib.recipe import Recipe, Stage
 from tle.oplib.rows import torch_compute_dtype
 
 POSITION_DTYPES = (torch.int64, torch.int32)
-# (BLOCK_R, num_warps) of the launch, by which rows of q lie next to each other in memory: "positions inner"
-# ([B, H, S, D] memory) or "heads inner" ([B, S, H, D] memory). 32 rows of D = 128 bf16 features are 8 KB read a
-# program, and the row's angles 8 KB more from L2.
-TILES = {"positions inner": (32, 4), "heads inner": (32, 4)}
+# (BLOCK_R, num_warps) of the launch by backend, from a sweep on the H200 at the page's shapes (both row orders
+# alike: 3.6-3.9 TB/s, the copy's 3.8-4.0): 16 rows of D = 128 bf16 features, 4 KB read a program
+TILES = {"triton": (16, 2), "tilelang": (16, 4)}
 
 
 @tle.jit
@@ -228,14 +227,14 @@ def _row_step(xr):
     return xr.shape[3] if step is None else step
 
 
-def _launch_args(q, k, cos, sin, position_ids, unsqueeze_dim, interleaved, backward, tile):
+def _launch_args(q, k, cos, sin, position_ids, unsqueeze_dim, interleaved, backward, tile, backend="triton"):
     """(grid, args, constexprs, (q_out, k_out)) of rope_kernel over q and k; tile (BLOCK_R, num_warps), by
-    default TILES' entry for q's row order. Evenly spaced rows (FLAT) are passed as [rows, D] views, so the
+    default TILES' entry for the backend. Evenly spaced rows (FLAT) are passed as [rows, D] views, so the
     TileLang lowering reads them as boxes."""
     qv, kv = _bshd(q, unsqueeze_dim), _bshd(k, unsqueeze_dim)
     heads_inner = _heads_inner(qv)
     outs = _outputs(q, k, unsqueeze_dim)
-    block_r, warps = tile or TILES["heads inner" if heads_inner else "positions inner"]
+    block_r, warps = tile or TILES[backend]
     b, s, hq, d = qv.shape
     hk = kv.shape[2]
     xrs = [_rows(x, heads_inner) for x in (qv, kv)]
@@ -269,7 +268,7 @@ def _launch_args(q, k, cos, sin, position_ids, unsqueeze_dim, interleaved, backw
 
 def _launch(q, k, cos, sin, position_ids, unsqueeze_dim, interleaved, backward, backend):
     grid, args, constexprs, outs = _launch_args(q, k, cos, sin, position_ids, unsqueeze_dim, interleaved, backward,
-                                                None)
+                                                None, backend)
     if grid[0]:
         rope_kernel[grid](*args, backend=backend, **constexprs)
     return outs
