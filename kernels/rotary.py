@@ -142,23 +142,25 @@ def _heads_inner(xv):
     return s > 1 and h > 1 and xv.stride(2) < xv.stride(1)
 
 
-def _rows(xv, heads_inner):
-    """xv [B, S, H, D] as [B, O, I, D], its rows in the kernel's order (a view)."""
-    return xv if heads_inner else xv.transpose(1, 2)
-
-
-def _empty_rows(x, unsqueeze_dim, heads_inner):
-    """An output like x whose rows are contiguous in the kernel's order (for q as [B, S, H, D] in memory, a
-    [B, H, S, D] view of that), so the kernel writes it as it reads q."""
-    b, s, h, d = _bshd(x, unsqueeze_dim).shape
-    ov = x.new_empty(b, s, h, d) if heads_inner else x.new_empty(b, h, s, d).transpose(1, 2)
-    return _bshd(ov, unsqueeze_dim)
+def _outputs_and_rows(q, k, unsqueeze_dim, heads_inner):
+    """Empty (q_embed, k_embed) whose rows are contiguous in the kernel's order (for q as [B, S, H, D] in memory,
+    a [B, H, S, D] view of that), so the kernel writes them as it reads q; and the same memory as [rows, D]. At
+    most one view a tensor: a view costs the host a microsecond or two on every call."""
+    # the output's memory is [B, S, H, D] (heads inner) or [B, H, S, D]; the caller's layout is the same as
+    # that memory's unless the two differ (unsqueeze_dim 1 is [B, H, S, D])
+    transposed = bool(heads_inner) == (unsqueeze_dim == 1)
+    outs, rows = [], []
+    for x in (q, k):
+        b, n1, n2, d = x.shape
+        mem = x.new_empty(b, n2, n1, d) if transposed else x.new_empty(b, n1, n2, d)
+        outs.append(mem.transpose(1, 2) if transposed else mem)
+        rows.append(mem.view(-1, d))
+    return tuple(outs), rows
 
 
 def _outputs(q, k, unsqueeze_dim):
-    """Empty (q_embed, k_embed) laid out by q's row order (_empty_rows): every backend's results and the fakes."""
-    heads_inner = _heads_inner(_bshd(q, unsqueeze_dim))
-    return tuple(_empty_rows(x, unsqueeze_dim, heads_inner) for x in (q, k))
+    """Empty (q_embed, k_embed) laid out by q's row order: every backend's results and the fakes."""
+    return _outputs_and_rows(q, k, unsqueeze_dim, _heads_inner(_bshd(q, unsqueeze_dim)))[0]
 
 
 # -- the torch backend: the same arithmetic in fp32 (fp64 for fp64 inputs) ----------------------------------
@@ -214,41 +216,51 @@ def _torch_backward(dq, dk, cos, sin, position_ids, unsqueeze_dim, interleaved):
 
 
 # -- the kernel backends ------------------------------------------------------------------------------------
-def _row_step(xr):
-    """The distance between consecutive rows of xr [B, O, I, D] when they are evenly spaced, else None."""
+def _row_step(sizes, strides):
+    """The distance between consecutive rows of a tensor [B, O, I, D] (its sizes and strides in that order) when
+    they are evenly spaced, else None."""
     step = want = None
-    for size, stride in zip(reversed(xr.shape[:3]), reversed(xr.stride()[:3])):
+    for size, stride in zip(reversed(sizes[:3]), reversed(strides[:3])):
         if size == 1:
             continue
         if want is not None and stride != want:
             return None
         step = stride if step is None else step
         want = stride * size
-    return xr.shape[3] if step is None else step
+    return sizes[3] if step is None else step
 
 
 def _launch_args(q, k, cos, sin, position_ids, unsqueeze_dim, interleaved, backward, tile, backend="triton"):
     """(grid, args, constexprs, (q_out, k_out)) of rope_kernel over q and k; tile (BLOCK_R, num_warps), by
     default TILES' entry for the backend. Evenly spaced rows (FLAT) are passed as [rows, D] views, so the
-    TileLang lowering reads them as boxes."""
-    qv, kv = _bshd(q, unsqueeze_dim), _bshd(k, unsqueeze_dim)
-    heads_inner = _heads_inner(qv)
-    outs = _outputs(q, k, unsqueeze_dim)
+    TileLang lowering reads them as boxes. Shapes and strides are read as tuples (no views on this path)."""
+    b, n1, n2, d = q.shape
+    qt = q.stride()
+    # [B, S, H, D] order: sizes, and q's strides
+    s, hq, st_s, st_h = (n2, n1, qt[2], qt[1]) if unsqueeze_dim == 1 else (n1, n2, qt[1], qt[2])
+    hk = k.shape[1] if unsqueeze_dim == 1 else k.shape[2]
+    heads_inner = s > 1 and hq > 1 and st_h < st_s
+    outs, o_rows = _outputs_and_rows(q, k, unsqueeze_dim, heads_inner)
     block_r, warps = tile or TILES[backend]
-    b, s, hq, d = qv.shape
-    hk = kv.shape[2]
-    xrs = [_rows(x, heads_inner) for x in (qv, kv)]
-    steps = [_row_step(x) for x in xrs]
+    # the rows' (outer, inner) dimensions of each tensor: (S, H) heads inner, else (H, S); dims 1, 2 of the
+    # caller's layout are (H, S) with unsqueeze_dim 1, else (S, H)
+    swap = bool(heads_inner) == (unsqueeze_dim == 1)
+    order = (0, 2, 1, 3) if swap else (0, 1, 2, 3)
+    layouts = []
+    for x in (q, k):
+        sizes, strides = x.shape, x.stride()
+        layouts.append(([sizes[i] for i in order], [strides[i] for i in order]))
+    steps = [_row_step(*lay) for lay in layouts]
     flat = None not in steps
     xs, strides = [], []
-    for xr, step in zip(xrs, steps):
-        _, n_outer, n_inner, _ = xr.shape
+    for x, (sizes, st), step in zip((q, k), layouts, steps):
+        n_outer, n_inner = sizes[1], sizes[2]
         if flat:
-            xs.append(xr.as_strided((xr.shape[0] * n_outer * n_inner, d), (step, 1), xr.storage_offset()))
+            xs.append(x.as_strided((sizes[0] * n_outer * n_inner, d), (step, 1), x.storage_offset()))
             strides += [step * n_outer * n_inner, step * n_inner, step]
         else:
-            xs.append(xr)
-            strides += list(xr.stride()[:3])
+            xs.append(x.permute(order))
+            strides += st[:3]
     r = cos.shape[-1]
     # c_batch: how many rows of cos (or of position_ids) apart two batch entries are; 0 where they share them
     if position_ids is not None:
@@ -256,7 +268,6 @@ def _launch_args(q, k, cos, sin, position_ids, unsqueeze_dim, interleaved, backw
     else:
         pos, lead = cos, cos.shape[:-2]                   # pos: not read
     c_batch = s if len(lead) == 1 and lead[0] > 1 else 0
-    o_rows = [_rows(_bshd(o, unsqueeze_dim), heads_inner).reshape(-1, d) for o in outs]
     grid = (cdiv(b * s * hq, block_r) + cdiv(b * s * hk, block_r),)
     args = (*xs, cos, sin, pos, *o_rows, *strides, c_batch, b, s, hq, hk, r // 2, d)
     constexprs = dict(BLOCK_R=block_r, BLOCK_D=max(1, next_power_of_2(r // 2)),
@@ -351,9 +362,9 @@ def _check(q, k, cos, sin, position_ids, unsqueeze_dim):
     if unsqueeze_dim not in (1, 2) or isinstance(unsqueeze_dim, bool):
         raise tle.LaunchError(f"'unsqueeze_dim' must be 1 (q [B, H, S, D]) or 2 (q [B, S, H, D]); got "
                               f"{unsqueeze_dim!r}")
-    qv, kv = _bshd(q, unsqueeze_dim), _bshd(k, unsqueeze_dim)
-    b, s, _, d = qv.shape
-    if (kv.shape[0], kv.shape[1], kv.shape[3]) != (b, s, d):
+    seq_dim = 3 - unsqueeze_dim                     # the sequence's dimension: 2 in [B, H, S, D], 1 in [B, S, H, D]
+    b, s, d = q.shape[0], q.shape[seq_dim], q.shape[3]
+    if (k.shape[0], k.shape[seq_dim], k.shape[3]) != (b, s, d):
         raise tle.LaunchError(f"'k' has shape {tuple(k.shape)}; expected the batch, sequence and head size of 'q' "
                               f"{tuple(q.shape)} (unsqueeze_dim={unsqueeze_dim})")
     check_float(cos, "cos", device=q.device, rank=(2, 3))
