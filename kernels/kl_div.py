@@ -34,9 +34,6 @@ REDUCTIONS = ("none", "batchmean", "sum", "mean")
 TILE = 4096
 WARPS = 8
 MAX_PARTIALS = 4096
-# the reduced forward's programs: one tile each (as many partials as tiles), or runs of tiles making at most
-# MAX_PARTIALS partials
-ONE_TILE_A_PROGRAM = {"triton": True, "tilelang": False}
 MAX_NUMEL = 2 ** 31
 
 
@@ -123,7 +120,7 @@ def _kernel_forward(x, target, reduction, log_target, backend):
     if n == 0:
         return out.fill_(float("nan") if reduction in ("mean", "batchmean") and _divisor(x, reduction) == 0 else 0.0)
     tiles = cdiv(n, TILE)
-    per_program = 1 if ONE_TILE_A_PROGRAM[backend] else cdiv(tiles, MAX_PARTIALS)
+    per_program = cdiv(tiles, MAX_PARTIALS)
     grid = cdiv(tiles, per_program)
     partials = torch.empty(grid, device=x.device, dtype=torch.float32)
     kl_div_fwd_kernel[(grid,)](x.reshape(-1), target.reshape(-1), x.reshape(-1), partials, n, per_program,
