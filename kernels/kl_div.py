@@ -34,6 +34,7 @@ REDUCTIONS = ("none", "batchmean", "sum", "mean")
 TILE = 4096
 WARPS = 8
 MAX_PARTIALS = 4096
+BWD_TILE, BWD_WARPS = 1024, 4      # the backward's: 4.23-4.29 TB/s on the H200 against 4.07-4.15 at (TILE, WARPS)
 MAX_NUMEL = 2 ** 31
 
 
@@ -136,9 +137,9 @@ def _kernel_backward(grad, x, target, reduction, log_target, backend):
     if n:
         per_element = reduction == "none"
         g = grad.reshape(-1) if per_element else grad
-        kl_div_bwd_kernel[(cdiv(n, TILE),)](g, target.reshape(-1), dx.reshape(-1), n, 1.0 / _divisor(x, reduction),
-                                            BLOCK=TILE, LOG_TARGET=log_target, PER_ELEMENT=per_element,
-                                            backend=backend, num_warps=WARPS)
+        kl_div_bwd_kernel[(cdiv(n, BWD_TILE),)](g, target.reshape(-1), dx.reshape(-1), n,
+                                                1.0 / _divisor(x, reduction), BLOCK=BWD_TILE, LOG_TARGET=log_target,
+                                                PER_ELEMENT=per_element, backend=backend, num_warps=BWD_WARPS)
     return dx
 
 
@@ -171,8 +172,8 @@ def _bwd_example(device, size):
     g = torch.tensor(0.5, device=device)
     dx = torch.full_like(x, float("nan"))
     scale = 1.0 / x.shape[0]
-    return tle.Launch(grid=(cdiv(n, TILE),), args=(g, t.reshape(-1), dx.reshape(-1), n, scale),
-                      kwargs=dict(BLOCK=TILE, LOG_TARGET=True, PER_ELEMENT=False, num_warps=WARPS),
+    return tle.Launch(grid=(cdiv(n, BWD_TILE),), args=(g, t.reshape(-1), dx.reshape(-1), n, scale),
+                      kwargs=dict(BLOCK=BWD_TILE, LOG_TARGET=True, PER_ELEMENT=False, num_warps=BWD_WARPS),
                       outputs={"dx": dx},
                       reference=lambda: {"dx": _torch_backward(g, x.float(), t.float(), "batchmean", True)},
                       bytes=2 * n * x.element_size(), label=f"{tuple(x.shape)} {str(x.dtype)[6:]}, batchmean, log")
