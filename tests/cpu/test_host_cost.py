@@ -41,3 +41,33 @@ def test_usage_errors_name_the_culprit(args, message, capsys):
     with pytest.raises(SystemExit) as e:
         host_cost.parse_args(["--host-cost", "--device", "cpu", *args], OPERATORS)
     assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_breakdown_counts_the_launches_and_times_the_calls_without_them(tmp_path, capsys):
+    code = cli.main(["--host-cost", "--operator", "softmax", "--device", "cpu", "--backends", "triton",
+                     "--no-compile", "--no-peers", "--calls", "2", "--breakdown", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    cells = json.loads((tmp_path / "host_cost.json").read_text())["cells"]
+    tle_cell = next(c for c in cells if c["kind"] == "tle")
+    assert tle_cell["launches"] == 2 and tle_cell["no_launch_us"] > 0     # the forward's kernel and the backward's
+    assert all(c["launches"] is None for c in cells if c["kind"] != "tle")
+    md = (tmp_path / "host_cost.md").read_text()
+    assert "without the backends' launches" in md and "| softmax (64x256 bf16) | triton |" in md
+
+
+def test_launches_skipped_are_counted_and_not_made():
+    """A skipped launch is counted and writes nothing; a counted one runs."""
+    import torch
+    from tle.kernels.kl_div import kl_div_bwd_kernel
+
+    def launch(dx):
+        kl_div_bwd_kernel[(1,)](torch.ones(64), torch.full((64,), 2.0), dx, 64, 1.0, BLOCK=64, LOG_TARGET=False,
+                                PER_ELEMENT=True, backend="triton", num_warps=1)
+    skipped, made = torch.full((64,), float("nan")), torch.full((64,), float("nan"))
+    with host_cost.launches_counted(skip=True) as count:
+        launch(skipped)
+    assert count == [1] and skipped.isnan().all()
+    with host_cost.launches_counted() as count:
+        launch(made)
+    assert count == [1] and torch.equal(made, torch.full((64,), -2.0))

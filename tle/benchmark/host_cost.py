@@ -1,7 +1,8 @@
 """tle-bench --host-cost: what one call of an operator (its forward and its backward) costs the host, with the GPU
 idle, beside the same call on the operator's peers (eager torch, torch.compile, Liger).
 
-    tle-bench --host-cost [--operator NAME ...|--all] [--backends triton,tilelang] [--calls 200] [--out DIR]
+    tle-bench --host-cost [--operator NAME ...|--all] [--backends triton,tilelang] [--calls 200] [--breakdown]
+                          [--out DIR]
 
 At each operator's smallest shape (its BenchSpec.dry_shapes[0]: tens to thousands of elements, so that the GPU
 finishes each kernel long before the host has launched the next), every implementation runs forward and backward
@@ -10,7 +11,12 @@ time per call is what the host spends (Python, dispatch, autograd, launches). Be
 (triton.testing.do_bench): where the host's time is the larger, the GPU waited on the host and the figure is the
 host's cost. Nothing is checked here (tle-bench's other modes check every implementation at these operators).
 Writes <out>/host_cost.json and host_cost.md (keeping its "## Notes"); `--device cpu` is a dry run (a CPU's wall
-time, no GPU column)."""
+time, no GPU column).
+
+--breakdown adds, for tle's rows, how many kernels one call launches and the host time of the same call with the
+backends' launches skipped (tle.jit still binds, keys and looks up each kernel; Triton's or TileLang's own launch is
+not called): what the operator layer costs, and by difference what the launches cost. The outputs of such calls
+are never written, which only the timing sees."""
 from __future__ import annotations
 
 import argparse
@@ -19,6 +25,7 @@ import os
 import shlex
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 
 import torch
@@ -28,6 +35,7 @@ from tle.benchmark.dry_run import restart_in_triton_interpreter
 from tle.benchmark.measure import Options, as_tuple, implementations, input_grads, make_upstream, prepared, shape_label
 from tle.benchmark.provenance import observation
 from tle.benchmark.timing import gpu_ms, synchronize
+from tle.lowering.backend import Compiled
 from tle.oplib.backend import KERNEL_BACKENDS, OP_BACKENDS
 
 NAME = "host_cost"
@@ -43,6 +51,8 @@ class Cell:
     status: str = "ok"              # ok, skip (not installed, lacks the case), error
     host_us: float | None = None    # wall time per forward-and-backward call, calls back to back
     gpu_us: float | None = None     # the same call's time on the GPU (do_bench), where there is one
+    launches: int | None = None     # --breakdown, tle's rows: kernels one call launches
+    no_launch_us: float | None = None   # --breakdown: host_us with the backends' launches skipped
     note: str = ""
 
 
@@ -58,6 +68,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--calls", type=int, default=200, help="timed calls per implementation (default 200)")
     p.add_argument("--no-peers", action="store_true")
     p.add_argument("--no-compile", action="store_true")
+    p.add_argument("--breakdown", action="store_true",
+                   help="tle's rows: launches a call, and the host time with the backends' launches skipped")
     p.add_argument("--out", default=None, help="default docs/benchmark on a GPU; on the CPU nothing unless given")
     return p
 
@@ -92,6 +104,45 @@ def host_us(call, calls: int, device) -> float:
     return (time.perf_counter() - start) / calls * 1e6
 
 
+def _compiled_kinds(cls=Compiled):
+    for sub in cls.__subclasses__():
+        yield sub
+        yield from _compiled_kinds(sub)
+
+
+@contextmanager
+def launches_counted(skip: bool = False):
+    """Counts the launches of every backend's compiled kernels (the list holds the count); skip: make none. The
+    backends loaded when it is entered are the ones counted."""
+    count = [0]
+    saved = {k: k.__dict__["launch"] for k in _compiled_kinds() if "launch" in k.__dict__}
+
+    def wrap(launch):
+        def counted(self, grid, args):
+            count[0] += 1
+            if not skip:
+                launch(self, grid, args)
+        return counted
+    try:
+        for k, launch in saved.items():
+            k.launch = wrap(launch)
+        yield count
+    finally:
+        for k, launch in saved.items():
+            k.launch = launch
+
+
+def _breakdown(cell: Cell, call, calls: int, device) -> None:
+    """The launches of one call and the host time without them (see the module doc)."""
+    synchronize(device)
+    with launches_counted() as count:
+        call()
+    synchronize(device)
+    cell.launches = count[0]
+    with launches_counted(skip=True):
+        cell.no_launch_us = host_us(call, calls, device)
+
+
 def operator_cells(op, args) -> list[Cell]:
     device, dtype = args.torch_device, args.torch_dtype
     shape = tuple(op.bench.dry_shapes[0])
@@ -117,6 +168,8 @@ def operator_cells(op, args) -> list[Cell]:
                 cell.host_us = host_us(call, args.calls, device)
                 if device.type == "cuda":
                     cell.gpu_us = gpu_ms(call) * 1e3
+                if args.breakdown and kind == "tle":
+                    _breakdown(cell, call, args.calls, device)
         except ImportError as e:
             cell.status, cell.note = "skip", f"not installed ({str(e).splitlines()[0][:120]})"
         except Exception as e:  # noqa: BLE001 - a cell, not the end of the run
@@ -143,6 +196,20 @@ def table(cells: list[Cell]) -> list[str]:
     return lines
 
 
+def breakdown_table(cells: list[Cell]) -> list[str]:
+    """tle's rows with --breakdown: host us a call, without the launches, the launches and their cost each."""
+    rows = [c for c in cells if c.status == "ok" and c.no_launch_us is not None]
+    if not rows:
+        return []
+    lines = ["| operator (shape) | implementation | host us | without the launches | launches | us a launch |",
+             "|---|---|---:|---:|---:|---:|"]
+    for c in rows:
+        each = f"{(c.host_us - c.no_launch_us) / c.launches:.1f}" if c.launches else ""
+        lines.append(f"| {c.op} ({c.shape}) | {c.impl} | {c.host_us:.0f} | {c.no_launch_us:.0f} | {c.launches} | "
+                     f"{each} |")
+    return lines
+
+
 def render(cells: list[Cell], command: str, obs: dict, calls: int, notes: str | None) -> str:
     versions = ", ".join(f"{k} {v}" for k, v in obs["versions"].items())
     skipped = [f"- {c.op} {c.impl}: {c.status}: {c.note}" for c in cells if c.status != "ok"]
@@ -154,6 +221,12 @@ def render(cells: list[Cell], command: str, obs: dict, calls: int, notes: str | 
            "the host and the first figure is the host's cost.", "",
            "## Latest observation", "", f"- date {obs['date']}, commit {obs['commit']}, GPU {obs['gpu']}",
            f"- versions: {versions}", ""] + table(cells) + [""] + skipped
+    parts = breakdown_table(cells)
+    if parts:
+        out += ["", "### tle's calls without the backends' launches (--breakdown)", "",
+                "The same calls with Triton's or TileLang's launch skipped (tle.jit still binds and looks up each "
+                "kernel): the operator layer's host cost; the difference over the launches is each launch's.", ""]
+        out += parts
     out += ["", notes.rstrip() if notes else page.NOTES_HEADING + "\n\n<!-- Written by people: analysis of the "
             "figures above. tle-bench keeps this section when it rewrites the page. -->"]
     return "\n".join(out) + "\n"
@@ -176,6 +249,8 @@ def main(argv, operators: dict | None = None, from_command_line: bool = False) -
     command = "tle-bench " + shlex.join(argv)
     obs = observation(device)
     print("\n".join(table(cells)))
+    if args.breakdown:
+        print("\n".join([""] + breakdown_table(cells)))
     out_dir = args.out if args.out is not None else (os.path.join("docs", "benchmark") if device.type == "cuda"
                                                      else None)
     if out_dir:
