@@ -130,37 +130,32 @@ def rope_kernel(q_ptr, k_ptr, cos_ptr, sin_ptr, pos_ptr, qo_ptr, ko_ptr, sq_b, s
 
 
 # -- the row order: the kernel numbers the rows of D features as they lie in memory ----------------------
-def _bshd(x, unsqueeze_dim):
-    """x as [B, S, H, D] (a view: unsqueeze_dim 1 means x is [B, H, S, D]); its own inverse."""
-    return x.transpose(1, 2) if unsqueeze_dim == 1 else x
+def _row_order(q, unsqueeze_dim):
+    """(heads_inner, swapped): whether q's rows lie in memory as [B, S, H] (else as [B, H, S]), the order the
+    kernel numbers them in (with one head or one position the two orders are one); and whether that order swaps
+    dimensions 1 and 2 of the caller's layout ([B, H, S, D] with unsqueeze_dim 1, else [B, S, H, D]). Read from
+    shapes and strides, no views: this runs on every call."""
+    st = q.stride()
+    s, h = q.shape[3 - unsqueeze_dim], q.shape[unsqueeze_dim]
+    heads_inner = s > 1 and h > 1 and st[unsqueeze_dim] < st[3 - unsqueeze_dim]
+    return heads_inner, bool(heads_inner) == (unsqueeze_dim == 1)
 
 
-def _heads_inner(xv):
-    """Whether the rows of xv [B, S, H, D] lie in memory as [B, S, H] (else as [B, H, S]): the order the kernel
-    numbers them in. With one head or one position the two orders are one."""
-    _, s, h, _ = xv.shape
-    return s > 1 and h > 1 and xv.stride(2) < xv.stride(1)
-
-
-def _outputs_and_rows(q, k, unsqueeze_dim, heads_inner):
+def _outputs_and_rows(q, k, swapped):
     """Empty (q_embed, k_embed) whose rows are contiguous in the kernel's order (for q as [B, S, H, D] in memory,
-    a [B, H, S, D] view of that), so the kernel writes them as it reads q; and the same memory as [rows, D]. At
-    most one view a tensor: a view costs the host a microsecond or two on every call."""
-    # the output's memory is [B, S, H, D] (heads inner) or [B, H, S, D]; the caller's layout is the same as
-    # that memory's unless the two differ (unsqueeze_dim 1 is [B, H, S, D])
-    transposed = bool(heads_inner) == (unsqueeze_dim == 1)
+    a [B, H, S, D] view of that), so the kernel writes them as it reads q; and the same memory as [rows, D]."""
     outs, rows = [], []
     for x in (q, k):
         b, n1, n2, d = x.shape
-        mem = x.new_empty(b, n2, n1, d) if transposed else x.new_empty(b, n1, n2, d)
-        outs.append(mem.transpose(1, 2) if transposed else mem)
+        mem = x.new_empty(b, n2, n1, d) if swapped else x.new_empty(b, n1, n2, d)
+        outs.append(mem.transpose(1, 2) if swapped else mem)
         rows.append(mem.view(-1, d))
     return tuple(outs), rows
 
 
 def _outputs(q, k, unsqueeze_dim):
     """Empty (q_embed, k_embed) laid out by q's row order: every backend's results and the fakes."""
-    return _outputs_and_rows(q, k, unsqueeze_dim, _heads_inner(_bshd(q, unsqueeze_dim)))[0]
+    return _outputs_and_rows(q, k, _row_order(q, unsqueeze_dim)[1])[0]
 
 
 # -- the torch backend: the same arithmetic in fp32 (fp64 for fp64 inputs) ----------------------------------
@@ -234,18 +229,12 @@ def _launch_args(q, k, cos, sin, position_ids, unsqueeze_dim, interleaved, backw
     """(grid, args, constexprs, (q_out, k_out)) of rope_kernel over q and k; tile (BLOCK_R, num_warps), by
     default TILES' entry for the backend. Evenly spaced rows (FLAT) are passed as [rows, D] views, so the
     TileLang lowering reads them as boxes. Shapes and strides are read as tuples (no views on this path)."""
-    b, n1, n2, d = q.shape
-    qt = q.stride()
-    # [B, S, H, D] order: sizes, and q's strides
-    s, hq, st_s, st_h = (n2, n1, qt[2], qt[1]) if unsqueeze_dim == 1 else (n1, n2, qt[1], qt[2])
-    hk = k.shape[1] if unsqueeze_dim == 1 else k.shape[2]
-    heads_inner = s > 1 and hq > 1 and st_h < st_s
-    outs, o_rows = _outputs_and_rows(q, k, unsqueeze_dim, heads_inner)
+    b, d = q.shape[0], q.shape[3]
+    s, hq, hk = q.shape[3 - unsqueeze_dim], q.shape[unsqueeze_dim], k.shape[unsqueeze_dim]
+    heads_inner, swapped = _row_order(q, unsqueeze_dim)
+    outs, o_rows = _outputs_and_rows(q, k, swapped)
     block_r, warps = tile or TILES[backend]
-    # the rows' (outer, inner) dimensions of each tensor: (S, H) heads inner, else (H, S); dims 1, 2 of the
-    # caller's layout are (H, S) with unsqueeze_dim 1, else (S, H)
-    swap = bool(heads_inner) == (unsqueeze_dim == 1)
-    order = (0, 2, 1, 3) if swap else (0, 1, 2, 3)
+    order = (0, 2, 1, 3) if swapped else (0, 1, 2, 3)     # the caller's dimensions in the rows' order [B, O, I, D]
     layouts = []
     for x in (q, k):
         sizes, strides = x.shape, x.stride()
