@@ -7,7 +7,7 @@ variance):
 `tle.ops.LayerNorm` is torch.nn.LayerNorm. The kernels take rows: several trailing dimensions are folded into
 one. The forward keeps each row's mean and rstd (fp32) for the backward. Backward: one pass
 over (dy, x) per row block gives dx; each program adds up its rows' weight and bias gradients in
-registers and writes one row of partial sums of each, which column_sum adds up (no second pass over the
+registers and writes one row of partial sums of each, which column_sums adds up in one launch (no second pass over the
 input)."""
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import torch
 import triton.language as tl
 
 import tle
-from tle.kernels.column_sum import column_sum
+from tle.kernels.column_sum import parameter_grads
 from tle.oplib import (BenchSpec, Operator, Sample, as_rows, check_float, check_int32_offsets, check_kernel_dtypes,
                         programs, shared_memory_per_block)
 from tle.oplib.arith import cdiv
@@ -169,8 +169,10 @@ def _kernel_backward(dy, x, weight, bias, mean, rstd, backend):
     blocks = cdiv(m, cfg.block_m)
     grid = programs(x.device, cfg.per_sm, blocks)
     per_program = cdiv(blocks, grid)
-    dw_parts = torch.empty((grid, n), device=x.device, dtype=torch.float32) if weight is not None else None
-    db_parts = torch.empty((grid, n), device=x.device, dtype=torch.float32) if bias is not None else None
+    # the partials of the weight's and the bias's gradients, in one buffer where both are asked for
+    parts = torch.empty(((weight is not None) + (bias is not None), grid, n), device=x.device, dtype=torch.float32)
+    dw_parts = parts[0] if weight is not None else None
+    db_parts = parts[-1] if bias is not None else None
     if m and n:
         layer_norm_bwd_kernel[(grid,)](
             dy, x, weight if weight is not None else x, mean, rstd, dx,
@@ -178,12 +180,7 @@ def _kernel_backward(dy, x, weight, bias, mean, rstd, backend):
             dy.stride(0), x.stride(0), dx.stride(0), m, n, per_program, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
             HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, PREFETCH=cfg.prefetch,
             ASYNC_LOADS=cfg.async_loads, backend=backend, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-    dw = db = None
-    if weight is not None:
-        dw = column_sum(dw_parts, weight.dtype, backend) if m else torch.zeros_like(weight)
-    if bias is not None:
-        db = column_sum(db_parts, bias.dtype, backend) if m else torch.zeros_like(bias)
-    return dx, dw, db
+    return (dx,) + parameter_grads(parts, weight, bias, backend, m > 0)
 
 
 # -- example launches (tle show / compare, the kernel tests and goldens) -----------------------------------

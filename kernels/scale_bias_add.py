@@ -7,14 +7,14 @@ first (its gradient is then summed back to its own shape by autograd). The kerne
 2-D box tiles, in fp32, rounding once. Backward: dx = dy * scale, dresidual = dy (the upstream gradient
 itself, no copy), and the column sums dscale = sum_rows(dy * x), dbias = sum_rows(dy): each program of
 the backward kernel owns a block of columns and a run of row blocks, adds up its rows' contributions in
-registers and writes one row of partial sums, which column_sum adds up (one pass over dy and x)."""
+registers and writes one row of partial sums, which column_sums adds up, both in one launch (one pass over dy and x)."""
 from __future__ import annotations
 
 import torch
 import triton.language as tl
 
 import tle
-from tle.kernels.column_sum import column_sum
+from tle.kernels.column_sum import column_sums
 from tle.oplib import BenchSpec, Operator, Sample, as_rows, check_float, check_kernel_dtypes, programs
 from tle.oplib.arith import cdiv, next_power_of_2
 from tle.oplib.recipe import Recipe, Stage
@@ -145,7 +145,7 @@ def _kernel_backward(dy, x, scale, bias, backend):
             dxc.stride(0), r1 - r0, n, per_program, BLOCK_M=block_m, BLOCK_N=block_n, backend=backend,
             num_warps=warps)
         p0 += grid_m
-    return dx, column_sum(parts[0], scale.dtype, backend), column_sum(parts[1], bias.dtype, backend)
+    return (dx,) + column_sums(parts, scale.dtype, bias.dtype, backend)
 
 
 # -- example launches (tle show / compare, the kernel tests and goldens) -----------------------------------

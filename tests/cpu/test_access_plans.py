@@ -224,6 +224,7 @@ PLANS = {
     ],
     'group_norm.group_norm_fwd_kernel': [
         ('load', 'box', 'T.copy into fragment'),
+        ('load', 'scalar', 'scalar expression'),
         ('store', 'scalar', 'scalar statement'),
         ('store', 'scalar', 'scalar statement'),
         ('load', 'box', 'T.copy into fragment'),
@@ -501,6 +502,11 @@ PLANS = {
     'column_sum.column_sum_kernel': [
         ('load', 'box', 'T.copy into fragment'),
         ('store', 'box', 'T.copy from fragment'),
+    ],
+    'column_sum.column_sums_kernel': [
+        ('load', 'box', 'T.copy into fragment'),
+        ('store', 'box', 'T.Parallel'),
+        ('store', 'box', 'T.Parallel'),
     ],
     'sampling.sample_draw_kernel': [
         ('load', 'box', 'T.Parallel into fragment'),

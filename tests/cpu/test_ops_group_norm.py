@@ -96,7 +96,7 @@ def test_small_tiles(backend, monkeypatch):
     """Flat tiles of 16 and [2, 4] channel tiles, on both backends: every case loops over several tiles in each
     loop, the last one partial in both dimensions where the sizes allow (3 channels a group, 10 positions)."""
     from tle.kernels import group_norm as module
-    monkeypatch.setattr(module, "tiles", lambda group_channels, spatial: module.Tiles(16, 2, 4, 4))
+    monkeypatch.setattr(module, "tiles", lambda group_channels, spatial, size: module.Tiles(16, 2, 4, 4))
     with tilelang_through_interpreter():
         for shape, groups in CASES + [((2, 6, 10), 2)]:
             run(backend, shape, groups, "both")
