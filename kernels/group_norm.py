@@ -80,11 +80,11 @@ def group_norm_fwd_kernel(x_ptr, xg_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr
         mean_l += delta * (1.0 / (t0 // BLOCK + 1))
         m2_l += delta * (x - mean_l)
     # merge the lanes (Chan et al.): lane l saw ceil((group_size - l) / BLOCK) elements. The lanes' means are
-    # added up as differences from the group's first element, which keeps the sum's rounding far below an ulp of
-    # the mean where the group lies far from zero
+    # added up as differences from lane 0's, which keeps the sum's rounding far below an ulp of the mean where
+    # the group lies far from zero
     seen = ((group_size - lanes + BLOCK - 1) // BLOCK).to(tl.float32)
-    first = tl.load(x_ptr + pid.to(tl.int64) * group_size).to(tl.float32)
-    mean = first + tl.sum(seen * (mean_l - first), axis=0) / group_size
+    origin = tl.sum(tl.where(lanes == 0, mean_l, 0.0), axis=0)
+    mean = origin + tl.sum(seen * (mean_l - origin), axis=0) / group_size
     dev = mean_l - mean
     var = (tl.sum(m2_l, axis=0) + tl.sum(seen * dev * dev, axis=0)) / group_size
     rstd = tl.rsqrt(var + eps)

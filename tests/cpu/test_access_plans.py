@@ -224,7 +224,6 @@ PLANS = {
     ],
     'group_norm.group_norm_fwd_kernel': [
         ('load', 'box', 'T.copy into fragment'),
-        ('load', 'scalar', 'scalar expression'),
         ('store', 'scalar', 'scalar statement'),
         ('store', 'scalar', 'scalar statement'),
         ('load', 'box', 'T.copy into fragment'),

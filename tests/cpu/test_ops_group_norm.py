@@ -244,3 +244,32 @@ def test_torch_compile_fullgraph_matches_eager(backend):
     params = (x, block[1].weight, block[1].bias)
     for e, c in zip(torch.autograd.grad(eager_out.sum(), params), torch.autograd.grad(compiled_out.sum(), params)):
         torch.testing.assert_close(c, e)
+
+
+# -- TileLang's CUDA at the benchmark's shapes ---------------------------------------------------------------
+@needs_tilelang
+@pytest.mark.parametrize("shape", [(16, 1024, 1024, 32), (16, 320, 4096, 32)])
+def test_tilelang_generates_cuda_at_the_benchmark_shapes(shape):
+    """TileLang compiles each kernel for its shapes, and its CUDA code generation can fail for some of them (a
+    scalar loaded from global memory and broadcast over the statistics' lanes gave "Can't fetch the lanes of a
+    scalable vector" at these two shapes, not at smaller ones): both kernels, at the operator's own tiles, are
+    generated here for the shapes of tle-bench's page (no GPU needed for the CUDA source)."""
+    from tle.kernels import group_norm as gn
+    n, c, s, g = shape
+    x = torch.empty(n, c, s, dtype=torch.bfloat16, device="meta")
+    w, b = (torch.empty(c, dtype=torch.bfloat16, device="meta") for _ in range(2))
+    stats = [torch.empty(n, g, device="meta") for _ in range(2)]
+    parts = [torch.empty(n, c, device="meta") for _ in range(2)]
+    xg = gn._by_group(x, g)
+    fwd = gn.tiles(c // g, s, gn.FORWARD_TILES["tilelang"])
+    lowered = gn.group_norm_fwd_kernel.lower(
+        xg.view(n * g, -1), xg, gn._by_channel(w, g, None), gn._by_channel(b, g, None), xg, *stats, g, c // g, s,
+        1e-5, BLOCK=fwd.block, BLOCK_C=fwd.block_c, BLOCK_S=fwd.block_s, HAS_WEIGHT=True, HAS_BIAS=True,
+        grid=(n * g,), backend="tilelang", num_warps=fwd.num_warps)
+    assert "__global__" in lowered.stage("cuda")
+    bwd = gn.tiles(c // g, s, gn.BACKWARD_TILES)
+    lowered = gn.group_norm_bwd_kernel.lower(
+        xg, xg, gn._by_channel(w, g, None), *stats, xg, *(gn._by_channel(p, g, None) for p in parts), g, c // g, s,
+        BLOCK_C=bwd.block_c, BLOCK_S=bwd.block_s, HAS_WEIGHT=True, HAS_BIAS=True, grid=(n * g,),
+        backend="tilelang", num_warps=bwd.num_warps)
+    assert "__global__" in lowered.stage("cuda")

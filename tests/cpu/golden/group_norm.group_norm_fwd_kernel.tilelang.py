@@ -36,11 +36,13 @@ def group_norm_fwd_kernel(
         mean_l_1 = T.alloc_fragment((4096,), 'float32')
         seen = T.alloc_fragment((4096,), 'float32')
         t = T.alloc_fragment((4096,), 'float32')
+        origin = T.alloc_fragment((1,), 'float32')
+        t_1 = T.alloc_fragment((4096,), 'float32')
         sum_1 = T.alloc_fragment((1,), 'float32')
         sum_2 = T.alloc_fragment((1,), 'float32')
-        t_1 = T.alloc_fragment((4096,), 'float32')
+        t_2 = T.alloc_fragment((4096,), 'float32')
         sum_3 = T.alloc_fragment((1,), 'float32')
-        t_2 = T.alloc_fragment((4,), 'float32')
+        t_3 = T.alloc_fragment((4,), 'float32')
         shift = T.alloc_fragment((4,), 'float32')
         x_1 = T.alloc_fragment((4, 1024), 'float32')
         y = T.alloc_fragment((4, 1024), 'float32')
@@ -60,15 +62,17 @@ def group_norm_fwd_kernel(
                 m2_l[i0] = (m2_l[i0] + (delta[i0] * (x[i0] - mean_l_1[i0])))
         for i0 in T.Parallel(4096):
             seen[i0] = T.cast(T.truncdiv((((3000 - i0) + 4096) - 1), 4096), 'float32')
-        first = x_ptr[(T.cast(pid, 'int64') * T.int64(3000))]
         for i0 in T.Parallel(4096):
-            t[i0] = (seen[i0] * (mean_l[i0] - first))
-        T.reduce_sum(t, sum_1, dim=0)
-        mean = (first + (sum_1[0] / T.cast(3000, 'float32')))
+            t[i0] = T.if_then_else((i0 == 0), mean_l[i0], 0.0)
+        T.reduce_sum(t, origin, dim=0)
+        for i0 in T.Parallel(4096):
+            t_1[i0] = (seen[i0] * (mean_l[i0] - origin[0]))
+        T.reduce_sum(t_1, sum_1, dim=0)
+        mean = (origin[0] + (sum_1[0] / T.cast(3000, 'float32')))
         T.reduce_sum(m2_l, sum_2, dim=0)
         for i0 in T.Parallel(4096):
-            t_1[i0] = ((seen[i0] * (mean_l[i0] - mean)) * (mean_l[i0] - mean))
-        T.reduce_sum(t_1, sum_3, dim=0)
+            t_2[i0] = ((seen[i0] * (mean_l[i0] - mean)) * (mean_l[i0] - mean))
+        T.reduce_sum(t_2, sum_3, dim=0)
         var = ((sum_2[0] + sum_3[0]) / T.cast(3000, 'float32'))
         rstd = T.rsqrt((var + eps))
         mean_ptr[pid] = mean
@@ -76,11 +80,11 @@ def group_norm_fwd_kernel(
         group = T.truncmod(pid, 2)
         for c0_it in T.serial(1):
             c0 = c0_it * 4
-            T.copy(w_ptr_v[group, c0:c0 + 4], t_2)
+            T.copy(w_ptr_v[group, c0:c0 + 4], t_3)
             T.copy(b_ptr_v[group, c0:c0 + 4], shift)
             for s0_it in T.serial(1):
                 s0 = s0_it * 1024
                 T.copy(xg_ptr_v[pid, c0:c0 + 4, s0:s0 + 1024], x_1)
                 for i0, i1 in T.Parallel(4, 1024):
-                    y[i0, i1] = (((x_1[i0, i1] - mean) * ((0.0 + rstd) * t_2[i0])) + shift[i0])
+                    y[i0, i1] = (((x_1[i0, i1] - mean) * ((0.0 + rstd) * t_3[i0])) + shift[i0])
                 T.copy(y, y_ptr_v[pid, c0:c0 + 4, s0:s0 + 1024])

@@ -21,9 +21,9 @@ def group_norm_fwd_kernel(x_ptr, xg_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr
         m2_l = m2_l + delta * (x - mean_l_1)
         mean_l = mean_l_1
     seen = ((group_size - lanes + 4096 - 1) // 4096).to(tl.float32)
-    first = tl.load(x_ptr + tl.cast(pid, tl.int64) * tl.cast(group_size, tl.int64))
-    t = tl.sum(seen * (mean_l - first), axis=0)
-    mean = first + t / tl.cast(group_size, tl.float32)
+    origin = tl.sum(tl.where(lanes == 0, mean_l, 0.0), axis=0)
+    t = tl.sum(seen * (mean_l - origin), axis=0)
+    mean = origin + t / tl.cast(group_size, tl.float32)
     dev = mean_l - mean
     t_1 = tl.sum(m2_l, axis=0)
     t_2 = tl.sum(seen * dev * dev, axis=0)
