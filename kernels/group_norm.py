@@ -34,6 +34,7 @@ from tle.oplib.arith import next_power_of_2
 from tle.oplib.normalized_shape import add_affine_parameters, reset_affine_parameters
 from tle.oplib.recipe import Recipe, Stage
 from tle.oplib.rows import torch_compute_dtype
+from tle.oplib.tensors import reshaped
 
 SPATIAL_TILE = 1024     # the widest spatial extent of a [channels, spatial] tile (wider ones waste more at the edge)
 # (elements a program loads a step, warps) of the forward by backend and of the backward: measured on the H200 (bf16,
@@ -337,14 +338,14 @@ def _as_3d(t):
 def _by_groups(run, x: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor],
                num_groups: int, eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     y, mean, rstd = run(_as_3d(x), _dense(weight), _dense(bias), num_groups, eps)
-    return y.reshape(x.shape), mean, rstd
+    return reshaped(y, x.shape), mean, rstd
 
 
 def _backward_by_groups(run, dy: torch.Tensor, x: torch.Tensor, weight: Optional[torch.Tensor],
                         bias: Optional[torch.Tensor], mean: torch.Tensor, rstd: torch.Tensor,
                         num_groups: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     dx, dw, db = run(_as_3d(dy), _as_3d(x), _dense(weight), _dense(bias), mean, rstd, num_groups)
-    return dx.reshape(x.shape), dw if dw is not None else x.new_empty(0), db if db is not None else x.new_empty(0)
+    return reshaped(dx, x.shape), dw if dw is not None else x.new_empty(0), db if db is not None else x.new_empty(0)
 
 
 def _stat_like(x, num_groups):

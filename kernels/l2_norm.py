@@ -20,6 +20,7 @@ from tle.oplib import (BenchSpec, Operator, Sample, as_rows, check_float, check_
 from tle.oplib.arith import cdiv
 from tle.oplib.recipe import Recipe, Stage
 from tle.oplib.rows import forward_row_config, row_config, torch_compute_dtype
+from tle.oplib.tensors import reshaped
 
 MAX_COLS = 65536
 
@@ -151,11 +152,11 @@ def _bwd_example(device, size):
 # -- the operator's recipe: its custom ops and autograd ---------------------------------------------------
 def _by_rows(run, x: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
     y, rstd = run(as_rows(x, "x"), eps)
-    return y.reshape(x.shape), rstd
+    return reshaped(y, x.shape), rstd
 
 
 def _backward_by_rows(run, dy: torch.Tensor, x: torch.Tensor, rstd: torch.Tensor) -> torch.Tensor:
-    return run(as_rows(dy, "dy"), as_rows(x, "x"), rstd).reshape(x.shape)
+    return reshaped(run(as_rows(dy, "dy"), as_rows(x, "x"), rstd), x.shape)
 
 
 def _save(ctx, inputs, output):

@@ -24,6 +24,7 @@ from tle.oplib.arith import cdiv
 from tle.oplib.normalized_shape import add_affine_parameters, as_shape, fold, reset_affine_parameters, trailing_dims
 from tle.oplib.recipe import Recipe, Stage
 from tle.oplib.rows import backward_row_config, row_config, row_stat_like, torch_compute_dtype
+from tle.oplib.tensors import reshaped
 
 MAX_COLS = 65536
 
@@ -243,14 +244,14 @@ def _bwd_example(device, size):
 def _by_rows(run, x: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor],
              eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     y, mean, rstd = run(as_rows(x, "x"), weight, bias, eps)
-    return y.reshape(x.shape), mean, rstd
+    return reshaped(y, x.shape), mean, rstd
 
 
 def _backward_by_rows(run, dy: torch.Tensor, x: torch.Tensor, weight: Optional[torch.Tensor],
                       bias: Optional[torch.Tensor], mean: torch.Tensor,
                       rstd: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     dx, dw, db = run(as_rows(dy, "dy"), as_rows(x, "x"), weight, bias, mean, rstd)
-    return (dx.reshape(x.shape), dw if dw is not None else x.new_empty(0),
+    return (reshaped(dx, x.shape), dw if dw is not None else x.new_empty(0),
             db if db is not None else x.new_empty(0))
 
 

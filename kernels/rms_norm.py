@@ -23,6 +23,7 @@ from tle.oplib.arith import cdiv
 from tle.oplib.normalized_shape import as_shape, fold, trailing_dims
 from tle.oplib.recipe import Recipe, Stage
 from tle.oplib.rows import backward_row_config, forward_row_config, row_stat_like, torch_compute_dtype
+from tle.oplib.tensors import reshaped
 
 MAX_COLS = 65536
 
@@ -264,14 +265,14 @@ def _by_rows(run, x: torch.Tensor, weight: Optional[torch.Tensor], residual: Opt
     """(y, h, rstd); h is x + residual, or an empty placeholder without a residual."""
     r2 = as_rows(residual, "residual") if residual is not None else None
     y, h, rstd = run(as_rows(x, "x"), weight, r2, eps)
-    return y.reshape(x.shape), (h.reshape(x.shape) if residual is not None else x.new_empty(0)), rstd
+    return reshaped(y, x.shape), (reshaped(h, x.shape) if residual is not None else x.new_empty(0)), rstd
 
 
 def _backward_by_rows(run, dy: torch.Tensor, h: torch.Tensor, weight: Optional[torch.Tensor], rstd: torch.Tensor,
                       dh: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     dh2 = as_rows(dh, "dh") if dh is not None else None
     dx, dw = run(as_rows(dy, "dy"), as_rows(h, "h"), weight, rstd, dh2)
-    return dx.reshape(h.shape), (dw if dw is not None else h.new_empty(0))
+    return reshaped(dx, h.shape), (dw if dw is not None else h.new_empty(0))
 
 
 def _forward_fake(x, weight, residual, eps):

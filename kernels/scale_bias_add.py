@@ -20,6 +20,7 @@ from tle.oplib import BenchSpec, Operator, Sample, as_rows, check_float, check_k
 from tle.oplib.arith import cdiv, next_power_of_2
 from tle.oplib.recipe import Recipe, Stage
 from tle.oplib.rows import box_config, box_grid, int32_row_chunks, torch_compute_dtype
+from tle.oplib.tensors import reshaped
 
 
 def fwd_config(n_cols: int) -> tuple[int, int, int]:
@@ -200,14 +201,14 @@ def _bwd_example(device, size):
 
 # -- the operator's recipe: its custom ops and autograd ---------------------------------------------------
 def _by_rows(run, x: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
-    return run(as_rows(x, "x"), scale, bias, as_rows(residual, "residual")).reshape(x.shape)
+    return reshaped(run(as_rows(x, "x"), scale, bias, as_rows(residual, "residual")), x.shape)
 
 
 def _backward_by_rows(run, dy: torch.Tensor, x: torch.Tensor, scale: torch.Tensor,
                       bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dx, dscale, dbias); `bias` gives dbias its dtype."""
     dx, ds, db = run(as_rows(dy, "dy"), as_rows(x, "x"), scale, bias)
-    return dx.reshape(x.shape), ds, db
+    return reshaped(dx, x.shape), ds, db
 
 
 def _save(ctx, inputs, y):

@@ -17,6 +17,7 @@ from tle.oplib import BenchSpec, Operator, Sample, as_rows, check_float, check_k
 from tle.oplib.arith import cdiv
 from tle.oplib.recipe import Recipe, Stage
 from tle.oplib.rows import row_config, torch_compute_dtype
+from tle.oplib.tensors import reshaped
 
 MAX_COLS = 65536
 MAX_NUMEL = 2 ** 31         # the kernels' offsets are 32-bit
@@ -116,7 +117,7 @@ def _bwd_example(device, size):
 
 # -- the operator's recipe: its custom ops and autograd ---------------------------------------------------
 def _by_rows(run, x: torch.Tensor) -> torch.Tensor:
-    return run(as_rows(x, "x")).reshape(x.shape)
+    return reshaped(run(as_rows(x, "x")), x.shape)
 
 
 def _backward_by_rows(run, dy: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

@@ -9,7 +9,7 @@ from tle.checks import FLOAT_DTYPES, check_tensor
 from tle.errors import LaunchError
 
 __all__ = ["FLOAT_DTYPES", "check_tensor", "check_float", "check_kernel_dtypes", "check_int32_offsets", "as_rows",
-           "programs", "LaunchError"]
+           "reshaped", "programs", "LaunchError"]
 
 # the torch backend also takes fp64 (gradcheck runs on it); the kernels take FLOAT_DTYPES
 TORCH_FLOAT_DTYPES = FLOAT_DTYPES + (torch.float64,)
@@ -42,6 +42,8 @@ def as_rows(x: torch.Tensor, name: str) -> torch.Tensor:
     else a contiguous copy (a tensor whose rows are not evenly strided, or whose last dimension is strided)."""
     if x.dim() == 0:
         raise LaunchError(f"'{name}' is a scalar; expected at least one dimension")
+    if x.dim() == 2 and (x.shape[1] <= 1 or x.stride(1) == 1) and x.numel():
+        return x        # already rows: a reshape would cost the host a few microseconds for the same view
     n = x.shape[-1]
     rows = math.prod(x.shape[:-1])
     if x.numel() == 0:
@@ -50,6 +52,12 @@ def as_rows(x: torch.Tensor, name: str) -> torch.Tensor:
     if n > 1 and x2.stride(-1) != 1:
         x2 = x2.contiguous()
     return x2
+
+
+def reshaped(t: torch.Tensor, shape) -> torch.Tensor:
+    """`t` in `shape`: `t` itself where it has that shape already (a reshape to the same shape costs the host a
+    few microseconds on every operator call), else t.reshape(shape)."""
+    return t if t.shape == shape else t.reshape(shape)
 
 
 _properties: dict = {}
