@@ -1,13 +1,15 @@
 """tle-bench --host-cost: what one call of an operator (its forward and its backward) costs the host, with the GPU
 idle, beside the same call on the operator's peers (eager torch, torch.compile, Liger).
 
-    tle-bench --host-cost [--operator NAME ...|--all] [--backends triton,tilelang] [--calls 200] [--breakdown]
-                          [--out DIR]
+    tle-bench --host-cost [--operator NAME ...|--all] [--backends triton,tilelang] [--calls 200] [--rounds 5]
+                          [--breakdown] [--out DIR]
 
 At each operator's smallest shape (its BenchSpec.dry_shapes[0]: tens to thousands of elements, so that the GPU
 finishes each kernel long before the host has launched the next), every implementation runs forward and backward
 `--calls` times back to back after ten untimed calls, with one device synchronization after the last: the wall
-time per call is what the host spends (Python, dispatch, autograd, launches). Beside it, the same call's GPU time
+time per call is what the host spends (Python, dispatch, autograd, launches). That is one round; `--rounds` rounds
+time the implementations of an operator in turn, and the median is kept (a host's speed drifts by tens of
+percent over a run: one round per implementation compares moments, not implementations). Beside it, the same call's GPU time
 (triton.testing.do_bench): where the host's time is the larger, the GPU waited on the host and the figure is the
 host's cost. Nothing is checked here (tle-bench's other modes check every implementation at these operators).
 Writes <out>/host_cost.json and host_cost.md (keeping its "## Notes"); `--device cpu` is a dry run (a CPU's wall
@@ -23,6 +25,7 @@ import argparse
 import json
 import os
 import shlex
+import statistics
 import sys
 import time
 from contextlib import contextmanager
@@ -53,6 +56,7 @@ class Cell:
     gpu_us: float | None = None     # the same call's time on the GPU (do_bench), where there is one
     launches: int | None = None     # --breakdown, tle's rows: kernels one call launches
     no_launch_us: float | None = None   # --breakdown: host_us with the backends' launches skipped
+    rounds_us: list | None = None   # host_us of each round (host_us is their median)
     note: str = ""
 
 
@@ -65,7 +69,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cuda")
     p.add_argument("--backends", default=",".join(KERNEL_BACKENDS))
     p.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"))
-    p.add_argument("--calls", type=int, default=200, help="timed calls per implementation (default 200)")
+    p.add_argument("--calls", type=int, default=200, help="timed calls per implementation and round (default 200)")
+    p.add_argument("--rounds", type=int, default=5,
+                   help="rounds timing every implementation in turn (default 5; the median is kept)")
     p.add_argument("--no-peers", action="store_true")
     p.add_argument("--no-compile", action="store_true")
     p.add_argument("--breakdown", action="store_true",
@@ -88,6 +94,8 @@ def parse_args(argv, operators: dict) -> argparse.Namespace:
             p.error(f"unknown backend {b!r} in --backends (backends: {', '.join(OP_BACKENDS)})")
     if a.calls < 1:
         p.error(f"--calls {a.calls}: at least one timed call")
+    if a.rounds < 1:
+        p.error(f"--rounds {a.rounds}: at least one round")
     a.torch_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[a.dtype]
     a.torch_device = torch.device(a.device)
     return a
@@ -132,18 +140,10 @@ def launches_counted(skip: bool = False):
             k.launch = launch
 
 
-def _breakdown(cell: Cell, call, calls: int, device) -> None:
-    """The launches of one call and the host time without them (see the module doc)."""
-    synchronize(device)
-    with launches_counted() as count:
-        call()
-    synchronize(device)
-    cell.launches = count[0]
-    with launches_counted(skip=True):
-        cell.no_launch_us = host_us(call, calls, device)
-
-
 def operator_cells(op, args) -> list[Cell]:
+    """Each implementation's cell at the operator's smallest shape: every implementation timed once per round, in
+    turn, so that a drift of the host's speed (noisy neighbours, clocks) touches all alike; the median of the
+    rounds is kept."""
     device, dtype = args.torch_device, args.torch_dtype
     shape = tuple(op.bench.dry_shapes[0])
     label = shape_label(shape, dtype)
@@ -151,31 +151,60 @@ def operator_cells(op, args) -> list[Cell]:
     keys = op.grad_keys(sample)
     s, leaves = prepared(sample, keys)
     options = Options(backends=tuple(args.backend_list), peers=not args.no_peers, compile=not args.no_compile)
-    cells = []
+    cells, timed = [], []
     for name, kind, factory in implementations(op, s, options):
         cell = Cell(op.name, label, name, kind)
-        try:
+        cells.append(cell)
+        with _cell_errors(cell):
             fn = factory()
             if fn is None:
                 cell.status, cell.note = "skip", "lacks this case"
-            else:
-                upstream = make_upstream(as_tuple(fn()))
+                continue
+            upstream = make_upstream(as_tuple(fn()))
 
-                def call(fn=fn, upstream=upstream):
-                    outs = as_tuple(fn())
-                    if leaves:
-                        input_grads(outs, leaves, upstream)
-                cell.host_us = host_us(call, args.calls, device)
-                if device.type == "cuda":
-                    cell.gpu_us = gpu_ms(call) * 1e3
-                if args.breakdown and kind == "tle":
-                    _breakdown(cell, call, args.calls, device)
-        except ImportError as e:
-            cell.status, cell.note = "skip", f"not installed ({str(e).splitlines()[0][:120]})"
-        except Exception as e:  # noqa: BLE001 - a cell, not the end of the run
-            cell.status, cell.note = "error", f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:160]}"
-        cells.append(cell)
+            def call(fn=fn, upstream=upstream):
+                outs = as_tuple(fn())
+                if leaves:
+                    input_grads(outs, leaves, upstream)
+            timed.append((cell, call))
+    rounds = {id(cell): [] for cell, _ in timed}
+    skipped = {id(cell): [] for cell, _ in timed}
+    for _ in range(args.rounds):
+        for cell, call in timed:
+            if cell.status != "ok":
+                continue
+            with _cell_errors(cell):
+                rounds[id(cell)].append(host_us(call, args.calls, device))
+                if args.breakdown and cell.kind == "tle":
+                    with launches_counted(skip=True):
+                        skipped[id(cell)].append(host_us(call, args.calls, device))
+    for cell, call in timed:
+        if cell.status != "ok":
+            continue
+        with _cell_errors(cell):
+            cell.rounds_us = [round(t, 1) for t in rounds[id(cell)]]
+            cell.host_us = statistics.median(rounds[id(cell)])
+            if device.type == "cuda":
+                cell.gpu_us = gpu_ms(call) * 1e3
+            if args.breakdown and cell.kind == "tle":
+                synchronize(device)
+                with launches_counted() as count:
+                    call()
+                synchronize(device)
+                cell.launches = count[0]
+                cell.no_launch_us = statistics.median(skipped[id(cell)])
     return cells
+
+
+@contextmanager
+def _cell_errors(cell: Cell):
+    """A failing implementation marks its cell (skip where its package is missing), not the end of the run."""
+    try:
+        yield
+    except ImportError as e:
+        cell.status, cell.note = "skip", f"not installed ({str(e).splitlines()[0][:120]})"
+    except Exception as e:  # noqa: BLE001 - a cell, not the end of the run
+        cell.status, cell.note = "error", f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:160]}"
 
 
 def table(cells: list[Cell]) -> list[str]:
@@ -210,17 +239,35 @@ def breakdown_table(cells: list[Cell]) -> list[str]:
     return lines
 
 
-def render(cells: list[Cell], command: str, obs: dict, calls: int, notes: str | None) -> str:
+def ratio_table(cells: list[Cell], peer: str = "liger") -> list[str]:
+    """tle's rows over `peer`'s host cost, where both ran: the Part of the page a target reads."""
+    at = {(c.op, c.impl): c for c in cells if c.status == "ok"}
+    rows = [(c, at[(c.op, peer)]) for c in cells if c.kind == "tle" and c.status == "ok" and (c.op, peer) in at]
+    if not rows:
+        return []
+    lines = [f"| operator (shape) | implementation | host us | {peer} host us | ratio |", "|---|---|---:|---:|---:|"]
+    for c, p in rows:
+        lines.append(f"| {c.op} ({c.shape}) | {c.impl} | {c.host_us:.0f} | {p.host_us:.0f} | "
+                     f"{c.host_us / p.host_us:.2f}x |")
+    return lines
+
+
+def render(cells: list[Cell], command: str, obs: dict, calls: int, rounds: int, notes: str | None) -> str:
     versions = ", ".join(f"{k} {v}" for k, v in obs["versions"].items())
     skipped = [f"- {c.op} {c.impl}: {c.status}: {c.note}" for c in cells if c.status != "ok"]
     out = [f"# {NAME}: the host's cost of one forward-and-backward call", "",
            f"Written by `{command}`. A rerun rewrites this page and keeps the section \"Notes\".", "",
            f"Microseconds per call of the forward and the backward, {calls} calls back to back after "
-           f"{WARM_CALLS} untimed, one synchronization after the last, at each operator's smallest shape; in "
+           f"{WARM_CALLS} untimed, one synchronization after the last, at each operator's smallest shape: the "
+           f"median of {rounds} round{'s' if rounds != 1 else ''} timing an operator's implementations in turn. In "
            "parentheses the same call's GPU time (do_bench median): where it is the smaller, the GPU waited on "
            "the host and the first figure is the host's cost.", "",
            "## Latest observation", "", f"- date {obs['date']}, commit {obs['commit']}, GPU {obs['gpu']}",
            f"- versions: {versions}", ""] + table(cells) + [""] + skipped
+    ratios = ratio_table(cells)
+    if ratios:
+        out += ["", "### tle over Liger", "", "tle's host cost a call over Liger's, where Liger has the operator "
+                "(the medians above; below 1.00x tle costs the host less).", ""] + ratios
     parts = breakdown_table(cells)
     if parts:
         out += ["", "### tle's calls without the backends' launches (--breakdown)", "",
@@ -249,6 +296,7 @@ def main(argv, operators: dict | None = None, from_command_line: bool = False) -
     command = "tle-bench " + shlex.join(argv)
     obs = observation(device)
     print("\n".join(table(cells)))
+    print("\n".join([""] + ratio_table(cells)))
     if args.breakdown:
         print("\n".join([""] + breakdown_table(cells)))
     out_dir = args.out if args.out is not None else (os.path.join("docs", "benchmark") if device.type == "cuda"
@@ -258,8 +306,8 @@ def main(argv, operators: dict | None = None, from_command_line: bool = False) -
         md = os.path.join(out_dir, NAME + ".md")
         notes = page.kept_notes(open(md).read()) if os.path.exists(md) else None
         with open(os.path.join(out_dir, NAME + ".json"), "w") as f:
-            json.dump({**obs, "calls": args.calls, "cells": [asdict(c) for c in cells]}, f, indent=1)
+            json.dump({**obs, "calls": args.calls, "rounds": args.rounds, "cells": [asdict(c) for c in cells]}, f, indent=1)
         with open(md, "w") as f:
-            f.write(render(cells, command, obs, args.calls, notes))
+            f.write(render(cells, command, obs, args.calls, args.rounds, notes))
         print(f"\nwrote {out_dir}/{NAME}.{{json,md}}")
     return 1 if any(c.kind == "tle" and c.status == "error" for c in cells) else 0
