@@ -144,7 +144,8 @@ def test_a_suite_on_both_backends_on_the_cpu(tmp_path, capsys):
     for backend in ("triton", "tilelang"):
         tests = {c["check"]: c for c in by_file["test/tle/unit/test_add.py"][backend]}
         assert tests["test_add"]["outcome"] == "pass", tests["test_add"]
-        assert tests["test_add_wrong"]["outcome"] == "fail" and "deliberately wrong" in tests["test_add_wrong"]["detail"]
+        wrong = tests["test_add_wrong"]
+        assert wrong["outcome"] == "fail" and "deliberately wrong" in wrong["detail"]
         assert tests["test_missing_api"]["outcome"] == "fail" and "no_such_thing" in tests["test_missing_api"]["detail"]
         assert by_file["tutorials/tle/01-add.py"][backend] == [{"check": "(script)", "outcome": "pass", "detail": ""}]
         broken = by_file["tutorials/tle/raw/02-broken.py"][backend][0]

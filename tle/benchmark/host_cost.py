@@ -9,11 +9,11 @@ finishes each kernel long before the host has launched the next), every implemen
 `--calls` times back to back after ten untimed calls, with one device synchronization after the last: the wall
 time per call is what the host spends (Python, dispatch, autograd, launches). That is one round; `--rounds` rounds
 time the implementations of an operator in turn, and the median is kept (a host's speed drifts by tens of
-percent over a run: one round per implementation compares moments, not implementations). Beside it, the same call's GPU time
-(triton.testing.do_bench): where the host's time is the larger, the GPU waited on the host and the figure is the
-host's cost. Nothing is checked here (tle-bench's other modes check every implementation at these operators).
-Writes <out>/host_cost.json and host_cost.md (keeping its "## Notes"); `--device cpu` is a dry run (a CPU's wall
-time, no GPU column).
+percent over a run: one round per implementation compares moments, not implementations). Beside it, the same
+call's GPU time (triton.testing.do_bench): where the host's time is the larger, the GPU waited on the host and the
+figure is the host's cost. Nothing is checked here (tle-bench's other modes check every implementation at these
+operators). Writes <out>/host_cost.json and host_cost.md (keeping its "## Notes"); `--device cpu` is a dry run
+(a CPU's wall time, no GPU column).
 
 --breakdown adds, for tle's rows, how many kernels one call launches and the host time of the same call with the
 backends' launches skipped (tle.jit still binds, keys and looks up each kernel; Triton's or TileLang's own launch is
@@ -306,7 +306,8 @@ def main(argv, operators: dict | None = None, from_command_line: bool = False) -
         md = os.path.join(out_dir, NAME + ".md")
         notes = page.kept_notes(open(md).read()) if os.path.exists(md) else None
         with open(os.path.join(out_dir, NAME + ".json"), "w") as f:
-            json.dump({**obs, "calls": args.calls, "rounds": args.rounds, "cells": [asdict(c) for c in cells]}, f, indent=1)
+            json.dump({**obs, "calls": args.calls, "rounds": args.rounds, "cells": [asdict(c) for c in cells]}, f,
+                      indent=1)
         with open(md, "w") as f:
             f.write(render(cells, command, obs, args.calls, args.rounds, notes))
         print(f"\nwrote {out_dir}/{NAME}.{{json,md}}")
