@@ -231,20 +231,18 @@ def _by_channel(p, num_groups, absent):
 def _kernel_forward(x, weight, bias, num_groups, eps, backend):
     n, c, s = x.shape
     y = torch.empty((n, c, s), device=x.device, dtype=x.dtype)
-    if x.numel():       # the kernel writes every group's statistics
-        mean = torch.empty((n, num_groups), device=x.device)
-        rstd = torch.empty((n, num_groups), device=x.device)
-    else:               # NaN: the statistics of empty groups
-        mean = torch.full((n, num_groups), float("nan"), device=x.device)
-        rstd = torch.full((n, num_groups), float("nan"), device=x.device)
-    if x.numel():
-        cfg = tiles(c // num_groups, s, FORWARD_TILES[backend])
-        xg = _by_group(x, num_groups)
-        group_norm_fwd_kernel[(n * num_groups,)](
-            xg.view(n * num_groups, -1), xg, _by_channel(weight, num_groups, mean),
-            _by_channel(bias, num_groups, mean), _by_group(y, num_groups), mean, rstd,
-            num_groups, c // num_groups, s, float(eps), BLOCK=cfg.block, BLOCK_C=cfg.block_c, BLOCK_S=cfg.block_s,
-            HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, backend=backend, num_warps=cfg.num_warps)
+    if not x.numel():   # NaN: the statistics of empty groups
+        return (y, torch.full((n, num_groups), float("nan"), device=x.device),
+                torch.full((n, num_groups), float("nan"), device=x.device))
+    mean = torch.empty((n, num_groups), device=x.device)        # the kernel writes every group's statistics
+    rstd = torch.empty((n, num_groups), device=x.device)
+    cfg = tiles(c // num_groups, s, FORWARD_TILES[backend])
+    xg = _by_group(x, num_groups)
+    group_norm_fwd_kernel[(n * num_groups,)](
+        xg.view(n * num_groups, -1), xg, _by_channel(weight, num_groups, mean),
+        _by_channel(bias, num_groups, mean), _by_group(y, num_groups), mean, rstd,
+        num_groups, c // num_groups, s, float(eps), BLOCK=cfg.block, BLOCK_C=cfg.block_c, BLOCK_S=cfg.block_s,
+        HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, backend=backend, num_warps=cfg.num_warps)
     return y, mean, rstd
 
 

@@ -166,33 +166,31 @@ def operator_cells(op, args) -> list[Cell]:
                 outs = as_tuple(fn())
                 if leaves:
                     input_grads(outs, leaves, upstream)
-            timed.append((cell, call))
-    rounds = {id(cell): [] for cell, _ in timed}
-    skipped = {id(cell): [] for cell, _ in timed}
+            timed.append((cell, call, [], []))      # with the host times of its rounds, and without launches
     for _ in range(args.rounds):
-        for cell, call in timed:
+        for cell, call, host, no_launch in timed:
             if cell.status != "ok":
                 continue
             with _cell_errors(cell):
-                rounds[id(cell)].append(host_us(call, args.calls, device))
+                host.append(host_us(call, args.calls, device))
                 if args.breakdown and cell.kind == "tle":
                     with launches_counted(skip=True):
-                        skipped[id(cell)].append(host_us(call, args.calls, device))
-    for cell, call in timed:
+                        no_launch.append(host_us(call, args.calls, device))
+    for cell, call, host, no_launch in timed:
         if cell.status != "ok":
             continue
         with _cell_errors(cell):
-            cell.rounds_us = [round(t, 1) for t in rounds[id(cell)]]
-            cell.host_us = statistics.median(rounds[id(cell)])
+            cell.rounds_us = [round(t, 1) for t in host]
+            cell.host_us = statistics.median(host)
             if device.type == "cuda":
                 cell.gpu_us = gpu_ms(call) * 1e3
-            if args.breakdown and cell.kind == "tle":
+            if no_launch:
                 synchronize(device)
                 with launches_counted() as count:
                     call()
                 synchronize(device)
                 cell.launches = count[0]
-                cell.no_launch_us = statistics.median(skipped[id(cell)])
+                cell.no_launch_us = statistics.median(no_launch)
     return cells
 
 

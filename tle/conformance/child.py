@@ -40,8 +40,6 @@ def install_cpu_mode() -> None:
     def on_cpu(d):
         if isinstance(d, torch.device) and d.type == "cuda" or isinstance(d, str) and d.startswith("cuda"):
             return torch.device("cpu")
-        if isinstance(d, int) and not isinstance(d, bool):
-            return d
         return d
 
     class CudaOnCpu(TorchFunctionMode):

@@ -33,8 +33,7 @@ def _import_text(node: ast.AST, modules: dict[str, str]) -> str:
                 raise ValueError(f"line {node.lineno}: 'import {a.name}' without 'as' cannot be rewritten in place")
             parts.append(target if a.asname is None else f"{target} as {a.asname}")
         return "import " + ", ".join(parts)
-    module = map_module(node.module or "", modules) if node.level == 0 else node.module
-    return f"from {'.' * node.level}{module or ''} import {names}"
+    return f"from {map_module(node.module, modules)} import {names}"       # absolute: see _imports_mapped
 
 
 def _jit_names(tree: ast.AST) -> set[str]:

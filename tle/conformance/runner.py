@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -32,9 +33,8 @@ def run_file(root: str, rel: str, kind: str, backends, device: str, modules: dic
         for b in backends:
             result.checks[b] = [{"check": "(rewrite)", "outcome": "fail", "detail": str(e)}]
         return result
-    # the rewritten file sits beside copies of its folder's other files (conftest, helpers), outside the project
+    # the rewritten file replaces its copy in the temporary tree (see run_suite), outside the project
     dest = os.path.join(workdir, rel)
-    os.makedirs(os.path.dirname(dest), exist_ok=True)
     with open(dest, "w") as f:
         f.write(rewritten)
     for b in backends:
@@ -73,6 +73,9 @@ def run_suite(root: str, files, backends, device: str, modules: dict, jit: str, 
               progress=None) -> list[FileResult]:
     results = []
     with tempfile.TemporaryDirectory(prefix="tle-conformance-") as workdir:
+        # the suite's folders copied whole, so that a file finds its conftest, helpers and packages beside it
+        for folder in sorted({os.path.dirname(rel) for rel, _ in files}):
+            shutil.copytree(os.path.join(root, folder), os.path.join(workdir, folder), dirs_exist_ok=True)
         for rel, kind in files:
             if progress:
                 progress(rel)
