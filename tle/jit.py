@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from tle import arguments, select
+from tle import arguments, descriptor_args, select
 from tle.cache import cache_dir
 from tle.dtypes import from_torch
 from tle.errors import LaunchError
@@ -187,14 +187,18 @@ class Kernel:
         return values, launch
 
     def _split(self, values):
-        """(constexpr values by name, [(name, runtime value)]): None arguments count as constexprs."""
-        constexprs, runtime = {}, []
+        """(constexpr values by name, [(name, runtime value)], {name: DescriptorParam}): None arguments count
+        as constexprs; a host tensor descriptor gives its parts (tle/descriptor_args.py)."""
+        constexprs, runtime, descriptors = {}, [], {}
         for (name, is_constexpr, _), v in zip(self._params, values):
             if is_constexpr or v is None:
                 constexprs[name] = v
+            elif descriptor_args.is_descriptor(v):
+                descriptors[name] = descriptor_args.param(name, v)
+                runtime.extend(zip(descriptor_args.part_names(name, len(v.shape)), descriptor_args.parts(v)))
             else:
                 runtime.append((name, v))
-        return constexprs, runtime
+        return constexprs, runtime, descriptors
 
     def _key(self, values, backend, grid):
         """The specialization key of a launch (without backend and launch options), and its tensors' device."""
@@ -217,6 +221,14 @@ class Kernel:
                                       f"on {device}; a launch takes all its tensors on one device")
                 aligned = meta or v.data_ptr() % 16 == 0
                 key.append((v.dtype, aligned, v.shape, v.stride()) if shapes else (v.dtype, aligned))
+            elif descriptor_args.is_descriptor(v):
+                descriptor_args.checked(self.__name__, name, v)
+                if device is None:
+                    device, first_tensor, meta = v.base.device, name, v.base.device.type == "meta"
+                elif v.base.device != device:
+                    raise LaunchError(f"{self.__name__}: argument '{name}' is on {v.base.device}, but '{first_tensor}' "
+                                      f"is on {device}; a launch takes all its tensors on one device")
+                key.append(descriptor_args.key(v, shapes, ints and not unspecialized))
             elif ints and type(v) is int and not unspecialized:
                 _scalar_kind(self.__name__, name, v)     # rejects ints that do not fit in 64 bits
                 key.append(v)                            # compiled in as a constant
@@ -258,9 +270,11 @@ class Kernel:
         return Spec(tuple(arg_specs), tuple(specialized), grid if backend.specializes_grid else None)
 
     # -- lowering -----------------------------------------------------------------------------------
-    def _lower(self, backend, constexprs, spec: Spec, num_warps, num_stages, launch_values: dict) -> Lowered:
+    def _lower(self, backend, constexprs, spec: Spec, num_warps, num_stages, launch_values: dict,
+               descriptors: dict) -> Lowered:
         """Lower for `spec` and the launch's options (num_warps None: the launch left it to the kernel)."""
         runtime_types = {a.name: a.type for a in spec.args if a.name not in spec.specialized}
+        runtime_types.update(descriptors)
         known = {a.name: (a.type, a.value) for a in spec.args if a.name in spec.specialized}
         attempt = arguments.Trace(self.fn, runtime_types, dict(constexprs), known)
         ir = arguments.trace(self.__name__, attempt, launch_values, self.constexpr_names)
@@ -280,14 +294,28 @@ class Kernel:
         full_key = (backend.name, key, num_warps, num_stages, interpret, triton_debug())
         hit = self._cache.get(full_key)
         if hit is None:
-            constexprs, runtime = self._split(values)
+            constexprs, runtime, descriptors = self._split(values)
             lowered = self._lower(backend, constexprs, self._spec(runtime, backend, grid), num_warps, num_stages,
-                                  self._named(values))
+                                  self._named(values), descriptors)
             specialized = lowered.kernel.specialized
             positions = tuple(i for i, ((name, is_constexpr, _), v) in enumerate(zip(self._params, values))
                               if not is_constexpr and v is not None and name not in specialized)
+            if descriptors:                  # a descriptor's parts in its place
+                positions = descriptor_args.Expansion(tuple(
+                    (i, k) if name in descriptors else (i, None)
+                    for i, ((name, is_constexpr, _), v) in enumerate(zip(self._params, values))
+                    if not is_constexpr and v is not None
+                    for k, part in enumerate(descriptors[name].part_names() if name in descriptors else [name])
+                    if part not in specialized))
             hit = self._cache[full_key] = (lowered, positions)
         return hit
+
+    @staticmethod
+    def _kernel_values(positions, values) -> list:
+        """What the compiled kernel takes, from the launch's values."""
+        if type(positions) is tuple:
+            return [values[i] for i in positions]
+        return positions.values(values)
 
     def lower(self, *args, grid=None, backend: str | None = None, num_warps: int | None = None,
               num_stages: int | None = None, **kwargs) -> Lowered:
@@ -335,7 +363,7 @@ class Kernel:
         key, _ = self._key(values, b, grid)
         lowered, positions = self._get(b, values, key, num_warps, num_stages, grid,
                                        select.interpret_setting())
-        return lowered.compiled.interpret([values[i] for i in positions], strict_reads=strict_reads)
+        return lowered.compiled.interpret(self._kernel_values(positions, values), strict_reads=strict_reads)
 
     # -- launch -------------------------------------------------------------------------------------
     def _launch(self, grid, args, kwargs, warmup: bool = False):
@@ -356,11 +384,12 @@ class Kernel:
         lowered, positions = self._get(b, values, key, num_warps, num_stages, grid, interpret)
         why = select.launch_unavailable_reason(b, device, interpret)
         if why is not None:
-            tensors = [n for (n, _, _), v in zip(self._params, values) if isinstance(v, torch.Tensor)]
+            tensors = [n for (n, _, _), v in zip(self._params, values)
+                       if isinstance(v, torch.Tensor) or descriptor_args.is_descriptor(v)]
             raise LaunchError(f"{self.__name__}: cannot launch on backend '{b.name}' with tensors "
                               f"{', '.join(tensors)} on {device}: {why}")
         if not warmup:
-            lowered.compiled.launch(grid, [values[i] for i in positions])
+            lowered.compiled.launch(grid, self._kernel_values(positions, values))
         return lowered
 
 

@@ -5,6 +5,8 @@ alias of them are the same function object, so they find the same entry here.
 """
 from __future__ import annotations
 
+import builtins as py_builtins
+
 import triton.language as tl
 
 from ..errors import LoweringError
@@ -153,8 +155,23 @@ def _block_pointer(tr, pointer, mask, other, boundary_check, what):
     return block_ptr.pointers_and_mask(tr, pointer, boundary_check)
 
 
+def _local_access(tr, what, boundary_check, padding_option, cache_modifier, eviction_policy, volatile,
+                  is_async=False):
+    """Refuse what applies to global memory only, for a load or store through a tle.gpu.local_ptr."""
+    asked = [name for name, v in (("boundary_check", boundary_check), ("padding_option", padding_option),
+                                  ("cache_modifier", cache_modifier), ("eviction_policy", eviction_policy),
+                                  ("volatile", volatile), ("is_async", is_async)) if v]
+    if asked:
+        raise LoweringError(f"{what} through a tle.gpu.local_ptr takes mask and other only; {', '.join(asked)} "
+                            f"apply to global memory", tr.b.loc)
+
+
 def _load(tr, pointer, mask, other, boundary_check, padding_option, cache_modifier, eviction_policy,
           volatile, is_async):
+    if getattr(pointer, "is_local_pointer", False):
+        _local_access(tr, "tl.load", boundary_check, padding_option, cache_modifier, eviction_policy, volatile,
+                      is_async)
+        return pointer.load(tr, mask, other)
     if isinstance(pointer, block_ptr.BlockPtr):
         bp = pointer
         pointer, mask = _block_pointer(tr, pointer, mask, other, boundary_check, "tl.load")
@@ -196,6 +213,9 @@ def _bool_constexpr(tr, x, what):
 
 @builtin(tl.store)
 def store(tr, pointer, value, mask=None, boundary_check=(), cache_modifier="", eviction_policy=""):
+    if getattr(pointer, "is_local_pointer", False):
+        _local_access(tr, "tl.store", boundary_check, "", cache_modifier, eviction_policy, False)
+        return pointer.store(tr, value, mask)
     if isinstance(pointer, block_ptr.BlockPtr):
         pointer, mask = _block_pointer(tr, pointer, mask, None, boundary_check, "tl.store")
     elif boundary_check:
@@ -363,6 +383,25 @@ def minimum(tr, x, y, propagate_nan=None):
     return S.minmax(BinaryOp.MINIMUM, x, y)
 
 
+def _python_extremum(kind: BinaryOp, name: str, python_fn):
+    """Python's min/max in a kernel, as Triton reads them: on constexprs Python's own, with a runtime value
+    among the arguments tl.minimum / tl.maximum folded left to right (NaN not propagated, as there)."""
+    def impl(tr, *args, **kwargs):
+        if not any(isinstance(a, TV) for a in args):
+            return python_fn(*args, **kwargs)
+        if kwargs or len(args) < 2:
+            raise LoweringError(f"{name}() of runtime values takes two or more values and no keywords", tr.b.loc)
+        out = args[0]
+        for a in args[1:]:
+            out = S.minmax(kind, out, a)
+        return out
+    return impl
+
+
+BUILTINS[py_builtins.min] = _python_extremum(BinaryOp.MINIMUM, "min", py_builtins.min)
+BUILTINS[py_builtins.max] = _python_extremum(BinaryOp.MAXIMUM, "max", py_builtins.max)
+
+
 @builtin(tl.where)
 def where(tr, condition, x, y):
     return S.where(condition, x, y)
@@ -427,6 +466,23 @@ def join(tr, a, b):
         raise LoweringError(f"tl.join of {a.dtype} and {b.dtype}: the operands must have one dtype", tr.b.loc)
     a, b = S.broadcast_pair(a, b)
     return TV(tr.b.join(a.v, b.v), tr.b)
+
+
+@builtin(tl.cat)
+def cat(tr, input, other, can_reorder=False):
+    """Two 1-D tiles of one shape and dtype end to end: `input`'s elements, then `other`'s. Triton's tl.cat
+    asks can_reorder=True, leaving the order to the compiler; tle fixes it to this one on every backend
+    (written as join, transpose and reshape, which keep their order), so a program means the same on both."""
+    if not S.constexpr_value(can_reorder):
+        raise LoweringError("tl.cat(..., can_reorder=False): Triton's tl.cat takes can_reorder=True only (tle "
+                            "concatenates in order either way: input's elements, then other's)", tr.b.loc)
+    a, b = as_tv(tr.b, input), as_tv(tr.b, other)
+    if a.type.rank != 1 or a.type != b.type:
+        raise LoweringError(f"tl.cat takes two 1-D tiles of one shape and dtype, got {a.type} and {b.type}",
+                            tr.b.loc)
+    pairs = TV(tr.b.join(a.v, b.v), tr.b)                          # [N, 2]: (input[i], other[i])
+    rows = TV(tr.b.trans(pairs.v, (1, 0)), tr.b)                   # [2, N]: input, then other
+    return TV(tr.b.reshape(rows.v, (2 * a.type.shape[0],)), tr.b)
 
 
 @builtin(tl.split)
@@ -591,6 +647,27 @@ def sort(tr, x, dim=None, descending=False):
     return TV(tr.b.sort(x.v, _last_axis(tr, x, dim, "tl.sort"), bool(descending)), tr.b)
 
 
+@builtin(tl.gather)
+def gather(tr, src, index, axis):
+    """src's elements at `index` along `axis` (Triton's tl.gather and the tensor method src.gather(index, axis)):
+    index is an integer tile of src's rank, with src's extents on the other axes. An index outside
+    [0, src.shape[axis]) reads no defined value, as in Triton."""
+    src, index = as_tv(tr.b, src), as_tv(tr.b, index)
+    if src.type.is_scalar or index.type.is_scalar or not index.dtype.is_int or index.dtype.is_bool:
+        raise LoweringError(f"tl.gather takes a source tile and an integer index tile, got {src.type} and "
+                            f"{index.type}", tr.b.loc)
+    rank = src.type.rank
+    axis = _int(tr, axis, "tl.gather axis")
+    if not -rank <= axis < rank:
+        raise LoweringError(f"tl.gather: axis {axis} out of range for rank {rank}", tr.b.loc)
+    axis %= rank
+    off_axis = [d for d in range(rank) if d != axis]
+    if index.type.rank != rank or any(index.type.shape[d] != src.type.shape[d] for d in off_axis):
+        raise LoweringError(f"tl.gather: the index ({index.type}) must have the source's rank and its extents "
+                            f"off axis {axis} ({src.type})", tr.b.loc)
+    return TV(tr.b.gather(src.v, index.v, axis), tr.b)
+
+
 @builtin(tl.topk)
 def topk(tr, x, k, dim=None):
     x = as_tv(tr.b, x)
@@ -642,6 +719,18 @@ def device_assert(tr, cond, msg="", mask=None):
     if mask is not None:      # asserted where the mask holds
         cond = S.bitwise(BinaryOp.OR, cond, S.compare(CmpPred.EQ, as_tv(tr.b, mask), 0))
     tr.b.assert_(cond.v, str(msg))
+
+
+@builtin(tl.assume)
+def assume(tr, cond):
+    """A promise about runtime scalars (tl.assume(stride > 0)); a constexpr condition must hold."""
+    if not isinstance(cond, TV):
+        if not cond:
+            raise LoweringError("tl.assume on a constant false condition", tr.b.loc)
+        return
+    if not cond.type.is_scalar or not cond.dtype.is_bool:
+        raise LoweringError(f"tl.assume takes a scalar condition (a comparison), got {cond.type}", tr.b.loc)
+    tr.b.assume(cond.v)
 
 
 @builtin(tl.debug_barrier)
@@ -702,4 +791,4 @@ def _imprecise_accumulation(tr, value, fp8: bool, k: int) -> int | None:
 # Triton's tensor member functions (x.sum(axis), x.max(0), ...)
 TENSOR_METHODS = {"sum": sum_, "max": max_, "min": min_, "argmax": argmax, "argmin": argmin,
                   "reshape": reshape, "expand_dims": expand_dims, "broadcast_to": broadcast_to,
-                  "reduce": reduce_with, "associative_scan": associative_scan}
+                  "reduce": reduce_with, "associative_scan": associative_scan, "gather": gather}

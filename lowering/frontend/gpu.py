@@ -9,11 +9,15 @@ error that says to read it with `tle.gpu.local_load`.
 """
 from __future__ import annotations
 
+import triton.language as tl
+
 from ..errors import LoweringError
-from ..ir.ops import LoopKind, Storage
+from ..ir import types as ir_types
+from ..ir.ops import CmpPred, LoopKind, Storage
 from . import semantics as S
 from .builtins import mask_and_pointer
 from .semantics import TV, as_tv, constexpr_value as _plain, is_num, to_dtype
+from .tensor_desc import TensorDescriptor
 
 # storage kinds the IR has; each backend's rule table says what it does with the alloc's scope
 SPACES = {Storage.SMEM: "shared memory"}
@@ -56,40 +60,77 @@ def _space_name(scope) -> str:
     return str(name)
 
 
-def _shape(tr, shape, what) -> tuple[int, ...]:
+class BufferSpecError(ValueError):
+    """An alloc's shape or dtype that no backend can make a buffer of (tle.gpu.semantic's TLESemanticError)."""
+
+
+def buffer_shape(shape) -> tuple[int, ...]:
+    """A buffer's shape as a tuple of positive ints: a list or tuple of them (constexprs unwrapped), or one int."""
     shape = _plain(shape)
-    if isinstance(shape, int):
+    if isinstance(shape, int) and not isinstance(shape, bool):
         shape = (shape,)
     if not isinstance(shape, (list, tuple)) or not shape:
-        raise LoweringError(f"{what}: the shape must be a list of constexpr ints, got {shape!r}", tr.b.loc)
-    out = []
-    for s in shape:
-        s = _plain(s)
-        if isinstance(s, TV) or isinstance(s, bool) or not isinstance(s, int) or s <= 0:
-            raise LoweringError(f"{what}: the shape must be a list of positive constexpr ints, got {shape!r}",
-                                tr.b.loc)
-        out.append(s)
-    return tuple(out)
+        raise BufferSpecError(f"the shape must be a non-empty list of constexpr ints, got {shape!r}")
+    dims = [_plain(s) for s in shape]
+    if any(isinstance(s, bool) or not isinstance(s, int) or s <= 0 for s in dims):
+        raise BufferSpecError(f"the shape must be a list of positive constexpr ints, got {shape!r}")
+    return tuple(dims)
 
 
-def alloc(tr, shape, dtype, layout=None, scope=None):
+def buffer_dtype(dtype):
+    """A buffer's element type as the IR's DType, from a Triton dtype (tl.float16, tl.int1, ...)."""
+    dtype = _plain(dtype)
+    if not isinstance(dtype, (tl.dtype, ir_types.DType)) or isinstance(dtype, tl.pointer_type):
+        raise BufferSpecError(f"dtype must be a Triton dtype (tl.float16, ...), got {dtype!r}")
+    try:
+        return to_dtype(dtype)
+    except (TypeError, ValueError):
+        raise BufferSpecError(f"dtype {dtype!r} is not one tle buffers hold") from None
+
+
+def _shape(tr, shape, what) -> tuple[int, ...]:
+    try:
+        return buffer_shape(shape)
+    except BufferSpecError as e:
+        raise LoweringError(f"{what}: {e}", tr.b.loc) from None
+
+
+def alloc(tr, shape, dtype, layout=None, scope=None, nv_mma_shared_layout=None):
+    """A buffer. `layout` (a tle.gpu layout object) and FlagTree's `nv_mma_shared_layout=` flag are placement
+    hints: the op keeps their description as its `layout` attribute, and each backend's rule table says what
+    becomes of it (a buffer's contents do not depend on its layout)."""
     shape = _shape(tr, shape, "tle.gpu.alloc")
     try:
-        elem = to_dtype(_plain(dtype))
-    except Exception:
-        raise LoweringError(f"tle.gpu.alloc: dtype must be a Triton dtype (tl.float16, ...), got {dtype!r}",
-                            tr.b.loc) from None
+        elem = buffer_dtype(dtype)
+    except BufferSpecError as e:
+        raise LoweringError(f"tle.gpu.alloc: {e}", tr.b.loc) from None
     space = Storage.SMEM if scope is None else _space_name(scope)
     if space not in SPACES:
         which = ", ".join(f"{name} ({what})" for name, what in SPACES.items())
         raise LoweringError(f"tle.gpu.alloc: storage kind '{space}' is not supported by any backend "
                             f"(the storage kinds: {which})", tr.b.loc, construct=f"storage kind '{space}'")
-    layout = _plain(layout)
+    hint = _layout_hint(tr, _plain(layout), _plain(nv_mma_shared_layout), len(shape))
+    return Buffer(tr.b.alloc(shape, elem, Storage(space), hint), tr.b)
+
+
+def _layout_hint(tr, layout, nv_mma, rank: int) -> str | None:
+    """The description of an alloc's layout hint, None without one. A layout object describes itself
+    (`describe()`); nv_mma_shared_layout=False asks FlagTree's default unswizzled layout, True its default
+    NVMMA-swizzled one (what it takes when neither is given)."""
     if layout is not None:
-        raise LoweringError(f"tle.gpu.alloc: layout={layout!r} is not supported; pass layout=None (each backend "
-                            f"chooses the buffer's layout: TileLang swizzles shared buffers for T.gemm, Triton "
-                            f"keeps the tile in registers)", tr.b.loc, construct="tle.gpu.alloc layout")
-    return Buffer(tr.b.alloc(shape, elem, Storage(space), None), tr.b)
+        describe = getattr(layout, "describe", None)
+        if describe is None:
+            raise LoweringError(f"tle.gpu.alloc: layout must be a tle.gpu layout (swizzled_shared_layout, "
+                                f"nv_mma_shared_layout, ...) or None, got {layout!r}", tr.b.loc)
+        if getattr(layout, "rank", rank) != rank:
+            raise LoweringError(f"tle.gpu.alloc: the layout {describe()} is of rank {layout.rank}, the buffer's "
+                                f"shape of rank {rank}", tr.b.loc)
+        return describe()
+    if nv_mma is None:
+        return None
+    if not isinstance(nv_mma, bool):
+        raise LoweringError(f"tle.gpu.alloc: nv_mma_shared_layout must be a bool, got {nv_mma!r}", tr.b.loc)
+    return "nv_mma_shared_layout (default)" if nv_mma else "swizzled_shared_layout (default: not swizzled)"
 
 
 def _buffer(tr, x, what) -> Buffer:
@@ -105,9 +146,13 @@ def _check_shape(tr, buf: Buffer, shape, what):
                             f"(copies move whole buffers)", tr.b.loc)
 
 
-def copy(tr, src, dst, shape, mask=None, other=None):
-    """Global -> buffer (src a pointer tile), buffer -> global (dst a pointer tile), or buffer -> buffer."""
+def copy(tr, src, dst, shape, mask=None, other=None, offsets=None):
+    """Global -> buffer (src a pointer tile), buffer -> global (dst a pointer tile), or buffer -> buffer; with a
+    tensor descriptor on one side (FlagTree's TMA form, `copy(desc, buf, shape, offsets)`), the descriptor's
+    block at `offsets` (the fourth argument) into the buffer or the buffer into it."""
     shape = _shape(tr, shape, "tle.gpu.copy")
+    if isinstance(src, TensorDescriptor) or isinstance(dst, TensorDescriptor):
+        return _descriptor_copy(tr, src, dst, shape, offsets if offsets is not None else mask, other)
     if isinstance(src, Buffer) and isinstance(dst, Buffer):
         if mask is not None or other is not None:
             raise LoweringError("tle.gpu.copy between buffers takes no mask or other", tr.b.loc)
@@ -133,6 +178,30 @@ def copy(tr, src, dst, shape, mask=None, other=None):
         tr.b.copy_out(ptr.v, src.v, msk.v if msk is not None else None)
         return None
     raise LoweringError("tle.gpu.copy: one of src and dst must be a buffer from tle.gpu.alloc", tr.b.loc)
+
+
+def _descriptor_copy(tr, src, dst, shape, offsets, other):
+    """A descriptor's block at `offsets` into a buffer (elements outside the tensor reading as its padding), or
+    a buffer into the block (elements outside the tensor left alone): desc.load / desc.store."""
+    if other is not None:
+        raise LoweringError("tle.gpu.copy with a tensor descriptor takes (src, dst, shape, offsets), no `other`: "
+                            "the descriptor's padding fills what lies outside the tensor", tr.b.loc)
+    desc, buf = (src, dst) if isinstance(src, TensorDescriptor) else (dst, src)
+    if not isinstance(buf, Buffer):
+        raise LoweringError("tle.gpu.copy with a tensor descriptor: the other side must be a buffer from "
+                            "tle.gpu.alloc", tr.b.loc)
+    if offsets is None:
+        raise LoweringError("tle.gpu.copy with a tensor descriptor needs the block's offsets: "
+                            "copy(desc, buf, shape, offsets)", tr.b.loc)
+    _check_shape(tr, buf, shape, "tle.gpu.copy")
+    if tuple(desc.block_shape) != tuple(buf.type.shape) or desc.dtype != buf.dtype:
+        raise LoweringError(f"tle.gpu.copy: the descriptor's block ({list(desc.block_shape)} {desc.dtype}) and the "
+                            f"buffer ({list(buf.type.shape)} {buf.dtype}) must match", tr.b.loc)
+    if desc is src:
+        local_store(tr, buf, desc.load(offsets))
+    else:
+        desc.store(offsets, local_load(tr, buf))
+    return None
 
 
 def _pointer_tile(tr, p, mask, which, buf: Buffer, shape):
@@ -173,7 +242,121 @@ def local_store(tr, buf, value):
     return None
 
 
-for _f in (alloc, copy, local_load, local_store):
+class LocalPointer:
+    """`tle.gpu.local_ptr(buf, offsets=None)`: pointers to elements of a buffer, for tl.load and tl.store.
+    `offsets` is an integer tile of flat row-major element offsets into the buffer; without it, one pointer
+    per element, in the buffer's shape. It refers to the buffer the kernel holds (not to one version): a load
+    reads the latest write and a store makes the next version, as copy and local_store do. Adding an integer
+    (or integer tile) moves the pointers by that many elements."""
+
+    is_local_pointer = True
+
+    def __init__(self, buf: Buffer, offsets: TV | None):
+        self.buf, self.offsets = buf, offsets
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.offsets.type.shape if self.offsets is not None else self.buf.type.shape)
+
+    def __repr__(self):
+        return f"local_ptr({self.buf.v.name or 'buffer'}, {self.shape})"
+
+    def _flat_offsets(self) -> TV:
+        """The offsets as a tile (the buffer's row-major element numbers where none were given)."""
+        if self.offsets is not None:
+            return self.offsets
+        b, shape = self.buf.b, self.buf.type.shape
+        flat = TV(b.arange(0, self.buf.type.numel), b)
+        return TV(b.reshape(flat.v, tuple(shape)), b) if len(shape) > 1 else flat
+
+    def _moved(self, delta, sign):
+        b = self.buf.b
+        delta = as_tv(b, delta) if not is_num(delta) else delta
+        if isinstance(delta, TV) and (not delta.dtype.is_int or delta.dtype.is_bool):
+            raise LoweringError(f"a tle.gpu.local_ptr moves by integers, got {delta.type}", b.loc)
+        if not isinstance(delta, TV) and (isinstance(delta, bool) or not isinstance(delta, int)):
+            raise LoweringError(f"a tle.gpu.local_ptr moves by integers, got {delta!r}", b.loc)
+        offsets = self._flat_offsets()
+        return LocalPointer(self.buf, offsets + delta if sign > 0 else offsets - delta)
+
+    def __add__(self, delta):
+        return self._moved(delta, 1)
+
+    __radd__ = __add__
+
+    def __sub__(self, delta):
+        return self._moved(delta, -1)
+
+    def _mask(self, tr, mask):
+        if mask is None:
+            return None
+        mask = as_tv(tr.b, mask)
+        if not mask.dtype.is_bool:
+            mask = S.compare(CmpPred.NE, mask, 0)
+        try:
+            return S.broadcast_to(mask, self.shape)
+        except LoweringError as e:
+            raise LoweringError(f"the mask of an access through a tle.gpu.local_ptr: {e.message}", tr.b.loc) from None
+
+    def _tile(self, tr, value, what):
+        elem = self.buf.dtype
+        try:
+            return S.broadcast_to(S.cast(as_tv(tr.b, value, elem if is_num(value) else None), elem), self.shape)
+        except LoweringError as e:
+            raise LoweringError(f"{what} through a tle.gpu.local_ptr: {e.message}", tr.b.loc) from None
+
+    def load(self, tr, mask, other):
+        """tl.load: the buffer's elements at the pointers (`other` where `mask` is false)."""
+        mask = self._mask(tr, mask)
+        if other is not None and mask is None:
+            raise LoweringError("`other` given without `mask`", tr.b.loc)
+        other = self._tile(tr, other, "the `other` of a load") if other is not None else None
+        if self.offsets is None:                      # the whole buffer, element for element
+            tile = local_load(tr, self.buf)
+            return tile if mask is None else S.where(mask, tile, other if other is not None else _zero(tr, tile))
+        return TV(tr.b.local_gather(self.buf.v, self.offsets.v, mask.v if mask is not None else None,
+                                    other.v if other is not None else None), tr.b)
+
+    def store(self, tr, value, mask):
+        """tl.store: the buffer's next version, with `value` at the pointers where `mask` holds."""
+        mask = self._mask(tr, mask)
+        value = self._tile(tr, value, "the value of a store")
+        if self.offsets is None:
+            local_store(tr, self.buf, value if mask is None else S.where(mask, value, local_load(tr, self.buf)))
+            return None
+        new = tr.b.local_scatter(self.buf.v, self.offsets.v, value.v, mask.v if mask is not None else None)
+        new.name = self.buf.v.name
+        tr.rebind(self.buf, new)
+        return None
+
+
+def _zero(tr, tile: TV) -> TV:
+    return S.broadcast_to(S.const(tr.b, 0, tile.dtype), tile.type.shape)
+
+
+def local_ptr(tr, buffer, offsets=None):
+    buf = _buffer(tr, buffer, "tle.gpu.local_ptr's first argument")
+    if offsets is None:
+        return LocalPointer(buf, None)
+    offsets = as_tv(tr.b, offsets)
+    if offsets.type.is_scalar or not offsets.dtype.is_int or offsets.dtype.is_bool:
+        raise LoweringError(f"tle.gpu.local_ptr: offsets must be an integer tile (flat element offsets into the "
+                            f"buffer), got {offsets.type}", tr.b.loc)
+    return LocalPointer(buf, offsets)
+
+
+def memory_space(tr, input, space):
+    """FlagTree's placement hint for a tile: the tile itself, with a note (both backends place tiles themselves)."""
+    space = _plain(space)
+    if not isinstance(space, str):
+        raise LoweringError(f"tle.gpu.memory_space: the space must be a string ('shared_memory', 'register', ...), "
+                            f"got {space!r}", tr.b.loc)
+    tr.notes.append(f"line {tr.b.loc.line}: tle.gpu.memory_space(..., {space!r}): placement hint dropped, each "
+                    f"backend places tiles itself")
+    return as_tv(tr.b, input)
+
+
+for _f in (alloc, copy, local_load, local_store, local_ptr):
     _f.takes_buffers = True
 
 
@@ -181,9 +364,10 @@ def pipeline_attrs(tr, args, kwargs) -> tuple[list, dict]:
     """The range arguments and loop attributes of `for i in tle.gpu.pipeline(...)`."""
     kwargs = dict(kwargs)
     stages = _plain(kwargs.pop("num_stages", None))
+    unroll = _plain(kwargs.pop("loop_unroll_factor", None))
     if kwargs:
-        raise LoweringError(f"tle.gpu.pipeline takes (stop), (start, stop) or (start, stop, step) and "
-                            f"num_stages=; got {sorted(kwargs)}", tr.b.loc)
+        raise LoweringError(f"tle.gpu.pipeline takes (stop), (start, stop) or (start, stop, step), num_stages= "
+                            f"and loop_unroll_factor=; got {sorted(kwargs)}", tr.b.loc)
     if not 1 <= len(args) <= 3:
         raise LoweringError(f"tle.gpu.pipeline takes 1 to 3 positional arguments, got {len(args)}", tr.b.loc)
     attrs = {"kind": LoopKind.PIPELINE}
@@ -192,6 +376,11 @@ def pipeline_attrs(tr, args, kwargs) -> tuple[list, dict]:
             raise LoweringError(f"tle.gpu.pipeline: num_stages must be a constexpr int >= 0, got {stages!r}",
                                 tr.b.loc)
         attrs["num_stages"] = stages
+    if unroll is not None:
+        if isinstance(unroll, TV) or isinstance(unroll, bool) or not isinstance(unroll, int) or unroll < 1:
+            raise LoweringError(f"tle.gpu.pipeline: loop_unroll_factor must be a constexpr int >= 1, got {unroll!r}",
+                                tr.b.loc)
+        attrs["loop_unroll_factor"] = unroll
     return list(args), attrs
 
 

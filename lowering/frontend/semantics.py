@@ -267,6 +267,12 @@ def broadcast_to(x: TV, shape) -> TV:
         return x
     b = x.b
     v = x.v
+    try:
+        fits = ir_types.broadcast_shapes(tuple(x.type.shape), shape) == shape
+    except ValueError:
+        fits = False
+    if not fits:
+        raise LoweringError(f"a tile of shape {list(x.type.shape)} does not broadcast to {list(shape)}", b.loc)
     if not v.type.is_scalar and len(v.type.shape) < len(shape):
         for _ in range(len(shape) - len(v.type.shape)):
             v = b.expand_dims(v, 0)

@@ -21,6 +21,31 @@ _NAME = "tl.make_tensor_descriptor"
 _ATOMIC_ADD_DTYPES = ("u32", "i32", "u64", "fp32", "fp16", "bf16")     # what Triton's desc.atomic_add takes
 
 
+@dataclass(frozen=True)
+class DescriptorParam:
+    """A kernel parameter whose launch value is a host tensor descriptor: in the kernel it is the descriptor
+    `tl.make_tensor_descriptor` makes of parameters of its own, `<name>_base` (a pointer), `<name>_shape<k>`
+    and `<name>_stride<k>` (ints, the last stride 1), with this block shape and padding."""
+    name: str
+    elem: ir_types.DType
+    rank: int
+    block_shape: tuple[int, ...]
+    padding: str
+
+    def part_names(self) -> list[str]:
+        return ([f"{self.name}_base"] + [f"{self.name}_shape{k}" for k in range(self.rank)]
+                + [f"{self.name}_stride{k}" for k in range(self.rank - 1)])
+
+    def build(self, tr, parts: dict) -> "TensorDescriptor":
+        """The descriptor, from the parts' traced values by name."""
+        names = self.part_names()
+        shape = [parts[n] for n in names[1:1 + self.rank]]
+        strides = [parts[n] for n in names[1 + self.rank:]] + [1]
+        desc = make_tensor_descriptor(tr, parts[names[0]], shape, strides, self.block_shape, self.padding)
+        desc.desc.v.name = self.name
+        return desc
+
+
 @dataclass(frozen=True, eq=False)
 class TensorDescriptor:
     tr: object                      # the tracer: the methods below are called from the kernel's text

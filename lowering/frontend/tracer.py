@@ -19,7 +19,7 @@ from .expressions import Expressions
 from .extensions import TLE_BUILTINS
 from .semantics import TV
 from .source import FunctionSource, function_source
-from .tensor_desc import TensorDescriptor
+from .tensor_desc import DescriptorParam, TensorDescriptor
 
 
 class Tracer(ControlFlow, Expressions):
@@ -49,23 +49,20 @@ class Tracer(ControlFlow, Expressions):
         names = [a.arg for a in src.tree.args.args]
         body = self.b.new_block([])
         params, env = [], {}
+        descriptors = {}
         for i, name in enumerate(names):
-            if name in known:
-                t, value = known[name]
-                with self.b.insert_into(body):
-                    self.b.loc = Loc(src.file, src.tree.lineno, src.tree.name)
-                    c = self.b.const(value, t.elem)
-                c.name = name
-                env[name] = TV(c, self.b)
-            elif name in runtime:
-                v = self.b.ids.value(runtime[name], body, name)
-                body.args.append(v)
-                params.append(Param(name, v, i))
-                env[name] = TV(v, self.b)
+            if isinstance(runtime.get(name), DescriptorParam):
+                descriptors[name] = runtime[name]
+                for part in runtime[name].part_names():
+                    self._param(body, params, env, part, i, runtime, known, src)
+            elif name in known or name in runtime:
+                self._param(body, params, env, name, i, runtime, known, src)
             else:
                 env[name] = constexprs[name]
         self.b.loc = Loc(src.file, src.tree.lineno, src.tree.name)
         with self.b.insert_into(body):
+            for name, d in descriptors.items():        # a host descriptor argument: the descriptor of its parts
+                env[name] = d.build(self, env)
             try:
                 self._exec_body(src.tree.body, env)
             except ReturnSignal as r:
@@ -75,6 +72,21 @@ class Tracer(ControlFlow, Expressions):
                       notes=self.notes, warp_groups=dict(self.warp_groups))
         body.args = []   # params are referenced through KernelIR.params
         return ir
+
+    def _param(self, body, params, env, name, index, runtime, known, src):
+        """Runtime parameter `name` (at `index` among the function's), or its compiled-in value."""
+        if name in known:
+            t, value = known[name]
+            with self.b.insert_into(body):
+                self.b.loc = Loc(src.file, src.tree.lineno, src.tree.name)
+                c = self.b.const(value, t.elem)
+            c.name = name
+            env[name] = TV(c, self.b)
+            return
+        v = self.b.ids.value(runtime[name], body, name)
+        body.args.append(v)
+        params.append(Param(name, v, index))
+        env[name] = TV(v, self.b)
 
     # -- helpers ------------------------------------------------------------------------------------
     def _loc(self, node):

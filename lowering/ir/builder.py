@@ -168,6 +168,12 @@ class Builder:
     def local_load(self, buf: Value) -> Value:
         return self._one(ops.LOCAL_LOAD, [buf], [ir_types.tile(buf.type.shape, buf.type.elem)])
 
+    def local_gather(self, buf: Value, offsets: Value, mask: Value | None, other: Value | None) -> Value:
+        return self._one(ops.LOCAL_GATHER, [buf, offsets, mask, other], [ir_types.tile(offsets.type.shape, buf.type.elem)])
+
+    def local_scatter(self, buf: Value, offsets: Value, value: Value, mask: Value | None) -> Value:
+        return self._one(ops.LOCAL_SCATTER, [buf, offsets, value, mask], [buf.type])
+
     def local_store(self, buf: Value, value: Value) -> Value:
         return self._one(ops.LOCAL_STORE, [buf, value], [buf.type])
 
@@ -199,6 +205,9 @@ class Builder:
     def sort(self, x: Value, axis: int, descending: bool) -> Value:
         return self._one(ops.SORT, [x], [x.type], {"axis": axis, "descending": descending})
 
+    def gather(self, src: Value, index: Value, axis: int) -> Value:
+        return self._one(ops.GATHER, [src, index], [ir_types.tile(index.type.shape, src.type.elem)], {"axis": axis})
+
     def topk(self, x: Value, k: int, axis: int) -> Value:
         shape = list(x.type.shape)
         shape[axis] = k
@@ -212,6 +221,9 @@ class Builder:
 
     def print_(self, prefix: str, args: list[Value], hex: bool) -> Op:
         return self._op(ops.PRINT, list(args), [], {"prefix": prefix, "hex": hex})
+
+    def assume(self, cond: Value) -> Op:
+        return self._op(ops.ASSUME, [cond], [], {})
 
     def assert_(self, cond: Value, msg: str) -> Op:
         return self._op(ops.ASSERT, [cond], [], {"msg": msg})

@@ -424,6 +424,10 @@ COMBINE_REDUCE = OpDef("combine_reduce", ("*inputs",), {
     "tl.reduce: the input tiles (one shape); one result per input, the axis reduced", spelled="tl.reduce")
 SORT = OpDef("sort", ("x",), {"axis": Attr("the sorted axis (the last one)", _INT),
                               "descending": Attr("largest first", _BOOL)}, frozenset({Trait.PURE}), spelled="tl.sort")
+GATHER = OpDef("gather", ("src", "index"), {"axis": Attr("the axis the indices select along", _INT)},
+               frozenset({Trait.PURE}), "tl.gather: element i of the result is src's element at i with its `axis` "
+               "coordinate replaced by index[i] (index has src's rank and its extents off the axis)",
+               spelled="tl.gather")
 TOPK = OpDef("topk", ("x",), {"k": Attr("how many of the largest values are kept, largest first", _INT),
                               "axis": Attr("the reduced axis (the last one)", _INT)}, frozenset({Trait.PURE}),
              spelled="tl.topk")
@@ -447,6 +451,9 @@ PRINT = OpDef("print", ("*values",), {"prefix": Attr("the text before the values
                                       "hex": Attr("print integers in hexadecimal", _BOOL)},
               frozenset(), "tl.device_print: each program prints the operand tiles' elements",
               spelled="tl.device_print")
+ASSUME = OpDef("assume", ("cond",), {}, frozenset(),
+               "tl.assume: the kernel promises the scalar condition holds (a hint for the compiler; a false one is "
+               "undefined behaviour)", spelled="tl.assume")
 ASSERT = OpDef("assert", ("cond",), {"msg": Attr("the message of a failed assertion", _STR)}, frozenset(),
                "tl.device_assert: every element of cond must hold (checked when Triton's debug mode is on)",
                spelled="tl.device_assert")
@@ -487,6 +494,12 @@ LOCAL_LOAD = OpDef("local_load", ("buf",), {}, frozenset({Trait.PURE}),
                    "tle.gpu.local_load: the buffer version as a tile", spelled="tle.gpu.local_load")
 LOCAL_STORE = OpDef("local_store", ("buf", "value"), {}, frozenset({Trait.BUFFER_WRITE}),
                     "tle.gpu.local_store: result is the buffer's next version", spelled="tle.gpu.local_store")
+LOCAL_GATHER = OpDef("local_gather", ("buf", "offsets", "mask", "other"), {}, frozenset({Trait.PURE}),
+                     "tl.load through tle.gpu.local_ptr(buf, offsets): the buffer version's elements at flat "
+                     "row-major offsets (other where mask is false)", spelled="tl.load of a tle.gpu.local_ptr")
+LOCAL_SCATTER = OpDef("local_scatter", ("buf", "offsets", "value", "mask"), {}, frozenset({Trait.BUFFER_WRITE}),
+                      "tl.store through tle.gpu.local_ptr(buf, offsets): the buffer's next version, value written "
+                      "at flat row-major offsets where mask holds", spelled="tl.store of a tle.gpu.local_ptr")
 COPY_IN = OpDef("copy_in", ("ptr", "mask", "other", "buf"), {}, frozenset({Trait.MEMORY, Trait.READS,
                                                                           Trait.BUFFER_WRITE}),
                 "tle.gpu.copy from global memory; result is the buffer's next version", spelled="tle.gpu.copy")

@@ -4,12 +4,15 @@ fragment; `local_store` writes a tile into it. (The copies between a buffer and 
 memory.py.)"""
 from __future__ import annotations
 
+import re
+
 from ..ir import ops
 from ..ir.core import Op
 from ..ir.ops import Trait
 from .context import Buffer, Context
 from ..rules import RuleSet
-from .syntax import loop_indices, mentions
+from .sorting import BARRIER, check_placement
+from .syntax import element, loop_indices, mentions, parallel_header
 from .values import nested
 from .versions import root
 
@@ -102,3 +105,68 @@ def local_store(gen: Context, op: Op, indent: int):
             gen.fill(buf, val, indent)
             how = "T.Parallel into the buffer"
     gen.report.append((op.loc.line, "tle.gpu.local_store", "buffer", how))
+
+
+# -- tle.gpu.local_ptr: loads and stores at flat element offsets of the shared buffer ------------------------
+# Any thread may name any element, so each access is separated from the buffer's other reads and writes by
+# block barriers written out (as sorting.py does): before a load (earlier writes land), before a store
+# (earlier reads are done) and after it (later reads see it). Not inside a pipelined loop, whose producer and
+# consumer warps would not all reach them.
+def _element_at(buf: Buffer, flat: str) -> list[str]:
+    """The buffer's element at row-major offset `flat`, as an index in its own axes (the leading axis not
+    wrapped: an offset past the buffer stays past it, as a pointer would)."""
+    idx, stride = [], 1
+    for axis, extent in reversed(list(enumerate(buf.shape))):
+        whole = f"{flat} // {stride}" if stride > 1 else flat
+        idx.append(whole if axis == 0 else f"{whole} % {extent}")
+        stride *= extent
+    return list(reversed(idx))
+
+
+def _flat(gen: Context, offsets, idx: list[str], indent: int) -> str:
+    """The offset of element `idx` of the pointers, computed once (a let) where it is an expression."""
+    expr = gen.elem(offsets, idx)
+    if not re.fullmatch(r"[\w.]+(\[[^\[\]]*\])?", expr):
+        name = gen.ids.fresh("offset")
+        gen.let(name, expr, indent)
+        expr = gen.out.read(name)
+    return expr
+
+
+@RULE_SET.rule(ops.LOCAL_GATHER, role="statement")
+def local_gather(gen: Context, op: Op, indent: int):
+    buf, offsets, mask, other = (op.operand(n) for n in ("buf", "offsets", "mask", "other"))
+    v = op.result
+    check_placement(gen, op, "a tl.load through tle.gpu.local_ptr")
+    shared = gen.buffers[buf.id]
+    out = gen.alloc(v.name or "local", v.type.shape, v.type.elem, "fragment")
+    gen.emit(BARRIER, indent)
+    idx = loop_indices(len(v.type.shape))
+    gen.emit(parallel_header(idx, v.type.shape), indent)
+    at = shared.at(_element_at(shared, _flat(gen, offsets, idx, indent + 1)))
+    if mask is not None:
+        fill = gen.elem(other, idx) if other is not None else "0"
+        at = f"T.if_then_else({gen.elem(mask, idx)}, {at}, {fill})"
+    gen.emit(f"{element(out, idx)} = {at}", indent + 1)
+    gen.buffers[v.id] = Buffer(out, tuple(v.type.shape), v.type.elem, "fragment", gen.blocks[-1])
+    gen.report.append((op.loc.line, "tl.load", "buffer", f"reads {shared.name} at the pointers' offsets"))
+
+
+@RULE_SET.rule(ops.LOCAL_SCATTER, role="statement")
+def local_scatter(gen: Context, op: Op, indent: int):
+    buf, offsets, value, mask = (op.operand(n) for n in ("buf", "offsets", "value", "mask"))
+    check_placement(gen, op, "a tl.store through tle.gpu.local_ptr")
+    shared = gen.buffers[buf.id]
+    gen.buffers[op.result.id] = shared
+    shape = offsets.type.shape
+    gen.emit(BARRIER, indent)
+    idx = loop_indices(len(shape))
+    gen.emit(parallel_header(idx, shape), indent)
+    body = indent + 1
+    if mask is not None:
+        gen.emit(f"if {gen.elem(mask, idx)}:", body)
+        body += 1
+    at = shared.at(_element_at(shared, _flat(gen, offsets, idx, body)))
+    gen.emit(f"{at} = {gen.elem(value, idx)}", body)
+    gen.emit(BARRIER, indent)
+    gen.report.append((op.loc.line, "tl.store", "buffer", f"writes {shared.name} at the pointers' offsets"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..ir import ops
 from ..ir.core import Block, Op
-from ..ir.ops import LoopKind
+from ..ir.ops import InputPrecision, LoopKind
 from .context import Context
 from ..rules import RuleSet
 from .slots import carry_slot, loop_slots_of, write_slots
@@ -169,7 +169,11 @@ def loop_stages(gen: Context, op: Op) -> tuple[int | None, bool]:
 
 
 def _stages_operands(gen: Context, body: Block) -> bool:
-    """Does the loop bring dot operands into shared memory (where pipelining pays)?"""
+    """Does the loop bring dot operands into shared memory (where pipelining pays)? Not a loop with an IEEE
+    product: its multiply-add loop is fenced by block barriers (reductions.py), which a pipelined loop's
+    producer and consumer warps would not all reach."""
+    if any(o.defn is ops.DOT and o.attrs.get("input_precision") is InputPrecision.IEEE for o in body.walk()):
+        return False
     for o in body.walk():
         if o.defn is ops.LOAD and any(u.defn is ops.DOT for u in gen.value_users(o.result)):
             return True

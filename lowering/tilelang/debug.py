@@ -37,6 +37,12 @@ RULE_SET = RuleSet()          # this module's rules; codegen.py includes them in
 _ASSERT = 'T.call_intrin("void", tvm.ir.Op.get("tl.device_assert_with_msg"), {cond}, {msg})'
 
 
+@RULE_SET.rule(ops.ASSUME, role="statement")
+def assume(gen: Context, op: Op, indent: int):
+    # TVM's assume intrinsic: its simplifier may use the condition; the CUDA carries no trace of it
+    gen.emit(f"T.assume({gen.scalar(op.operand('cond'))})", indent)
+
+
 @RULE_SET.rule(ops.ASSERT, role="statement")
 def device_assert(gen: Context, op: Op, indent: int):
     if not gen.debug:

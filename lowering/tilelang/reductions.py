@@ -9,10 +9,11 @@ from __future__ import annotations
 from ..ir import ops
 from ..ir import types as ir_types
 from ..ir.core import Op, Value
-from ..ir.ops import ReduceKind, Trait, ops_of
+from ..ir.ops import InputPrecision, ReduceKind, Trait, ops_of
 from .context import Buffer, Context
 from .row_products import RowProducts
 from ..rules import RuleSet
+from .sorting import BARRIER, check_placement
 from .slots import yields_back
 from .syntax import loop_indices, parallel_header
 from .values import is_zero
@@ -84,6 +85,9 @@ def dot(gen: Context, op: Op, indent: int):
     if a.type.elem != b.type.elem:
         gen.error(f"tl.dot of {a.type.elem} by {b.type.elem}", op, "TileLang 0.1.15's T.gemm multiplies two fp8 kinds "
                   "together on Blackwell (tcgen05) only; convert one operand to the other's kind")
+    if op.attrs.get("input_precision") is InputPrecision.IEEE:
+        _ieee_product(gen, op, indent)
+        return
     rows = _row_products(gen)
     if rows.register_a(op):
         ab, ta = gen.buffer_of(a, indent, "fragment"), False     # the registers it was computed in
@@ -106,6 +110,28 @@ def dot(gen: Context, op: Op, indent: int):
     # chain's last product waits for them all, and the hand-offs' releases wait for it (warp_groups.py)
     issue = "T.wgmma_gemm" if _issued_async(gen, op, ab) else "T.gemm"
     gen.emit(f"{issue}({', '.join([ab.region(), bb.region(), out.name] + flags)})", indent)
+    gen.buffers[op.result.id] = out
+
+
+def _ieee_product(gen: Context, op: Op, indent: int):
+    """tl.dot(input_precision='ieee') of fp32 tiles: T.gemm would compute in TF32, so each element of the result
+    is its own fp32 multiply-add loop over K, reading both operands from shared memory (any thread reads any
+    row or column), between barriers written out as sorting.py's are."""
+    a, b = op.operand("a"), op.operand("b")
+    check_placement(gen, op, "tl.dot(input_precision='ieee')")
+    ab, ta = _operand(gen, a, indent)
+    bb, tb = _operand(gen, b, indent)
+    out = _accumulator(gen, op, op.operand("acc"), indent)
+    (m, k), n = a.type.shape, b.type.shape[1]
+    i, j = loop_indices(2)
+    kk = gen.ids.fresh("k")
+    gen.emit(BARRIER, indent)                       # the operands' writes are done
+    gen.emit(parallel_header([i, j], (m, n)) + "  # an IEEE fp32 product: multiply-adds over K, no TF32", indent)
+    gen.emit(f"for {kk} in T.serial({k}):", indent + 1)
+    a_at = ab.at([kk, i] if ta else [i, kk])
+    b_at = bb.at([j, kk] if tb else [kk, j])
+    gen.emit(f"{out.at([i, j])} = {out.at([i, j])} + {a_at} * {b_at}", indent + 2)
+    gen.emit(BARRIER, indent)                       # before the operands are written again
     gen.buffers[op.result.id] = out
 
 

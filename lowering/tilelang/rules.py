@@ -80,10 +80,12 @@ RULES.honors(ops.REDUCE, "kind", how="T.reduce_sum/max/min; argmax/argmin: the e
 RULES.honors(ops.REDUCE, "axis", how="the dim= of T.reduce_*")
 RULES.honors(ops.REDUCE, "keep_dims", how="the result's unit axis is left out of its fragment's index")
 RULES.honors(ops.DOT, "out_dtype", how="the dtype of T.gemm's fragment accumulator")
-RULES.honors(ops.DOT, "input_precision", how="T.gemm computes fp32 operands in TF32, as 'tf32' asks")
-RULES.refuses(ops.DOT, "input_precision", why="T.gemm computes fp32 operands in TF32; it has no IEEE fp32 product "
-                                              "(use input_precision='tf32', or the Triton backend)",
-              when=lambda v: v in (InputPrecision.IEEE, InputPrecision.TF32X3))
+RULES.honors(ops.DOT, "input_precision", how="'tf32': T.gemm, which computes fp32 operands in TF32; 'ieee': no "
+                                                 "T.gemm but an fp32 multiply-add loop over K for each element, on the "
+                                                 "CUDA cores, as Triton's IEEE product")
+RULES.refuses(ops.DOT, "input_precision", why="T.gemm computes fp32 operands in TF32 and has no three-pass TF32 "
+                                              "product (use 'tf32', or 'ieee' for full fp32 products)",
+              when=lambda v: v is InputPrecision.TF32X3)
 RULES.refuses(ops.DOT, "max_num_imprecise_acc", why="T.gemm cannot be told how many fp8 products to accumulate "
                                                     "before promoting the sum")
 RULES.honors(ops.SCAN, "kind", how="'sum': T.cumsum (inclusive, as tl.cumsum) of 1-D and 2-D tiles; 'prod', and sums "
@@ -110,6 +112,8 @@ RULES.honors(ops.SORT, "descending", how="the direction of the network's last me
 RULES.honors(ops.TOPK, "k", how="runs of k sorted, then halved by keeping the larger of pairs of runs until k "
                                 "remain, largest first (Triton's sort_impl)")
 RULES.honors(ops.TOPK, "axis", how="the last axis, the only one Triton selects along")
+RULES.honors(ops.GATHER, "axis", how="the source tile copied to shared memory, then each result element read from it at "
+                                   "its index along the axis")
 RULES.honors(ops.HISTOGRAM, "num_bins", how="a zeroed shared int32 buffer of num_bins counts, T.atomic_add per "
                                             "element into the bin of its low log2(max(num_bins, 32)) bits where that "
                                             "bin is below num_bins, as compiled Triton counts (no range check)")

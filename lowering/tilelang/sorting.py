@@ -1,4 +1,4 @@
-"""Sorting and counting, which TileLang 0.1.15 has no operation for, written out in TileLang.
+"""Sorting, counting and gathering, which TileLang 0.1.15 has no operation for, written out in TileLang.
 
 `tl.sort` and `tl.topk` are Triton's own bitonic network (triton/language/standard.py, `sort_impl`), step for
 step, along the last axis of a shared-memory copy of the tile (each row of a 2-D tile on its own). Each
@@ -19,6 +19,9 @@ bins: bin 31; 40 with 16 bins: bin 8, 20 with 16 bins: not at all). The loop tha
 shared memory only (the bin of each element, -1 where the mask is false or the bin is dropped), so TileLang
 runs each of its iterations on one thread; an element read from a fragment, which TileLang may replicate
 over threads, would be counted once per copy.
+
+`tl.gather` copies its source tile to shared memory and reads each result element from there: a fragment's
+element lives on the thread that owns it, and an index may ask for any element.
 
 The barriers between these loops are written out (`T.sync_threads()`): TileLang inserts none between
 shared-memory loops that it maps onto fewer than 32 threads (a tile of 16 elements), trusting one warp to
@@ -77,7 +80,7 @@ def network(log_n: int, log_k: int, descending: bool) -> list[tuple]:
 
 def _bitonic(gen: Context, op: Op, construct: str, k: int | None, descending: bool, indent: int):
     x, v = op.operand("x"), op.result
-    _check_placement(gen, op, construct)
+    check_placement(gen, op, construct)
     shape = tuple(x.type.shape)
     n = shape[-1]
     log_n = _log2(n)
@@ -153,7 +156,7 @@ _STEPS_APART = ("its steps are separated by block-wide barriers, which TileLang'
                 "pipelined loop do not all reach; compute it outside the loop or drop num_stages")
 
 
-def _check_placement(gen: Context, op: Op, construct: str, why: str = _STEPS_APART):
+def check_placement(gen: Context, op: Op, construct: str, why: str = _STEPS_APART):
     if any(id(loop) in gen.pipelined for loop in enclosing_loops(op)):
         gen.error(construct + " in a pipelined loop", op, why)
 
@@ -162,17 +165,39 @@ def _check_placement(gen: Context, op: Op, construct: str, why: str = _STEPS_APA
 def debug_barrier(gen: Context, op: Op, indent: int):
     # a kernel's own barrier (between its writes to global memory and its reads of them): written out as the
     # steps' barriers are, and refused where they are
-    _check_placement(gen, op, "tl.debug_barrier",
+    check_placement(gen, op, "tl.debug_barrier",
                      "a block-wide barrier, which TileLang's producer and consumer warps of a pipelined loop do not "
                      "all reach; put it outside the loop or drop num_stages")
     gen.emit(BARRIER, indent)
+
+
+@RULE_SET.rule(ops.GATHER, role="statement")
+def gather(gen: Context, op: Op, indent: int):
+    """tl.gather: the source through a shared-memory copy (a fragment element lives on one thread; an index
+    may ask for any element), each result element read from it where its index points along the axis."""
+    src, index, v = op.operand("src"), op.operand("index"), op.result
+    check_placement(gen, op, "tl.gather")
+    axis = op.attrs["axis"]
+    base = v.name or "gathered"
+    staged = gen.alloc(base + "_src", src.type.shape, src.type.elem, "shared")
+    out = gen.alloc(base, index.type.shape, src.type.elem, "fragment")
+    if _in_loop(op):            # the previous iteration's readers of the copy are done
+        gen.emit(BARRIER, indent)
+    gen.fill(staged, src, indent)
+    gen.emit(BARRIER, indent)
+    idx = loop_indices(len(index.type.shape))
+    at = list(idx)
+    at[axis] = gen.elem(index, idx)
+    gen.emit(parallel_header(idx, index.type.shape), indent)
+    gen.emit(f"{element(out, idx)} = {element(staged, at)}", indent + 1)
+    gen.buffers[v.id] = Buffer(out, tuple(index.type.shape), src.type.elem, "fragment", gen.blocks[-1])
 
 
 @RULE_SET.rule(ops.HISTOGRAM, role="statement")
 def histogram(gen: Context, op: Op, indent: int):
     x, mask = op.operand("x"), op.operand("mask")
     v = op.result
-    _check_placement(gen, op, "tl.histogram")
+    check_placement(gen, op, "tl.histogram")
     bins = op.attrs["num_bins"]
     (n,) = x.type.shape
     elem = x.type.elem

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..ir import ops
 from ..ir.core import Op, Value
+from ..ir.ops import Trait
 from .context import Buffer, Context
 
 
@@ -17,9 +18,7 @@ def root(v: Value) -> Value:
             v = loop.operand_group("inits")[blk.args.index(v) - 1]
         elif op.defn is ops.ALLOC:
             return v
-        elif op.defn is ops.COPY_IN:
-            v = op.operand("buf")
-        elif op.defn is ops.LOCAL_STORE:
+        elif op.has(Trait.BUFFER_WRITE):               # copy_in, local_store, local_scatter
             v = op.operand("buf")
         elif op.defn is ops.FOR:
             v = op.operand_group("inits")[op.results.index(v)]

@@ -14,8 +14,8 @@ from ..ir.ops import Trait
 
 def _overwrites(op: Op, v: Value) -> bool:
     """Whether `op` uses `v` only as the buffer it writes (operand "buf" of a buffer write), which replaces the
-    buffer's whole contents."""
-    if not op.has(Trait.BUFFER_WRITE):
+    buffer's whole contents (a store through tle.gpu.local_ptr writes some elements and keeps the rest)."""
+    if not op.has(Trait.BUFFER_WRITE) or op.defn is ops.LOCAL_SCATTER:
         return False
     buf = op.defn.operand_slots(len(op.operands))["buf"]
     return all(o is not v or i == buf for i, o in enumerate(op.operands))

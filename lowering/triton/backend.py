@@ -173,7 +173,9 @@ class TritonCompiled(api.Compiled):
 # tle.gpu buffers are register tiles on stock Triton, which has no explicit shared memory
 _BUFFER_SITES = {ops.ALLOC: "a register tile (stock Triton has no explicit shared memory; it stages through "
                             "shared memory itself)",
-                 ops.LOCAL_LOAD: "the register tile itself", ops.LOCAL_STORE: "the tile becomes the buffer's value"}
+                 ops.LOCAL_LOAD: "the register tile itself", ops.LOCAL_STORE: "the tile becomes the buffer's value",
+                 ops.LOCAL_GATHER: "tl.gather from the register tile (a load through tle.gpu.local_ptr)",
+                 ops.LOCAL_SCATTER: "a select over the register tile's elements (a store through tle.gpu.local_ptr)"}
 
 
 

@@ -149,6 +149,46 @@ def local_store(gen, op: Op) -> str:
     return gen.expr(op.operand("value"))
 
 
+# tle.gpu.local_ptr accesses: the buffer is a register tile, so a load through the pointers is tl.gather from the
+# flattened tile, and a store a select over the tile's elements (each takes the value of the last lane whose
+# offset names it): O(buffer elements x pointers), the price of no shared-memory pointers in stock Triton.
+@_rule(ops.LOCAL_GATHER)
+def local_gather(gen, op: Op) -> str:
+    buf, offsets, mask, other = (op.operand(n) for n in ("buf", "offsets", "mask", "other"))
+    n, shape = buf.type.numel, list(offsets.type.shape)
+    params = ["buf", "offsets"] + (["mask", "other"] if mask is not None else [])
+    index = "tl.where(mask, offsets, 0)" if mask is not None else "offsets"   # masked-off lanes read element 0
+    body = [f"    flat = tl.reshape(buf, [{n}])",
+            f"    picked = tl.reshape(tl.gather(flat, tl.reshape({index}, [{offsets.type.numel}]), 0), {shape})"]
+    if mask is not None:
+        body.append("    return tl.where(mask, picked, other)")
+    else:
+        body.append("    return picked")
+    name = gen.function("local_gather", params, body)
+    args = [gen.expr(buf), gen.expr(offsets)]
+    if mask is not None:
+        args += [gen.expr(mask), gen.other(other) if other is not None else "0"]
+    return f"{name}({', '.join(args)})"
+
+
+@_rule(ops.LOCAL_SCATTER)
+def local_scatter(gen, op: Op) -> str:
+    buf, offsets, value, mask = (op.operand(n) for n in ("buf", "offsets", "value", "mask"))
+    n, m = buf.type.numel, offsets.type.numel
+    params = ["buf", "offsets", "value"] + (["mask"] if mask is not None else [])
+    hit = f"tl.reshape(offsets, [{m}])[None, :] == tl.arange(0, {n})[:, None]"
+    if mask is not None:
+        hit = f"({hit}) & tl.reshape(mask, [{m}])[None, :]"
+    body = [f"    hit = {hit}  # [element, lane]",
+            f"    writer = tl.max(tl.where(hit, tl.arange(0, {m})[None, :], -1), axis=1)  # the last lane naming it",
+            f"    written = tl.gather(tl.reshape(value, [{m}]), tl.maximum(writer, 0), 0)",
+            f"    return tl.reshape(tl.where(writer >= 0, written, tl.reshape(buf, [{n}])), "
+            f"{list(buf.type.shape)})"]
+    name = gen.function("local_scatter", params, body)
+    args = [gen.expr(buf), gen.expr(offsets), gen.expr(value)] + ([gen.expr(mask)] if mask is not None else [])
+    return f"{name}({', '.join(args)})"
+
+
 @_rule(ops.LOAD, ops.COPY_IN)
 def load(gen, op: Op) -> str:
     ptr, mask, other = op.operand("ptr"), op.operand("mask"), op.operand("other")
@@ -230,6 +270,11 @@ def scan(gen, op: Op) -> str:
 def sort(gen, op: Op) -> str:
     desc = ", descending=True" if op.attrs["descending"] else ""
     return f"tl.sort({gen.expr(op.operand('x'))}, dim={op.attrs['axis']}{desc})"
+
+
+@_rule(ops.GATHER)
+def gather(gen, op: Op) -> str:
+    return f"tl.gather({gen.expr(op.operand('src'))}, {gen.expr(op.operand('index'))}, {op.attrs['axis']})"
 
 
 @_rule(ops.TOPK)

@@ -14,6 +14,7 @@ for _op, _attrs in {
     ops.SPLAT: ("shape",), ops.BROADCAST: ("shape",), ops.EXPAND_DIMS: ("axis",), ops.RESHAPE: ("shape",),
     ops.TRANS: ("perm",), ops.HINT: ("kind", "values"), ops.SPLIT: ("half",),
     ops.SCAN: ("kind", "axis", "reverse"), ops.SORT: ("axis", "descending"), ops.TOPK: ("k", "axis"),
+    ops.GATHER: ("axis",),
     ops.HISTOGRAM: ("num_bins",), ops.INLINE_ASM: ("asm", "constraints", "is_pure", "pack"),
     ops.PRINT: ("prefix", "hex"), ops.ASSERT: ("msg",), ops.CMP: ("pred",), ops.UNARY: ("op",),
     ops.CAST: ("dtype", "bitcast"),

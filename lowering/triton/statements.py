@@ -216,6 +216,11 @@ def device_assert(gen, op: Op, indent: int):
     gen.emit(f"tl.device_assert({gen.expr(op.operand('cond'))}, {op.attrs['msg']!r})", indent)
 
 
+@_rule(ops.ASSUME)
+def assume(gen, op: Op, indent: int):
+    gen.emit(f"tl.assume({gen.expr(op.operand('cond'))})", indent)
+
+
 @_rule(ops.BARRIER)
 def debug_barrier(gen, op: Op, indent: int):
     gen.emit("tl.debug_barrier()", indent)

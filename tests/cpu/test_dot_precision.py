@@ -1,8 +1,9 @@
 """tl.dot(input_precision=...) of fp32 operands, numerically (tests/dot_precision.py has the bounds).
 
-TileLang's T.gemm has no IEEE fp32 product: the TileLang lowering writes 'tf32' as T.gemm and refuses
-'ieee' and 'tf32x3'; the interpreter of TileLang programs reads fp32 T.gemm operands as the tensor cores do
-(tf32, truncated). Triton's interpreter multiplies fp32 operands in fp32 whatever input_precision says, so on
+TileLang's T.gemm has no IEEE fp32 product: the TileLang lowering writes 'tf32' as T.gemm, 'ieee' as an fp32
+multiply-add loop over K for each element, and refuses 'tf32x3'; the interpreter of TileLang programs reads fp32
+T.gemm operands as the tensor cores do (tf32, truncated), so a T.gemm in place of the loop would fail the fp32
+bound. Triton's interpreter multiplies fp32 operands in fp32 whatever input_precision says, so on
 the CPU the Triton lowering's attribute is checked in its text (test_lowering_rules.py) and by the GPU test
 (tests/gpu/test_dot_precision_gpu.py)."""
 import pytest
@@ -33,13 +34,18 @@ def test_tilelang_tf32_dot_reads_its_operands_as_tf32():
 
 
 @needs_tilelang
-@pytest.mark.parametrize("precision", ["ieee", "tf32x3"])
-def test_tilelang_has_no_fp32_product(precision):
+def test_tilelang_ieee_dot_is_within_the_fp32_bound():
+    c, a, b = _run("tilelang", "ieee")
+    assert errors(c, a, b).max() <= ieee_bound()
+
+
+@needs_tilelang
+def test_tilelang_refuses_tf32x3():
     """Refused; were it lowered to T.gemm, the interpreter's tf32 product would fail the fp32 bound here."""
     try:
-        c, a, b = _run("tilelang", precision)
+        c, a, b = _run("tilelang", "tf32x3")
     except UnsupportedConstruct as e:
-        assert f"input_precision='{precision}'" in str(e) and "T.gemm computes fp32 operands in TF32" in str(e)
+        assert "input_precision='tf32x3'" in str(e) and "no three-pass TF32 product" in str(e)
         return
     assert errors(c, a, b).max() <= ieee_bound()
 

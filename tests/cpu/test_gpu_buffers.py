@@ -163,7 +163,7 @@ def _local_load_of_tile(x_ptr):
     (_buffer_arithmetic, ["tle.gpu buffer", "tle.gpu.local_load(buf)"]),
     (_buffer_to_dot, ["dot got a tle.gpu buffer", "local_load"]),
     (_tensor_memory, ["storage kind 'tmem'", "the storage kinds: smem (shared memory)"]),
-    (_with_layout, ["layout='swizzled' is not supported", "layout=None"]),
+    (_with_layout, ["layout must be a tle.gpu layout", "'swizzled'"]),
     (_copy_wrong_shape, ["shape [32] differs from the buffer's [16]"]),
     (_copy_wrong_dtype, ["points to fp32", "holds fp16"]),
     (_copy_without_buffer, ["one of src and dst must be a buffer"]),

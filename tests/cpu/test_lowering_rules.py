@@ -126,15 +126,17 @@ def _tilelang_available():
         pytest.skip(f"TileLang backend unavailable here ({why})")
 
 
-def test_tilelang_refuses_an_ieee_fp32_dot_at_the_kernels_line():
+def test_tilelang_refuses_a_tf32x3_dot_at_the_kernels_line_and_writes_ieee_as_a_loop():
     import torch
     _tilelang_available()
     a = torch.zeros(16, 16)
     line = _fp32_dot.fn.__code__.co_firstlineno + 5     # the tl.dot line (the first is the decorator)
-    with pytest.raises(UnsupportedConstruct, match=rf"test_lowering_rules.py:{line}: .*tl.dot\(input_precision='ieee'\)"
-                                                   r": T.gemm computes fp32 operands in TF32"):
-        _fp32_dot.lower(a, a, a, PRECISION="ieee", grid=(1,), backend="tilelang")
+    with pytest.raises(UnsupportedConstruct, match=rf"test_lowering_rules.py:{line}: .*tl.dot\(input_precision="
+                                                   r"'tf32x3'\): T.gemm computes fp32 operands in TF32"):
+        _fp32_dot.lower(a, a, a, PRECISION="tf32x3", grid=(1,), backend="tilelang")
     assert "T.gemm" in _fp32_dot.lower(a, a, a, PRECISION="tf32", grid=(1,), backend="tilelang").source
+    ieee = _fp32_dot.lower(a, a, a, PRECISION="ieee", grid=(1,), backend="tilelang").source
+    assert "T.gemm" not in ieee and "for k in T.serial(16):" in ieee
     src = _fp32_dot.lower(a, a, a, PRECISION="ieee", grid=(1,), backend="triton").source
     assert "input_precision='ieee'" in src
 

@@ -22,7 +22,7 @@ def test_every_op_is_declared_completely():
 def test_traits_say_what_the_passes_ask():
     assert ops.with_trait(Trait.LOOP) == ops.ops_of(ops.FOR, ops.WHILE)
     assert ops.with_trait(Trait.BRANCH) == ops.ops_of(ops.IF)
-    assert ops.with_trait(Trait.BUFFER_WRITE) == ops.ops_of(ops.LOCAL_STORE, ops.COPY_IN)
+    assert ops.with_trait(Trait.BUFFER_WRITE) == ops.ops_of(ops.LOCAL_STORE, ops.COPY_IN, ops.LOCAL_SCATTER)
     assert all("buf" in d.operands for d in ops.with_trait(Trait.BUFFER_WRITE))
     assert ops.with_trait(Trait.SOURCE) == ops.ops_of(ops.CONST, ops.PROGRAM_ID, ops.NUM_PROGRAMS, ops.ARANGE)
     assert ops.with_trait(Trait.STRETCH) == ops.ops_of(ops.SPLAT, ops.BROADCAST)

@@ -1,8 +1,8 @@
 """tl.dot(input_precision=...) of fp32 operands compiled and run on the GPU, against an fp64 reference
 (tests/dot_precision.py has the bounds): 'ieee' and 'tf32x3' within fp32's bound, 'tf32' outside it and equal,
 to fp32 summation, to the product of the operands truncated to tf32, as the interpreter of TileLang programs
-computes a T.gemm of fp32 operands. The TileLang lowering has 'tf32' only (T.gemm); it refuses the others
-(tests/cpu/test_dot_precision.py)."""
+computes a T.gemm of fp32 operands. The TileLang lowering has 'tf32' (T.gemm) and 'ieee' (a multiply-add loop
+over K); it refuses 'tf32x3' (tests/cpu/test_dot_precision.py)."""
 import pytest
 import torch
 
@@ -14,7 +14,7 @@ TF32X3 = 4 * 2.0 ** -20
 
 
 @pytest.mark.parametrize("backend, precision", [("triton", "ieee"), ("triton", "tf32x3"), ("triton", "tf32"),
-                                                ("tilelang", "tf32")])
+                                                ("tilelang", "tf32"), ("tilelang", "ieee")])
 def test_fp32_dot_precision(backend, precision):
     a, b = operands("cuda")
     c = torch.full((M, N), float("nan"), device="cuda")

@@ -84,7 +84,9 @@ def install_cpu_mode() -> None:
     def launch_or_interpret(self, grid, args, kwargs, warmup=False):
         from tle import select
         backend = select.choose(kwargs.get("backend"), self.backend)
-        tensors = [a for a in list(args) + list(kwargs.values()) if isinstance(a, torch.Tensor)]
+        from tle.descriptor_args import is_descriptor
+        values = [a.base if is_descriptor(a) else a for a in list(args) + list(kwargs.values())]
+        tensors = [a for a in values if isinstance(a, torch.Tensor)]
         if backend == "tilelang" and not warmup and tensors and tensors[0].device.type == "cpu":
             kw = {k: v for k, v in kwargs.items() if k != "backend"}
             fixed = {k: kw.pop(k) for k in list(kw) if k in _FIXED_OPTIONS and k not in self._index}

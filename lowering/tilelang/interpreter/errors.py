@@ -36,6 +36,12 @@ class DeviceAssertionFailed(InterpreterError):
     kind = "failed device assertion"
 
 
+class FalseAssumption(InterpreterError):
+    """A `T.assume` (tl.assume) whose condition is false: on the GPU the compiler may have simplified code on
+    the strength of it, so what the kernel computes is undefined."""
+    kind = "false assumption (tl.assume)"
+
+
 class Misaligned(InterpreterError):
     """A copy of a fixed width (cp.async of 4, 8 or 16 bytes) at an address that is not a multiple of the
     width: on the GPU the access faults (misaligned address)."""

@@ -33,7 +33,7 @@ import os
 import torch
 
 from . import dtypes, roles, tileops
-from .errors import DeviceAssertionFailed, Unsupported
+from .errors import DeviceAssertionFailed, FalseAssumption, Unsupported
 from .expressions import RETURNING_ATOMICS, ExprCompiler, extern_atomic, is_call_extern, key
 from .frame import Frame, const_int, located
 from .loops import Loops
@@ -45,6 +45,7 @@ from .synchronization import (BARRIER_ARRIVE, BARRIER_SCOPE, BARRIER_WAIT, Synch
 _ATOMICS = {"tl.atomic_add_elem_op": "add", "tl.atomic_max_elem_op": "max", "tl.atomic_min_elem_op": "min",
             "tl.atomic_or_elem_op": "or"}
 _ASSERTS = ("tl.device_assert", "tl.device_assert_with_msg")
+_ASSUME = "tirx.assume"
 _NO_OPS = ("tirx.tvm_storage_sync", "tir.tvm_storage_sync")
 # register budgets and the ordering of generic-proxy writes before async-proxy reads: nothing to model
 _HINTS = ("tl.set_max_nreg", "tl.no_set_max_nreg", "tl.fence_proxy_async", "tl.warpgroup_fence_operand")
@@ -259,6 +260,8 @@ class Program(Synchronization, Loops):
             return update
         if name in _ASSERTS:
             return self._device_assert(v)
+        if name == _ASSUME:
+            return self._assume(v)
         if name in _NO_OPS:
             return lambda fr: None          # threads run in step here (see the module docstring)
         if name in _HINTS:
@@ -288,6 +291,15 @@ class Program(Synchronization, Loops):
                     first = torch.nonzero(failed)[0].tolist()
                     where = f" (lane {first})" if fr.in_parallel else f" (thread {first[0]})"
                 raise DeviceAssertionFailed(f"device assertion failed{where}: {msg}")
+        return check
+
+    def _assume(self, call):
+        """T.assume(cond): the kernel's promise, checked here (on the GPU a false one is undefined behaviour)."""
+        cond = self.expr(call.args[0])
+
+        def check(fr):
+            if not bool(cond(fr).to(torch.bool).all()):
+                raise FalseAssumption(f"the condition {call.args[0]} of a tl.assume is false")
         return check
 
     def _printf(self, call):
