@@ -121,3 +121,16 @@ def descriptor_copies(a_desc, c_desc, ynumel, XBLOCK: tl.constexpr, YBLOCK: tl.c
         tle.gpu.copy(a_desc, a_s, [XBLOCK, YBLOCK], [pid * XBLOCK, yoff])
         tle.gpu.local_store(c_s, tle.gpu.local_load(a_s) * 2)
         tle.gpu.copy(c_s, c_desc, [XBLOCK, YBLOCK], [pid * XBLOCK, yoff])
+
+
+@tle.jit
+def asm_fma_and_bits(x_ptr, y_ptr, out_ptr, bits_ptr, BLOCK: tl.constexpr):
+    """2x + y in PTX with a register of its own (f registers), and x's bits through an r register."""
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs)
+    y = tl.load(y_ptr + offs)
+    z = tl.inline_asm_elementwise("{ .reg .f32 %t; mul.f32 %t, $1, 0f40000000; add.f32 $0, %t, $2; }", "=f,f,f",
+                                  [x, y], dtype=tl.float32, is_pure=True, pack=1)
+    tl.store(out_ptr + offs, z)
+    b = tl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [x], dtype=tl.int32, is_pure=False, pack=1)
+    tl.store(bits_ptr + offs, b)

@@ -25,7 +25,8 @@ import os
 from ..errors import UnsupportedConstruct
 from ..ir.core import KernelIR
 from ..spec import Spec
-from . import buffers, combines, control, debug, expressions, memory, raw_call, reductions, sorting
+from . import (buffers, combines, control, debug, expressions, inline_asm, memory, raw_call, reductions,
+               sorting)
 from .context import BACKEND, Context
 from .gathers import index_loads
 from .product_feeds import product_feeds
@@ -35,8 +36,8 @@ from .rules import RULES
 from .warp_groups import Plan, WarpGroupError
 
 # the op rules of the table: each rule module's, listed here
-RULES.include(*(m.RULE_SET for m in (buffers, combines, control, debug, expressions, memory, raw_call, reductions,
-                                     sorting)))
+RULES.include(*(m.RULE_SET for m in (buffers, combines, control, debug, expressions, inline_asm, memory, raw_call,
+                                     reductions, sorting)))
 
 
 PASS_CONFIGS_NAME = "PASS_CONFIGS"      # the generated module's TileLang pass configs of its own kernel, if any
@@ -109,9 +110,18 @@ def _module(gen: Context) -> str:
         out.append(f"    {s},")
     out.append("):")
     out.append(f"    with T.Kernel({grid}, threads={threads}) as {as_}:")
-    for line in gen.view_lines + gen.allocs:
+    imports = [f"T.import_source({_python_text(''.join(gen.device_sources))})"] if gen.device_sources else []
+    for line in imports + gen.view_lines + gen.allocs:
         out.append("        " + line)
     out.extend(lines)
     if not lines and not gen.allocs:
         out.append("        pass")
     return "\n".join(out) + "\n"
+
+
+def _python_text(text: str) -> str:
+    """`text` as a Python literal that keeps its lines readable: triple-quoted (raw where it has backslashes)
+    unless that cannot hold it."""
+    if '"""' not in text and not text.endswith(("\\", '"')):
+        return ('r"""' if "\\" in text else '"""') + text + '"""'
+    return repr(text)

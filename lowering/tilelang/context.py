@@ -79,6 +79,7 @@ class Context:
         self.params = {p.value.id: p for p in k.params}
         self.arg = {p.value.id: spec.arg(p.name) for p in k.params}
         self.allocs: list[str] = []
+        self.device_sources: list[str] = []     # CUDA the kernel's calls need: one T.import_source for all
         self.views: dict[str, str] = {}         # param name -> view name
         self.view_lines: list[str] = []
         self.out = Emission()                  # the kernel body's statements
@@ -113,6 +114,12 @@ class Context:
         self.group_writer: GroupWriter | None = None
 
     # -- naming, allocation, emission ---------------------------------------------------------------------
+    def import_device_source(self, text: str):
+        """CUDA text (device functions T.call_extern calls) for the kernel's source, once: TileLang takes one
+        T.import_source per kernel, so the texts are joined (codegen.py)."""
+        if text not in self.device_sources:
+            self.device_sources.append(text)
+
     def alloc(self, base: str, shape, dtype: ir_types.DType, scope: str, static: bool = False) -> str:
         """A fresh buffer; `static`: a shared buffer of its own (scope 'shared'), outside the one dynamic
         buffer TileLang merges its other shared buffers into."""

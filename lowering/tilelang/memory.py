@@ -489,9 +489,7 @@ def _check_helper_dtype(gen: Context, op: Op, kind: str, elem):
 def _import_atomic_helpers(gen: Context):
     """Bring ATOMIC_HELPERS into the kernel's CUDA source (once): T.import_source, written first in the kernel
     body with its declarations."""
-    line = f'T.import_source("""{ATOMIC_HELPERS}""")'
-    if line not in gen.allocs:
-        gen.allocs.insert(0, line)
+    gen.import_device_source(ATOMIC_HELPERS)
 
 
 def atomic_order(gen: Context, op: Op) -> str | None:

@@ -112,8 +112,8 @@ RULES.honors(ops.SORT, "descending", how="the direction of the network's last me
 RULES.honors(ops.TOPK, "k", how="runs of k sorted, then halved by keeping the larger of pairs of runs until k "
                                 "remain, largest first (Triton's sort_impl)")
 RULES.honors(ops.TOPK, "axis", how="the last axis, the only one Triton selects along")
-RULES.honors(ops.GATHER, "axis", how="the source tile copied to shared memory, then each result element read from it at "
-                                   "its index along the axis")
+RULES.honors(ops.GATHER, "axis", how="the source tile copied to shared memory, then each result element read from it "
+                                   "at its index along the axis")
 RULES.honors(ops.HISTOGRAM, "num_bins", how="a zeroed shared int32 buffer of num_bins counts, T.atomic_add per "
                                             "element into the bin of its low log2(max(num_bins, 32)) bits where that "
                                             "bin is below num_bins, as compiled Triton counts (no range check)")
@@ -124,8 +124,14 @@ for _op in (ops.MAKE_DESCRIPTOR, ops.DESCRIPTOR_LOAD, ops.DESCRIPTOR_STORE, ops.
 RULES.honors(ops.DESCRIPTOR_ATOMIC, "kind", how="tl.atomic_<kind> over the window, masked to the tensor")
 
 # -- what TileLang has no counterpart for -----------------------------------------------------------------
-RULES.unsupported(ops.INLINE_ASM, "TileLang kernels are not written in PTX: tl.inline_asm_elementwise has no faithful "
-                                  "lowering there")
+RULES.honors(ops.INLINE_ASM, "asm", "constraints", how="the PTX in asm() of a device function of the kernel's CUDA "
+                                                       "source, with the same constraints, called for each element "
+                                                       "(inline_asm.py)")
+RULES.honors(ops.INLINE_ASM, "is_pure", how="asm volatile unless pure")
+RULES.honors(ops.INLINE_ASM, "pack", how="one element per asm")
+RULES.refuses(ops.INLINE_ASM, "pack", why="TileLang's lowering runs the asm once per element, with 32- or 64-bit "
+                                          "operands; Triton's pack hands one asm several narrow elements in a register",
+              when=lambda v: v != 1)
 
 # -- debugging -------------------------------------------------------------------------------------------
 RULES.honors(ops.PRINT, "prefix", how="written into the printf format of Triton's line (pid (x, y, z) idx (i, j)"

@@ -62,16 +62,13 @@ def _line_of(kernel, text):
     return start + next(i for i, line in enumerate(lines) if text in line)
 
 
-def test_tilelang_refuses_inline_asm():
+def test_tilelang_writes_inline_asm_into_a_device_function():
     # tl.device_assert lowers to TileLang (tests/cpu/test_tilelang_atomics_assert.py), and so do tl.device_print
     # and the atomics TileLang has no operation for (tests/cpu/test_tilelang_atomic_kinds.py, both backends);
-    # the inline PTX does not
-    with pytest.raises(LoweringError) as e:
-        checked.lower(torch.empty(32), torch.empty(32), BLOCK=32, grid=(1,), backend="tilelang")
-    msg = str(e.value)
-    line = _line_of(checked, "tl.inline_asm_elementwise")
-    assert re.search(rf"test_language_triton_only.py:{line}: \[tilelang\]", msg), msg
-    assert "tl.inline_asm_elementwise" in msg
+    # the inline PTX goes into the kernel's CUDA (tests/cpu/test_inline_asm.py)
+    src = checked.lower(torch.empty(32), torch.empty(32), BLOCK=32, grid=(1,), backend="tilelang").source
+    assert 'asm("mov.b32 %0, %1;" : "=r"(y) : "r"(x0));' in src, src
+    assert "T.call_extern('float32', 'tle_asm', x[i0])" in src
 
 
 @tle.jit

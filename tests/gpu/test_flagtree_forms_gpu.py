@@ -8,9 +8,9 @@ import torch
 
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from flagtree_form_kernels import (assumed, axpy_through_pointers, descriptor_add, descriptor_copies, extremes_and_cat,
-                                   gather_in_loop, gathers, hinted_buffers, product_of_pointer_slices,
-                                   slices_in_a_loop)
+from flagtree_form_kernels import (asm_fma_and_bits, assumed, axpy_through_pointers, descriptor_add,
+                                   descriptor_copies, extremes_and_cat, gather_in_loop, gathers, hinted_buffers,
+                                   product_of_pointer_slices, slices_in_a_loop)
 
 BACKENDS = ("triton", "tilelang")
 
@@ -89,3 +89,12 @@ def test_descriptor_arguments_and_tma_copies(backend):
         descs = [TensorDescriptor.from_tensor(t, [32, 64]) for t in (a, c)]
         _run(descriptor_copies, (8,), *descs, 192, XBLOCK=32, YBLOCK=64, backend=backend)
         torch.testing.assert_close(c, a * 2, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_inline_asm(backend):
+    x, y = torch.randn(32, device="cuda"), torch.randn(32, device="cuda")
+    out, bits = _nan(32), torch.zeros(32, dtype=torch.int32, device="cuda")
+    _run(asm_fma_and_bits, (1,), x, y, out, bits, BLOCK=32, backend=backend)
+    torch.testing.assert_close(out, 2 * x + y)
+    assert torch.equal(bits, x.view(torch.int32))
