@@ -321,10 +321,13 @@ class LocalPointer:
         """tl.store: the buffer's next version, with `value` at the pointers where `mask` holds."""
         mask = self._mask(tr, mask)
         value = self._tile(tr, value, "the value of a store")
-        if self.offsets is None:
-            local_store(tr, self.buf, value if mask is None else S.where(mask, value, local_load(tr, self.buf)))
+        if self.offsets is None and mask is None:
+            local_store(tr, self.buf, value)
             return None
-        new = tr.b.local_scatter(self.buf.v, self.offsets.v, value.v, mask.v if mask is not None else None)
+        # a masked store to every element leaves the others as they are: a scatter at the elements' own places
+        # (offsets None), which reads nothing of the buffer
+        offsets = self.offsets.v if self.offsets is not None else None
+        new = tr.b.local_scatter(self.buf.v, offsets, value.v, mask.v if mask is not None else None)
         new.name = self.buf.v.name
         tr.rebind(self.buf, new)
         return None

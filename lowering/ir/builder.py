@@ -169,9 +169,10 @@ class Builder:
         return self._one(ops.LOCAL_LOAD, [buf], [ir_types.tile(buf.type.shape, buf.type.elem)])
 
     def local_gather(self, buf: Value, offsets: Value, mask: Value | None, other: Value | None) -> Value:
-        return self._one(ops.LOCAL_GATHER, [buf, offsets, mask, other], [ir_types.tile(offsets.type.shape, buf.type.elem)])
+        result = ir_types.tile(offsets.type.shape, buf.type.elem)
+        return self._one(ops.LOCAL_GATHER, [buf, offsets, mask, other], [result])
 
-    def local_scatter(self, buf: Value, offsets: Value, value: Value, mask: Value | None) -> Value:
+    def local_scatter(self, buf: Value, offsets: Value | None, value: Value, mask: Value | None) -> Value:
         return self._one(ops.LOCAL_SCATTER, [buf, offsets, value, mask], [buf.type])
 
     def local_store(self, buf: Value, value: Value) -> Value:

@@ -499,7 +499,8 @@ LOCAL_GATHER = OpDef("local_gather", ("buf", "offsets", "mask", "other"), {}, fr
                      "row-major offsets (other where mask is false)", spelled="tl.load of a tle.gpu.local_ptr")
 LOCAL_SCATTER = OpDef("local_scatter", ("buf", "offsets", "value", "mask"), {}, frozenset({Trait.BUFFER_WRITE}),
                       "tl.store through tle.gpu.local_ptr(buf, offsets): the buffer's next version, value written "
-                      "at flat row-major offsets where mask holds", spelled="tl.store of a tle.gpu.local_ptr")
+                      "at flat row-major offsets (no offsets: each element at its own place) where mask holds",
+                      spelled="tl.store of a tle.gpu.local_ptr")
 COPY_IN = OpDef("copy_in", ("ptr", "mask", "other", "buf"), {}, frozenset({Trait.MEMORY, Trait.READS,
                                                                           Trait.BUFFER_WRITE}),
                 "tle.gpu.copy from global memory; result is the buffer's next version", spelled="tle.gpu.copy")

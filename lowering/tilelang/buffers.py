@@ -158,7 +158,7 @@ def local_scatter(gen: Context, op: Op, indent: int):
     check_placement(gen, op, "a tl.store through tle.gpu.local_ptr")
     shared = gen.buffers[buf.id]
     gen.buffers[op.result.id] = shared
-    shape = offsets.type.shape
+    shape = offsets.type.shape if offsets is not None else shared.shape
     gen.emit(BARRIER, indent)
     idx = loop_indices(len(shape))
     gen.emit(parallel_header(idx, shape), indent)
@@ -166,7 +166,7 @@ def local_scatter(gen: Context, op: Op, indent: int):
     if mask is not None:
         gen.emit(f"if {gen.elem(mask, idx)}:", body)
         body += 1
-    at = shared.at(_element_at(shared, _flat(gen, offsets, idx, body)))
+    at = shared.at(_element_at(shared, _flat(gen, offsets, idx, body)) if offsets is not None else idx)
     gen.emit(f"{at} = {gen.elem(value, idx)}", body)
     gen.emit(BARRIER, indent)
     gen.report.append((op.loc.line, "tl.store", "buffer", f"writes {shared.name} at the pointers' offsets"))

@@ -168,11 +168,15 @@ def loop_stages(gen: Context, op: Op) -> tuple[int | None, bool]:
     return stages, stages is not None and stages >= 2
 
 
+_FENCED = (ops.LOCAL_GATHER, ops.LOCAL_SCATTER)
+
+
 def _stages_operands(gen: Context, body: Block) -> bool:
     """Does the loop bring dot operands into shared memory (where pipelining pays)? Not a loop with an IEEE
-    product: its multiply-add loop is fenced by block barriers (reductions.py), which a pipelined loop's
-    producer and consumer warps would not all reach."""
-    if any(o.defn is ops.DOT and o.attrs.get("input_precision") is InputPrecision.IEEE for o in body.walk()):
+    product or an access through tle.gpu.local_ptr: those are fenced by block barriers (reductions.py,
+    buffers.py), which a pipelined loop's producer and consumer warps would not all reach."""
+    if any(o.defn in _FENCED or (o.defn is ops.DOT and o.attrs.get("input_precision") is InputPrecision.IEEE)
+           for o in body.walk()):
         return False
     for o in body.walk():
         if o.defn is ops.LOAD and any(u.defn is ops.DOT for u in gen.value_users(o.result)):

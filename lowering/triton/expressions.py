@@ -174,6 +174,8 @@ def local_gather(gen, op: Op) -> str:
 @_rule(ops.LOCAL_SCATTER)
 def local_scatter(gen, op: Op) -> str:
     buf, offsets, value, mask = (op.operand(n) for n in ("buf", "offsets", "value", "mask"))
+    if offsets is None:                          # each element at its own place, where the mask holds
+        return f"tl.where({gen.expr(mask)}, {gen.expr(value)}, {gen.expr(buf)})"
     n, m = buf.type.numel, offsets.type.numel
     params = ["buf", "offsets", "value"] + (["mask"] if mask is not None else [])
     hit = f"tl.reshape(offsets, [{m}])[None, :] == tl.arange(0, {n})[:, None]"

@@ -150,3 +150,26 @@ def test_local_pointers_compile_for_sm_90a():
     x = torch.zeros(8, 16)
     lowered = slices_in_a_loop.lower(x, x, R=8, C=16, S=4, grid=(1,), backend="tilelang")
     assert "__syncthreads();" in lowered.stage("cuda") and ".entry slices_in_a_loop" in lowered.stage("ptx")
+
+
+@tle.jit
+def copies_and_pointers_in_a_loop(x_ptr, out_ptr, CHUNKS: tl.constexpr, BLOCK: tl.constexpr):
+    """A copy into the buffer and pointer accesses in one loop: TileLang does not pipeline it by itself."""
+    buf = tle.gpu.alloc([BLOCK], dtype=tl.float32)
+    for c in range(CHUNKS):
+        offs = c * BLOCK + tl.arange(0, BLOCK)
+        tle.gpu.copy(x_ptr + offs, buf, [BLOCK])
+        p = tle.gpu.local_ptr(buf, offsets=BLOCK - 1 - tl.arange(0, BLOCK))
+        tl.store(p, tl.load(p) * 3)
+        tle.gpu.copy(buf, out_ptr + offs, [BLOCK])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_loop_of_copies_and_pointer_accesses(backend):
+    x = torch.randn(4 * 32)
+    out = torch.full((4 * 32,), float("nan"))
+    run_on(backend, copies_and_pointers_in_a_loop, (1,), x, out, CHUNKS=4, BLOCK=32)
+    torch.testing.assert_close(out, x * 3)
+    if backend == "tilelang":
+        src = copies_and_pointers_in_a_loop.lower(x, out, CHUNKS=4, BLOCK=32, grid=(1,), backend="tilelang").source
+        assert "T.Pipelined" not in src and "for c in T.serial(4):" in src
