@@ -39,6 +39,15 @@ def block(n: int, most: int) -> int:
     return min(n, most)
 
 
+def dqkwg_warps(bk: int, dtype: torch.dtype, backend: str) -> int:
+    """Warps of gdr_dqkwg_kernel: Triton 3.6 builds it wrongly at 4 warps on the H200 with K blocks of 16 and
+    16-bit operands (at K = 16 in fp16, dq off from the second warp's rows on against Triton's interpreter;
+    right at 8 warps), so 8 there; fp32 operands stay at 4 (the whole backward at 8 warps gave a wrong dk in
+    fp32). 4 elsewhere. The same shapes still give a wrong dk in 16 bits (gdr_wy_backward_kernel, whose 8-warp
+    build faulted): not fixed."""
+    return 8 if backend == "triton" and bk <= 16 and dtype.itemsize == 2 else 4
+
+
 def state_warps(kd: int, bv: int) -> int:
     """Warps of the state walks: their products are [K, BV] (or [BT, BV]); on TileLang each warp takes at
     least 16 x 8 of one."""
@@ -375,7 +384,7 @@ def input_gradients(q, k, v, g, beta, gc, ai, do, scale, states, v_new, dstates,
     dg_parts = torch.empty(kd // bk, b, t, hv, device=dev, dtype=torch.float32)
     gdr_dqkwg_kernel[(chunks, hv, kd // bk)](
         q, k, v_new, gc, do, dv_new, states, dstates, dq, dk_out, dw, dg_parts, scale, index, tokens, H=h, HV=hv, K=kd,
-        V=vd, BK=bk, BV=bv, BT=BT, backend=backend, num_warps=4)
+        V=vd, BK=bk, BV=bv, BT=BT, backend=backend, num_warps=dqkwg_warps(bk, k.dtype, backend))
     dk = torch.empty(b, t, hv, kd, device=dev, dtype=torch.float32 if shared else k.dtype)
     dv = torch.empty_like(v)
     dbeta = torch.empty_like(beta)
