@@ -26,14 +26,9 @@ def is_descriptor(v) -> bool:
     return HostDescriptor is not None and isinstance(v, HostDescriptor)
 
 
-def part_names(name: str, rank: int) -> list[str]:
-    """The kernel parameters a descriptor argument becomes, in launch order (the last stride is a constant)."""
-    return ([f"{name}_base"] + [f"{name}_shape{k}" for k in range(rank)]
-            + [f"{name}_stride{k}" for k in range(rank - 1)])
-
-
 def parts(d) -> list:
-    """The values passed for those parameters."""
+    """The values passed for the kernel parameters a descriptor argument becomes (DescriptorParam.part_names:
+    the base, the extents, the strides but the last, which is the constant 1)."""
     return [d.base, *(int(s) for s in d.shape), *(int(s) for s in d.strides[:-1])]
 
 

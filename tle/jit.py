@@ -194,8 +194,8 @@ class Kernel:
             if is_constexpr or v is None:
                 constexprs[name] = v
             elif descriptor_args.is_descriptor(v):
-                descriptors[name] = descriptor_args.param(name, v)
-                runtime.extend(zip(descriptor_args.part_names(name, len(v.shape)), descriptor_args.parts(v)))
+                d = descriptors[name] = descriptor_args.param(name, v)
+                runtime.extend(zip(d.part_names(), descriptor_args.parts(v)))
             else:
                 runtime.append((name, v))
         return constexprs, runtime, descriptors
