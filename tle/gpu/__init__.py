@@ -21,8 +21,9 @@ group writes and others read become the hand-offs between them, each guarded by 
 
 FlagTree's spellings are the same functions: `scope` (`storage_kind`), `smem`/`tmem`, the layout classes
 (`swizzled_shared_layout`, `nv_mma_shared_layout`, `shared_layout`, `tensor_memory_layout`; placement hints,
-see tle.gpu.layouts), `alloc(..., nv_mma_shared_layout=)`, `memory_space`, `buffered_tensor` (the type of a
-buffer inside a kernel) and `tle.gpu.semantic` (the checks alloc makes, callable on their own).
+see tle.gpu.layouts), `alloc(..., nv_mma_shared_layout=)`, `local_ptr` (pointers into a buffer for tl.load and
+tl.store), `memory_space`, `copy(desc, buf, shape, offsets)`, `buffered_tensor` (the type of a buffer inside a
+kernel) and `tle.gpu.semantic` (the checks alloc makes, callable on their own).
 """
 from __future__ import annotations
 
