@@ -124,6 +124,6 @@ register_tle_range(pipeline, _impl.pipeline_attrs)
 register_tle_context(warp_group, _impl.warp_group_scope)
 register_tle_context(turn, _impl.turn_scope)
 
-__all__ = ["alloc", "copy", "local_load", "local_store", "local_ptr", "memory_space", "pipeline", "warp_group", "turn", "scope",
-           "storage_kind", "smem", "tmem", "layout", "shared_layout", "swizzled_shared_layout", "nv_mma_shared_layout",
-           "tensor_memory_layout", "buffered_tensor"]
+__all__ = ["alloc", "copy", "local_load", "local_store", "local_ptr", "memory_space", "pipeline", "warp_group",
+           "turn", "scope", "storage_kind", "smem", "tmem", "layout", "shared_layout", "swizzled_shared_layout",
+           "nv_mma_shared_layout", "tensor_memory_layout", "buffered_tensor"]
