@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 import torch
 
-from tle.dtypes import from_torch
 from tle.errors import LaunchError
 from tle.lowering.frontend import DescriptorParam
 
@@ -33,7 +32,7 @@ def parts(d) -> list:
 
 
 def checked(kernel: str, name: str, d):
-    """`d`, after the checks Triton's class makes when it is built (its fields may have changed since)."""
+    """The checks Triton's class makes when it is built, made again (its fields may have changed since)."""
     base = d.base
     if not isinstance(base, torch.Tensor):
         raise LaunchError(f"{kernel}: argument '{name}' is a tensor descriptor whose base is not a torch.Tensor")
@@ -47,7 +46,6 @@ def checked(kernel: str, name: str, d):
                           f"got strides {list(d.strides)}")
     if str(d.padding) not in ("zero", "nan"):
         raise LaunchError(f"{kernel}: argument '{name}': padding must be 'zero' or 'nan', got {d.padding!r}")
-    return d
 
 
 def key(d, shapes: bool, ints: bool) -> tuple:
@@ -82,6 +80,5 @@ class Expansion:
 
 def param(name: str, d) -> DescriptorParam:
     """The tracer's view of descriptor argument `name`."""
-    return DescriptorParam(name, from_torch(d.base.dtype), len(d.shape), tuple(int(b) for b in d.block_shape),
-                           str(d.padding))
+    return DescriptorParam(name, len(d.shape), tuple(int(b) for b in d.block_shape), str(d.padding))
 

@@ -217,8 +217,7 @@ class Kernel:
                     device, first_tensor = v.device, name
                     meta = device.type == "meta"      # asked once: a device's type costs as much as the rest
                 elif v.device != device:
-                    raise LaunchError(f"{self.__name__}: argument '{name}' is on {v.device}, but '{first_tensor}' is "
-                                      f"on {device}; a launch takes all its tensors on one device")
+                    raise _other_device(self.__name__, name, v.device, first_tensor, device)
                 aligned = meta or v.data_ptr() % 16 == 0
                 key.append((v.dtype, aligned, v.shape, v.stride()) if shapes else (v.dtype, aligned))
             elif descriptor_args.is_descriptor(v):
@@ -226,8 +225,7 @@ class Kernel:
                 if device is None:
                     device, first_tensor, meta = v.base.device, name, v.base.device.type == "meta"
                 elif v.base.device != device:
-                    raise LaunchError(f"{self.__name__}: argument '{name}' is on {v.base.device}, but '{first_tensor}' "
-                                      f"is on {device}; a launch takes all its tensors on one device")
+                    raise _other_device(self.__name__, name, v.base.device, first_tensor, device)
                 key.append(descriptor_args.key(v, shapes, ints and not unspecialized))
             elif ints and type(v) is int and not unspecialized:
                 _scalar_kind(self.__name__, name, v)     # rejects ints that do not fit in 64 bits
@@ -298,15 +296,14 @@ class Kernel:
             lowered = self._lower(backend, constexprs, self._spec(runtime, backend, grid), num_warps, num_stages,
                                   self._named(values), descriptors)
             specialized = lowered.kernel.specialized
-            positions = tuple(i for i, ((name, is_constexpr, _), v) in enumerate(zip(self._params, values))
-                              if not is_constexpr and v is not None and name not in specialized)
-            if descriptors:                  # a descriptor's parts in its place
-                positions = descriptor_args.Expansion(tuple(
-                    (i, k) if name in descriptors else (i, None)
-                    for i, ((name, is_constexpr, _), v) in enumerate(zip(self._params, values))
-                    if not is_constexpr and v is not None
-                    for k, part in enumerate(descriptors[name].part_names() if name in descriptors else [name])
-                    if part not in specialized))
+            # (argument, part) of each parameter the kernel takes: a descriptor's parts in its place
+            sources = tuple((i, k if name in descriptors else None)
+                            for i, ((name, is_constexpr, _), v) in enumerate(zip(self._params, values))
+                            if not is_constexpr and v is not None
+                            for k, part in enumerate(descriptors[name].part_names() if name in descriptors
+                                                     else [name])
+                            if part not in specialized)
+            positions = descriptor_args.Expansion(sources) if descriptors else tuple(i for i, _ in sources)
             hit = self._cache[full_key] = (lowered, positions)
         return hit
 
@@ -391,6 +388,11 @@ class Kernel:
         if not warmup:
             lowered.compiled.launch(grid, self._kernel_values(positions, values))
         return lowered
+
+
+def _other_device(kernel: str, name: str, on, first: str, device) -> LaunchError:
+    return LaunchError(f"{kernel}: argument '{name}' is on {on}, but '{first}' is on {device}; a launch takes all "
+                       f"its tensors on one device")
 
 
 def _checked_options(kernel: str, num_warps, num_stages) -> tuple[int | None, int | None]:

@@ -136,15 +136,18 @@ BUILTINS[tl.make_tensor_descriptor] = tensor_desc.make_tensor_descriptor
 
 
 # -- memory -------------------------------------------------------------------------------------------
+def as_mask(tr, mask) -> TV:
+    """A load's or store's mask as a boolean tile (a non-bool mask compared with 0)."""
+    mask = as_tv(tr.b, mask)
+    return mask if mask.dtype.is_bool else S.compare(CmpPred.NE, mask, 0)
+
+
 def mask_and_pointer(tr, pointer, mask):
-    """The pointer tile and a boolean mask (a non-bool mask compared with 0), broadcast together."""
+    """The pointer tile and a boolean mask, broadcast together."""
     if not isinstance(pointer, TV) or not pointer.type.is_pointer:
         raise LoweringError(f"expected a pointer or pointer tile, got {pointer!r}", tr.b.loc)
     if mask is not None:
-        mask = as_tv(tr.b, mask)
-        if not mask.dtype.is_bool:
-            mask = S.compare(CmpPred.NE, mask, 0)
-        pointer, mask = S.broadcast_pair(pointer, mask)
+        pointer, mask = S.broadcast_pair(pointer, as_mask(tr, mask))
     return pointer, mask
 
 
@@ -501,13 +504,13 @@ def interleave(tr, a, b):
 
 
 # -- reductions ---------------------------------------------------------------------------------------
-def _axis(tr, x: TV, axis):
+def _axis(tr, x: TV, axis, what: str = "reduction axis"):
     rank = x.type.rank
-    axis = _int(tr, axis, "reduction axis")
+    axis = _int(tr, axis, what)
     if axis < 0:
         axis += rank
     if not 0 <= axis < rank:
-        raise LoweringError(f"reduction axis {axis} out of range for rank {rank}", tr.b.loc)
+        raise LoweringError(f"{what} {axis} out of range for rank {rank}", tr.b.loc)
     return axis
 
 
@@ -657,10 +660,7 @@ def gather(tr, src, index, axis):
         raise LoweringError(f"tl.gather takes a source tile and an integer index tile, got {src.type} and "
                             f"{index.type}", tr.b.loc)
     rank = src.type.rank
-    axis = _int(tr, axis, "tl.gather axis")
-    if not -rank <= axis < rank:
-        raise LoweringError(f"tl.gather: axis {axis} out of range for rank {rank}", tr.b.loc)
-    axis %= rank
+    axis = _axis(tr, src, axis, "tl.gather axis")
     off_axis = [d for d in range(rank) if d != axis]
     if index.type.rank != rank or any(index.type.shape[d] != src.type.shape[d] for d in off_axis):
         raise LoweringError(f"tl.gather: the index ({index.type}) must have the source's rank and its extents "

@@ -13,9 +13,9 @@ import triton.language as tl
 
 from ..errors import LoweringError
 from ..ir import types as ir_types
-from ..ir.ops import CmpPred, LoopKind, Storage
+from ..ir.ops import LoopKind, Storage
 from . import semantics as S
-from .builtins import mask_and_pointer
+from .builtins import as_mask, mask_and_pointer
 from .semantics import TV, as_tv, constexpr_value as _plain, is_num, to_dtype
 from .tensor_desc import TensorDescriptor
 
@@ -290,11 +290,8 @@ class LocalPointer:
     def _mask(self, tr, mask):
         if mask is None:
             return None
-        mask = as_tv(tr.b, mask)
-        if not mask.dtype.is_bool:
-            mask = S.compare(CmpPred.NE, mask, 0)
         try:
-            return S.broadcast_to(mask, self.shape)
+            return S.broadcast_to(as_mask(tr, mask), self.shape)
         except LoweringError as e:
             raise LoweringError(f"the mask of an access through a tle.gpu.local_ptr: {e.message}", tr.b.loc) from None
 
@@ -313,7 +310,7 @@ class LocalPointer:
         other = self._tile(tr, other, "the `other` of a load") if other is not None else None
         if self.offsets is None:                      # the whole buffer, element for element
             tile = local_load(tr, self.buf)
-            return tile if mask is None else S.where(mask, tile, other if other is not None else _zero(tr, tile))
+            return tile if mask is None else S.where(mask, tile, other if other is not None else 0)
         return TV(tr.b.local_gather(self.buf.v, self.offsets.v, mask.v if mask is not None else None,
                                     other.v if other is not None else None), tr.b)
 
@@ -331,10 +328,6 @@ class LocalPointer:
         new.name = self.buf.v.name
         tr.rebind(self.buf, new)
         return None
-
-
-def _zero(tr, tile: TV) -> TV:
-    return S.broadcast_to(S.const(tr.b, 0, tile.dtype), tile.type.shape)
 
 
 def local_ptr(tr, buffer, offsets=None):

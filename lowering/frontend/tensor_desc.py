@@ -27,7 +27,6 @@ class DescriptorParam:
     `tl.make_tensor_descriptor` makes of parameters of its own, `<name>_base` (a pointer), `<name>_shape<k>`
     and `<name>_stride<k>` (ints, the last stride 1), with this block shape and padding."""
     name: str
-    elem: ir_types.DType
     rank: int
     block_shape: tuple[int, ...]
     padding: str

@@ -4,8 +4,6 @@ fragment; `local_store` writes a tile into it. (The copies between a buffer and 
 memory.py.)"""
 from __future__ import annotations
 
-import re
-
 from ..ir import ops
 from ..ir.core import Op
 from ..ir.ops import Trait
@@ -124,13 +122,8 @@ def _element_at(buf: Buffer, flat: str) -> list[str]:
 
 
 def _flat(gen: Context, offsets, idx: list[str], indent: int) -> str:
-    """The offset of element `idx` of the pointers, computed once (a let) where it is an expression."""
-    expr = gen.elem(offsets, idx)
-    if not re.fullmatch(r"[\w.]+(\[[^\[\]]*\])?", expr):
-        name = gen.ids.fresh("offset")
-        gen.let(name, expr, indent)
-        expr = gen.out.read(name)
-    return expr
+    """The offset of element `idx` of the pointers, computed once where it is an expression."""
+    return gen.once(gen.elem(offsets, idx), "offset", indent)
 
 
 @RULE_SET.rule(ops.LOCAL_GATHER, role="statement")

@@ -7,6 +7,7 @@ A value that lives nowhere is recomputed where it is read: `elem` renders its de
 rule, down to the values that do live in a buffer or a scalar."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
@@ -137,6 +138,15 @@ class Context:
     def let(self, name: str, expr: str, indent: int, reads=()):
         """Emit `name = expr`, a scalar let: the stage planner and the dead-let removal know it as one."""
         self.out.let(name, expr, indent, reads)
+
+    def once(self, expr: str, base: str, indent: int) -> str:
+        """`expr` as read where it is used: itself when it is a name or an element, else the name of a let that
+        computes it once."""
+        if re.fullmatch(r"[\w.]+(\[[^\[\]]*\])?", expr):
+            return expr
+        name = self.ids.fresh(base)
+        self.let(name, expr, indent)
+        return self.out.read(name)
 
     def thread(self) -> tuple[str, int]:
         """(this thread's index, how many threads run the statement): inside a warp group's branch the

@@ -32,8 +32,6 @@ where a block-wide barrier would deadlock: there these constructs are refused. A
 is the same `T.sync_threads()`, refused in the same places."""
 from __future__ import annotations
 
-import re
-
 from ..ir import ops
 from ..ir import types as ir_types
 from ..ir.core import Op
@@ -212,10 +210,7 @@ def histogram(gen: Context, op: Op, indent: int):
     value = gen.elem(x, [i])
     if elem.bits < 32:           # compared and used as an index in int32 (num_bins may not fit the dtype)
         value = f"T.cast({value}, {tl_dtype(ir_types.i32)!r})"
-    if not re.fullmatch(r"[\w.]+(\[[^\[\]]*\])?", value):     # an expression: computed once, in a let
-        name = gen.ids.fresh(base + "_value")
-        gen.let(name, value, indent + 1)
-        value = gen.out.read(name)
+    value = gen.once(value, base + "_value", indent + 1)
     # compiled Triton's bin: the value's low bits (the bins padded to 32, one per lane of a warp); the bins
     # past num_bins are dropped
     low = f"T.cast({value}, {tl_dtype(ir_types.i32)!r})" if elem.bits > 32 or elem == ir_types.u32 else value
