@@ -373,9 +373,10 @@ class Kernel:
             grid = grid(self._named(values))
         grid = check_grid(grid)
         key, device = self._key(values, b, grid)
-        if device is None:
-            raise LaunchError(f"{self.__name__}: a launch needs at least one tensor argument")
         interpret = select.interpret_setting()
+        if device is None:      # no tensor argument: the current device, as Triton's launches take it
+            device = torch.device("cuda", torch.cuda.current_device()) \
+                if torch.cuda.is_available() and not interpret else torch.device("cpu")
         # lowered first: an argument the kernel cannot use is reported the same way on every backend and
         # device, before whether this backend runs here
         lowered, positions = self._get(b, values, key, num_warps, num_stages, grid, interpret)

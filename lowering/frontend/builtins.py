@@ -792,3 +792,17 @@ def _imprecise_accumulation(tr, value, fp8: bool, k: int) -> int | None:
 TENSOR_METHODS = {"sum": sum_, "max": max_, "min": min_, "argmax": argmax, "argmin": argmin,
                   "reshape": reshape, "expand_dims": expand_dims, "broadcast_to": broadcast_to,
                   "reduce": reduce_with, "associative_scan": associative_scan, "gather": gather}
+
+
+def tensor_method(name: str):
+    """The builtin behind `x.<name>(...)`: TENSOR_METHODS, else the tl function of that name where Triton makes
+    it a tensor member function too (x.cast, x.cumsum, x.histogram, ...); None where there is none."""
+    if name in TENSOR_METHODS:
+        return TENSOR_METHODS[name]
+    fn = getattr(tl, name, None)
+    if fn is None or not hasattr(tl.tensor, name) or name.startswith("_"):
+        return None
+    try:
+        return BUILTINS.get(fn)
+    except TypeError:           # not hashable: not a builtin
+        return None

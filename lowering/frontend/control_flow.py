@@ -61,6 +61,12 @@ class ControlFlow:
         """The values a loop body hands on for its `carried` variables, and whether their types settled: a
         Python number that became a runtime value of another type updates `types` (the loop is retraced)."""
         outs, settled = [], True
+        local = [n for n in carried if n not in benv]
+        if local:       # the body leaves them undefined (a for loop's target): local to it, not carried (retrace)
+            for n in local:
+                carried.remove(n)
+                types.pop(n)
+            return [], False
         for n in carried:
             v = benv[n]
             if is_num(v):

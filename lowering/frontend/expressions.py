@@ -12,7 +12,7 @@ import triton.language as tl
 from ..errors import LoweringError
 from ..ir.ops import BinaryOp, CmpPred
 from . import semantics as S
-from .builtins import TENSOR_METHODS
+from .builtins import tensor_method
 from .environment import ReturnSignal, hashable
 from .extensions import TLE_RANGES
 from .gpu import Buffer
@@ -94,8 +94,8 @@ class Expressions:
 
     def _ex_Attribute(self, node, env):
         obj = self._eval(node.value, env)
-        if isinstance(obj, TV) and node.attr in TENSOR_METHODS:
-            return _TileMethod(self, TENSOR_METHODS[node.attr], obj)
+        if isinstance(obj, TV) and (method := tensor_method(node.attr)) is not None:
+            return _TileMethod(self, method, obj)
         try:
             return getattr(obj, node.attr)
         except AttributeError:

@@ -141,3 +141,40 @@ def test_gather_and_assume_compile_for_sm_90a():
     assert "__syncthreads();" in lowered.stage("cuda") and ".entry gather_in_loop" in lowered.stage("ptx")
     lowered = assumed.lower(torch.zeros(64), torch.zeros(32), 32, 2, B=16, grid=(2,), backend="tilelang")
     assert ".entry assumed" in lowered.stage("ptx")
+
+
+@tle.jit
+def member_functions(x_ptr, out_ptr, B: tl.constexpr):
+    x = tl.load(x_ptr + tl.arange(0, B))
+    bits = x.cast(tl.int32) % 4                     # Triton's member functions: x.cast, x.cumsum, x.histogram
+    tl.store(out_ptr + tl.arange(0, B), bits.cumsum(0))
+    tl.store(out_ptr + B + tl.arange(0, 4), bits.histogram(4))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_tensor_member_functions(backend):
+    x = torch.arange(16, dtype=torch.float32) * 1.5
+    out = torch.zeros(20, dtype=torch.int32)
+    run_on(backend, member_functions, (1,), x, out, B=16)
+    bits = x.to(torch.int32) % 4
+    assert out[:16].tolist() == bits.cumsum(0).tolist()
+    assert out[16:].tolist() == torch.bincount(bits, minlength=4).tolist()
+
+
+@tle.jit
+def while_over_a_for(out_ptr, n):
+    s = 7                     # the for loop's target below: local to the while loop's body, not carried
+    total = 0
+    rounds = 0
+    while rounds < n:
+        for s in range(3):
+            total += s
+        rounds += 1
+    tl.store(out_ptr, total)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_for_target_inside_a_while_loop(backend):
+    out = torch.zeros(1, dtype=torch.int32)
+    run_on(backend, while_over_a_for, (1,), out, 4)
+    assert out.item() == 12
