@@ -13,10 +13,11 @@ import math
 
 from ..errors import LoweringError
 from ..ir import ops
+from ..ir import types as ir_types
 from ..ir.core import DEFAULT_NUM_WARPS
 from ..raw.body import DTYPES, check_constraints
 from ..raw.callee import RawCallee
-from .semantics import TV, constexpr_value
+from .semantics import TV, const, constexpr_value
 
 LAYOUT_SPACES = ("shared",)          # where a backend can place a raw function's argument tiles
 LAYOUT_KEYS = ("space", "order")
@@ -32,12 +33,21 @@ def _tensor_text(shape, dtype_name: str) -> str:
 _plain = constexpr_value
 
 
-def raw_call(tr, fn=None, args=None, hardware=None, layout=None):
+def raw_call(tr, fn=None, args=None, hardware=None, layout=None, *, outputs=None, inputs=None):
     loc = tr.b.loc
 
     def error(msg, construct=None):
         return LoweringError(msg, loc, construct=construct)
 
+    if getattr(fn, "flagtree", False):              # call(fn, outputs, inputs): FlagTree's form
+        if layout is not None:
+            raise error(f"tle.raw.call({fn.name}): a tle.raw.dialect function is called as call(fn, outputs, "
+                        f"inputs), without more arguments", "tle.call")
+        return flagtree_call(tr, fn, args if outputs is None else outputs, hardware if inputs is None else inputs,
+                             error)
+    if outputs is not None or inputs is not None:
+        raise error("tle.call: outputs= and inputs= are for tle.raw.dialect functions; a tle.raw.language function "
+                    "takes args= and hardware=", "tle.call")
     if not isinstance(fn, RawCallee):
         what = "a @tle.jit function" if hasattr(fn, "__tle_fn__") else type(fn).__name__
         raise error(f"tle.call: the function must be a raw function (decorated with @tle.raw.language(name='mlir') "
@@ -79,6 +89,68 @@ def raw_call(tr, fn=None, args=None, hardware=None, layout=None):
         r.name = args[k].v.name or fn.params[k]
         tr.rebind(args[k], r)
     return None
+
+
+def flagtree_call(tr, fn, outputs, inputs, error):
+    """`call(fn, outputs, inputs)` of a tle.raw.dialect function (tle/raw/dialect.py): the function's parameters
+    are `outputs` then `inputs`; the InOut tiles' new contents are returned (one alone, several as a tuple)
+    and nothing the kernel holds is rebound. The call runs on the program's threads (threads=())."""
+    call = f"tle.raw.call({fn.name})"
+    outputs, inputs = _plain(outputs), _plain(inputs)
+    for what, xs in (("outputs", outputs), ("inputs", inputs)):
+        if not isinstance(xs, (list, tuple)):
+            raise error(f"{call}: {what} must be a list, got {type(xs).__name__}", "tle.call")
+    outputs, inputs = [_plain(a) for a in outputs], [_plain(a) for a in inputs]
+    n_out = sum(r == "inout" for r in fn.roles)
+    if fn.roles[:n_out] != ("inout",) * n_out:
+        p = fn.params[fn.roles.index("input")]
+        raise error(f"{call}: parameter '{p}' is Input but InOut parameters follow it; the parameters are the "
+                    f"call's outputs (InOut) and then its inputs, in that order", "tle.call")
+    if len(outputs) != n_out or len(outputs) + len(inputs) != len(fn.params):
+        outs = ", ".join(fn.params[:n_out]) or "none"
+        ins = ", ".join(fn.params[n_out:]) or "none"
+        raise error(f"{call}: the function takes {n_out} outputs ({outs}) and {len(fn.params) - n_out} inputs "
+                    f"({ins}), got {len(outputs)} and {len(inputs)}", "tle.call")
+    values = []
+    for i, (a, p, ptype, kind, (shape, dtype)) in enumerate(zip(outputs + inputs, fn.params, fn.param_types,
+                                                                fn.kinds, fn.tiles)):
+        values.append(_flagtree_arg(tr, a, i, p, ptype, kind, shape, dtype, call, error))
+    body = fn.body()
+    body.check_strides(lambda i, msg: error(f"{call}: argument {i} ('{fn.params[i]}') {msg}", "tle.call"),
+                       [v.type.shape for v in values])
+    op = tr.b.raw_call(fn, values, range(n_out), (), (None,) * len(values))
+    results = [TV(r, tr.b) for r in op.results]
+    for r, k in zip(op.results, range(n_out)):
+        r.name = fn.params[k]
+    if not results:
+        return None
+    return results[0] if len(results) == 1 else tuple(results)
+
+
+def _flagtree_arg(tr, a, i, p, ptype, kind, shape, dtype, call, error):
+    """The IR value argument `a` passes for parameter `p` (kind "tile", "pointer" or "scalar")."""
+    who = f"argument {i} ('{p}', {ptype})"
+    if kind == "scalar" and isinstance(a, (bool, int, float)) and not isinstance(a, TV):
+        return const(tr.b, a, ir_types.DTYPES[dtype]).v
+    if not isinstance(a, TV):
+        raise error(f"{call}: {who} must be a traced value, got the Python value {a!r}", "tle.call")
+    t = a.type
+    if kind == "pointer":
+        if not (t.is_pointer and t.is_scalar):
+            raise error(f"{call}: {who} must be a pointer (a kernel argument, or one plus an offset), got {t}",
+                        "tle.call")
+        return a.v
+    if t.is_pointer:
+        raise error(f"{call}: {who} is a pointer ({t}); load the tile first", "tle.call")
+    if kind == "scalar":
+        if not t.is_scalar or a.dtype.name != dtype:
+            raise error(f"{call}: {who} must be a scalar of type {_MLIR_ELEM.get(dtype, dtype)}, got {t}", "tle.call")
+        return a.v
+    if t.is_scalar or len(t.shape) != len(shape) or a.dtype.name != dtype or \
+            any(d is not None and d != e for d, e in zip(shape, t.shape)):
+        raise error(f"{call}: {who} must be a tile matching {ptype}, got a {'scalar' if t.is_scalar else 'tile'} of "
+                    f"type {_tensor_text(t.shape, a.dtype.name)}", "tle.call")
+    return a.v
 
 
 def _threads(fn, hardware, call, error) -> tuple[int, ...]:
@@ -179,8 +251,9 @@ def warps_for_calls(kernel, launch_num_warps: int | None) -> int:
 
 
 def _agreed_call(kernel):
-    """The kernel's first raw_call op (None without one), once every other asks for as many threads."""
-    calls = [op for op in kernel.walk() if op.defn is ops.RAW_CALL]
+    """The kernel's first raw_call op (None without one), once every other asks for as many threads. Calls of
+    tle.raw.dialect functions (threads=()) run on whatever threads the program has and take no part."""
+    calls = [op for op in kernel.walk() if op.defn is ops.RAW_CALL and op.attrs["threads"]]
     for op in calls[1:]:
         if _thread_count(op) != _thread_count(calls[0]):
             first = calls[0]

@@ -146,6 +146,8 @@ def _raw_call(op: Op, namer: _Namer) -> str:
     lhs = ", ".join(namer.define(r) for r in op.results)
     text = f"{lhs} = " if lhs else ""
     threads = "(" + ", ".join(map(str, a["threads"])) + ("," if len(a["threads"]) == 1 else "") + ")"
+    if not a["threads"]:            # a tle.raw.dialect function: the program's own threads
+        threads = "program"
     text += f"raw_call @{a['fn'].name}({', '.join(namer(v) for v in op.operands)}) threads={threads}"
     params = a["fn"].params
     layout = []

@@ -18,27 +18,27 @@ def load() -> SimpleNamespace:
     tensor dialect module, or None where the bindings have none)."""
     try:
         from mlir import ir
-        from mlir.dialects import arith, func, math, nvvm, scf
+        from mlir.dialects import arith, cf, func, gpu, llvm, math, memref, nvvm, scf
         try:
             from mlir.dialects import tensor
         except ImportError:
             tensor = None
         return SimpleNamespace(name="mlir", ir=ir, arith=arith, func=func, math=math, nvvm=nvvm, scf=scf,
-                               tensor=tensor, register=None)
+                               llvm=llvm, memref=memref, gpu=gpu, cf=cf, tensor=tensor, register=None)
     except ImportError:
         pass
     try:
         from jaxlib.mlir import ir
         from jaxlib.mlir._mlir_libs import _jax_mlir_ext
-        from jaxlib.mlir.dialects import arith, func, math, nvvm, scf
+        from jaxlib.mlir.dialects import arith, cf, func, gpu, llvm, math, memref, nvvm, scf
     except ImportError as e:
         raise ImportError(INSTALL_HINT) from e
-    return SimpleNamespace(name="jaxlib", ir=ir, arith=arith, func=func, math=math, nvvm=nvvm, scf=scf,
-                           tensor=None, register=_jax_mlir_ext.register_dialects)
+    return SimpleNamespace(name="jaxlib", ir=ir, arith=arith, func=func, math=math, nvvm=nvvm, scf=scf, llvm=llvm,
+                           memref=memref, gpu=gpu, cf=cf, tensor=None, register=_jax_mlir_ext.register_dialects)
 
 
 def new_context():
-    """A context with the arith, math, scf, func, tensor and nvvm dialects (and the rest) loaded."""
+    """A context with the arith, math, scf, func, tensor, memref, llvm, gpu, cf and nvvm dialects loaded."""
     b = load()
     ctx = b.ir.Context()
     if b.register is not None:

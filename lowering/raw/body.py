@@ -7,6 +7,12 @@ SSA value is one of the function's arguments (`tensor.insert` writes the argumen
 Tensor-typed loop-carried values and `scf.if` results must stay on one argument; they are dropped from
 the form. An op outside the supported set is recorded, not raised: a backend names itself when it
 reports it (`RawBody.check(backend)`).
+
+FlagTree's form (`tle.raw.dialect`) passes tiles as shared-memory memrefs (`memref<?xf32, 3>`, dynamic
+extents allowed: `memref.dim` reads the tile's), global pointers (`!llvm.ptr<1>`) and scalars. memref.load /
+memref.store are read as tensor.extract / tensor.insert on the argument (`attrs["spelled"]` keeps the op's
+name); a pointer value is the argument it derives from plus an element offset (llvm.getelementptr with one
+index over a scalar element type), read and written with llvm.load / llvm.store.
 """
 from __future__ import annotations
 
@@ -27,6 +33,17 @@ SPECIAL = {f"nvvm.read.ptx.sreg.{reg}.{axis}": (kind, i)
                              ("nctaid", "grid_dim"))
            for i, axis in enumerate("xyz")}
 BARRIERS = {"nvvm.barrier0", "nvvm.barrier"}
+MEMORY_OPS = {"memref.load", "memref.store", "memref.dim", "memref.atomic_rmw", "llvm.getelementptr", "llvm.load",
+              "llvm.store"}
+GEP_DYNAMIC = -2**31                # llvm.getelementptr's rawConstantIndices entry for a dynamic index
+# memref.atomic_rmw's kind attribute prints as its enum number (arith's AtomicRMWKind)
+ATOMIC_RMW_NAMES = dict(enumerate("addf addi assign maximumf maxs maxu minimumf mins minu mulf muli ori andi "
+                                  "maxnumf minnumf".split()))
+POINTER = "ptr"                     # the dtype name of a global pointer value (!llvm.ptr<1>)
+GLOBAL_SPACE = 1                    # !llvm.ptr<1>: the GPU's global memory
+SHARED_SPACE = 3                    # memref<..., 3>: a tile in shared memory
+ATOMIC_KINDS = {"addi": "add", "addf": "add", "maxs": "max", "mins": "min", "maximumf": "max",
+                "minimumf": "min"}   # memref.atomic_rmw kinds raw functions use, by what they do
 CMP_OPERATORS = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 
 
@@ -43,7 +60,7 @@ CMPF_PREDICATES = ("false", "oeq", "ogt", "oge", "olt", "ole", "one", "ord", "ue
 ARITH_OPS = {f"arith.{n}" for n in (
     "addi subi muli divsi divui remsi remui addf subf mulf divf negf maxnumf minnumf maximumf minimumf "
     "maxsi minsi maxui minui andi ori xori shli shrsi shrui cmpi cmpf select index_cast sitofp uitofp "
-    "fptosi fptoui extf truncf extsi extui trunci bitcast").split()}
+    "fptosi fptoui extf truncf extsi extui trunci bitcast ceildivsi ceildivui floordivsi").split()}
 MATH_OPS = {f"math.{n}" for n in
             "exp exp2 log log2 sqrt rsqrt tanh absf absi erf sin cos floor ceil fma powf".split()}
 SCALAR_OPS = ARITH_OPS | MATH_OPS
@@ -51,12 +68,17 @@ SCALAR_OPS = ARITH_OPS | MATH_OPS
 
 @dataclass(frozen=True)
 class TileArg:
-    """A tensor argument: the tile passed in `args`. `written` args are the call's outputs."""
+    """An argument. kind "tile": a tile passed in `args` (a tensor, or a shared-memory memref whose extents
+    may be None: the tile's); `written` tiles are the call's outputs in the tensor form. kind "pointer" / "scalar":
+    a global pointer or a scalar, `value` its SSA name in the body."""
     name: str
-    shape: tuple[int, ...]
+    shape: tuple[int | None, ...]
     dtype: str
     read: bool = False
     written: bool = False
+    kind: str = "tile"
+    value: str | None = None
+    strides: tuple[int | None, ...] | None = None      # a memref's strided layout, None where it has none
 
 
 @dataclass
@@ -104,6 +126,19 @@ class RawBody:
             yield s
             for r in s.regions:
                 yield from self.walk(r.stmts)
+
+    def check_strides(self, error, shapes):
+        """Tiles are passed row-major: a memref argument's static strides must be the row-major strides of
+        the tile passed (`shapes[k]`); raises error(k, message) where one is not."""
+        for k, (a, shape) in enumerate(zip(self.args, shapes)):
+            if a.kind != "tile" or a.strides is None:
+                continue
+            row_major = [1] * len(shape)
+            for d in range(len(shape) - 2, -1, -1):
+                row_major[d] = row_major[d + 1] * int(shape[d + 1])
+            if any(s is not None and s != r for s, r in zip(a.strides, row_major)):
+                raise error(k, f"declares strides {list(a.strides)}, but a tile of shape {list(shape)} is passed "
+                               f"row-major (strides {row_major})")
 
     def check(self, backend: str):
         """Raise UnsupportedConstruct, naming `backend`, for the first op outside the supported set."""
@@ -169,7 +204,8 @@ class _Reader:
     def define(self, value) -> str:
         name = f"v{len(self.names)}"
         self.names[value] = name
-        self.dtype[name] = DTYPES.get(str(value.type), str(value.type))
+        t = str(value.type)
+        self.dtype[name] = POINTER if t.startswith("!llvm.ptr") else DTYPES.get(t, t)
         return name
 
     def use(self, value) -> str:
@@ -178,7 +214,7 @@ class _Reader:
         return self.names[value]
 
     def is_tensor(self, value) -> bool:
-        return str(value.type).startswith("tensor<")
+        return str(value.type).startswith(("tensor<", "memref<"))
 
     def op_loc(self, op) -> Loc | None:
         m = _LOC.match(str(op.location))
@@ -198,24 +234,30 @@ class _Reader:
         args = []
         for i, a in enumerate(entry.arguments):
             pname = arg_names[i] if arg_names and i < len(arg_names) else f"arg{i}"
-            shape, dtype = tile_type(a.type)
-            if shape is None:
+            kind, shape, dtype, strides = param_type(a.type)
+            value = None
+            if kind is None:
                 self.unsupported.append((f"a raw-function argument of type {a.type}",
-                                         "arguments are statically shaped tensors of f16/bf16/f32/f64/i1-i64",
-                                         self.loc))
-            self.tensors[a] = i
+                                         "arguments are tiles (statically shaped tensors, or shared-memory memrefs "
+                                         "of address space 3) of f16/bf16/f32/f64/i1-i64, global pointers "
+                                         "(!llvm.ptr<1>) or scalars", self.loc))
+            elif kind == "tile":
+                self.tensors[a] = i
+            else:
+                value = self.define(a)
             self.flags.append([False, False])
-            args.append((pname, shape or (), dtype))
+            args.append((pname, shape or (), dtype, kind or "tile", value, strides))
         stmts, _ = self.block(entry)
-        tiles = tuple(TileArg(n, s, d, *fl) for (n, s, d), fl in zip(args, self.flags))
+        tiles = tuple(TileArg(n, s, d, *fl, kind=k, value=v, strides=st)
+                      for (n, s, d, k, v, st), fl in zip(args, self.flags))
         return RawBody(fname, tiles, stmts, self.dtype, self.loc, self.unsupported)
 
     def block(self, blk):
-        """Statements of one block, and the raw values its scf.yield yields."""
+        """Statements of one block, and the raw values its scf.yield (or scf.condition) yields."""
         stmts, yields = [], []
         for op in blk.operations:
             o = op.operation
-            if o.name == "scf.yield":
+            if o.name in ("scf.yield", "scf.condition"):
                 yields = list(o.operands)
             elif o.name == "func.return":
                 for v in o.operands:
@@ -230,6 +272,8 @@ class _Reader:
 
     def op(self, o) -> Stmt | None:
         name, loc = o.name, self.op_loc(o)
+        if name in MEMORY_OPS:
+            return self.memory(o, loc)
         if name == "tensor.extract":
             k = self.arg_of(o.operands[0], o)
             if k is None:
@@ -249,14 +293,19 @@ class _Reader:
             return self.scf_for(o, loc)
         if name == "scf.if":
             return self.scf_if(o, loc)
+        if name == "scf.while":
+            return self.scf_while(o, loc)
+        if name == "gpu.printf":
+            fmt = self.ir.StringAttr(o.attributes["format"]).value
+            return Stmt(name, (), tuple(self.use(v) for v in o.operands), {"format": fmt}, loc=loc)
+        if name == "cf.assert":
+            msg = self.ir.StringAttr(o.attributes["msg"]).value
+            return Stmt(name, (), (self.use(o.operands[0]),), {"message": msg}, loc=loc)
         if name in SPECIAL:
             kind, axis = SPECIAL[name]
             return Stmt(name, (self.define(o.results[0]),), (), {"special": kind, "axis": axis}, loc=loc)
         if name in BARRIERS:
-            if len(o.operands):
-                self.unsupported_op(f"{name} with a barrier id or thread count", "only a whole-block barrier", o)
-                return None
-            return Stmt(name, loc=loc)
+            return self.barrier(o, loc)
         if name != "arith.constant" and name not in SCALAR_OPS:
             self.unsupported_op(name, "", o)
             return None
@@ -281,6 +330,88 @@ class _Reader:
             self.unsupported_op(f"{o.name} on a tensor that is not an argument",
                                 "raw functions read and write only the tiles passed in args", o)
         return k
+
+    # -- memory: memrefs (the tiles) and global pointers ----------------------------------------------------
+    def memory(self, o, loc) -> Stmt | None:
+        name = o.name
+        if name in ("memref.load", "memref.store", "memref.atomic_rmw", "memref.dim"):
+            where = {"memref.load": 0, "memref.store": 1, "memref.atomic_rmw": 1, "memref.dim": 0}[name]
+            k = self.arg_of(o.operands[where], o)
+            if k is None:
+                return None
+            if name == "memref.dim":
+                axis = self.constant_of(o.operands[1])
+                if axis is None:
+                    self.unsupported_op("memref.dim with an axis that is not a constant", "", o)
+                    return None
+                return Stmt(name, (self.define(o.results[0]),), (), {"arg": k, "axis": int(axis)}, loc=loc)
+            if name == "memref.load":
+                self.flags[k][0] = True
+                idx = tuple(self.use(v) for v in o.operands[1:])
+                return Stmt("tensor.extract", (self.define(o.results[0]),), idx, {"arg": k, "spelled": name}, loc=loc)
+            self.flags[k][1] = True
+            ops_ = (self.use(o.operands[0]),) + tuple(self.use(v) for v in o.operands[2:])
+            if name == "memref.store":
+                return Stmt("tensor.insert", (), ops_, {"arg": k, "spelled": name}, loc=loc)
+            self.flags[k][0] = True
+            kind = str(o.attributes["kind"]).split()[0].strip('"')
+            kind = ATOMIC_RMW_NAMES.get(int(kind), kind) if kind.isdigit() else kind
+            if kind not in ATOMIC_KINDS:
+                self.unsupported_op(f"memref.atomic_rmw {kind}", f"the kinds there are: {', '.join(ATOMIC_KINDS)}", o)
+                return None
+            return Stmt(name, (self.define(o.results[0]),), ops_, {"arg": k, "kind": ATOMIC_KINDS[kind]}, loc=loc)
+        if name == "llvm.getelementptr":
+            return self.getelementptr(o, loc)
+        pointer = o.operands[0] if name == "llvm.load" else o.operands[1]
+        if self.dtype.get(self.names.get(pointer)) != POINTER:
+            self.unsupported_op(f"{name} through a pointer that is not a pointer argument or derived from one", "", o)
+            return None
+        if name == "llvm.load":
+            if str(o.results[0].type) not in DTYPES:
+                self.unsupported_op(f"{name} of a {o.results[0].type}", "raw functions load scalars", o)
+                return None
+            return Stmt(name, (self.define(o.results[0]),), (self.use(pointer),), {}, loc=loc)
+        return Stmt(name, (), (self.use(o.operands[0]), self.use(pointer)), {}, loc=loc)
+
+    def getelementptr(self, o, loc) -> Stmt | None:
+        base, *dynamic = o.operands
+        if self.dtype.get(self.names.get(base)) != POINTER:
+            self.unsupported_op("llvm.getelementptr on a value that is not a pointer argument or derived from one",
+                                "", o)
+            return None
+        elem = str(self.ir.TypeAttr(o.attributes["elem_type"]).value)
+        indices = list(self.ir.DenseI32ArrayAttr(o.attributes["rawConstantIndices"]))
+        if elem not in DTYPES or elem == "index" or len(indices) != 1:
+            self.unsupported_op("llvm.getelementptr with " + (f"element type {elem}" if elem not in DTYPES else
+                                                              f"{len(indices)} indices"),
+                                "raw functions offset a pointer by one index over a scalar element type", o)
+            return None
+        offset = self.use(dynamic[0]) if indices[0] == GEP_DYNAMIC else None
+        attrs = {"elem": DTYPES[elem], "constant": None if offset else int(indices[0])}
+        return Stmt(o.name, (self.define(o.results[0]),), (self.use(base),) + ((offset,) if offset else ()), attrs,
+                    loc=loc)
+
+    def constant_of(self, value):
+        """The value of an arith.constant operand (None for anything else)."""
+        owner = value.owner
+        op = getattr(owner, "operation", owner)
+        if getattr(op, "name", None) != "arith.constant":
+            return None
+        return attr_value(self.ir, op.attributes["value"])
+
+    def barrier(self, o, loc) -> Stmt:
+        """nvvm.barrier0, or nvvm.barrier with its optional barrier id and thread count (attrs "id", "count":
+        SSA names or None)."""
+        operands = list(o.operands)
+        sizes = [0, 0]
+        if "operandSegmentSizes" in o.attributes:
+            sizes = list(self.ir.DenseI32ArrayAttr(o.attributes["operandSegmentSizes"]))[:2]
+        elif operands:
+            sizes = [1, 1 if len(operands) > 1 else 0]
+        barrier_id = self.use(operands[0]) if sizes[0] else None
+        count = self.use(operands[sizes[0]]) if len(sizes) > 1 and sizes[1] else None
+        used = tuple(x for x in (barrier_id, count) if x is not None)
+        return Stmt(o.name, (), used, {"id": barrier_id, "count": count}, loc=loc)
 
     # -- structured control flow -------------------------------------------------------------------------
     def carried(self, inits, results, region_args, o) -> list[int] | None:
@@ -345,6 +476,21 @@ class _Reader:
         return Stmt("scf.if", tuple(self.define(results[j]) for j in scal), (self.use(o.operands[0]),), {},
                     tuple(regions), loc)
 
+    def scf_while(self, o, loc) -> Stmt | None:
+        """Two regions: `before` (args: the carried values; yields: the condition, then the values passed on)
+        and `after` (args: the values passed on; yields: the next carried values). Scalars only."""
+        if any(self.is_tensor(v) for v in list(o.operands) + list(o.results)):
+            self.unsupported_op("scf.while carrying a tile", "a while loop carries scalars", o)
+            return None
+        regions = []
+        for reg in o.regions:
+            blk = reg.blocks[0]
+            args = tuple(self.define(a) for a in blk.arguments)
+            stmts, yields = self.block(blk)
+            regions.append(Region(args, stmts, tuple(self.use(v) for v in yields)))
+        return Stmt("scf.while", tuple(self.define(r) for r in o.results), tuple(self.use(v) for v in o.operands),
+                    {}, tuple(regions), loc)
+
 
 def tile_type(t) -> tuple[tuple[int, ...] | None, str]:
     """(shape, tle dtype) of a statically shaped ranked tensor type; (None, text) for anything else."""
@@ -353,6 +499,29 @@ def tile_type(t) -> tuple[tuple[int, ...] | None, str]:
         return None, str(t)
     shape = tuple(int(d) for d in m.group(1).split("x") if d)
     return shape, DTYPES[m.group(2)]
+
+
+def param_type(t):
+    """(kind, shape, dtype, strides) of a raw function's parameter type: kind "tile" (a statically shaped
+    tensor, or a memref in shared memory whose dynamic extents are None), "pointer" (!llvm.ptr<1>) or "scalar";
+    kind None where it is none of these."""
+    text = str(t)
+    shape, dtype = tile_type(text)
+    if shape is not None:
+        return "tile", shape, dtype, None
+    if re.fullmatch(r"!llvm\.ptr<\s*1\s*>", text):
+        return "pointer", (), POINTER, None
+    if text in DTYPES and text != "index":
+        return "scalar", (), DTYPES[text], None
+    m = re.fullmatch(r"memref<((?:(?:\d+|\?)x)*)(\w+)(?:,\s*strided<\[([^\]]*)\](?:,\s*offset:\s*[?\d]+)?>)?"
+                     r",\s*(\d+)\s*>", text)
+    if not m or m.group(2) not in DTYPES or m.group(2) == "index" or int(m.group(4)) != SHARED_SPACE:
+        return None, None, text, None
+    shape = tuple(None if d == "?" else int(d) for d in m.group(1).split("x") if d)
+    strides = None
+    if m.group(3) is not None:
+        strides = tuple(None if x.strip() == "?" else int(x) for x in m.group(3).split(","))
+    return "tile", shape, DTYPES[m.group(2)], strides
 
 
 def attr_value(ir, a):

@@ -20,6 +20,7 @@ class Form(str, Enum):
     MINMAX = "minmax"            # max min of signed integers, or of floats taking the number over a NaN
     NAN_MINMAX = "nan_minmax"    # max min of floats, NaN in, NaN out: maximum minimum
     UNSIGNED = "unsigned"        # on the operands' bits read unsigned: udiv urem ushr umax umin
+    ROUNDED_DIV = "rounded_div"  # integer division rounding up or down: ceil, floor (signed), uceil (unsigned)
     MATH = "math"                # the math dialect's functions, by their MLIR name: exp, tanh, powf, ...
     NEG = "neg"
     SELECT = "select"
@@ -41,6 +42,8 @@ MEANINGS: dict[str, tuple[Form, str]] = {
     "arith.divui": (Form.UNSIGNED, "udiv"), "arith.remui": (Form.UNSIGNED, "urem"),
     "arith.shrui": (Form.UNSIGNED, "ushr"), "arith.maxui": (Form.UNSIGNED, "umax"),
     "arith.minui": (Form.UNSIGNED, "umin"),
+    "arith.ceildivsi": (Form.ROUNDED_DIV, "ceil"), "arith.floordivsi": (Form.ROUNDED_DIV, "floor"),
+    "arith.ceildivui": (Form.ROUNDED_DIV, "uceil"),
     "arith.negf": (Form.NEG, "neg"), "arith.select": (Form.SELECT, "select"),
     "arith.cmpi": (Form.CMPI, "cmpi"), "arith.cmpf": (Form.CMPF, "cmpf"),
     **{f"arith.{n}": (Form.CAST, n) for n in "index_cast sitofp uitofp fptosi fptoui extf truncf extsi extui trunci "

@@ -5,10 +5,11 @@ from __future__ import annotations
 import math
 
 from ..ir import ops
-from ..ir.core import Op
+from ..ir.core import Op, Trait, Value
 from .context import BACKEND, Buffer, Context
-from .raw_render import render_tilelang_rows
+from .raw_render import Program, render_tilelang_rows
 from ..rules import RuleSet
+from .syntax import GRID_VARS
 
 RULE_SET = RuleSet()          # this module's rules; codegen.py includes them in the table
 
@@ -21,6 +22,8 @@ def raw_call(gen: Context, op: Op, indent: int):
     fn, threads, outputs = op.attrs["fn"], tuple(op.attrs["threads"]), tuple(op.attrs["outputs"])
     body = fn.body()
     body.check(BACKEND)
+    if getattr(fn, "flagtree", False):
+        return flagtree_call(gen, op, body, indent)
     count, kernel_threads = _thread_count(threads), 32 * gen.kernel.num_warps
     if count != kernel_threads:     # the frontend settles num_warps so that they agree; IR built otherwise may not
         gen.error(f"tle.call({fn.name}) with hardware threads {threads}", op,
@@ -64,6 +67,59 @@ def raw_call(gen: Context, op: Op, indent: int):
         if order is not None and tuple(order) != _row_major(len(order)):
             gen.notes.append(f"line {op.loc.line}: tle.call({fn.name}): the order {list(order)} of "
                              f"'{fn.params[k]}' is a layout hint; TileLang infers shared layouts itself")
+
+
+def flagtree_call(gen: Context, op: Op, body, indent: int):
+    """A tle.raw.dialect function on the program's threads: its tiles are shared copies (fresh ones for the
+    tiles it writes, whose copies the InOut ones return), its pointers elements of the flat kernel arguments,
+    its scalars the kernel's expressions; thread, block and grid registers are the kernel's own."""
+    fn, outputs = op.attrs["fn"], tuple(op.attrs["outputs"])
+    names, values, pointers, shapes = [], {}, {}, []
+    for k, (v, arg) in enumerate(zip(op.operands, body.args)):
+        shapes.append(tuple(v.type.shape))
+        if arg.kind == "scalar":
+            values[arg.value] = gen.scalar(v)
+            names.append(None)
+        elif arg.kind == "pointer":
+            param, offset = _pointer(gen, op, v, fn.params[k])
+            pointers[arg.value] = (param, offset, v.type.elem.elem.name)
+            values[arg.value] = param
+            names.append(None)
+        elif k in outputs or arg.written:      # written: a fresh copy, the kernel's tile keeps its value
+            name = gen.alloc(fn.params[k], v.type.shape, v.type.elem, "shared")
+            gen.fill(name, v, indent)
+            names.append(name)
+        else:
+            names.append(gen.buffer_of(v, indent, "shared").name)
+    tid = gen.ids.fresh("tid")
+    gen.let(tid, "T.get_thread_binding(0)", indent)
+    program = Program(shapes, values, pointers, list(GRID_VARS[:len(gen.grid)]), list(gen.grid))
+    prefix = gen.ids.fresh(fn.name) + "_"
+    rendered = render_tilelang_rows(body, names, thread_vars=[tid], block_dims=[32 * gen.kernel.num_warps],
+                                    indent=indent, prefix=prefix, program=program)
+    gen.imports_tvm = gen.imports_tvm or rendered.imports_tvm
+    gen.ids.used.update(rendered.defined)
+    for row, (level, text) in enumerate(rendered.rows):
+        if row in rendered.clauses:
+            gen.out.clause(text, level)
+        else:
+            gen.emit(text, level, reads=rendered.threads_read if row == 0 else ())
+    for k, r in zip(outputs, op.results):
+        gen.buffers[r.id] = Buffer(names[k], tuple(r.type.shape), r.type.elem, "shared", gen.blocks[-1])
+    gen.report.append((op.loc.line, "tle.raw.call", "raw", "thread-level code on the program's threads, tiles in "
+                                                            "shared copies"))
+
+
+def _pointer(gen: Context, op: Op, v: Value, param: str) -> tuple[str, str]:
+    """(the flat kernel argument, the element offset) of the scalar pointer `v`: an argument plus offsets."""
+    root = v
+    while root.id not in gen.params:
+        d = root.defining_op
+        if d is None or not (d.defn is ops.ADDPTR or d.has(Trait.LAYOUT)):
+            gen.error(f"tle.raw.call({op.attrs['fn'].name}) with the pointer '{param}'", op,
+                      "a pointer passed to a raw function must be a kernel argument plus offsets")
+        root = d.operand("ptr") if d.defn is ops.ADDPTR else d.operand("x")
+    return gen.ids[gen.params[root.id].value], gen.offset(v, [])
 
 
 def _thread_count(threads) -> int:

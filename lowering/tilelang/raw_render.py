@@ -7,6 +7,14 @@ iter_args, `if` with `T.alloc_var` slots for scf.if results, and `T.sync_threads
 The nvvm registers read the launch domain of the call (one block of `hardware["threads"]` threads):
 ThreadId is the given thread variable (0 past the given axes), BlockDim the given extent (1 past them),
 BlockId 0 and GridDim 1. `index` values are int32.
+
+FlagTree's form (tle.raw.dialect) adds: scalar and pointer arguments (`values`: an expression per SSA name;
+`pointers`: a pointer argument's flat kernel argument, element offset and dtype), memref.dim (the extent of
+the tile passed, `shapes`), memref.atomic_rmw (TileLang's atomics on the shared copy, returning the previous
+value), llvm.getelementptr / load / store (elements of the flat kernel argument), scf.while (the `before`
+region written before the loop and again at the end of each step), barriers with an id and a thread count
+(`T.sync_threads(id, count)`), gpu.printf (CUDA's printf) and cf.assert (TileLang's assertion builtin, which
+prints the message and traps). Block ids and the grid are the program's (`block_ids`, `grid_dims`).
 """
 from __future__ import annotations
 
@@ -14,6 +22,7 @@ import math
 import re
 from dataclasses import dataclass
 
+from ..errors import UnsupportedConstruct
 from ..raw.body import BARRIERS, CMP_OPERATORS, SPECIAL, RawBody, Region, Stmt, cmpi_relation
 from ..raw.meanings import MEANINGS, Form
 
@@ -55,22 +64,36 @@ class Rendered:
     defined: list[str]
     threads_read: set[str]
     clauses: set[int]
+    imports_tvm: bool = False        # the rows call a builtin by its tvm.ir.Op (cf.assert)
 
     def lines(self) -> list[str]:
         return ["    " * indent + text for indent, text in self.rows]
 
 
-def render_tilelang_rows(body: RawBody, buffers: list[str], thread_vars: list[str], block_dims: list[int],
-                         indent: int = 0, prefix: str | None = None) -> Rendered:
-    """`render_tilelang`, as rows (see Rendered)."""
+@dataclass
+class Program:
+    """What a tle.raw.dialect function reads of the program: `shapes[k]` the shape of tile argument k,
+    `values` an expression per scalar argument's SSA name, `pointers` per pointer argument's SSA name its
+    (flat kernel argument, element offset, dtype), and the program's block ids and grid extents."""
+    shapes: list
+    values: dict
+    pointers: dict
+    block_ids: list[str]
+    grid_dims: list[int]
+
+
+def render_tilelang_rows(body: RawBody, buffers: list[str | None], thread_vars: list[str], block_dims: list[int],
+                         indent: int = 0, prefix: str | None = None, program: Program | None = None) -> Rendered:
+    """`render_tilelang`, as rows (see Rendered). `program`: for a tle.raw.dialect function (buffers[k] is None
+    for its pointer and scalar arguments)."""
     body.check(BACKEND)
     if len(buffers) != len(body.args):
         raise ValueError(f"raw function '{body.name}' takes {len(body.args)} tiles, got {len(buffers)} buffers")
     if prefix is None:
         prefix = "raw_" + re.sub(r"\W", "_", body.name) + "_"
-    r = _Renderer(body, list(buffers), list(thread_vars), list(block_dims), prefix)
+    r = _Renderer(body, list(buffers), list(thread_vars), list(block_dims), prefix, program)
     r.stmts(body.stmts, indent)
-    return Rendered(r.rows, [f"{prefix}{n}" for n in range(r.count)], r.threads_read, r.clauses)
+    return Rendered(r.rows, [f"{prefix}{n}" for n in range(r.count)], r.threads_read, r.clauses, r.imports_tvm)
 
 
 def literal(value, dtype: str) -> str:
@@ -106,12 +129,19 @@ def _fold(op: str, a: list[str]) -> str | None:
     return None
 
 
+_ASSERT = 'T.call_intrin("void", tvm.ir.Op.get("tl.device_assert_with_msg"), {cond}, {msg})'
+_ATOMIC = {"add": "T.atomic_add", "max": "T.atomic_max", "min": "T.atomic_min"}
+
+
 class _Renderer:
-    def __init__(self, body: RawBody, buffers, thread_vars, block_dims, prefix: str):
+    def __init__(self, body: RawBody, buffers, thread_vars, block_dims, prefix: str, program: Program | None = None):
         self.body, self.buffers, self.prefix = body, buffers, prefix
         self.thread_vars, self.block_dims = thread_vars, block_dims
+        self.program = program
         self.dt = body.dtype
-        self.expr: dict[str, str] = {}
+        self.expr: dict[str, str] = dict(program.values) if program else {}
+        self.pointers: dict[str, tuple[str, str, str]] = dict(program.pointers) if program else {}
+        self.imports_tvm = False
         self.rows: list[tuple[int, str]] = []
         self.count = 0
         self.threads_read: set[str] = set()     # thread variables written into the statements
@@ -158,7 +188,10 @@ class _Renderer:
             elif s.op == "tensor.insert":
                 self.emit(f"{self.buffers[s.attrs['arg']]}[{', '.join(a[1:])}] = {a[0]}", indent)
             elif s.op in BARRIERS:
-                self.emit("T.sync_threads()", indent)
+                ident = [self.expr[s.attrs[k]] for k in ("id", "count") if s.attrs.get(k) is not None]
+                self.emit(f"T.sync_threads({', '.join(ident)})", indent)
+            elif s.op in _PROGRAM_OPS:
+                _PROGRAM_OPS[s.op](self, s, a, indent)
             elif s.op == "scf.for":
                 self.scf_for(s, a, indent)
             elif s.op == "scf.if":
@@ -175,7 +208,60 @@ class _Renderer:
             return self.thread_vars[axis] if axis < len(self.thread_vars) else "0"
         if kind == "block_dim":
             return str(int(self.block_dims[axis])) if axis < len(self.block_dims) else "1"
+        if self.program is not None:          # the program's block ids and grid
+            if kind == "block_id":
+                return self.program.block_ids[axis] if axis < len(self.program.block_ids) else "0"
+            return str(int(self.program.grid_dims[axis])) if axis < len(self.program.grid_dims) else "1"
         return "0" if kind == "block_id" else "1"
+
+    # -- FlagTree's memory, printing and assertion ops ----------------------------------------------------------
+    def error(self, s: Stmt, construct: str, detail: str):
+        raise UnsupportedConstruct(construct, BACKEND, s.loc or self.body.loc, f"in raw function '{self.body.name}': "
+                                                                               f"{detail}")
+
+    def memref_dim(self, s: Stmt, a, indent: int):
+        shape = self.program.shapes[s.attrs["arg"]] if self.program else self.body.args[s.attrs["arg"]].shape
+        axis = s.attrs["axis"]
+        if not 0 <= axis < len(shape):
+            self.error(s, f"memref.dim {axis}", f"the tile '{self.body.args[s.attrs['arg']].name}' has "
+                                                f"{len(shape)} axes")
+        self.expr[s.name] = str(int(shape[axis]))
+
+    def atomic_rmw(self, s: Stmt, a, indent: int):
+        slot = self.fresh()
+        self.emit(f"{slot} = T.alloc_var({TL_DTYPE[self.dt[s.name]]!r})", indent)
+        target = f"{self.buffers[s.attrs['arg']]}[{', '.join(a[1:])}]"
+        self.emit(f"{slot} = {_ATOMIC[s.attrs['kind']]}({target}, {a[0]}, return_prev=True)", indent)
+        self.expr[s.name] = slot
+
+    def getelementptr(self, s: Stmt, a, indent: int):
+        param, offset, dtype = self.pointers[s.operands[0]]
+        if s.attrs["elem"] != dtype:
+            self.error(s, f"llvm.getelementptr over {s.attrs['elem']} elements", f"the pointer points to {dtype} "
+                       f"elements ('{param}'); TileLang reads a kernel argument only as its own element type")
+        step = a[1] if len(a) > 1 else str(s.attrs["constant"])
+        self.pointers[s.name] = (param, step if offset == "0" else f"({offset} + {step})", dtype)
+        self.expr[s.name] = param          # never written as a value: loads and stores read `pointers`
+
+    def llvm_load(self, s: Stmt, a, indent: int):
+        param, offset, dtype = self.pointers[s.operands[0]]
+        if self.dt[s.name] != dtype:
+            self.error(s, f"llvm.load of {self.dt[s.name]}", f"the pointer points to {dtype} elements")
+        self.let(s.name, f"{param}[{offset}]", indent)
+
+    def llvm_store(self, s: Stmt, a, indent: int):
+        param, offset, dtype = self.pointers[s.operands[1]]
+        if self.dt[s.operands[0]] != dtype:
+            self.error(s, f"llvm.store of {self.dt[s.operands[0]]}", f"the pointer points to {dtype} elements")
+        self.emit(f"{param}[{offset}] = {a[0]}", indent)
+
+    def printf(self, s: Stmt, a, indent: int):
+        self.emit(f"T.evaluate(T.call_extern('int32', 'printf', {s.attrs['format']!r}{''.join(', ' + x for x in a)}))",
+                  indent)
+
+    def assertion(self, s: Stmt, a, indent: int):
+        self.imports_tvm = True
+        self.emit(_ASSERT.format(cond=a[0], msg=repr(s.attrs["message"])), indent)
 
     def unsigned(self, e: str, dtype: str) -> str:
         return f"T.cast({e}, {UNSIGNED[dtype]!r})"
@@ -198,6 +284,8 @@ class _Renderer:
             return f"{_CALL2[meaning]}({a[0]}, {a[1]})"
         if form is Form.UNSIGNED:
             return f"T.cast({_CALL2[meaning]}({self.unsigned(a[0], src)}, {self.unsigned(a[1], src)}), {t!r})"
+        if form is Form.ROUNDED_DIV:
+            return self.rounded_div(meaning, a[0], a[1], src, t)
         if form is Form.NAN_MINMAX:     # NaN in, NaN out (T.max / T.min drop a NaN)
             return f"T.if_then_else(T.Or({a[0]} != {a[0]}, {a[1]} != {a[1]}), {a[0]} + {a[1]}, " \
                    f"T.{meaning}({a[0]}, {a[1]}))"
@@ -212,6 +300,16 @@ class _Renderer:
         if form is Form.CMPF:
             return _CMPF[s.attrs["predicate"]].format(a=a[0], b=a[1])
         return self.cast(meaning, a[0], src, self.dt[s.name])
+
+    def rounded_div(self, meaning: str, x: str, y: str, src: str, t: str) -> str:
+        """The truncating quotient, moved by one where the remainder is not 0 and the exact quotient lies the
+        other way (ceil: positive, floor: negative)."""
+        if meaning == "uceil":
+            x, y = self.unsigned(x, src), self.unsigned(y, src)
+            return f"T.cast(T.truncdiv({x}, {y}) + T.if_then_else(T.truncmod({x}, {y}) != 0, 1, 0), {t!r})"
+        same_sign = f"(({x} < 0) == ({y} < 0))"
+        moved = f"T.And(T.truncmod({x}, {y}) != 0, {same_sign if meaning == 'ceil' else f'T.Not({same_sign})'})"
+        return f"(T.truncdiv({x}, {y}) {'+' if meaning == 'ceil' else '-'} T.if_then_else({moved}, 1, 0))"
 
     def cast(self, op: str, x: str, src: str, dst: str) -> str:
         t = TL_DTYPE[dst]
@@ -228,6 +326,31 @@ class _Renderer:
         return f"T.cast({x}, {t!r})"
 
     # -- structured control flow -------------------------------------------------------------------------
+    def scf_while(self, s: Stmt, a: list[str], indent: int):
+        """`before` computes the condition and the values passed on from the carried ones; it is written once
+        ahead of the loop and again at the end of each step, into the same slots."""
+        before, after = s.regions
+        carried = [self.fresh() for _ in before.args]
+        for var, init, arg in zip(carried, a, before.args):
+            self.emit(f"{var} = T.alloc_var({TL_DTYPE[self.dt[arg]]!r}, init={init})", indent)
+            self.expr[arg] = var
+        go = self.fresh()
+        passed = [self.fresh() for _ in after.args]
+        self.stmts(before.stmts, indent)
+        cond, *fwd = [self.expr[y] for y in before.yields]
+        self.emit(f"{go} = T.alloc_var('bool', init={cond})", indent)
+        for var, v, arg in zip(passed, fwd, after.args):
+            self.emit(f"{var} = T.alloc_var({TL_DTYPE[self.dt[arg]]!r}, init={v})", indent)
+            self.expr[arg] = var
+        self.emit(f"while {go}:", indent)
+        self.stmts(after.stmts, indent + 1)
+        self.write_slots(carried, [self.expr[y] for y in after.yields], indent + 1)
+        self.stmts(before.stmts, indent + 1)        # the condition again, from the new carried values
+        cond, *fwd = [self.expr[y] for y in before.yields]
+        self.write_slots([go, *passed], [cond, *fwd], indent + 1)
+        for r, var in zip(s.results, passed):
+            self.expr[r] = var
+
     def scf_for(self, s: Stmt, a: list[str], indent: int):
         lo, hi, step, inits = a[0], a[1], a[2], a[3:]
         region = s.regions[0]
@@ -283,3 +406,9 @@ class _Renderer:
             pending = staged
         for slot, v in pending:
             self.emit(f"{slot} = {v}", indent)
+
+
+_PROGRAM_OPS = {"memref.dim": _Renderer.memref_dim, "memref.atomic_rmw": _Renderer.atomic_rmw,
+                "llvm.getelementptr": _Renderer.getelementptr, "llvm.load": _Renderer.llvm_load,
+                "llvm.store": _Renderer.llvm_store, "gpu.printf": _Renderer.printf, "cf.assert": _Renderer.assertion,
+                "scf.while": _Renderer.scf_while}

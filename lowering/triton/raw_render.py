@@ -301,6 +301,8 @@ class _Triton:
             return f"({a[0]} {_INFIX[meaning]} {a[1]})"
         if form is Form.MINMAX:
             return f"{_CALL2[meaning]}({a[0]}, {a[1]})"
+        if form is Form.ROUNDED_DIV:
+            return self.rounded_div(meaning, a[0], a[1], src)
         if form is Form.UNSIGNED:
             x, y = self.unsigned(a[0], src), self.unsigned(a[1], src)
             e = f"{_CALL2[meaning]}({x}, {y})" if meaning in _CALL2 else f"({x} {_INFIX[meaning]} {y})"
@@ -318,6 +320,17 @@ class _Triton:
         if form is Form.CMPF:
             return _CMPF[s.attrs["predicate"]].format(a=a[0], b=a[1])
         return self.cast(meaning, a[0], src, dst)
+
+    def rounded_div(self, meaning: str, x: str, y: str, src: str) -> str:
+        """The truncating quotient, moved by one where the remainder is not 0 and the exact quotient lies the
+        other way (ceil: positive, floor: negative)."""
+        t = TL_DTYPE[src]
+        if meaning == "uceil":
+            ux, uy = self.unsigned(x, src), self.unsigned(y, src)
+            return _to(f"(({ux} // {uy}) + (({ux} % {uy}) != 0).to({_UNSIGNED[src]}))", t, bitcast=True)
+        same_sign = f"(({x} < 0) == ({y} < 0))"
+        moved = f"((({x} % {y}) != 0) & {same_sign if meaning == 'ceil' else f'~{same_sign}'})"
+        return f"(({x} // {y}) {'+' if meaning == 'ceil' else '-'} {moved}.to({t}))"
 
     def cast(self, op: str, x: str, src: str, dst: str) -> str:
         t = TL_DTYPE[dst]

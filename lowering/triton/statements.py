@@ -87,6 +87,9 @@ def raw_call(gen, op: Op, indent: int):
     each written argument's result is then bound to its own name."""
     fn = op.attrs["fn"]
     body = fn.body()
+    if getattr(fn, "flagtree", False):
+        raise UnsupportedConstruct(f"tle.raw.call({fn.name}) of a tle.raw.dialect function", BACKEND, op.loc,
+                                   "its code runs on the program's threads, and Triton's language has no threads")
     try:
         ew = require_elementwise(body, op.attrs["threads"])
     except UnsupportedConstruct as e:        # name the call site; the reason names the function's line

@@ -57,9 +57,11 @@ in either order.
 """
 from __future__ import annotations
 
+from .dialect import InOut, Input, dialect
 from .function import SYNC_SCOPES, RawFunction, check_sync_scope, check_threads_dim, from_python, from_text
 
-__all__ = ["language", "hardware_constraint", "from_text", "call", "RawFunction", "SYNC_SCOPES", "LANGUAGES"]
+__all__ = ["language", "hardware_constraint", "from_text", "call", "dialect", "Input", "InOut", "RawFunction",
+           "SYNC_SCOPES", "LANGUAGES"]
 
 LANGUAGES = ("mlir",)
 _CONSTRAINT = "__tle_hardware_constraint__"
@@ -109,6 +111,8 @@ def hardware_constraint(threads_dim: int = 1, sync_scope: str = "block"):
 def call(fn, args, hardware=None, layout=None):
     """Call raw function `fn` on the tiles `args` (see the module docstring). Only inside a @tle.jit kernel,
     where it returns nothing: afterwards each written tile of `args` names its new contents.
+    A function in FlagTree's form (tle.raw.dialect) is called `call(fn, outputs, inputs)` and returns the
+    new contents of `outputs` (see tle/raw/dialect.py).
     `hardware={"threads": (n0, ...)}`: one thread count per axis of the function's threads_dim.
     `layout={tile: {"space": "shared", "order": [...]}}` (optional): where each tile is placed ("shared"
     is the only space) and the order of its axes in memory, fastest-varying first as in Triton's layouts

@@ -1,8 +1,9 @@
 """nvvm for raw functions, the same on every version of the bindings.
 
-The special-register ops take their result type positionally, `nvvm.ThreadIdXOp(i32).res` (newer
-bindings only accept `results=[...]`), and `barrier0()` is a whole-block barrier: `nvvm.barrier0` where
-the dialect still has it, else `nvvm.barrier` without operands. Everything else is the bindings' nvvm.
+The special-register ops take their result type positionally, in both spellings: `nvvm.ThreadIdXOp(i32).res`
+and `nvvm.read_ptx_sreg_tid_x(i32)` (FlagTree's; newer bindings only accept `results=[...]`); the second
+returns the value itself. `barrier0()` is a whole-block barrier: `nvvm.barrier0` where the dialect still has
+it, else `nvvm.barrier` without operands. Everything else is the bindings' nvvm.
 """
 from tle.lowering.raw import bindings as _bindings
 
@@ -23,10 +24,21 @@ def _special(cls_name: str, op_name: str):
     return make
 
 
+def _value_of(make, name: str):
+    def read(result_type=None, *, results=None, loc=None, ip=None):
+        return make(result_type, results=results, loc=loc, ip=ip).res
+
+    read.__name__ = read.__qualname__ = name
+    read.__doc__ = make.__doc__.replace("its value is `.res`", "returns its value")
+    return read
+
+
 for _cls, _reg in _REGISTERS.items():
     for _axis in "xyz":
-        globals()[f"{_cls}{_axis.upper()}Op"] = _special(f"{_cls}{_axis.upper()}Op",
-                                                         f"nvvm.read.ptx.sreg.{_reg}.{_axis}")
+        _op = f"nvvm.read.ptx.sreg.{_reg}.{_axis}"
+        globals()[f"{_cls}{_axis.upper()}Op"] = _special(f"{_cls}{_axis.upper()}Op", _op)
+        globals()[f"read_ptx_sreg_{_reg}_{_axis}"] = _value_of(globals()[f"{_cls}{_axis.upper()}Op"],
+                                                               f"read_ptx_sreg_{_reg}_{_axis}")
 
 
 def barrier0(*, loc=None, ip=None):

@@ -14,7 +14,7 @@ import typing
 from tle.lowering.errors import LoweringError
 from tle.lowering.ir.core import Loc
 from tle.lowering.raw import bindings
-from tle.lowering.raw.body import RawBody, check_constraints, find_func, read_body, tile_type
+from tle.lowering.raw.body import RawBody, check_constraints, find_func, param_type, read_body, tile_type
 from tle.lowering.raw.callee import RawCallee
 
 SYNC_SCOPES = ("block", "warp", "none")
@@ -36,17 +36,21 @@ def check_sync_scope(sync_scope):
 
 
 class RawFunction(RawCallee):
-    """A raw MLIR function: its name, where it was defined, its tile parameters (names and MLIR tensor
-    types), its hardware constraint, and (built on demand, cached) its verified MLIR text and body."""
+    """A raw MLIR function: its name, where it was defined, its parameters (names and MLIR types), its
+    hardware constraint, and (built on demand, cached) its verified MLIR text and body. `roles` is None for
+    the project's form (tensor tiles, tle.raw.language) and, in FlagTree's form (tle.raw.dialect), each
+    parameter's "input" or "inout": such a function runs on the program's own threads and block ids."""
 
     def __init__(self, name: str, file: str, line: int, params: tuple[str, ...], param_types: tuple[str, ...],
-                 threads_dim: int = 1, sync_scope: str = "block", fn=None, text: str | None = None):
+                 threads_dim: int = 1, sync_scope: str = "block", fn=None, text: str | None = None,
+                 roles: tuple[str, ...] | None = None):
         check_threads_dim(threads_dim)
         check_sync_scope(sync_scope)
         self.name, self.file, self.line = name, file, line
         self.params, self.param_types = tuple(params), tuple(param_types)
         self.threads_dim, self.sync_scope = threads_dim, sync_scope
         self.fn = fn
+        self.roles = roles
         self.__doc__ = getattr(fn, "__doc__", None)
         self._text = text
         self._body: RawBody | None = None
@@ -58,10 +62,23 @@ class RawFunction(RawCallee):
 
     @property
     def tiles(self):
-        """(shape, tle dtype) of each parameter, from its MLIR type."""
-        return tuple(tile_type(t) for t in self.param_types)
+        """(shape, tle dtype) of each parameter, from its MLIR type (a memref's dynamic extents are None)."""
+        return tuple(param_type(t)[1:3] for t in self.param_types)
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """"tile", "pointer" or "scalar" per parameter."""
+        return tuple(param_type(t)[0] for t in self.param_types)
+
+    @property
+    def flagtree(self) -> bool:
+        """FlagTree's form: called as call(fn, outputs, inputs), run on the program's threads."""
+        return self.roles is not None
 
     def with_constraint(self, threads_dim: int, sync_scope: str) -> "RawFunction":
+        if self.flagtree:
+            raise TypeError(f"raw function '{self.name}' (tle.raw.dialect) runs on the program's threads; "
+                            f"hardware_constraint applies to tle.raw.language functions")
         check_threads_dim(threads_dim)
         check_sync_scope(sync_scope)
         new = copy.copy(self)
@@ -89,7 +106,8 @@ class RawFunction(RawCallee):
         """The backend-neutral form the lowerings render (checked against the hardware constraint)."""
         if self._body is None:
             body = read_body(self.build(), self.name, self.params, self.loc)
-            check_constraints(body, self.threads_dim, self.sync_scope)
+            if not self.flagtree:       # FlagTree's functions read the program's thread and block registers
+                check_constraints(body, self.threads_dim, self.sync_scope)
             self._body = body
         return self._body
 
@@ -129,10 +147,15 @@ class RawFunction(RawCallee):
         return f" at {self.file}:{line}" if line else ""
 
     def __call__(self, *args, **kwargs):
-        raise TypeError(f"raw function '{self.name}' is not called directly; use tle.call({self.name}, args=[...], "
-                        "hardware=...) inside a @tle.jit kernel")
+        call = f"tle.raw.call({self.name}, outputs, inputs)" if self.flagtree else \
+            f"tle.call({self.name}, args=[...], hardware=...)"
+        raise TypeError(f"raw function '{self.name}' is not called directly; use {call} inside a @tle.jit kernel")
 
     def __repr__(self) -> str:
+        if self.flagtree:
+            sig = ", ".join(f"{p}: {'InOut' if r == 'inout' else 'Input'}[{t!r}]"
+                            for p, t, r in zip(self.params, self.param_types, self.roles))
+            return f"<raw function {self.name}({sig}) (tle.raw.dialect) at {self.file}:{self.line}>"
         sig = ", ".join(f"{p}: {t}" for p, t in zip(self.params, self.param_types))
         return (f"<raw function {self.name}({sig}) threads_dim={self.threads_dim} sync_scope={self.sync_scope!r} "
                 f"at {self.file}:{self.line}>")
@@ -198,14 +221,27 @@ def _def_line(fn) -> int:
 
 def _tensor_type(text: str, who: str) -> str:
     """The canonical spelling of a statically shaped tensor type; TypeError naming `who` otherwise."""
+    canonical = canonical_type(text, who, allow=None)
+    if tile_type(canonical)[0] is None:
+        raise TypeError(f"{who}: {text!r} must be a statically shaped tensor of f16, bf16, f32, f64 or i1..i64")
+    return canonical
+
+
+_KIND_TEXT = {"tile": "a tile (memref<...x f16/bf16/f32/f64/i1..i64, 3>, in shared memory)",
+              "pointer": "a global pointer (!llvm.ptr<1>)", "scalar": "a scalar (i1..i64, f16, bf16, f32, f64)"}
+
+
+def canonical_type(text: str, who: str, allow=("tile",)) -> str:
+    """MLIR's own spelling of the type `text`, which must be a parameter of a kind in `allow` (param_type's
+    kinds; None: any type); TypeError naming `who` otherwise."""
     ir = bindings.load().ir
     with bindings.new_context():
         try:
             canonical = str(ir.Type.parse(text))
         except Exception as e:
             raise TypeError(f"{who}: {text!r} is not an MLIR type ({e})") from None
-    if tile_type(canonical)[0] is None:
-        raise TypeError(f"{who}: {text!r} must be a statically shaped tensor of f16, bf16, f32, f64 or i1..i64")
+    if allow is not None and param_type(canonical)[0] not in allow:
+        raise TypeError(f"{who}: {text!r} must be " + " or ".join(_KIND_TEXT[k] for k in allow))
     return canonical
 
 
