@@ -227,8 +227,37 @@ def store(tr, pointer, value, mask=None, boundary_check=(), cache_modifier="", e
     pointer, mask = mask_and_pointer(tr, pointer, mask)
     elem = pointer.dtype.elem
     value = S.broadcast_to(S.cast(as_tv(tr.b, value, elem if is_num(value) else None), elem), pointer.type.shape)
-    tr.b.store(pointer.v, value.v, mask.v if mask is not None else None,
-               {"cache_modifier": cache_modifier or "", "eviction_policy": eviction_policy or ""})
+    attrs = {"cache_modifier": cache_modifier or "", "eviction_policy": eviction_policy or ""}
+    halves = _cat_operands(pointer)
+    if halves is not None:      # through tl.cat of two pointer tiles (into two arguments, say): a store per half
+        for p, v, m in zip(halves, _halves(tr, value), _halves(tr, mask) if mask is not None else (None, None)):
+            tr.b.store(p.v, v.v, m.v if m is not None else None, dict(attrs))
+        return
+    tr.b.store(pointer.v, value.v, mask.v if mask is not None else None, attrs)
+
+
+def _cat_operands(x: TV) -> tuple[TV, TV] | None:
+    """(input, other) where `x` is tl.cat(input, other) as cat() writes it (join, transpose, reshape)."""
+    r = x.v.defining_op
+    if r is None or r.defn is not ops.RESHAPE or x.type.rank != 1:
+        return None
+    t = r.operand("x").defining_op
+    if t is None or t.defn is not ops.TRANS or tuple(t.attrs["perm"]) != (1, 0):
+        return None
+    j = t.operand("x").defining_op
+    if j is None or j.defn is not ops.JOIN:
+        return None
+    return TV(j.operand("a"), x.b), TV(j.operand("b"), x.b)
+
+
+def _halves(tr, x: TV) -> tuple[TV, TV]:
+    """The first and second halves of the 1-D tile `x`: cat()'s operands where it is one, else split out."""
+    known = _cat_operands(x)
+    if known is not None:
+        return known
+    n = x.type.shape[0] // 2
+    pairs = TV(tr.b.trans(tr.b.reshape(x.v, (2, n)), (1, 0)), tr.b)       # [n, 2]: (x[i], x[n + i])
+    return TV(tr.b.split(pairs.v, 0), tr.b), TV(tr.b.split(pairs.v, 1), tr.b)
 
 
 _SEMS = tuple(MemSem)            # the default ("") first

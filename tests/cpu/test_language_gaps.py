@@ -178,3 +178,23 @@ def test_a_for_target_inside_a_while_loop(backend):
     out = torch.zeros(1, dtype=torch.int32)
     run_on(backend, while_over_a_for, (1,), out, 4)
     assert out.item() == 12
+
+
+@tle.jit
+def store_through_cat(x_ptr, a_ptr, b_ptr, B: tl.constexpr):
+    offs = tl.arange(0, B)
+    x = tl.load(x_ptr + offs)
+    pointers = tl.cat(a_ptr + offs, b_ptr + (B - 1 - offs), True)     # into two arguments
+    tl.store(pointers, tl.cat(x, -x, True), mask=tl.cat(offs % 2 == 0, offs < 5, True))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_store_through_cat_of_pointers_into_two_arguments(backend):
+    x = torch.randn(16)
+    a, b = torch.zeros(16), torch.zeros(16)
+    run_on(backend, store_through_cat, (1,), x, a, b, B=16)
+    keep = torch.arange(16) % 2 == 0
+    torch.testing.assert_close(a, torch.where(keep, x, 0.0))
+    ref_b = torch.zeros(16)
+    ref_b[15 - torch.arange(5)] = -x[:5]
+    torch.testing.assert_close(b, ref_b)
