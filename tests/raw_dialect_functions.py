@@ -1,8 +1,11 @@
-"""Raw functions in FlagTree's form (tle.raw.dialect), shared by the CPU and GPU tests."""
+"""Raw functions in FlagTree's form (tle.raw.dialect) and kernels calling them, shared by the CPU and GPU
+tests."""
 import pytest
+import triton.language as tl
 
 pytest.importorskip("jaxlib.mlir")
 
+import tle  # noqa: E402
 from tle.raw import InOut, Input, dialect  # noqa: E402
 from tle.raw.mlir import arith, ir, llvm, memref, nvvm, scf, vassert, vprintf  # noqa: E402
 
@@ -101,3 +104,47 @@ def threads_below(limit: Input["i32"]):  # noqa: F821
     """Asserts that the thread index is below `limit`."""
     tid = nvvm.read_ptx_sreg_tid_x(i32())
     vassert(arith.cmpi(arith.CmpIPredicate.slt, tid, limit), "thread %d is not below the limit\n", tid)
+
+
+# -- kernels -----------------------------------------------------------------------------------------------
+@tle.jit
+def add_kernel(x_ptr, y_ptr, out_ptr, n):
+    tle.raw.call(grid_stride_add, [], [out_ptr, x_ptr, y_ptr, n])
+
+
+@tle.jit
+def sum_kernel(x_ptr, out_ptr, N: tl.constexpr):
+    row = tl.program_id(0)
+    x = tl.load(x_ptr + row * N + tl.arange(0, N))
+    acc = tle.raw.call(tree_sum, [tl.zeros_like(x)], [x])
+    tl.store(out_ptr + row * N + tl.arange(0, N), acc)
+
+
+@tle.jit
+def histogram_kernel(bins_ptr, counts_ptr, seen_ptr, N: tl.constexpr, B: tl.constexpr):
+    bins = tl.load(bins_ptr + tl.arange(0, N))
+    seen = tl.zeros([B], dtype=tl.int32)
+    counts = tle.raw.call(histogram, [tl.zeros([B], dtype=tl.int32)], [bins, seen])
+    tl.store(counts_ptr + tl.arange(0, B), counts)
+    tl.store(seen_ptr + tl.arange(0, B), seen)          # the kernel's own tile: the call wrote a copy
+
+
+@tle.jit
+def product_kernel(a_ptr, b_ptr, c_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr):
+    rm, rn, rk = tl.arange(0, M), tl.arange(0, N), tl.arange(0, K)
+    a = tl.load(a_ptr + rm[:, None] * K + rk[None, :])
+    b = tl.load(b_ptr + rk[:, None] * N + rn[None, :])
+    c = tl.full([M, N], 1.0, tl.float32)
+    for _ in range(2):
+        c = tle.raw.call(accumulate_product, [c], [a, b])
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], c)
+
+
+@tle.jit
+def hello_kernel():
+    tle.raw.call(hello, [], [])
+
+
+@tle.jit
+def assert_kernel(x_ptr, limit):
+    tle.raw.call(threads_below, [], [limit])

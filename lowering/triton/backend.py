@@ -14,7 +14,7 @@ from triton import knobs
 from triton.runtime import _allocation, driver as _triton_driver
 
 from .. import backend as api
-from ..errors import LoweringError
+from ..errors import LoweringError, UnsupportedConstruct
 from ..files import load_module, write_once
 from ..ir import ops
 from ..ir.core import KernelIR
@@ -22,7 +22,8 @@ from ..ir.ops import LoopKind, Trait
 from ..spec import Spec
 from ..transforms import bound_guarded_loops, drop_overwritten_buffer_carries, pipeline_async_loads
 from . import interpreter_fix
-from .codegen import generate
+from .codegen import TritonCodegen
+from .llvm_call import LIBRARY
 from .rules import RULES
 from .stages import STAGES, compile_stages, compile_stages_elsewhere
 from .statements import how_issued
@@ -88,11 +89,14 @@ def _launch_hooks_set() -> bool:
 class TritonCompiled(api.Compiled):
     stages = STAGES
 
-    def __init__(self, ir: KernelIR, spec: Spec, source: str, path: str):
+    def __init__(self, ir: KernelIR, spec: Spec, source: str, path: str, llvm_path: str | None = None,
+                 raw_sites=()):
         self.ir = ir
         self.spec = spec
         self.source = source
         self.path = path
+        self.llvm_path = llvm_path              # the .ll of the kernel's tle.raw.dialect calls, linked at compile
+        self.raw_sites = tuple(raw_sites)       # those calls (RAW_CALL ops)
         self.notes = list(ir.notes)
         self._fn = None
         self._compiled = None
@@ -119,10 +123,23 @@ class TritonCompiled(api.Compiled):
         with _scratch_allocator():
             self._launch(grid, args)
 
+    def compile_options(self) -> dict:
+        """The options every compilation of the kernel takes, the launch's and the stages' alike."""
+        options = {"num_warps": self.ir.num_warps, "num_stages": self.ir.num_stages}
+        if self.llvm_path is not None:
+            options["extern_libs"] = {LIBRARY: self.llvm_path}
+        return options
+
     def _launch(self, grid, args):
         if self.interpreted:
+            if self.raw_sites:
+                op = self.raw_sites[0]
+                raise UnsupportedConstruct(f"tle.raw.call({op.attrs['fn'].name}) of a tle.raw.dialect function",
+                                           "triton", op.loc, "it runs as LLVM IR linked into the compiled kernel, "
+                                           "which Triton's interpreter (TRITON_INTERPRET=1) cannot run; launch on a "
+                                           "GPU, or use backend='tilelang'")
             interpreter_fix.apply()
-            self.fn[grid](*args, num_warps=self.ir.num_warps, num_stages=self.ir.num_stages)
+            self.fn[grid](*args, **self.compile_options())
             return
         # Triton's own launch binds and specializes every argument again on each call (about 16 us on an
         # H200 host); the lowering's key already fixes the dtypes and the pointers' alignment, so only the
@@ -134,7 +151,7 @@ class TritonCompiled(api.Compiled):
         if kernel is None or _launch_hooks_set():
             # the first launch of a class goes through Triton's jit, which compiles (or finds) the kernel;
             # so does every launch while a launch hook (a profiler) wants Triton's launch metadata
-            kernel = self.fn[grid](*args, num_warps=self.ir.num_warps, num_stages=self.ir.num_stages)
+            kernel = self.fn[grid](*args, **self.compile_options())
             if None not in key:
                 self._kernels[key] = kernel
             return
@@ -154,8 +171,7 @@ class TritonCompiled(api.Compiled):
                 else:
                     sig[p.name] = t.elem.name
             # debug as a launch compiles it: Triton keeps tl.device_assert only in debug mode
-            options = {"num_warps": self.ir.num_warps, "num_stages": self.ir.num_stages,
-                       "debug": api.triton_debug()}
+            options = {**self.compile_options(), "debug": api.triton_debug()}
             if interpret_mode():
                 self._compiled = compile_stages_elsewhere(self.path, self.ir.name, sig, aligned, options)
             else:
@@ -197,7 +213,10 @@ def _access_report(ir: KernelIR):
             how += f" ({a.reason}, with integer arguments unknown until launch)"
         out.append((a.line, a.op.name, a.kind, how))
     for op in ir.walk():
-        if op.defn is ops.RAW_CALL:
+        if op.defn is ops.RAW_CALL and getattr(op.attrs["fn"], "flagtree", False):
+            out.append((op.loc.line, "tle.raw.call", "raw", "LLVM IR linked into the kernel, run by every thread; "
+                                                            "tiles copied through shared memory"))
+        elif op.defn is ops.RAW_CALL:
             out.append((op.loc.line, "tle.call", "raw", "element-wise: inlined as tile code"))
         elif op.defn in _BUFFER_SITES:
             out.append((op.loc.line, f"tle.gpu.{op.name}", "buffer", _BUFFER_SITES[op.defn]))
@@ -255,12 +274,19 @@ class Backend(api.Backend):
         drop_overwritten_buffer_carries(ir)
         ir.notes.extend(pipeline_async_loads(ir, ir.num_stages))
         ir.notes.extend(RULES.check_attributes(ir))
-        source = generate(ir)
-        digest = hashlib.sha256((source + triton.__version__ + str(interpret_mode())).encode()).hexdigest()[:20]
+        gen = TritonCodegen(ir)
+        source = gen.generate()
+        llvm = gen.raw_library.text() if gen.raw_library is not None else ""
+        digest = hashlib.sha256((source + llvm + triton.__version__ + str(interpret_mode())).encode()).hexdigest()[:20]
         path = os.path.join(cache_dir, "triton", f"{ir.name}_{digest}.py")
+        llvm_path = None
+        if llvm:             # beside the source, which finds it by its own path
+            llvm_path = os.path.splitext(path)[0] + ".ll"
+            write_once(llvm_path, llvm)
         write_once(path, source)
         if not ir.params and not ir.body.ops:
             raise LoweringError("empty kernel", ir.loc, "triton")
-        compiled = TritonCompiled(ir, spec, source, path)
+        compiled = TritonCompiled(ir, spec, source, path, llvm_path, gen.raw_library.sites if llvm else ())
+        compiled.llvm = llvm or None
         compiled.access_report = _access_report(ir)
         return compiled

@@ -37,6 +37,7 @@ class TritonCodegen:
         self.imports: list[str] = []     # modules a rule's text needs beyond triton and tl
         self.functions: dict[tuple, str] = {}   # module-level helpers a rule's text calls: their text -> name
         self.function_lines: list[str] = []
+        self.raw_library = None          # the LLVM IR of tle.raw.dialect calls (raw_dialect_call.RawLibrary)
 
     def need_import(self, line: str):
         if line not in self.imports:

@@ -9,6 +9,7 @@ from ..ir import ops
 from ..ir.core import Op
 from ..ir.ops import CACHE_HINTS, LoopKind, Trait
 from . import expressions
+from .raw_dialect_call import flagtree_call
 from .raw_render import render_triton, require_elementwise
 from ..rules import RuleSet
 
@@ -84,12 +85,12 @@ def _first_write(op: Op) -> bool:
 @_rule(ops.RAW_CALL)
 def raw_call(gen, op: Op, indent: int):
     """tle.call: an element-wise raw function becomes whole-tile statements over the argument tiles;
-    each written argument's result is then bound to its own name."""
+    each written argument's result is then bound to its own name. A tle.raw.dialect function is linked
+    LLVM IR (raw_dialect_call.py)."""
     fn = op.attrs["fn"]
     body = fn.body()
-    if getattr(fn, "flagtree", False):
-        raise UnsupportedConstruct(f"tle.raw.call({fn.name}) of a tle.raw.dialect function", BACKEND, op.loc,
-                                   "its code runs on the program's threads, and Triton's language has no threads")
+    if getattr(fn, "flagtree", False):      # thread-level code: LLVM IR linked into the kernel
+        return flagtree_call(gen, op, body, indent)
     try:
         ew = require_elementwise(body, op.attrs["threads"])
     except UnsupportedConstruct as e:        # name the call site; the reason names the function's line

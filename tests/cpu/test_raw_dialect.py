@@ -14,8 +14,8 @@ from tle.lowering.errors import LoweringError, UnsupportedConstruct  # noqa: E40
 from tle.lowering.tilelang.interpreter.errors import DeviceAssertionFailed  # noqa: E402
 from tle.raw import InOut, Input, dialect  # noqa: E402
 from tle.raw.mlir import arith, ir, llvm, memref, nvvm  # noqa: E402
-from raw_dialect_functions import (accumulate_product, element, grid_stride_add, hello, histogram, i32,  # noqa: E402
-                                   threads_below, tree_sum)
+from raw_dialect_functions import (add_kernel, assert_kernel, element, grid_stride_add, hello_kernel,  # noqa: E402
+                                   histogram_kernel, i32, product_kernel, sum_kernel, tree_sum)
 from tilelang_oracle import interpret_tilelang  # noqa: E402
 
 NVCC = shutil.which("nvcc") is not None
@@ -26,50 +26,6 @@ def _tilelang():
     why = tle.available_backends().get("tilelang")
     if why is not None:
         pytest.skip(f"TileLang backend unavailable here ({why})")
-
-
-# -- kernels -----------------------------------------------------------------------------------------------
-@tle.jit
-def add_kernel(x_ptr, y_ptr, out_ptr, n):
-    tle.raw.call(grid_stride_add, [], [out_ptr, x_ptr, y_ptr, n])
-
-
-@tle.jit
-def sum_kernel(x_ptr, out_ptr, N: tl.constexpr):
-    row = tl.program_id(0)
-    x = tl.load(x_ptr + row * N + tl.arange(0, N))
-    acc = tle.raw.call(tree_sum, [tl.zeros_like(x)], [x])
-    tl.store(out_ptr + row * N + tl.arange(0, N), acc)
-
-
-@tle.jit
-def histogram_kernel(bins_ptr, counts_ptr, seen_ptr, N: tl.constexpr, B: tl.constexpr):
-    bins = tl.load(bins_ptr + tl.arange(0, N))
-    seen = tl.zeros([B], dtype=tl.int32)
-    counts = tle.raw.call(histogram, [tl.zeros([B], dtype=tl.int32)], [bins, seen])
-    tl.store(counts_ptr + tl.arange(0, B), counts)
-    tl.store(seen_ptr + tl.arange(0, B), seen)          # the kernel's own tile: the call wrote a copy
-
-
-@tle.jit
-def product_kernel(a_ptr, b_ptr, c_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr):
-    rm, rn, rk = tl.arange(0, M), tl.arange(0, N), tl.arange(0, K)
-    a = tl.load(a_ptr + rm[:, None] * K + rk[None, :])
-    b = tl.load(b_ptr + rk[:, None] * N + rn[None, :])
-    c = tl.full([M, N], 1.0, tl.float32)
-    for _ in range(2):
-        c = tle.raw.call(accumulate_product, [c], [a, b])
-    tl.store(c_ptr + rm[:, None] * N + rn[None, :], c)
-
-
-@tle.jit
-def hello_kernel():
-    tle.raw.call(hello, [], [])
-
-
-@tle.jit
-def assert_kernel(x_ptr, limit):
-    tle.raw.call(threads_below, [], [limit])
 
 
 # -- what they compute -------------------------------------------------------------------------------------
@@ -223,11 +179,6 @@ def test_an_op_outside_the_set_is_named_at_lowering():
 
     with pytest.raises(UnsupportedConstruct, match="memref.alloca"):
         k.lower(torch.zeros(128), grid=(1,), backend="tilelang")
-
-
-def test_program_form_on_triton_names_the_call():
-    with pytest.raises(UnsupportedConstruct, match="triton.*tle.raw.call\\(tree_sum\\)"):
-        sum_kernel.lower(torch.zeros(128), torch.zeros(128), N=128, grid=(1,), backend="triton")
 
 
 def test_ir_prints_the_program_threads():
