@@ -37,8 +37,8 @@ MEMORY_OPS = {"memref.load", "memref.store", "memref.dim", "memref.atomic_rmw", 
               "llvm.store"}
 GEP_DYNAMIC = -2**31                # llvm.getelementptr's rawConstantIndices entry for a dynamic index
 # memref.atomic_rmw's kind attribute prints as its enum number (arith's AtomicRMWKind)
-ATOMIC_RMW_NAMES = dict(enumerate("addf addi assign maximumf maxs maxu minimumf mins minu mulf muli ori andi "
-                                  "maxnumf minnumf".split()))
+ATOMIC_RMW_NAMES = dict(enumerate("addf addi andi assign maximumf maxnumf maxs maxu minimumf minnumf mins minu "
+                                  "mulf muli ori xori".split()))
 POINTER = "ptr"                     # the dtype name of a global pointer value (!llvm.ptr<1>)
 GLOBAL_SPACE = 1                    # !llvm.ptr<1>: the GPU's global memory
 SHARED_SPACE = 3                    # memref<..., 3>: a tile in shared memory
