@@ -17,6 +17,7 @@ from .. import backend as api
 from ..backend import triton_debug
 from ..errors import CompilerUnavailable
 from ..files import default_cache_dir, load_module, write_once
+from ..ir import ops
 from ..ir.core import KernelIR
 from ..spec import Spec
 from ..transforms import (drop_overwritten_buffer_carries, expand_descriptors, fold_constants, fold_dot_accumulators,
@@ -137,12 +138,16 @@ def _contiguous(shape, strides) -> bool:
 class TileLangCompiled(api.Compiled):
     stages = STAGES
 
-    def __init__(self, ir: KernelIR, spec: Spec, source: str, path: str, notes: list[str]):
+    def __init__(self, ir: KernelIR, spec: Spec, source: str, path: str, notes: list[str],
+                 interpreted_path: str | None = None):
         self.ir = ir
         self.spec = spec
         self.source = source
         self.path = path
         self.notes = notes
+        # the program the interpreter runs, where it is not `path`'s: tle.raw.dialect functions written as
+        # thread-level TIR rather than CUDA device functions (raw_call.py)
+        self.interpreted_path = interpreted_path
         self._kernel = None
         self._program = None
         self._checked = False       # the compiled block size, barriers and stages, checked at the first launch
@@ -150,13 +155,15 @@ class TileLangCompiled(api.Compiled):
         # scalar), as a flat view, as the strided span it addresses, or as a fresh one-element tensor (empty)
         self._passers = tuple(_passer(*_how_passed(a)) for a in spec.args)
 
-    def _module(self):
+    def _module(self, path: str | None = None):
         _import_tilelang()
-        return load_module(self.path, f"tle_gen_tilelang_{os.path.basename(self.path)[:-3]}")
+        path = path or self.path
+        return load_module(path, f"tle_gen_tilelang_{os.path.basename(path)[:-3]}")
 
-    def prim_func(self):
-        """The generated `@T.prim_func`, as TileLang parses it (nothing compiled)."""
-        return getattr(self._module(), self.ir.name)
+    def prim_func(self, interpreted: bool = False):
+        """The generated `@T.prim_func`, as TileLang parses it (nothing compiled); `interpreted`: the program the
+        interpreter runs in its place (the same but for raw functions' form)."""
+        return getattr(self._module(self.interpreted_path if interpreted else None), self.ir.name)
 
     @property
     def kernel(self):
@@ -189,7 +196,7 @@ class TileLangCompiled(api.Compiled):
         oracle, see interpreter/): the tensors are written in place; returns its Report."""
         from .interpreter import Program
         if self._program is None:
-            self._program = Program(self.prim_func())
+            self._program = Program(self.prim_func(interpreted=True))
         return self._program.run(self._flat(args), strict_reads=strict_reads)
 
     def stage(self, name: str) -> str:
@@ -261,6 +268,11 @@ class Backend(api.Backend):
         digest = hashlib.sha256((source + tilelang.__version__).encode()).hexdigest()[:20]
         path = os.path.join(cache_dir, "tilelang-src", f"{ir.name}_{digest}.py")
         write_once(path, source)
-        compiled = TileLangCompiled(ir, spec, source, path, list(ir.notes) + notes)
+        interpreted_path = None
+        if any(op.defn is ops.RAW_CALL and getattr(op.attrs["fn"], "flagtree", False) for op in ir.walk()):
+            twin, _, _ = generate(ir, spec, spec.grid, debug=triton_debug(), raw_form="tir")
+            interpreted_path = path[:-3] + "_interpreted.py"
+            write_once(interpreted_path, twin)
+        compiled = TileLangCompiled(ir, spec, source, path, list(ir.notes) + notes, interpreted_path)
         compiled.access_report = report
         return compiled

@@ -51,10 +51,13 @@ def plan_warp_groups(gen: Context) -> Plan:
                                    e.detail) from None
 
 
-def generate(k: KernelIR, spec: Spec, grid, debug: bool = False) -> tuple[str, list[str], list]:
+def generate(k: KernelIR, spec: Spec, grid, debug: bool = False,
+             raw_form: str = "cuda") -> tuple[str, list[str], list]:
     """(source, notes, access report: (line, op, kind, how it was lowered) per load/store/atomic).
-    `debug`: Triton's debug mode is on, so tl.device_assert is checked (debug.py)."""
-    gen = Context(k, spec, grid, debug)
+    `debug`: Triton's debug mode is on, so tl.device_assert is checked (debug.py). `raw_form`: how tle.raw.dialect
+    functions are written, "cuda" (device functions: the compiled program) or "tir" (thread-level TIR: the
+    program the interpreter of TileLang programs runs in its place; raw_call.py)."""
+    gen = Context(k, spec, grid, debug, raw_form)
     gen.index_loads = index_loads(gen)
     gen.product_feeds = product_feeds(gen)
     src = _module(gen)

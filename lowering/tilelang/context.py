@@ -58,8 +58,9 @@ class GroupWriter(NamedTuple):
 
 
 class Context:
-    def __init__(self, k: KernelIR, spec: Spec, grid: tuple[int, ...], debug: bool = False):
+    def __init__(self, k: KernelIR, spec: Spec, grid: tuple[int, ...], debug: bool = False, raw_form: str = "cuda"):
         self.kernel = k
+        self.raw_form = raw_form                # how tle.raw.dialect functions are written (codegen.generate)
         self.spec = spec
         self.grid = tuple(grid)
         self.ids = Identifiers(reserved={"T", "tilelang", "tvm", *GRID_VARS, *PY_BUILTINS})

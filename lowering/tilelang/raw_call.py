@@ -7,9 +7,11 @@ import math
 from ..ir import ops
 from ..ir.core import Op, Trait, Value
 from .context import BACKEND, Buffer, Context
+from ..raw.bounds import check_bounds
+from .raw_cuda import device_function
 from .raw_render import Program, render_tilelang_rows
 from ..rules import RuleSet
-from .syntax import GRID_VARS
+from .syntax import GRID_VARS, loop_indices, parallel_header
 
 RULE_SET = RuleSet()          # this module's rules; codegen.py includes them in the table
 
@@ -69,10 +71,53 @@ def raw_call(gen: Context, op: Op, indent: int):
                              f"'{fn.params[k]}' is a layout hint; TileLang infers shared layouts itself")
 
 
+TEMPLATES = "#include <tl_templates/cuda/common.h>\n"
+
+
 def flagtree_call(gen: Context, op: Op, body, indent: int):
-    """A tle.raw.dialect function on the program's threads: its tiles are shared copies (fresh ones for the
-    tiles it writes, whose copies the InOut ones return), its pointers elements of the flat kernel arguments,
-    its scalars the kernel's expressions; thread, block and grid registers are the kernel's own."""
+    """A tle.raw.dialect function on the program's threads, with CUDA's meaning (its barriers are the
+    program's). The compiled program calls it as a CUDA device function (raw_cuda.py) on every thread: TileLang
+    then places no barriers of its own inside it, where they could sit in code only some threads run. The
+    program the interpreter of TileLang programs runs in its place writes it as thread-level TIR
+    (raw_render.py), from the same body (codegen.generate's raw_form)."""
+    check_bounds(body, [tuple(v.type.shape) for v in op.operands], 32 * gen.kernel.num_warps, gen.grid)
+    if gen.raw_form == "tir":
+        return _flagtree_tir(gen, op, body, indent)
+    fn, outputs = op.attrs["fn"], tuple(op.attrs["outputs"])
+    args, shapes, pointees, copies = [], [], {}, {}
+    for k, (v, arg) in enumerate(zip(op.operands, body.args)):
+        shapes.append(tuple(v.type.shape))
+        if arg.kind == "scalar":
+            args.append(gen.scalar(v))
+        elif arg.kind == "pointer":
+            param, offset = _pointer(gen, op, v, fn.params[k])
+            pointees[k] = v.type.elem.elem.name
+            args.append(f"T.access_ptr({param}[{offset}], 'rw')")
+        else:       # a fresh row-major copy: the function indexes it by itself, whatever layout TileLang chose
+            name = gen.alloc(fn.params[k], v.type.shape, v.type.elem, "shared")
+            if k in outputs or arg.read:
+                gen.fill(name, v, indent)
+            copies[k] = name
+            args.append(f"T.access_ptr({name}[{', '.join(['0'] * len(v.type.shape))}], 'rw')")
+    symbol = gen.ids.fresh(f"tle_raw_{fn.name}")
+    gen.import_device_source(TEMPLATES)        # its types (half_t, ...): the source comes before TileLang's includes
+    gen.import_device_source(device_function(body, symbol, shapes, pointees))
+    gen.emit("T.sync_threads()", indent)          # the copies, seen by every thread
+    gen.emit(f"T.evaluate(T.call_extern('int32', {symbol!r}, {', '.join(args)}))", indent)
+    gen.emit("T.sync_threads()", indent)          # what the function wrote, seen by every thread
+    for k, r in zip(outputs, op.results):      # read out element-wise, so the copy stays row-major
+        shared = Buffer(copies[k], tuple(r.type.shape), r.type.elem, "shared", gen.blocks[-1])
+        name = gen.alloc(f"{fn.params[k]}_out", r.type.shape, r.type.elem, "fragment")
+        idx = loop_indices(len(r.type.shape))
+        gen.emit(parallel_header(idx, r.type.shape), indent)
+        gen.emit(f"{name}[{', '.join(idx)}] = {shared.at(idx)}", indent + 1)
+        gen.buffers[r.id] = Buffer(name, tuple(r.type.shape), r.type.elem, "fragment", gen.blocks[-1])
+    gen.report.append((op.loc.line, "tle.raw.call", "raw", f"CUDA device function {symbol} on every thread of "
+                                                            "the program, tiles in row-major shared copies"))
+
+
+def _flagtree_tir(gen: Context, op: Op, body, indent: int):
+    """The function as thread-level TIR on the program's threads (the interpreter's form)."""
     fn, outputs = op.attrs["fn"], tuple(op.attrs["outputs"])
     names, values, pointers, shapes = [], {}, {}, []
     for k, (v, arg) in enumerate(zip(op.operands, body.args)):

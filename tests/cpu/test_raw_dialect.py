@@ -70,12 +70,18 @@ def test_vassert_stops_the_kernel():
     assert_kernel.interpret_tilelang((1,), torch.zeros(1), 64, num_warps=2)
 
 
-def test_tilelang_source_reads_the_program():
-    src = add_kernel.lower(torch.zeros(8), torch.zeros(8), torch.zeros(8), 8, grid=(2,), backend="tilelang",
-                           num_warps=1).source
-    # ctaid * ntid + tid, stepping by ntid * nctaid: the program id, 32 threads, 2 programs
-    assert "T.get_thread_binding(0)" in src and "= (bx * 32)" in src and ", 8, 64):" in src
-    assert "= x_ptr[" in src and "out_ptr[" in src
+def test_tilelang_writes_a_device_function_and_the_interpreter_a_thread_level_twin():
+    lw = add_kernel.lower(torch.zeros(8), torch.zeros(8), torch.zeros(8), 8, grid=(2,), backend="tilelang",
+                          num_warps=1)
+    src = lw.source
+    assert "__device__ __forceinline__ int tle_raw_grid_stride_add(float* out, float* x, float* y, int n)" in src
+    assert "T.evaluate(T.call_extern('int32', 'tle_raw_grid_stride_add', T.access_ptr(out_ptr[0], 'rw'), " \
+           "T.access_ptr(x_ptr[0], 'rw'), T.access_ptr(y_ptr[0], 'rw'), 8))" in src
+    assert "for (int v16 = v13; v16 < v14; v16 += v15) {" in src and "int v8 = (int)blockIdx.x;" in src
+    # the interpreter's program: the same kernel, the function as thread-level TIR (program ids, 32 threads)
+    twin = open(lw.compiled.interpreted_path).read()
+    assert "call_extern" not in twin and "T.get_thread_binding(0)" in twin and "= (bx * 32)" in twin
+    assert ", 8, 64):" in twin and "= x_ptr[" in twin
 
 
 # -- declarations ------------------------------------------------------------------------------------------
