@@ -9,7 +9,7 @@ class LoweringError(Exception):
         self.loc = loc
         self.backend = backend
         self.construct = construct
-        super().__init__(self._format())
+        Exception.__init__(self, self._format())     # not super(): a subclass may also be another library's error
 
     def _format(self) -> str:
         where = f"{self.loc}: " if self.loc is not None and getattr(self.loc, "line", 0) else ""

@@ -12,9 +12,12 @@ from __future__ import annotations
 import math
 import os
 
+from triton.runtime.errors import OutOfResources
+
 from ..errors import UnsupportedConstruct
 from ..ir.core import Op
 from ..ir.ops import Trait
+from ..raw.bounds import check_bounds
 from .raw_llvm import STATIC_SHARED_LIMIT, CallFacts, LoweredCall, lower_call, module_text
 from .syntax import TL_DTYPE
 
@@ -38,6 +41,24 @@ class RawLibrary:
 
     def text(self) -> str:
         return module_text(self.calls, self.title)
+
+
+class TilesPastSharedLimit(UnsupportedConstruct, OutOfResources):
+    """More tile bytes than a kernel may declare as static shared memory. Also Triton's OutOfResources, as a
+    config asking for too much shared memory is in Triton: an autotuner (Triton's, or tle's) skips the config."""
+
+    def __init__(self, call: str, required: int, loc):
+        UnsupportedConstruct.__init__(self, f"{call} with {required} bytes of tiles", BACKEND, loc,
+                                      f"the tiles of the kernel's tle.raw.dialect calls are static shared memory, "
+                                      f"which a kernel may declare up to {STATIC_SHARED_LIMIT} bytes of; pass "
+                                      f"smaller tiles")
+        self.call, self.required, self.limit, self.name = call, required, STATIC_SHARED_LIMIT, "shared memory"
+
+    def __str__(self):
+        return Exception.__str__(self)        # this message, not OutOfResources' own
+
+    def __reduce__(self):
+        return (type(self), (self.call, self.required, self.loc))
 
 
 def library(gen) -> RawLibrary:
@@ -98,6 +119,7 @@ def flagtree_call(gen, op: Op, body, indent: int):
         if arg.kind == "tile" and not v.type.shape:
             raise UnsupportedConstruct(f"{call} on a rank-0 tile ('{fn.params[k]}')", BACKEND, op.loc,
                                        "pass tiles of rank 1 or more")
+    check_bounds(body, [tuple(v.type.shape) for v in op.operands], 32 * gen.kernel.num_warps)
     lib = library(gen)
     symbol = _symbol(gen, fn.name)
     shapes = tuple(tuple(int(d) for d in v.type.shape) if arg.kind == "tile" else ()
@@ -105,10 +127,7 @@ def flagtree_call(gen, op: Op, body, indent: int):
     site = f"{os.path.basename(op.loc.file)}:{op.loc.line}"
     lowered = lower_call(body, CallFacts(symbol, shapes, site, gen.kernel.num_warps))
     if lib.shared_bytes + lowered.shared_bytes > STATIC_SHARED_LIMIT:
-        raise UnsupportedConstruct(f"{call} with {lib.shared_bytes + lowered.shared_bytes} bytes of tiles",
-                                   BACKEND, op.loc, f"the tiles of the kernel's tle.raw.dialect calls are static "
-                                                    f"shared memory, which a kernel may declare up to "
-                                                    f"{STATIC_SHARED_LIMIT} bytes of; pass smaller tiles")
+        raise TilesPastSharedLimit(call, lib.shared_bytes + lowered.shared_bytes, op.loc)
     lib.calls.append(lowered)
     lib.sites.append(op)
 
