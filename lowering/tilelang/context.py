@@ -22,7 +22,7 @@ from ..ir.uses import Identifiers, users
 from ..spec import Spec
 from .emission import Emission, Stmt
 from .rules import RULES
-from .syntax import GRID_VARS, PY_BUILTINS, loop_indices, operand_index, parallel_header, tl_dtype
+from .syntax import GRID_VARS, PY_BUILTINS, copied_value, loop_indices, operand_index, parallel_header, tl_dtype
 
 BACKEND = "tilelang"
 
@@ -274,6 +274,7 @@ class Context:
         expr = self.elem(v, idx if v.type.shape else [])
         if dtype is not None and dtype != v.type.elem:
             expr = f"T.cast({expr}, {tl_dtype(dtype)!r})"
+        expr = copied_value(expr, dtype or v.type.elem)
         self.emit(parallel_header(idx, shape), indent)
         target = name.at(idx) if isinstance(name, Buffer) else f"{name}[{', '.join(idx)}]"
         self.emit(f"{target} = {expr}", indent + 1)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from ..ir import ops
 from ..ir.core import Op, Value
 from .context import Context
-from .syntax import loop_indices, mentions, parallel_header, tl_dtype
+from .syntax import copied_value, loop_indices, mentions, parallel_header, tl_dtype
 from .values import is_zero
 from .versions import same_buffer
 
@@ -82,7 +82,8 @@ def write_slots(gen: Context, slots, outs: list[Value], indent: int):
         elif hazard:
             idx = loop_indices(out.type.rank)
             gen.emit(parallel_header(idx, out.type.shape), indent)
-            gen.emit(f"{slot.name}[{', '.join(idx)}] = {expr}[{', '.join(idx)}]", indent + 1)
+            at = ", ".join(idx)
+            gen.emit(f"{slot.name}[{at}] = {copied_value(f'{expr}[{at}]', out.type.elem)}", indent + 1)
         else:
             gen.fill(slot.name, out, indent)
 

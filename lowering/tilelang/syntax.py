@@ -38,6 +38,18 @@ def literal(value, dtype: ir_types.DType) -> str:
     return repr(int(value)) if name == "int32" else f"T.{name}({int(value)})"
 
 
+_ELEMENT_READ = re.compile(r"[A-Za-z_]\w*\[[^\[\]]*\]")
+
+
+def copied_value(expr: str, dtype: ir_types.DType) -> str:
+    """`expr` as the right side of a copy into a buffer of `dtype`. TileLang 0.1.15 vectorizes a T.Parallel copy
+    of one bool buffer's elements into another and then cannot write the vector type (boolx8) in CUDA; a select
+    of the element is copied one by one."""
+    if dtype.is_bool and _ELEMENT_READ.fullmatch(expr):
+        return f"T.if_then_else({expr}, True, False)"
+    return expr
+
+
 def loop_indices(rank: int) -> list[str]:
     """The index variables of a T.Parallel loop over a tile of `rank` axes."""
     return [f"i{d}" for d in range(rank)]

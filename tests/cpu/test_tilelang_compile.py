@@ -176,3 +176,29 @@ def test_tilelang_warp_specializes_a_pipelined_loop_past_the_block_limit():
     assert "__launch_bounds__(1152" in cuda
     with pytest.raises(LoweringError, match="1152 threads a block"):
         check_block_size(cuda, lowered.compiled.ir)
+
+
+@tle.jit
+def _carried_bool_tile_kernel(x_ptr, y_ptr, N: tl.constexpr, STEPS: tl.constexpr):
+    i = tl.arange(0, N)
+    x = tl.load(x_ptr + i)
+    keep = x > 0
+    n = 0
+    while n < STEPS:
+        kept = tl.sum(keep.to(tl.int32), 0)
+        keep = (x > n) & (i < kept)  # the new tile reads the old one: carried through a second buffer
+        n += 1
+    tl.store(y_ptr + i, keep.to(tl.int32))
+
+
+@pytest.mark.slow
+@needs_tilelang
+def test_a_bool_tile_copied_between_buffers_compiles():
+    """TileLang vectorizes a copy of bool elements into a type its CUDA writer cannot name (boolx8, one warp over
+    256 elements); the lowering writes the copy as a select, element by element."""
+    x, y = torch.randn(256) * 4, torch.zeros(256, dtype=torch.int32)
+    interpret_tilelang(_carried_bool_tile_kernel, (1,), x, y, N=256, STEPS=3, num_warps=1, compile_cuda=True)
+    keep = x > 0
+    for n in range(3):
+        keep = (x > n) & (torch.arange(256) < keep.sum())
+    assert torch.equal(y, keep.to(torch.int32))
