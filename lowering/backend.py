@@ -35,6 +35,10 @@ class Compiled(ABC):
 
     stages: tuple[str, ...] = ()
 
+    def precompile(self) -> None:
+        """Compile now what the first launch would, where that needs nothing from the launch's arguments; an
+        autotuner calls it for its configs from worker threads at once. Default: nothing (compiled at launch)."""
+
     def interpret(self, args: list, strict_reads: bool = False):
         """Run the lowering on CPU tensors without launching it (a backend whose `cpu_run` is "interpret")."""
         raise NotImplementedError(f"{type(self).__name__} has no interpreter")

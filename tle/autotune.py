@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
@@ -118,7 +119,10 @@ class Autotuner:
                               f"do not pass it")
         named = self._named(args, kwargs)
         if warmup:
-            return [self._launcher(c, args, kwargs, named, grid, backend)(True) for c in space]
+            lowerings = {c: self._launcher(c, args, kwargs, named, grid, backend)(True) for c in space}
+            for error in _precompiled(lowerings).values():
+                raise error           # as a launch compiling that config would
+            return list(lowerings.values())
         key = self._key(backend, named)
         config = self.cache.get(key)
         if config is None:
@@ -183,16 +187,25 @@ class Autotuner:
                 raise LaunchError(f"{self.__name__}: '{n}' (reset_to_zero / restore_value) is not a tensor here")
         saved = {n: named[n].clone() for n in self.restore_value}
         progress = _Progress(self.__name__, backend, values, len(space), self.verbose)
-        timings, failures = {}, {}
-        for config in space:
+        timings, failures, runs, lowerings = {}, {}, {}, {}
+        for config in space:         # lower first, one by one: a config that cannot is skipped
             try:
                 run = self._guarded(self._launcher(config, args, kwargs, named, grid, backend), named, saved)
-                run(True)     # lower and compile first: a config that cannot is skipped, whatever do_bench does
+                lowerings[config], runs[config] = run(True), run
+            except Exception as e:     # noqa: BLE001 - any failure of one config only rules that config out
+                failures[config] = _why(e)
+        failures.update({c: _why(e) for c, e in _precompiled(lowerings).items()})
+        progress.update(timings, failures)
+        for config, run in runs.items():
+            if config in failures:
+                continue
+            try:
                 ms = self.do_bench(run, warmup=self.warmup, rep=self.rep)
                 timings[config] = float(ms[0] if isinstance(ms, (list, tuple)) else ms)
-            except Exception as e:     # noqa: BLE001 - any failure of one config only rules that config out
-                failures[config] = f"{type(e).__name__}: {e}"
+            except Exception as e:     # noqa: BLE001
+                failures[config] = _why(e)
             progress.update(timings, failures)
+        failures = {c: failures[c] for c in space if c in failures}
         for n in self.reset_to_zero:
             named[n].zero_()           # the real launch starts from zeros too, as in Triton
         self.timings, self.failures = timings, failures
@@ -217,6 +230,22 @@ class Autotuner:
                 for n, t in saved.items():
                     named[n].copy_(t)
         return run
+
+
+def _precompiled(lowerings: dict) -> dict:
+    """Compile what each config's lowering can compile before its launch (Compiled.precompile), in threads at
+    once: a TileLang config takes seconds to a minute of TileLang's passes and nvcc, which a tuning of many
+    configs would otherwise wait for one after another. Returns the error of each config that failed to."""
+    builds = {c: lo.compiled.precompile for c, lo in lowerings.items() if hasattr(lo, "compiled")}
+    if len(builds) < 2:              # nothing to overlap: the launch compiles, as it would untuned
+        return {}
+    with ThreadPoolExecutor(min(len(builds), os.cpu_count() or 1), "tle-autotune") as pool:
+        done = {c: pool.submit(build) for c, build in builds.items()}
+        return {c: future.exception() for c, future in done.items() if future.exception() is not None}
+
+
+def _why(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}"
 
 
 def _fmt(values) -> str:

@@ -12,6 +12,7 @@ import hashlib
 import operator
 import os
 import shutil
+import threading
 
 from .. import backend as api
 from ..backend import triton_debug
@@ -87,6 +88,10 @@ def _import_tilelang():
     logging.getLogger("tilelang").setLevel(logging.WARNING)   # it logs every compile at INFO
     return tilelang
 
+
+# one generated module imported at a time: TileLang's script parser, which runs at the import, keeps state
+# of its own; compiles (Compiled.precompile from an autotuner's threads) overlap
+_PARSING = threading.Lock()
 
 _AS_IS, _FLAT_VIEW, _SPAN, _ONE_ELEMENT = "as is", "flat view", "span", "one element"
 
@@ -168,9 +173,15 @@ class TileLangCompiled(api.Compiled):
     @property
     def kernel(self):
         if self._kernel is None:
-            mod = self._module()
+            with _PARSING:
+                mod = self._module()
             self._kernel = compile_prim_func(getattr(mod, self.ir.name), getattr(mod, PASS_CONFIGS_NAME, None))
         return self._kernel
+
+    def precompile(self) -> None:
+        # the kernel is compiled for the lowering's shapes: all of it can be built before a launch (TileLang's
+        # compile releases the GIL, and nvcc is a subprocess, so configs build side by side in threads)
+        self.kernel
 
     def _flat(self, args) -> list:
         # one call per argument, chosen at lowering: this runs on every launch

@@ -306,3 +306,34 @@ def test_bad_configs_and_launches_are_errors_naming_them():
         tuned[_grid](out, 64, backend="cuda")
     with pytest.raises(LaunchError, match=r"_fill: missing argument 'n' \(an autotuning key\)"):
         tuned[_grid](out)
+
+
+@pytest.mark.slow
+def test_tilelang_configs_compile_side_by_side_before_timing(monkeypatch):
+    """A tuning lowers every config, then compiles them at once in threads (a TileLang build takes TileLang's
+    passes and nvcc, seconds to a minute each); a config that fails to compile is reported, the others build."""
+    from tle.autotune import _precompiled
+    from tle.lowering.tilelang import backend
+    if tle.available_backends().get("tilelang") or backend.compile_unavailable_reason():
+        pytest.skip("TileLang cannot compile here")
+    threads, real = set(), backend.compile_prim_func
+
+    def recording(*args, **kwargs):
+        import threading
+        threads.add(threading.current_thread().name)
+        return real(*args, **kwargs)
+    monkeypatch.setattr(backend, "compile_prim_func", recording)
+    out = torch.zeros(100)
+    lowerings = {c: _fill.lower(out, 100, grid=(1,), backend="tilelang", num_warps=c.num_warps, **c.kwargs)
+                 for c in CONFIGS}
+    broken = lowerings[CONFIGS[0]].compiled
+
+    def fails():
+        raise RuntimeError("nvcc: out of memory")
+    monkeypatch.setattr(broken, "precompile", fails)
+    failed = _precompiled(lowerings)
+    assert list(failed) == [CONFIGS[0]] and "out of memory" in str(failed[CONFIGS[0]])
+    for c in CONFIGS[1:]:
+        assert lowerings[c].compiled._kernel is not None and "__global__" in lowerings[c].stage("cuda")
+    assert len(threads) == 2 and all(t.startswith("tle-autotune") for t in threads)
+    assert _precompiled({CONFIGS[1]: lowerings[CONFIGS[1]]}) == {}      # one config: left to its launch

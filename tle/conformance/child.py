@@ -97,6 +97,8 @@ def install_cpu_mode() -> None:
         return launch(self, grid, args, kwargs, warmup)
 
     Kernel._launch = launch_or_interpret
+    from tle.lowering.tilelang.backend import TileLangCompiled
+    TileLangCompiled.precompile = lambda self: None    # launches here interpret the program: nothing to build
 
     # an interpreter's time says nothing of a GPU's: the autotuner runs every config once (each is checked)
     # and, all taking the same time, keeps the first
