@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 
 from tle.jit import _FIXED_OPTIONS
 from tle.lowering.backend import backend_names
@@ -41,8 +42,9 @@ class Config:
 
     @classmethod
     def of(cls, c) -> Config:
-        """A tle.Config, or one made from a triton.Config (its num_ctas/maxnreg must stay at the defaults
-        a tle launch takes)."""
+        """A tle.Config, or one made from a triton.Config with Triton's meaning (its num_ctas/maxnreg must stay
+        at the defaults a tle launch takes). A launch option written inside a triton.Config's kwargs loses to
+        the Config's own attribute, as in Triton (num_warps=4, num_stages=3 unless given): a warning says so."""
         if isinstance(c, Config):
             return c
         if not hasattr(c, "kwargs") or not hasattr(c, "num_warps"):
@@ -50,11 +52,16 @@ class Config:
         for name, (default, why) in _FIXED_OPTIONS.items():
             if getattr(c, name, default) != default:
                 raise ValueError(f"{name}={getattr(c, name)!r} is not supported ({why})")
-        try:
-            return cls(c.kwargs, num_warps=c.num_warps, num_stages=c.num_stages, pre_hook=c.pre_hook)
-        except ValueError as e:
-            raise ValueError(f"{e} (triton.Config's num_warps=4, num_stages=3 are always set: pass them to "
-                             f"triton.Config itself)") from None
+        kwargs = dict(c.kwargs)
+        options = {name: getattr(c, name) for name in OPTIONS}
+        lost = {name: kwargs.pop(name) for name in OPTIONS if name in kwargs}
+        lost = {name: v for name, v in lost.items() if v != options[name]}
+        if lost:
+            warnings.warn(f"triton.Config({c.kwargs}) launches with "
+                          f"{', '.join(f'{n}={options[n]}' for n in lost)}, as in Triton: the Config's own "
+                          f"{' and '.join(lost)} win over its kwargs' ({', '.join(f'{n}={v}' for n, v in lost.items())}"
+                          f"); pass them to triton.Config itself", stacklevel=3)
+        return cls(kwargs, pre_hook=c.pre_hook, **options)
 
     def for_backend(self, backend: str) -> Config:
         """This config as launched on `backend`: its overrides applied, none left."""

@@ -9,7 +9,7 @@ from tle.conformance import flagtree
 from tle.conformance.__main__ import main
 from tle.conformance.rewrite import ALIAS, rewrite
 
-MODULES = flagtree.MODULES
+MODULES, DECORATORS = flagtree.MODULES, flagtree.DECORATORS
 
 
 def test_imports_map_onto_the_projects_modules_and_keep_every_line_number():
@@ -24,7 +24,7 @@ def test_imports_map_onto_the_projects_modules_and_keep_every_line_number():
         import triton.experimental.tle.raw.mlir as m
         LINE = 9
         ''')
-    out = rewrite(src, MODULES, "tle.jit")
+    out = rewrite(src, MODULES, DECORATORS)
     lines = out.splitlines()
     assert len(lines) == len(src.splitlines()) and lines[8] == "LINE = 9"
     assert lines[1:3] == ["import pytest", "import triton.language as tl"]
@@ -33,10 +33,10 @@ def test_imports_map_onto_the_projects_modules_and_keep_every_line_number():
     assert ALIAS not in out            # no kernel: nothing to import for one
 
 
-def test_triton_jit_decorators_become_the_projects_jit():
+def test_triton_jit_and_autotune_decorators_become_the_projects():
     src = textwrap.dedent('''\
         import triton
-        from triton import jit as J
+        from triton import jit as J, autotune
 
         @triton.autotune(configs=[], key=[])
         @triton.jit
@@ -51,17 +51,32 @@ def test_triton_jit_decorators_become_the_projects_jit():
             @J
             def c(self):
                 pass
+
+        @autotune(  # the fastest of
+                  configs=[],
+                  key=["n"])
+        @triton.heuristics({})
+        @J
+        def d(n):
+            pass
         ''')
-    out = rewrite(src, MODULES, "tle.jit").splitlines()
-    assert out[0] == f"import triton; import tle as {ALIAS}"
-    assert out[3] == "@triton.autotune(configs=[], key=[])"          # Triton's autotune takes tle kernels as they are
+    out = rewrite(src, MODULES, DECORATORS).splitlines()
+    assert out[0] == f"import tle as {ALIAS}; import triton"
+    assert out[3] == f"@{ALIAS}.autotune(configs=[], key=[])"     # compiles its configs side by side
     assert out[4] == f"@{ALIAS}.jit" and out[8] == f'@{ALIAS}.jit(do_not_specialize=["n"])'
     assert out[13] == f"    @{ALIAS}.jit"
+    assert out[17:23] == [f"@{ALIAS}.autotune(  # the fastest of", "          configs=[],", '          key=["n"])',
+                          "@triton.heuristics({})", f"@{ALIAS}.jit", "def d(n):"]
+
+
+def test_mapped_decorators_live_in_one_module():
+    with pytest.raises(ValueError, match="one module"):
+        rewrite("import triton\n", MODULES, {"jit": "tle.jit", "autotune": "other.autotune"})
 
 
 def test_an_import_without_as_is_refused_with_its_line():
     with pytest.raises(ValueError, match="line 2: 'import triton.experimental.tle'"):
-        rewrite("import torch\nimport triton.experimental.tle\n", MODULES, "tle.jit")
+        rewrite("import torch\nimport triton.experimental.tle\n", MODULES, DECORATORS)
 
 
 KERNEL = '''\

@@ -283,8 +283,6 @@ def test_stacked_over_triton_heuristics():
     (dict(backend_configs={"tilelang": []}), r"backend_configs\['tilelang'\] is empty"),
     (dict(reset_to_zero=["z"]), r"reset_to_zero names 'z'"),
     (dict(configs=[triton.Config({"BLOCK": 64}, num_ctas=2)]), r"configs\[0\]: num_ctas=2 is not supported"),
-    (dict(configs=[triton.Config({"BLOCK": 64, "num_warps": 8})]),
-     r"configs\[0\]: num_warps is 8 in kwargs and 4 as the option"),
 ])
 def test_bad_arguments_are_errors_naming_them(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -337,3 +335,15 @@ def test_tilelang_configs_compile_side_by_side_before_timing(monkeypatch):
         assert lowerings[c].compiled._kernel is not None and "__global__" in lowerings[c].stage("cuda")
     assert len(threads) == 2 and all(t.startswith("tle-autotune") for t in threads)
     assert _precompiled({CONFIGS[1]: lowerings[CONFIGS[1]]}) == {}      # one config: left to its launch
+
+
+def test_a_triton_config_means_what_it_means_in_triton():
+    """triton.Config({..., "num_warps": 8}) launches with 4 warps under Triton's autotune (the Config's attribute,
+    4 unless given, wins over its kwargs): the same here, said in a warning."""
+    with pytest.warns(UserWarning, match=r"launches with num_warps=4, as in Triton: .*kwargs' \(num_warps=8\)"):
+        tuned = tle.autotune(configs=[triton.Config({"BLOCK": 64, "num_warps": 8, "num_stages": 3})], key=["n"])(_fill)
+    assert tuned.configs == [tle.Config({"BLOCK": 64}, num_warps=4, num_stages=3)]
+    same = tle.autotune(configs=[triton.Config({"BLOCK": 64, "num_warps": 8}, num_warps=8)], key=["n"])(_fill)
+    assert same.configs[0].num_warps == 8
+    with pytest.raises(ValueError, match=r"num_warps is 8 in kwargs and 4 as the option; give it once"):
+        tle.Config({"BLOCK": 64, "num_warps": 8}, num_warps=4)       # a tle.Config takes no silent winner

@@ -49,7 +49,7 @@ def main(argv=None) -> int:
         files = [f for f in files if any(s in f[0] for s in a.only)]
         if not files:
             p.error(f"no file of the suite matches --only {' '.join(a.only)}")
-    results = run_suite(a.path, files, backends, a.device, flagtree.MODULES, flagtree.JIT, a.timeout,
+    results = run_suite(a.path, files, backends, a.device, flagtree.MODULES, flagtree.DECORATORS, a.timeout,
                         progress=lambda rel: print(f"running {rel} ...", file=sys.stderr, flush=True))
     print(f"# FlagTree TLE conformance ({a.device}; backends {', '.join(backends)})")
     print("\n".join(table(results, backends)))

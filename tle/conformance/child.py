@@ -88,10 +88,12 @@ def install_cpu_mode() -> None:
         values = [a.base if is_descriptor(a) else a for a in list(args) + list(kwargs.values())]
         tensors = [a for a in values if isinstance(a, torch.Tensor)]
         # a launch without tensors (a raw function printing, say) runs where the others do: here, on the CPU
-        if backend == "tilelang" and not warmup and (not tensors or tensors[0].device.type == "cpu"):
+        if backend == "tilelang" and (not tensors or tensors[0].device.type == "cpu"):
             kw = {k: v for k, v in kwargs.items() if k != "backend"}
             fixed = {k: kw.pop(k) for k in list(kw) if k in _FIXED_OPTIONS and k not in self._index}
             _check_fixed_options(self.__name__, fixed)      # Triton's options at their defaults, as a launch takes
+            if warmup:          # an autotuner's: lowered, as a launch would be (nothing is compiled here)
+                return self.lower(*args, grid=grid, backend="tilelang", **kw)
             self.interpret_tilelang(grid, *args, **kw)
             return None
         return launch(self, grid, args, kwargs, warmup)
@@ -102,13 +104,14 @@ def install_cpu_mode() -> None:
 
     # an interpreter's time says nothing of a GPU's: the autotuner runs every config once (each is checked)
     # and, all taking the same time, keeps the first
-    import tle.autotune
+    import importlib
+    autotuning = importlib.import_module("tle.autotune")     # the module: `tle.autotune` is the decorator
 
     def run_once(fn, warmup, rep):
         fn()
         return 1.0
 
-    tle.autotune._do_bench = run_once
+    autotuning._do_bench = run_once
 
 
 def run_pytest(path: str) -> list[dict]:

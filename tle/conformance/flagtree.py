@@ -17,7 +17,9 @@ MODULES = {
     "mlir.dialects": "tle.raw.mlir",
     "mlir": "tle.raw.mlir",
 }
-JIT = "tle.jit"
+# Triton's kernel decorators -> the project's: tle.autotune lowers all its configs, then compiles them side by
+# side (a TileLang build takes up to minutes), where Triton's autotuner would compile one config at a time
+DECORATORS = {"jit": "tle.jit", "autotune": "tle.autotune"}
 
 # what a checkout's python/ folder holds, relative to it: (folder, kind) where kind says how a file is run
 SUITES = (("test/tle", "pytest"), ("tutorials/tle", "script"))

@@ -21,14 +21,14 @@ class FileResult:
     checks: dict = field(default_factory=dict)     # backend -> [{"check", "outcome", "detail"}]
 
 
-def run_file(root: str, rel: str, kind: str, backends, device: str, modules: dict, jit: str, timeout: float,
+def run_file(root: str, rel: str, kind: str, backends, device: str, modules: dict, decorators: dict, timeout: float,
              workdir: str) -> FileResult:
     result = FileResult(rel, kind)
     src_path = os.path.join(root, rel)
     with open(src_path) as f:
         text = f.read()
     try:
-        rewritten = rewrite(text, modules, jit)
+        rewritten = rewrite(text, modules, decorators)
     except (SyntaxError, ValueError) as e:
         for b in backends:
             result.checks[b] = [{"check": "(rewrite)", "outcome": "fail", "detail": str(e)}]
@@ -69,7 +69,7 @@ def _run_child(path: str, kind: str, backend: str, device: str, timeout: float, 
     return checks
 
 
-def run_suite(root: str, files, backends, device: str, modules: dict, jit: str, timeout: float,
+def run_suite(root: str, files, backends, device: str, modules: dict, decorators: dict, timeout: float,
               progress=None) -> list[FileResult]:
     results = []
     with tempfile.TemporaryDirectory(prefix="tle-conformance-") as workdir:
@@ -79,7 +79,7 @@ def run_suite(root: str, files, backends, device: str, modules: dict, jit: str, 
         for rel, kind in files:
             if progress:
                 progress(rel)
-            results.append(run_file(root, rel, kind, backends, device, modules, jit, timeout, workdir))
+            results.append(run_file(root, rel, kind, backends, device, modules, decorators, timeout, workdir))
     return results
 
 
