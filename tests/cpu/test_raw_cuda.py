@@ -5,7 +5,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 
 import pytest
 
@@ -17,9 +16,8 @@ from tle.raw import InOut, Input, dialect  # noqa: E402
 from tle.raw.mlir import arith, ir, llvm, math as mmath, memref, nvvm, scf  # noqa: E402
 import raw_dialect_functions as F  # noqa: E402
 import raw_dialect_kernels as K  # noqa: E402
+from flagtree_edsls import dialect_functions, raw_tutorials  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TUTORIALS = os.path.join(ROOT, "scratch", "flagtree", "tutorials", "tle", "raw")
 RENDERED: dict[str, str] = {}        # every function rendered here, compiled together at the end
 
 
@@ -216,15 +214,12 @@ TUTORIAL_CALLS = {      # file: (shapes of its tiles, element types of its point
 
 @pytest.mark.parametrize("path", sorted(TUTORIAL_CALLS))
 def test_flagtree_tutorials(path):
-    if not os.path.isdir(TUTORIALS):
-        pytest.skip("FlagTree's tutorials are not checked out")
-    sys.path.insert(0, os.path.join(ROOT, "scratch", "rawdev"))
-    try:
-        from load_edsl import edsls
-    finally:
-        sys.path.pop(0)
+    """FlagTree's own raw functions (env TLE_FLAGTREE_PYTHON: a checkout of its python/ folder) as device functions."""
+    folder = raw_tutorials()
+    if folder is None:
+        pytest.skip("no checkout of FlagTree's python/ folder named by TLE_FLAGTREE_PYTHON")
     extent, pointees = TUTORIAL_CALLS[path]
-    fns = edsls(os.path.join(TUTORIALS, path))
+    fns = dialect_functions(os.path.join(folder, path))
     assert fns
     for name, fn in fns.items():
         body = fn.body()
