@@ -25,6 +25,8 @@ class Compiled(ABC):
     notes: list[str]
     # what the backend did with each load/store/atomic: (line, op, kind, how)
     access_report: list[tuple[int, str, str, str]] = []
+    # each line of `source` (numbered from 1) that an op of the kernel emitted -> the kernel source line of that op
+    line_map: dict[int, int] = {}
 
     @abstractmethod
     def launch(self, grid: tuple[int, ...], args: list) -> None: ...

@@ -274,16 +274,17 @@ class Backend(api.Backend):
         ir.notes.extend(pipeline_async_loads(ir, ir.num_stages))
         ir.notes.extend(RULES.check_attributes(ir))     # refused attributes raise, dropped ones are noted
         # tl.device_assert is checked where Triton would check it: with its debug mode on (debug.py)
-        source, notes, report = generate(ir, spec, spec.grid, debug=triton_debug())
+        source, notes, report, line_map = generate(ir, spec, spec.grid, debug=triton_debug())
         import tilelang
         digest = hashlib.sha256((source + tilelang.__version__).encode()).hexdigest()[:20]
         path = os.path.join(cache_dir, "tilelang-src", f"{ir.name}_{digest}.py")
         write_once(path, source)
         interpreted_path = None
         if any(op.defn is ops.RAW_CALL and getattr(op.attrs["fn"], "flagtree", False) for op in ir.walk()):
-            twin, _, _ = generate(ir, spec, spec.grid, debug=triton_debug(), raw_form="tir")
+            twin = generate(ir, spec, spec.grid, debug=triton_debug(), raw_form="tir")[0]
             interpreted_path = path[:-3] + "_interpreted.py"
             write_once(interpreted_path, twin)
         compiled = TileLangCompiled(ir, spec, source, path, list(ir.notes) + notes, interpreted_path)
         compiled.access_report = report
+        compiled.line_map = line_map
         return compiled

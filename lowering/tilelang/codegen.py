@@ -52,19 +52,20 @@ def plan_warp_groups(gen: Context) -> Plan:
 
 
 def generate(k: KernelIR, spec: Spec, grid, debug: bool = False,
-             raw_form: str = "cuda") -> tuple[str, list[str], list]:
-    """(source, notes, access report: (line, op, kind, how it was lowered) per load/store/atomic).
+             raw_form: str = "cuda") -> tuple[str, list[str], list, dict[int, int]]:
+    """(source, notes, access report: (line, op, kind, how it was lowered) per load/store/atomic, line map: each
+    generated line (from 1) that an op of the kernel emitted -> that op's source line).
     `debug`: Triton's debug mode is on, so tl.device_assert is checked (debug.py). `raw_form`: how tle.raw.dialect
     functions are written, "cuda" (device functions: the compiled program) or "tir" (thread-level TIR: the
     program the interpreter of TileLang programs runs in its place; raw_call.py)."""
     gen = Context(k, spec, grid, debug, raw_form)
     gen.index_loads = index_loads(gen)
     gen.product_feeds = product_feeds(gen)
-    src = _module(gen)
-    return src, gen.notes, sorted(gen.report)
+    src, line_map = _module(gen)
+    return src, gen.notes, sorted(gen.report), line_map
 
 
-def _module(gen: Context) -> str:
+def _module(gen: Context) -> tuple[str, dict[int, int]]:
     k = gen.kernel
     sig = []
     for p in k.params:
@@ -78,6 +79,7 @@ def _module(gen: Context) -> str:
     body_indent = 2
     if k.warp_groups:
         gen.warp_plan = plan_warp_groups(gen)
+        gen.out.src = k.loc.line        # the branches and hand-offs between ops: the kernel's warp-group structure
         emit_kernel_body(gen, gen.warp_plan, body_indent)
     else:
         gen.block(k.body, body_indent)
@@ -114,12 +116,18 @@ def _module(gen: Context) -> str:
     out.append("):")
     out.append(f"    with T.Kernel({grid}, threads={threads}) as {as_}:")
     imports = [f"T.import_source({_python_text(''.join(gen.device_sources))})"] if gen.device_sources else []
+    line_map = {}
+    number = sum(line.count("\n") + 1 for line in out)       # of the last line so far (a device source spans many)
     for line in imports + gen.view_lines + gen.allocs:
         out.append("        " + line)
+        number += line.count("\n") + 1
+        if gen.alloc_sources.get(line):
+            line_map[number] = gen.alloc_sources[line]
+    line_map.update({number + 1 + i: src for i, src in enumerate(gen.out.sources()) if src})
     out.extend(lines)
     if not lines and not gen.allocs:
         out.append("        pass")
-    return "\n".join(out) + "\n"
+    return "\n".join(out) + "\n", line_map
 
 
 def _python_text(text: str) -> str:

@@ -81,6 +81,7 @@ class Context:
         self.params = {p.value.id: p for p in k.params}
         self.arg = {p.value.id: spec.arg(p.name) for p in k.params}
         self.allocs: list[str] = []
+        self.alloc_sources: dict[str, int] = {}     # an alloc line -> the source line of the op it is for
         self.device_sources: list[str] = []     # CUDA the kernel's calls need: one T.import_source for all
         self.views: dict[str, str] = {}         # param name -> view name
         self.view_lines: list[str] = []
@@ -130,6 +131,7 @@ class Context:
         fn = "T.alloc_shared" if scope == "shared" else "T.alloc_fragment"
         where = ", scope='shared'" if static else ""
         self.allocs.append(f"{name} = {fn}({shape!r}, {tl_dtype(dtype)!r}{where})")
+        self.alloc_sources[self.allocs[-1]] = self.out.src
         return name
 
     def emit(self, line: str, indent: int, reads=()) -> Stmt:
@@ -177,7 +179,12 @@ class Context:
         rule = RULES.get(op, "statement")
         if rule is None:
             self.error(f"op '{op.name}'", op)
-        rule(self, op, indent)
+        outer = self.out.src
+        self.out.src = op.loc.line or outer       # what this op emits maps back to its line
+        try:
+            rule(self, op, indent)
+        finally:
+            self.out.src = outer
 
     # -- element expressions ------------------------------------------------------------------------------
     def scalar(self, v: Value) -> str:

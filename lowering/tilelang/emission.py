@@ -19,6 +19,7 @@ class Stmt:
     defines: str | None = None      # the name of a scalar let (`name = expr`, a TIR LetStmt)
     stage0: bool = False            # a copy in the first stage of its T.Pipelined loop
     clause: bool = False            # `else:`, part of the `if` statement above it
+    src: int = 0                    # the kernel source line of the op it was emitted for (0: none)
 
 
 @dataclass
@@ -26,6 +27,7 @@ class Emission:
     records: list[Stmt] = field(default_factory=list)
     _reads: set[str] = field(default_factory=set)       # read by the expressions rendered since the last record
     _stage0: bool = False
+    src: int = 0                    # the source line of the op being lowered: the records emitted take it
 
     # -- emitting ------------------------------------------------------------------------------------------
     def read(self, name: str) -> str:
@@ -49,6 +51,7 @@ class Emission:
     def _add(self, s: Stmt, reads) -> Stmt:
         s.reads = frozenset(self._reads.union(reads))
         s.stage0, self._stage0 = self._stage0, False
+        s.src = self.src
         self._reads = set()
         self.records.append(s)
         return s
@@ -79,3 +82,7 @@ class Emission:
 
     def render(self) -> list[str]:
         return ["    " * s.indent + s.text for s in self.records]
+
+    def sources(self) -> list[int]:
+        """The source line of each rendered line (0 where none), in the order of render()."""
+        return [s.src for s in self.records for _ in s.text.split("\n")]

@@ -289,4 +289,5 @@ class Backend(api.Backend):
         compiled = TritonCompiled(ir, spec, source, path, llvm_path, gen.raw_library.sites if llvm else ())
         compiled.llvm = llvm or None
         compiled.access_report = _access_report(ir)
+        compiled.line_map = gen.line_map
         return compiled

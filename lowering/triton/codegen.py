@@ -34,6 +34,9 @@ class TritonCodegen:
         self.ids = Identifiers(reserved={"tl", "triton", "libdevice"})
         self.users = users(k)
         self.lines: list[str] = []
+        self.line_sources: list[int] = []    # the kernel source line of the op each line was emitted for (0: none)
+        self.src = 0                         # that of the op being lowered
+        self.line_map: dict[int, int] = {}   # generated line (from 1) -> source line, made by generate()
         self.imports: list[str] = []     # modules a rule's text needs beyond triton and tl
         self.functions: dict[tuple, str] = {}   # module-level helpers a rule's text calls: their text -> name
         self.function_lines: list[str] = []
@@ -159,6 +162,7 @@ class TritonCodegen:
     # -- statements -----------------------------------------------------------------------------------
     def emit(self, line: str, indent: int):
         self.lines.append("    " * indent + line)
+        self.line_sources.extend([self.src] * (line.count("\n") + 1))
 
     def block(self, blk: Block, indent: int):
         for op in blk.ops:
@@ -166,7 +170,11 @@ class TritonCodegen:
 
     def statement(self, op: Op, indent: int):
         rule = RULES.get(op, "statement") or statements.value
-        rule(self, op, indent)
+        outer, self.src = self.src, op.loc.line or self.src      # what this op emits maps back to its line
+        try:
+            rule(self, op, indent)
+        finally:
+            self.src = outer
 
     def carried_expr(self, v: Value) -> str:
         """A value assigned to a loop-carried or branch-merged variable: constants are typed, so the
@@ -223,6 +231,8 @@ class TritonCodegen:
         # Triton would compile a kernel for each class (== 1, multiple of 16, other) of these ints' values
         head.append(f"@triton.jit(do_not_specialize={unspecialized!r})" if unspecialized else "@triton.jit")
         head.append(f"def {k.name}({', '.join(params)}):")
+        first = sum(line.count("\n") + 1 for line in head) + 1
+        self.line_map = {first + i: src for i, src in enumerate(self.line_sources) if src}
         return "\n".join(head + body) + "\n"
 
 
