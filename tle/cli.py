@@ -561,12 +561,18 @@ def cmd_compare(args) -> int:
                         jobs[-1].builds[b] = pool.submit(_build, get_backend(b), lw)
         if on_gpu:
             wait([f for job in jobs for f in job.builds.values()])
+        pages = _html_pages(args, jobs)
         for job in jobs:
-            rows += compare_one(job, args, on_gpu, verbose)
+            job_rows = compare_one(job, args, on_gpu, verbose)
+            rows += job_rows
             job.launch = None                     # its tensors are no longer needed
+            if pages is not None:
+                pages[job.target] = job_rows
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
     _print_summary(rows, on_gpu, args)
+    if pages is not None:
+        _write_pages(args.html, jobs, pages)
     ok = all(r.ok for r in rows)
     print()
     if args.no_run:
@@ -578,6 +584,21 @@ def cmd_compare(args) -> int:
     else:
         print("all lowerings, compiles and checks passed")
     return 0 if ok else 1
+
+
+def _html_pages(args, jobs) -> dict | None:
+    """target -> its summary rows, filled as each kernel is compared, where --html asks for pages; else None."""
+    return {} if args.html else None
+
+
+def _write_pages(path: str, jobs, rows_of: dict) -> None:
+    from tle.explore.report import kernel_page, page_paths
+    for job, where in zip(jobs, page_paths(path, jobs)):
+        rows = rows_of.get(job.target, [])
+        built = {r.backend for r in rows if r.ok and r.compiled != "-" and not r.compiled.startswith("not compiled")}
+        with open(where, "w") as f:
+            f.write(kernel_page(job, rows, built))
+        print(f"page of {job.kernel.__name__}: {where}")
 
 
 # -- entry point --------------------------------------------------------------------------------------------
@@ -617,6 +638,9 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--side-by-side", action="store_true",
                    help="as --verbose, with the generated sources in columns when the terminal is wide")
     c.add_argument("--no-run", action="store_true", help="lower and show only; compile and run nothing")
+    c.add_argument("--html", metavar="FILE", default=None,
+                   help="also write a page per kernel: its source beside the IR, each backend's source and the "
+                        "stages compiled here, lines linked (one kernel: FILE; several: FILE's stem.KERNEL.html)")
     c.set_defaults(func=cmd_compare)
     return p
 
