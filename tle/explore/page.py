@@ -105,8 +105,8 @@ _STYLE = """
 body { margin: 0; font: 13px/1.35 system-ui, sans-serif; color: #222; }
 header { padding: 6px 12px; border-bottom: 1px solid #ccc; }
 header h1 { font-size: 16px; margin: 4px 0; } header p { margin: 2px 0; } .hint { color: #666; }
-main { display: flex; gap: 6px; padding: 6px; height: calc(100vh - 110px); }
-.pane { flex: 1 1 0; min-width: 0; display: flex; flex-direction: column; border: 1px solid #ccc; }
+main { display: flex; gap: 6px; padding: 6px; height: calc(100vh - 110px); overflow-x: auto; }
+.pane { flex: 1 0 30em; min-width: 0; display: flex; flex-direction: column; border: 1px solid #ccc; }
 .pane h2 { font-size: 13px; margin: 0; padding: 4px 6px; background: #f3f3f3; border-bottom: 1px solid #ccc; }
 .pane h2 small { color: #666; font-weight: normal; }
 .body { overflow: auto; flex: 1; font: 12px/1.4 ui-monospace, monospace; white-space: pre; }
