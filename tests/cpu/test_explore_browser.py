@@ -47,6 +47,10 @@ def test_clicking_a_kernel_line_highlights_what_it_became(browser, tmp_path, nam
         assert shown == sorted(n for n, src in pane.line_map.items() if src == store), pane.title
         assert shown, f"{pane.title}: nothing highlighted for line {store}"
     assert page.eval_on_selector_all('section[data-pane="source"] .ln.hl', "rows => rows.length") == 1
+    shot = os.environ.get("TLE_EXPLORE_SCREENSHOT")       # docs/images/compare_html.png is made so
+    if shot and name.endswith("add_kernel"):
+        page.set_viewport_size({"width": 1600, "height": 700})
+        page.screenshot(path=shot)
     generated = page.query_selector(f'section[data-pane="pane1"] .ln[data-src="{store}"]')
     assert generated.get_attribute("title") == f"from {os.path.basename(path)}:{store}"
     load = first + next(i for i, line in enumerate(lines) if "tl.load(" in line)
