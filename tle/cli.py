@@ -561,7 +561,7 @@ def cmd_compare(args) -> int:
                         jobs[-1].builds[b] = pool.submit(_build, get_backend(b), lw)
         if on_gpu:
             wait([f for job in jobs for f in job.builds.values()])
-        pages = _html_pages(args, jobs)
+        pages = {} if args.html else None        # target -> its summary rows, for the --html pages
         for job in jobs:
             job_rows = compare_one(job, args, on_gpu, verbose)
             rows += job_rows
@@ -584,11 +584,6 @@ def cmd_compare(args) -> int:
     else:
         print("all lowerings, compiles and checks passed")
     return 0 if ok else 1
-
-
-def _html_pages(args, jobs) -> dict | None:
-    """target -> its summary rows, filled as each kernel is compared, where --html asks for pages; else None."""
-    return {} if args.html else None
 
 
 def _write_pages(path: str, jobs, rows_of: dict) -> None:
