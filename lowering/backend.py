@@ -37,6 +37,10 @@ class Compiled(ABC):
 
     stages: tuple[str, ...] = ()
 
+    def placements(self) -> list[tuple[int, str]]:
+        """(kernel source line, what the lowering put in shared memory or pipelined there). Default: none."""
+        return []
+
     def precompile(self) -> None:
         """Compile now what the first launch would, where that needs nothing from the launch's arguments; an
         autotuner calls it for its configs from worker threads at once. Default: nothing (compiled at launch)."""

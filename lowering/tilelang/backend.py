@@ -26,6 +26,7 @@ from ..transforms import (drop_overwritten_buffer_carries, expand_descriptors, f
 from .block_size import check_block_size
 from .codegen import PASS_CONFIGS_NAME, generate
 from .divergent_barriers import check_barriers
+from .placements import placements
 from .rules import RULES
 from .shared_memory import shared_memory_error
 from .stage_reuse import check_stage_reuse
@@ -156,6 +157,7 @@ class TileLangCompiled(api.Compiled):
         self._kernel = None
         self._program = None
         self._checked = False       # the compiled block size, barriers and stages, checked at the first launch
+        self._cuda_lines = None     # the CUDA source with TileLang's #line directives (cuda_with_line_directives)
         # how each argument is passed (the kernel is compiled for these shapes and strides): as it is (a
         # scalar), as a flat view, as the strided span it addresses, or as a fresh one-element tensor (empty)
         self._passers = tuple(_passer(*_how_passed(a)) for a in spec.args)
@@ -210,6 +212,9 @@ class TileLangCompiled(api.Compiled):
             self._program = Program(self.prim_func(interpreted=True))
         return self._program.run(self._flat(args), strict_reads=strict_reads)
 
+    def placements(self) -> list[tuple[int, str]]:
+        return placements(self.source, self.line_map)
+
     def stage(self, name: str) -> str:
         if name == "source":
             return self.source
@@ -230,6 +235,23 @@ class TileLangCompiled(api.Compiled):
             flags.append("--use_fast_math")
         with k.target:
             return nvcc.get_ptx_from_source(k.get_kernel_source(), compile_flags=flags)
+
+    def cuda_with_line_directives(self) -> str | None:
+        """The kernel's CUDA source as TileLang writes it with a `#line` directive before each statement that
+        has a line in the generated source (the pass config tl.emit_line_directives), or None where this
+        TileLang has no such config. It is lowered again for this, not compiled: the kernel that is built and
+        launched, its cache key and its CUDA source stay as they are."""
+        if self._cuda_lines is None:
+            tilelang = _import_tilelang()
+            key = getattr(tilelang.transform.PassConfigKey, "TL_EMIT_LINE_DIRECTIVES", None)
+            if key is None:
+                return None
+            k = self.kernel
+            with _PARSING:
+                func = getattr(self._module(), self.ir.name)
+            with tilelang.transform.PassContext(opt_level=3, config={**(k.pass_configs or {}), key: True}), k.target:
+                self._cuda_lines = tilelang.lower(func, target=k.target, enable_device_compile=False).kernel_source
+        return self._cuda_lines
 
 
 class Backend(api.Backend):

@@ -24,6 +24,7 @@ from ..transforms import bound_guarded_loops, drop_overwritten_buffer_carries, p
 from . import interpreter_fix
 from .codegen import TritonCodegen
 from .llvm_call import LIBRARY
+from .placements import placements
 from .rules import RULES
 from .stages import STAGES, compile_stages, compile_stages_elsewhere
 from .statements import how_issued
@@ -177,6 +178,9 @@ class TritonCompiled(api.Compiled):
             else:
                 self._compiled = compile_stages(self.fn, sig, aligned, options)
         return self._compiled
+
+    def placements(self) -> list[tuple[int, str]]:
+        return placements(self.source, self.line_map)
 
     def stage(self, name: str) -> str:
         if name == "source":

@@ -5,7 +5,7 @@ from html.parser import HTMLParser
 
 from kernel_cases import example_kernels, lower_example
 from tle.explore import html_page, ir_line_map, panes_of
-from tle.explore.page import notes_of
+from tle.explore.page import main_html, note_lines, notes_of
 from tilelang_oracle import needs_tilelang
 
 
@@ -66,3 +66,31 @@ def test_the_ir_line_map_reads_the_printed_lines():
 def test_text_is_escaped():
     page = html_page("a<b", "k.py", "x = a < b and c > d & e\n", [], kernel_lines=(1, 1))
     assert "a &lt; b and c &gt; d &amp; e" in page and "<title>a&lt;b</title>" in page
+
+
+def test_notes_that_name_lines_are_placed_at_them():
+    assert note_lines("line 12: loop pipelined with 3 stages") == [12]
+    assert note_lines("lines 4, 9: eviction_policy: dropped") == [4, 9]
+    assert note_lines("num_warps=3: not a power of two") == []
+
+
+@needs_tilelang
+def test_shared_buffers_and_pipelined_loops_are_noted_at_their_lines():
+    kernel = dict(example_kernels())["examples.matmul.matmul_kernel"]
+    lowered = {b: lower_example(kernel, b) for b in ("triton", "tilelang")}
+    lines, first = inspect.getsourcelines(kernel.fn)
+    at = {key: first + next(i for i, ln in enumerate(lines) if key in ln) for key in ("for k in", "a = tl.load")}
+    notes = notes_of(lowered)
+    loop = notes[at["for k in"]]
+    assert any(n.startswith("triton: loop pipelined by Triton's compiler, num_stages=") for n in loop)
+    assert any(n.startswith("tilelang: loop software-pipelined by TileLang") for n in loop)
+    # the a tile (64x32 fp16 at the small example) goes through a shared buffer on TileLang
+    assert "tilelang: shared memory: a 64x32 float16, 4096 bytes" in notes[at["a = tl.load"]]
+
+
+def test_errors_are_shown_under_their_line():
+    text = "def k(x):\n    y = x +\n    return y\n"
+    page = main_html("k.py", text, [], errors={2: ["import: SyntaxError: invalid syntax"], 0: ["no line"]})
+    assert page.index('<div class="errmsg" data-line="0">no line</div>') < page.index('data-line="1"')
+    row = page.index('class="ln src mapped error" data-line="2"')
+    assert page.index('<div class="errmsg" data-line="2">import: SyntaxError: invalid syntax</div>') > row
