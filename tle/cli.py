@@ -2,7 +2,8 @@
 
     tle                                             the commands, one line each
     tle show    kernels/examples/matmul.py::matmul_kernel --backend triton --stage ttgir
-    tle compare kernels/softmax.py::softmax_kernel [more PATH::KERNEL ...] [--verbose | --side-by-side]
+    tle compare kernels/softmax.py::softmax_kernel [more PATH::KERNEL ...] [--verbose | --side-by-side] [--html F]
+    tle explore kernels/softmax.py::softmax_kernel [--size small|large] [--port N]
 
 Every kernel here is driven by its example launch (`@tle.example`), so no shape flags are needed. `compare`
 prints each kernel's notes and failures (with --verbose its IR, sources and access classes too) and ends with
@@ -360,6 +361,23 @@ def _run_interpret(kernel, lowered, launch) -> Run:
                     if zeroed else "")
 
 
+def run_lowering(kernel, launch, backend_name: str, lowered, on_gpu: bool) -> tuple[Run | str, str]:
+    """Run one backend's lowering at `launch` and check it: on a GPU launched and timed; without one as the
+    backend declares (`cpu_run`: launched in Triton's interpreter, or its Compiled.interpret). (Run, where it
+    ran), or (why it was not run, "")."""
+    from tle.lowering.backend import get_backend
+    if on_gpu:
+        return _run_launch(kernel, launch, backend_name, time_it=True), "GPU"
+    how, where = get_backend(backend_name).cpu_run or (None, "")
+    if how == "launch" and launch.no_interpreter:
+        return launch.no_interpreter, ""
+    if how == "launch":
+        return _run_launch(kernel, launch, backend_name, time_it=False), where
+    if how == "interpret":
+        return _run_interpret(kernel, lowered, launch), where
+    return "it runs on a GPU only, and there is none here", ""
+
+
 @dataclass
 class Row:
     """One line of the summary: a kernel on a backend."""
@@ -455,22 +473,14 @@ def compare_one(job: _Job, args, on_gpu: bool, verbose: bool) -> list[Row]:
                 _failure(f"{b} compile to {stage} {_target(backend)}".rstrip(), text if verbose else _clip(text))
                 runs.append((b, "not run: compile failed"))
                 continue
-        how, where = backend.cpu_run or (None, "")
         if on_gpu and skipped is not None:
             runs.append((b, f"not run: {skipped}"))
             continue
-        if on_gpu:
-            result, where = _run_launch(job.kernel, job.launch, b, time_it=True), "GPU"
-        elif how == "launch" and job.launch.no_interpreter:
-            print(f"{b}: not run: {job.launch.no_interpreter}")
-            runs.append((b, f"not run: {job.launch.no_interpreter}"))
-            continue
-        elif how == "launch":
-            result = _run_launch(job.kernel, job.launch, b, time_it=False)
-        elif how == "interpret":
-            result = _run_interpret(job.kernel, lw, job.launch)
-        else:
-            runs.append((b, "not run: it runs on a GPU only, and there is none here"))
+        result, where = run_lowering(job.kernel, job.launch, b, lw, on_gpu)
+        if isinstance(result, str):
+            if job.launch.no_interpreter and result == job.launch.no_interpreter:
+                print(f"{b}: not run: {result}")
+            runs.append((b, f"not run: {result}"))
             continue
         row.ok = result.ok
         if result.ok:
@@ -596,10 +606,53 @@ def _write_pages(path: str, jobs, rows_of: dict) -> None:
         print(f"page of {job.kernel.__name__}: {where}")
 
 
+# -- tle explore ----------------------------------------------------------------------------------------------
+def cmd_explore(args) -> int:
+    import torch
+    from tle.explore.server import ExploreServer
+    from tle.explore.session import EditError, Session
+    path, sep, name = args.target.partition("::")
+    if not sep or not path or not name:
+        raise UsageError(f"expected PATH::KERNEL (e.g. kernels/softmax.py::softmax_kernel), got '{args.target}'")
+    if not os.path.isfile(path):
+        raise UsageError(f"no such file: {path}")
+    on_gpu = torch.cuda.is_available()
+    if not on_gpu and not _interpreted_triton():
+        # "run" without a GPU launches Triton's lowering in its interpreter, which Triton decides at import
+        os.environ["TRITON_INTERPRET"] = "1"
+        sys.stdout.flush()
+        os.execv(sys.executable, [sys.executable, "-m", "tle.cli"] + args.argv)
+    session = Session(path, name, args.size, on_gpu)
+    try:
+        session.load(session.text)
+    except EditError as e:
+        session.close()
+        where = f"{path}:{e.error.line}: " if e.error.line else ""
+        raise UsageError(f"{where}{e.error.message}") from None
+    try:
+        server = ExploreServer(session, args.port, quiet=not args.verbose)
+    except OSError as e:
+        session.close()
+        raise UsageError(f"cannot listen on 127.0.0.1:{args.port}: {e.strerror or e}") from None
+    runs = "runs on this GPU" if on_gpu else "no GPU: runs in the CPU interpreters"
+    print(f"tle explore: {session.path} :: {name} ({args.size} example; {runs})")
+    print(f"open {server.url}")
+    print("(only this machine can connect, with the token in that URL; Ctrl-C stops)", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        print("\ntle explore: stopped")
+    finally:
+        server.server_close()
+        session.close()
+    return 0
+
+
 # -- entry point --------------------------------------------------------------------------------------------
 COMMANDS = {
     "show": "print one lowering stage of a kernel (ir, source, or a compiler stage) at its example launch",
     "compare": "lower a kernel to every backend, compile, run and check each; end with a summary table",
+    "explore": "serve a page of a kernel and what each backend made of it, lines linked; edit it and lower again",
 }
 
 
@@ -637,6 +690,13 @@ def _parser() -> argparse.ArgumentParser:
                    help="also write a page per kernel: its source beside the IR, each backend's source and the "
                         "stages compiled here, lines linked (one kernel: FILE; several: FILE's stem.KERNEL.html)")
     c.set_defaults(func=cmd_compare)
+    e = sub.add_parser("explore", help=COMMANDS["explore"], description=COMMANDS["explore"])
+    e.add_argument("target", metavar="PATH::KERNEL")
+    e.add_argument("--size", default="small", choices=("small", "large"),
+                   help="the example launch the page lowers, checks and times (default: small)")
+    e.add_argument("--port", type=int, default=0, help="the port on 127.0.0.1 (default: a free one)")
+    e.add_argument("-v", "--verbose", action="store_true", help="print each request and every refusal")
+    e.set_defaults(func=cmd_explore)
     return p
 
 

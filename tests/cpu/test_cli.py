@@ -56,7 +56,7 @@ def test_no_command_lists_the_commands(argv, capsys):
     assert main(argv) == 0
     out = capsys.readouterr().out
     commands = [ln.split()[0] for ln in out.split("commands:\n")[1].split("\n\n")[0].splitlines()]
-    assert commands == ["show", "compare"], out
+    assert commands == ["show", "compare", "explore"], out
     for ln in out.split("commands:\n")[1].split("\n\n")[0].splitlines():
         assert len(ln.split(None, 1)) == 2          # each with its one-line description
 
