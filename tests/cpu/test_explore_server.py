@@ -2,74 +2,18 @@
 file it was started on; each refusal is a status and one line, and the server goes on serving. The page's
 actions: lower an edit (errors at their lines), diff a backend's source between two launch configurations, run
 the check, save only when asked."""
-import http.client
-import json
 import os
 import shutil
 import socket
-import threading
 
 import pytest
 
+from explore_cases import AUTOTUNED, Client, serve
 from tle.cli import main
-from tle.explore.server import ExploreServer
-from tle.explore.session import Session, parse_overrides
+from tle.explore.session import parse_overrides
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 VECTOR_ADD = os.path.join(ROOT, "kernels", "examples", "vector_add.py")
-
-AUTOTUNED = '''
-import torch
-import triton.language as tl
-import tle
-
-
-@tle.autotune(configs=[tle.Config({"BLOCK": 64}, num_warps=2), tle.Config({"BLOCK": 128}, num_warps=4)],
-              key=["n"])
-@tle.jit
-def scale_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2.0, mask=offs < n)
-
-
-@tle.example(scale_kernel.kernel)
-def _example(device, size):
-    x = torch.randn(300, device=device)
-    out = torch.empty_like(x)
-    return tle.Launch(grid=(5,), args=(x, out, 300), kwargs={}, outputs={"out": out},
-                      reference=lambda: {"out": x * 2.0})
-'''
-
-
-class Client:
-    def __init__(self, server: ExploreServer):
-        self.port, self.token = server.server_port, server.token
-
-    def request(self, method: str, route: str, body=None, token: str | None = "default", host: str | None = None,
-                raw: bytes | None = None):
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=300)
-        headers = {"Host": host or f"127.0.0.1:{self.port}"}
-        if token == "default":
-            token = self.token
-        if token:
-            headers["X-Tle-Token"] = token
-        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-        if data is not None:
-            headers["Content-Type"] = "application/json"
-        conn.request(method, route, body=data, headers=headers)
-        r = conn.getresponse()
-        payload = r.read()
-        conn.close()
-        kind = r.getheader("Content-Type", "")
-        return r.status, (json.loads(payload) if kind.startswith("application/json") else payload.decode())
-
-
-def _serve(path: str, name: str):
-    session = Session(path, name, "small", on_gpu=False)
-    server = ExploreServer(session, 0)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    return session, server
 
 
 @pytest.fixture
@@ -77,7 +21,7 @@ def served(tmp_path):
     """vector_add.py copied to a folder of the test's own (save writes it), served."""
     path = tmp_path / "vector_add.py"
     shutil.copy(VECTOR_ADD, path)
-    session, server = _serve(str(path), "add_kernel")
+    session, server = serve(str(path), "add_kernel")
     yield Client(server), session, path
     server.shutdown()
     server.server_close()
@@ -209,7 +153,7 @@ def test_save_writes_the_file_only_when_asked(served):
 def test_an_autotuned_kernel_offers_its_configs(tmp_path):
     path = tmp_path / "scaled.py"
     path.write_text(AUTOTUNED)
-    session, server = _serve(str(path), "scale_kernel")
+    session, server = serve(str(path), "scale_kernel")
     try:
         client = Client(server)
         view = _lowers(client, AUTOTUNED)
@@ -218,6 +162,9 @@ def test_an_autotuned_kernel_offers_its_configs(tmp_path):
         status, answer = client.request("POST", "/diff", {"text": AUTOTUNED, "backend": "triton",
                                                           "a": view["configs"][0], "b": view["configs"][1]})
         assert status == 200 and any(ln.startswith("+") and "128" in ln for ln in answer["diff"])
+        status, answer = client.request("POST", "/run", {"text": AUTOTUNED})      # at the first config, no GPU
+        assert status == 200 and {b: r["ok"] for b, r in answer["rows"].items()} == {"triton": True,
+                                                                                      "tilelang": True}
     finally:
         server.shutdown()
         server.server_close()

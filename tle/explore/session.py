@@ -180,12 +180,12 @@ class Session:
         from tle.errors import BackendUnavailable, LaunchError, LoweringError
         from tle.lowering.backend import backend_names
         launch = example_meta(loaded.kernel, self.size)
-        kwargs = dict(launch.kwargs)
-        if loaded.autotuner is not None and loaded.autotuner.configs:
-            kwargs.update(loaded.autotuner.configs[0].launch_kwargs())    # as the first config launches
-        kwargs.update(overrides or {})
         lowered, errors = {}, {}
         for b in backend_names():
+            kwargs = dict(launch.kwargs)
+            if loaded.autotuner is not None and loaded.autotuner.configs:    # as the first config launches
+                kwargs.update(loaded.autotuner.configs[0].for_backend(b).launch_kwargs())
+            kwargs.update(overrides or {})
             try:
                 lowered[b] = loaded.kernel.lower(*launch.args, grid=launch.grid, backend=b, **kwargs)
             except (LoweringError, BackendUnavailable, LaunchError) as e:
@@ -260,7 +260,7 @@ class Session:
     def run(self, text: str) -> dict:
         """Check each backend against the reference: on a GPU also time it (and tune it, when the kernel is
         autotuned); without one, in the CPU interpreters. backend -> a row of the page's results."""
-        from tle.cli import run_lowering
+        from tle.cli import Run, run_lowering
         from tle.lowering.backend import backend_names
         with self.lock:
             try:
@@ -271,20 +271,30 @@ class Session:
                 launch = loaded.kernel.example("cuda" if self.on_gpu else "cpu", self.size)
             except Exception as e:           # noqa: BLE001 - the example is the user's code
                 return {"error": error_of(e, "example launch", loaded.path).as_dict()}
+            tuner = loaded.autotuner
+            if tuner is not None:
+                tuner.disk_cache = False        # tune here and now, so that every config's time is shown
             rows = {}
             lowered, errors = self.lowerings(loaded)
             for b in backend_names():
                 if b in errors:
                     rows[b] = {"ok": False, "detail": f"not run: {errors[b].message}"}
                     continue
-                result, where = run_lowering(loaded.kernel, launch, b, lowered[b], self.on_gpu)
+                # an autotuned kernel: tuned and launched by its autotuner on a GPU, at its first config without
+                launcher, args = loaded.kernel, launch
+                if tuner is not None:
+                    launcher, args = _tuned_launch(tuner, launch, b, self.on_gpu)
+                try:
+                    result, where = run_lowering(launcher, args, b, lowered[b], self.on_gpu)
+                except Exception as e:       # noqa: BLE001 - the autotuner found no config that runs, say
+                    result, where = Run(False, None, f"{type(e).__name__}: {e}"), ""
                 if isinstance(result, str):
                     rows[b] = {"ok": None, "detail": f"not run: {result}"}
                     continue
                 rows[b] = {"ok": result.ok, "detail": result.detail, "where": where,
                            "ms": result.ms, "extra": result.extra}
-                if self.on_gpu and loaded.autotuner is not None and result.ok:
-                    rows[b]["autotune"] = _tuned(loaded.autotuner, launch, b)
+                if tuner is not None and self.on_gpu:
+                    rows[b]["autotune"] = _tuning(tuner, b)
             return {"rows": rows, "where": "GPU" if self.on_gpu else "CPU", "label": launch.label}
 
     def save(self, text: str) -> str:
@@ -296,19 +306,27 @@ class Session:
         return self.path
 
 
-def _tuned(autotuner, launch, backend: str) -> dict:
-    """Tune the autotuned kernel at the example launch on `backend`: each config's time and the one chosen."""
-    autotuner.disk_cache = False             # tune here and now, so that every config's time is shown
-    try:
-        autotuner[launch.grid](*launch.args, backend=backend, **{k: v for k, v in launch.kwargs.items()
-                                                                 if k not in autotuner._space(backend)[1]})
-    except Exception as e:                   # noqa: BLE001 - shown on the page
-        return {"error": f"{type(e).__name__}: {e}"}
-    timings = getattr(autotuner, "timings", {}) or {}
-    failures = getattr(autotuner, "failures", {}) or {}
-    return {"chosen": str(autotuner.best_config),
+def _tuned_launch(tuner, launch, backend: str, on_gpu: bool):
+    """(what to launch, the launch) for an autotuned kernel: on a GPU the autotuner, with the example's keywords
+    less those its configs set; without one (no timing) the kernel at the first config, as its panes show it."""
+    import copy
+    launch = copy.copy(launch)
+    if on_gpu:
+        chosen = tuner._space(backend)[1]
+        launch.kwargs = {k: v for k, v in launch.kwargs.items() if k not in chosen}
+        return tuner, launch
+    launch.kwargs = {**launch.kwargs, **tuner.configs[0].for_backend(backend).launch_kwargs()}
+    return tuner.kernel, launch
+
+
+def _tuning(tuner, backend: str) -> dict:
+    """What the autotuner found on `backend` at the launch just made: each config's time (or why it failed) and
+    the one chosen."""
+    timings = getattr(tuner, "timings", {}) or {}
+    failures = getattr(tuner, "failures", {}) or {}
+    return {"chosen": str(tuner.best_config),
             "configs": [{"config": str(c), "ms": timings.get(c), "failed": failures.get(c)}
-                        for c in autotuner._space(backend)[0]]}
+                        for c in tuner._space(backend)[0]]}
 
 
 def _kernel_lines(kernel) -> tuple[int, int]:
