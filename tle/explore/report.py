@@ -7,24 +7,14 @@ import inspect
 import os
 
 from tle.explore.page import Pane, html_page, notes_of, panes_of
+from tle.explore.stages import backend_stage_panes, stage_notes
 
 
 def stage_panes(lowered: dict, built: set[str]) -> list[Pane]:
     """The compiler stages of each backend that compiled here (`built`): Triton's TTGIR and PTX, TileLang's CUDA
-    and PTX; a stage that cannot be read is left out."""
-    wanted = {"triton": ("ttgir", "ptx"), "tilelang": ("cuda", "ptx")}
-    panes = []
-    for backend, lw in lowered.items():
-        if backend not in built:
-            continue
-        for stage in wanted.get(backend, ()):
-            if stage not in lw.stages:
-                continue
-            try:
-                panes.append(Pane(f"{backend} {stage}", lw.stage(stage), {}, backend))
-            except Exception:            # noqa: BLE001 - a stage that cannot be built here is not shown
-                continue
-    return panes
+    and PTX, each with its lines' kernel source lines where the toolchain keeps locations (tle/explore/stages.py);
+    a stage that cannot be read is left out."""
+    return [pane for backend, lw in lowered.items() if backend in built for pane in backend_stage_panes(backend, lw)]
 
 
 def kernel_page(job, rows, built: set[str]) -> str:
@@ -43,8 +33,18 @@ def kernel_page(job, rows, built: set[str]) -> str:
     for backend, lw in job.lowered.items():
         header += [f"{backend} note: {n}" for n in lw.compiled.notes]
     panes = panes_of(job.lowered) + stage_panes(job.lowered, built)
-    return html_page(f"tle: {job.kernel.__name__}", os.path.basename(path), text, panes, notes_of(job.lowered),
+    notes = merged(notes_of(job.lowered), stage_notes(job.lowered, built))
+    return html_page(f"tle: {job.kernel.__name__}", os.path.basename(path), text, panes, notes,
                      header, kernel_lines=(first, first + len(lines) - 1))
+
+
+def merged(*notes: dict[int, list[str]]) -> dict[int, list[str]]:
+    """Notes by source line, from several readers (the lowerings, the compiler stages), in that order."""
+    out: dict[int, list[str]] = {}
+    for each in notes:
+        for line, texts in each.items():
+            out.setdefault(line, []).extend(texts)
+    return out
 
 
 def page_paths(path: str, jobs) -> list[str]:

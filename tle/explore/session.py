@@ -176,7 +176,7 @@ class Session:
     def lowerings(self, loaded: Loaded, overrides: dict | None = None) -> tuple[dict, dict]:
         """Lower the kernel at its example launch (tensors on 'meta'), `overrides` replacing launch keywords;
         backend -> Lowered, and backend -> SourceError for those that failed."""
-        from tle.cli import example_meta
+        from tle.runs import example_meta
         from tle.errors import BackendUnavailable, LaunchError, LoweringError
         from tle.lowering.backend import backend_names
         launch = example_meta(loaded.kernel, self.size)
@@ -220,14 +220,14 @@ class Session:
             return View(main, header, errs, self.configs(loaded))
 
     def _stage_panes(self, lowered: dict, notes: dict) -> list[Pane]:
-        from tle.explore import report
+        """The compiler stages built here, their notes added to `notes`."""
+        from tle.explore.report import stage_panes
+        from tle.explore.stages import stage_notes
         from tle.lowering.backend import get_backend
         built = {b for b in lowered if get_backend(b).compile_unavailable_reason() is None}
-        stage_notes = getattr(report, "stage_notes", None)
-        if stage_notes is not None:
-            for line, texts in stage_notes(lowered, built).items():
-                notes.setdefault(line, []).extend(texts)
-        return report.stage_panes(lowered, built)
+        for line, texts in stage_notes(lowered, built).items():
+            notes.setdefault(line, []).extend(texts)
+        return stage_panes(lowered, built)
 
     def _error_view(self, text: str, errors: list[SourceError]) -> View:
         main = main_html(self.file_name, text, [], {}, None, _by_line(errors))
@@ -260,7 +260,7 @@ class Session:
     def run(self, text: str) -> dict:
         """Check each backend against the reference: on a GPU also time it (and tune it, when the kernel is
         autotuned); without one, in the CPU interpreters. backend -> a row of the page's results."""
-        from tle.cli import Run, run_lowering
+        from tle.runs import Run, run_lowering
         from tle.lowering.backend import backend_names
         with self.lock:
             try:
