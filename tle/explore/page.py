@@ -137,15 +137,16 @@ the kernel to see what it became in every pane; hover a generated line to see wh
 """
 
 _STYLE = """
-body { margin: 0; font: 13px/1.35 system-ui, sans-serif; color: #222; }
-header { padding: 6px 12px; border-bottom: 1px solid #ccc; }
+body { margin: 0; font: 13px/1.35 system-ui, sans-serif; color: #222; display: flex; flex-direction: column;
+       height: 100vh; }
+header { flex: none; padding: 6px 12px; border-bottom: 1px solid #ccc; }
 header h1 { font-size: 16px; margin: 4px 0; } header p { margin: 2px 0; } .hint { color: #666; }
-#work { display: flex; height: calc(100vh - 110px); }
+#work { display: flex; flex: 1; min-height: 0; }
 main { display: flex; flex: 1; gap: 6px; padding: 6px; overflow-x: auto; }
 .pane { flex: 1 0 30em; min-width: 0; display: flex; flex-direction: column; border: 1px solid #ccc; }
 .pane h2 { font-size: 13px; margin: 0; padding: 4px 6px; background: #f3f3f3; border-bottom: 1px solid #ccc; }
 .pane h2 small { color: #666; font-weight: normal; }
-.body { overflow: auto; flex: 1; font: 12px/1.4 ui-monospace, monospace; white-space: pre; }
+.body { position: relative; overflow: auto; flex: 1; font: 12px/1.4 ui-monospace, monospace; white-space: pre; }
 .ln { display: flex; }
 .ln .no { color: #999; min-width: 3.5em; text-align: right; padding-right: 8px; user-select: none; }
 .ln.mapped { background: hsl(var(--hue), 70%, 96%); }
@@ -160,9 +161,9 @@ _SCRIPT = """
 function highlight(src) {
   document.querySelectorAll('.ln.hl').forEach(e => e.classList.remove('hl'));
   document.querySelectorAll('.ln[data-src="' + src + '"]').forEach(e => e.classList.add('hl'));
-  document.querySelectorAll('.pane').forEach(p => {
-    const first = p.querySelector('.ln.hl');
-    if (first && p.dataset.pane !== 'source') first.scrollIntoView({block: 'center'});
+  document.querySelectorAll('.pane').forEach(p => {      // each pane scrolls to its first lit line, on its own
+    const first = p.querySelector('.ln.hl'), body = p.querySelector('.body');
+    if (first && p.dataset.pane !== 'source') body.scrollTop = first.offsetTop - body.clientHeight / 3;
   });
 }
 // one listener for the whole of main: the served page replaces the panes after each lowering

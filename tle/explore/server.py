@@ -226,7 +226,8 @@ B <input id="diffb" size="24" list="configs" placeholder="e.g. num_warps=8"> <bu
 
 _SERVED_STYLE = """
 #tools, #difftools { margin: 4px 0; } #status { color: #555; margin-left: 8px; }
-#editbox { flex: 0 0 42em; display: flex; padding: 6px 0 6px 6px; }
+#tools label, #tools button { margin-right: 8px; }
+#editbox { flex: 0 0 42em; display: flex; padding: 6px 0 6px 6px; } #editbox[hidden] { display: none; }
 #editor { flex: 1; font: 12px/1.4 ui-monospace, monospace; white-space: pre; tab-size: 4; }
 #results table { border-collapse: collapse; } #results td, #results th { padding: 1px 8px; text-align: left; }
 .fail { color: #a00; } .pass { color: #070; }
@@ -258,7 +259,7 @@ async function lower() {
     document.getElementById('lines').innerHTML = data.header.map(l => '<p>' + esc(l) + '</p>').join('');
     document.getElementById('configs').innerHTML = data.configs.map(c => '<option value="' + esc(c) + '">').join('');
     const first = document.querySelector('section[data-pane="source"] .ln.error');
-    if (first) first.scrollIntoView({block: 'center'});
+    if (first) { const body = first.closest('.body'); body.scrollTop = first.offsetTop - body.clientHeight / 3; }
     done(data.errors.length ? 'error' : 'lowered',
          data.errors.length ? data.errors.map(e => (e.line ? 'line ' + e.line + ': ' : '') + e.message).join('; ')
                             : 'lowered');
