@@ -22,8 +22,8 @@ import sys
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
-from tle.runs import (Run, check, example_meta, first_line, max_errors, meta_copy, poison, rate,  # noqa: F401
-                      run_lowering)
+from tle.runs import (Run, check, example_meta, first_line, lower_each, max_errors, meta_copy,  # noqa: F401
+                      poison, rate, run_lowering)
 
 STAGES_ALWAYS = ("ir", "source")
 
@@ -38,14 +38,20 @@ class _Parser(argparse.ArgumentParser):
 
 
 # -- finding a kernel ---------------------------------------------------------------------------------------
-def load_kernel(target: str):
-    """'PATH::KERNEL' -> the tle.Kernel named KERNEL in the Python file PATH."""
-    import tle
+def split_target(target: str) -> tuple[str, str]:
+    """'PATH::KERNEL' -> (PATH, KERNEL), PATH an existing file."""
     path, sep, name = target.partition("::")
     if not sep or not path or not name:
         raise UsageError(f"expected PATH::KERNEL (e.g. kernels/softmax.py::softmax_kernel), got '{target}'")
     if not os.path.isfile(path):
         raise UsageError(f"no such file: {path}")
+    return path, name
+
+
+def load_kernel(target: str):
+    """'PATH::KERNEL' -> the tle.Kernel named KERNEL in the Python file PATH."""
+    import tle
+    path, name = split_target(target)
     full = os.path.abspath(path)
     # a module name unique to the path, so two files with the same name do not collide
     stem = "".join(c if c.isalnum() else "_" for c in os.path.splitext(os.path.basename(full))[0])
@@ -207,15 +213,9 @@ def _print_accesses(lowered: dict) -> None:
 
 
 def _lower_all(kernel, launch, backends) -> tuple[dict, dict]:
-    from tle.errors import BackendUnavailable, LaunchError, LoweringError
-    lowered, errors = {}, {}
-    for b in backends:
-        try:
-            lowered[b] = kernel.lower(*launch.args, grid=launch.grid, backend=b, **launch.kwargs)
-        except (LoweringError, BackendUnavailable, LaunchError) as e:
-            errors[b] = f"{type(e).__name__}: {e}"
-        except Exception as e:           # a bug in a backend: report it and go on with the next one
-            errors[b] = f"internal error in the {b} lowering: {type(e).__name__}: {e}"
+    lowered, failures = lower_each(kernel, launch, backends)
+    errors = {b: (f"internal error in the {b} lowering: " if bug else "") + f"{type(e).__name__}: {e}"
+              for b, (e, bug) in failures.items()}
     return lowered, errors
 
 
@@ -389,17 +389,22 @@ def _interpreted_triton() -> bool:
     return isinstance(tl.sum, InterpretedFunction)
 
 
+def _use_triton_interpreter(args, restart: bool = True) -> None:
+    """Without a GPU, Triton runs the kernels on CPU tensors in its interpreter: set before any kernel is lowered.
+    Where `import tle` has already imported Triton in compiled mode, start again with the variable set (unless
+    nothing will run: `restart=False`)."""
+    os.environ["TRITON_INTERPRET"] = "1"
+    if restart and not _interpreted_triton():
+        sys.stdout.flush()
+        os.execv(sys.executable, [sys.executable, "-m", "tle.cli"] + args.argv)
+
+
 def cmd_compare(args) -> int:
     import torch
     from tle.lowering.backend import backend_names, get_backend
     on_gpu = torch.cuda.is_available()
     if not on_gpu:
-        # Triton runs the kernels on CPU tensors in its interpreter; set before any kernel is lowered.
-        os.environ["TRITON_INTERPRET"] = "1"
-        if not args.no_run and not _interpreted_triton():
-            # `import tle` has already imported Triton in compiled mode: start again with the variable set
-            sys.stdout.flush()
-            os.execv(sys.executable, [sys.executable, "-m", "tle.cli"] + args.argv)
+        _use_triton_interpreter(args, restart=not args.no_run)
     for t in args.targets:                        # bad targets are usage errors before any work starts
         load_kernel(t)
     verbose = args.verbose or args.side_by_side
@@ -460,17 +465,10 @@ def cmd_explore(args) -> int:
     import torch
     from tle.explore.server import ExploreServer
     from tle.explore.session import EditError, Session
-    path, sep, name = args.target.partition("::")
-    if not sep or not path or not name:
-        raise UsageError(f"expected PATH::KERNEL (e.g. kernels/softmax.py::softmax_kernel), got '{args.target}'")
-    if not os.path.isfile(path):
-        raise UsageError(f"no such file: {path}")
+    path, name = split_target(args.target)
     on_gpu = torch.cuda.is_available()
-    if not on_gpu and not _interpreted_triton():
-        # "run" without a GPU launches Triton's lowering in its interpreter, which Triton decides at import
-        os.environ["TRITON_INTERPRET"] = "1"
-        sys.stdout.flush()
-        os.execv(sys.executable, [sys.executable, "-m", "tle.cli"] + args.argv)
+    if not on_gpu:
+        _use_triton_interpreter(args)      # "run" launches Triton's lowering in its interpreter
     session = Session(path, name, args.size, on_gpu)
     try:
         session.load(session.text)

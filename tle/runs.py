@@ -70,6 +70,23 @@ def example_meta(kernel, size: str):
     return launch
 
 
+def lower_each(kernel, launch, backends, kwargs_of=None) -> tuple[dict, dict]:
+    """Lower `kernel` at `launch` to each backend (`kwargs_of(backend)`: its launch keywords, default the
+    launch's); backend -> Lowered, and backend -> (the exception, whether it is a bug in the backend rather
+    than an error of the kernel or its launch). One backend failing does not stop the others."""
+    from tle.errors import BackendUnavailable, LaunchError, LoweringError
+    lowered, errors = {}, {}
+    for b in backends:
+        kwargs = kwargs_of(b) if kwargs_of is not None else launch.kwargs
+        try:
+            lowered[b] = kernel.lower(*launch.args, grid=launch.grid, backend=b, **kwargs)
+        except (LoweringError, BackendUnavailable, LaunchError) as e:
+            errors[b] = (e, False)
+        except Exception as e:           # noqa: BLE001 - a bug in a backend: reported, and the next one goes on
+            errors[b] = (e, True)
+    return lowered, errors
+
+
 def first_line(e: Exception) -> str:
     text = str(e).strip()
     return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"

@@ -105,7 +105,7 @@ def test_the_served_page_links_lines_shows_errors_at_their_line_and_lowers_edits
         text = path.read_text()
         lowered, errors = session.lowerings(session.load(text))
         assert not errors
-        panes = panes_of(lowered) + (session._stage_panes(lowered, {}) if stages else [])
+        panes = panes_of(lowered) + (session.compiled_stages(lowered)[0] if stages else [])
         page = browser.new_page(viewport={"width": 1600, "height": 800})
         page.goto(server.url + ("" if stages else "&stages=0"))
         assert page.eval_on_selector_all("section.pane h2", "hs => hs.length") == len(panes) + 1

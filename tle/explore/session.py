@@ -17,6 +17,8 @@ import traceback
 from dataclasses import dataclass, field
 
 from tle.explore.page import Pane, main_html, notes_of, panes_of
+from tle.explore.report import merged, stage_panes
+from tle.explore.stages import stage_notes
 
 _MODULES = itertools.count()
 
@@ -42,9 +44,11 @@ class EditError(Exception):
 
 @dataclass
 class Loaded:
-    """One version of the file's text, imported: the kernel, its autotuner (if it is autotuned) and the copy's path."""
+    """One version of the file's text, imported: the copy's path and module name, the kernel, and its autotuner
+    (if it is autotuned)."""
     text: str
     path: str
+    module: str
     kernel: object
     autotuner: object = None
 
@@ -163,8 +167,8 @@ class Session:
             raise EditError(SourceError("import", 0, f"kernel '{self.name}' has no example launch; register "
                                                      f"one with @tle.example({self.name})"))
         if self._loaded is not None:
-            sys.modules.pop(f"tle_explore_{self._loaded.path.split(os.sep)[-2]}", None)
-        self._loaded = Loaded(text, copy, kernel, autotuner)
+            sys.modules.pop(self._loaded.module, None)
+        self._loaded = Loaded(text, copy, mod_name, kernel, autotuner)
         return self._loaded
 
     def configs(self, loaded: Loaded) -> list[str]:
@@ -176,24 +180,22 @@ class Session:
     def lowerings(self, loaded: Loaded, overrides: dict | None = None) -> tuple[dict, dict]:
         """Lower the kernel at its example launch (tensors on 'meta'), `overrides` replacing launch keywords;
         backend -> Lowered, and backend -> SourceError for those that failed."""
-        from tle.runs import example_meta
-        from tle.errors import BackendUnavailable, LaunchError, LoweringError
         from tle.lowering.backend import backend_names
+        from tle.runs import example_meta, lower_each
         launch = example_meta(loaded.kernel, self.size)
-        lowered, errors = {}, {}
-        for b in backend_names():
+
+        def kwargs_of(backend: str) -> dict:
             kwargs = dict(launch.kwargs)
             if loaded.autotuner is not None and loaded.autotuner.configs:    # as the first config launches
-                kwargs.update(loaded.autotuner.configs[0].for_backend(b).launch_kwargs())
-            kwargs.update(overrides or {})
-            try:
-                lowered[b] = loaded.kernel.lower(*launch.args, grid=launch.grid, backend=b, **kwargs)
-            except (LoweringError, BackendUnavailable, LaunchError) as e:
-                errors[b] = error_of(e, b, loaded.path)
-            except Exception as e:           # noqa: BLE001 - a bug in a backend: shown, and the others go on
-                err = error_of(e, b, loaded.path)
-                err.message = f"internal error in the {b} lowering: {err.message}"
-                errors[b] = err
+                kwargs.update(loaded.autotuner.configs[0].for_backend(backend).launch_kwargs())
+            return {**kwargs, **(overrides or {})}
+
+        lowered, failures = lower_each(loaded.kernel, launch, backend_names(), kwargs_of)
+        errors = {}
+        for b, (e, bug) in failures.items():
+            errors[b] = error_of(e, b, loaded.path)
+            if bug:                          # a bug in a backend: shown, and the others go on
+                errors[b].message = f"internal error in the {b} lowering: {errors[b].message}"
         return lowered, errors
 
     # -- what the page asks for ----------------------------------------------------------------------------
@@ -208,10 +210,10 @@ class Session:
                 return self._error_view(text, [e.error])
             except ValueError as e:           # the overrides
                 return self._error_view(text, [SourceError("overrides", 0, str(e))])
-            panes = panes_of(lowered)
-            notes = notes_of(lowered)
+            panes, notes = panes_of(lowered), notes_of(lowered)
             if stages:
-                panes += self._stage_panes(lowered, notes)
+                more_panes, more_notes = self.compiled_stages(lowered)
+                panes, notes = panes + more_panes, merged(notes, more_notes)
             kernel_lines = _kernel_lines(loaded.kernel)
             errs = list(errors.values())
             header = [f"{b}: {len(lw.notes)} note{'s' if len(lw.notes) != 1 else ''}" for b, lw in lowered.items()]
@@ -219,15 +221,11 @@ class Session:
             main = main_html(self.file_name, text, panes, notes, kernel_lines, _by_line(errs))
             return View(main, header, errs, self.configs(loaded))
 
-    def _stage_panes(self, lowered: dict, notes: dict) -> list[Pane]:
-        """The compiler stages built here, their notes added to `notes`."""
-        from tle.explore.report import stage_panes
-        from tle.explore.stages import stage_notes
+    def compiled_stages(self, lowered: dict) -> tuple[list[Pane], dict[int, list[str]]]:
+        """The panes of the compiler stages built here, and their notes."""
         from tle.lowering.backend import get_backend
         built = {b for b in lowered if get_backend(b).compile_unavailable_reason() is None}
-        for line, texts in stage_notes(lowered, built).items():
-            notes.setdefault(line, []).extend(texts)
-        return stage_panes(lowered, built)
+        return stage_panes(lowered, built), stage_notes(lowered, built)
 
     def _error_view(self, text: str, errors: list[SourceError]) -> View:
         main = main_html(self.file_name, text, [], {}, None, _by_line(errors))
@@ -260,7 +258,7 @@ class Session:
     def run(self, text: str) -> dict:
         """Check each backend against the reference: on a GPU also time it (and tune it, when the kernel is
         autotuned); without one, in the CPU interpreters. backend -> a row of the page's results."""
-        from tle.runs import Run, run_lowering
+        from tle.runs import run_lowering
         from tle.lowering.backend import backend_names
         with self.lock:
             try:
@@ -284,10 +282,7 @@ class Session:
                 launcher, args = loaded.kernel, launch
                 if tuner is not None:
                     launcher, args = _tuned_launch(tuner, launch, b, self.on_gpu)
-                try:
-                    result, where = run_lowering(launcher, args, b, lowered[b], self.on_gpu)
-                except Exception as e:       # noqa: BLE001 - the autotuner found no config that runs, say
-                    result, where = Run(False, None, f"{type(e).__name__}: {e}"), ""
+                result, where = run_lowering(launcher, args, b, lowered[b], self.on_gpu)
                 if isinstance(result, str):
                     rows[b] = {"ok": None, "detail": f"not run: {result}"}
                     continue
